@@ -1,0 +1,604 @@
+//! Owns the operator configuration `manent.yml`: its typed model, defaults, the loading
+//! pipeline (YAML, then `MANENT__…`/`DBOS__VMID` environment overrides, then validation) and
+//! the look-ups the server needs. It knows nothing of SQL, HTTP or the engine.
+//!
+//! ```no_run
+//! # use std::path::Path;
+//! let config = manent_config::Config::load(Path::new("manent.yml"), manent_config::process_env())?;
+//! println!("executor {}", config.effective_executor_id());
+//! # Ok::<(), manent_config::ConfigError>(())
+//! ```
+
+mod env;
+mod error;
+mod locate;
+mod pattern;
+mod serde_util;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use env::process_env;
+pub use error::{ConfigError, ConfigIssue};
+pub use pattern::glob_match;
+
+/// `database.url` when the file does not set it.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://manent.db";
+/// `api.listen` when the file does not set it.
+pub const DEFAULT_API_LISTEN: &str = "127.0.0.1:8080";
+/// The environment variable that overrides `dbos.executor_id`, over everything else.
+pub const VMID_VAR: &str = "DBOS__VMID";
+/// The prefix of the variables that override keys: `MANENT__SECTION__KEY`.
+pub const ENV_PREFIX: &str = "MANENT__";
+
+/// The whole operator configuration. Build it with [`Config::load`],
+/// [`Config::from_yaml_str`], [`Config::from_env`] or [`Config::default`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default = "Config::unresolved", deny_unknown_fields)]
+pub struct Config {
+    /// The database shared by every API and worker process.
+    #[serde(deserialize_with = "serde_util::nullable")]
+    pub database: DatabaseConfig,
+    /// The HTTP API and the Platform page.
+    #[serde(deserialize_with = "serde_util::nullable")]
+    pub api: ApiConfig,
+    /// The durable engine and this worker's share of the queues.
+    #[serde(deserialize_with = "serde_util::nullable")]
+    pub dbos: DbosConfig,
+    /// Executor liveness and recovery of deploys left pending.
+    #[serde(deserialize_with = "serde_util::nullable")]
+    pub recovery: RecoveryConfig,
+    /// Plugins by name (external executables, their artifact types and queue).
+    #[serde(deserialize_with = "serde_util::nullable")]
+    pub plugins: BTreeMap<String, PluginConfig>,
+    /// Routed queues, in order: at submission the first whose `match` applies wins.
+    #[serde(deserialize_with = "serde_util::nullable")]
+    pub queues: Vec<RoutedQueue>,
+    /// The tenant registry.
+    #[serde(deserialize_with = "serde_util::nullable")]
+    pub tenants: Vec<Tenant>,
+    /// Where environment configurations are read.
+    #[serde(deserialize_with = "serde_util::nullable")]
+    pub environments: EnvironmentsConfig,
+    /// Logging.
+    #[serde(deserialize_with = "serde_util::nullable")]
+    pub log: LogConfig,
+    /// Where this configuration came from; used for messages and relative paths.
+    #[serde(skip)]
+    origin: Origin,
+}
+
+/// `database`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `sqlite://FILE` (development, workers on one machine) or `postgres://…` (several nodes).
+    pub url: String,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        DatabaseConfig {
+            url: DEFAULT_DATABASE_URL.to_owned(),
+        }
+    }
+}
+
+/// `api`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiConfig {
+    /// `HOST:PORT` the API listens on.
+    pub listen: String,
+    /// The URL clients use to reach the API (behind a load balancer), if not `listen`.
+    pub public_url: Option<String>,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            listen: DEFAULT_API_LISTEN.to_owned(),
+            public_url: None,
+        }
+    }
+}
+
+/// `dbos`: the engine, named after DBOS Transact whose keys operators know.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DbosConfig {
+    /// This worker's unique, stable id. After loading, holds the effective id
+    /// (`DBOS__VMID` > `MANENT__DBOS__EXECUTOR_ID` > file > host name); read it with
+    /// [`Config::effective_executor_id`].
+    pub executor_id: Option<String>,
+    /// This worker's region, for region routing.
+    pub region: Option<String>,
+    /// Run only the passes on this worker's region's targets, from `<queue>.<region>`.
+    pub region_routing: bool,
+    /// Plugins with their own queue that this worker serves.
+    #[serde(deserialize_with = "serde_util::nullable")]
+    pub plugins: Vec<String>,
+    /// Routed queues (top-level `queues`) that this worker serves.
+    #[serde(deserialize_with = "serde_util::nullable")]
+    pub queues: Vec<String>,
+    /// Serve only `dbos.queues` and `dbos.plugins` (and approvals), not the default and
+    /// tenant queues.
+    pub exclusive: bool,
+    /// Deploys running at once on this worker.
+    pub concurrency: u32,
+    /// Deploys running at once for one `<application>/<environment>`, on all workers.
+    pub environment_concurrency: u32,
+    /// Deploys running at once in total, on all workers (0 = no limit).
+    pub global_concurrency: u32,
+    /// On SIGINT/SIGTERM, how long to wait for running deploys before leaving them pending.
+    #[serde(with = "serde_util::duration")]
+    pub drain_timeout: Duration,
+}
+
+impl Default for DbosConfig {
+    fn default() -> Self {
+        DbosConfig {
+            executor_id: None,
+            region: None,
+            region_routing: false,
+            plugins: Vec::new(),
+            queues: Vec::new(),
+            exclusive: false,
+            concurrency: 10,
+            environment_concurrency: 1,
+            global_concurrency: 0,
+            drain_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// `recovery`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RecoveryConfig {
+    /// An executor whose heartbeat is older than this is considered gone.
+    #[serde(with = "serde_util::duration")]
+    pub stale_after: Duration,
+    /// How often a live executor records its heartbeat; shorter than `stale_after`.
+    #[serde(with = "serde_util::duration")]
+    pub heartbeat_interval: Duration,
+    /// Live workers re-enqueue the pending deploys of stale executors.
+    pub automatic: bool,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        RecoveryConfig {
+            stale_after: Duration::from_secs(30),
+            heartbeat_interval: Duration::from_secs(5),
+            automatic: false,
+        }
+    }
+}
+
+/// `plugins.<name>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PluginConfig {
+    /// An external executable speaking the plugin protocol; absent for built-in plugins.
+    pub external: Option<ExternalPlugin>,
+    /// Artifact types this plugin deploys (routes by type when the environment
+    /// configuration cannot be read at submission).
+    #[serde(deserialize_with = "serde_util::nullable")]
+    pub artifact_types: Vec<String>,
+    /// The plugin's own queue, served only by workers listing it in `dbos.plugins`.
+    pub queue: Option<String>,
+}
+
+/// `plugins.<name>.external`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExternalPlugin {
+    /// The executable; a relative path is relative to the directory of `manent.yml`
+    /// (see [`Config::resolve_path`]).
+    pub command: PathBuf,
+    /// Hex SHA-256 of the executable, verified before it starts.
+    pub sha256: String,
+}
+
+/// An entry of `queues`: a routed queue.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoutedQueue {
+    /// The queue's name.
+    pub name: String,
+    /// Which deploys go to this queue (`match` in YAML).
+    #[serde(rename = "match", default, deserialize_with = "serde_util::nullable")]
+    pub matcher: QueueMatch,
+    /// Global limit of the queue, also the cap per worker (default: `dbos.global_concurrency`).
+    #[serde(default)]
+    pub concurrency: Option<u32>,
+}
+
+/// `queues[].match`: every non-empty list must match; an empty list matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueueMatch {
+    /// Application patterns qualified with the tenant (`ml/*`, `ml/trainer`).
+    #[serde(deserialize_with = "serde_util::nullable")]
+    pub applications: Vec<String>,
+    /// Artifact name patterns; a deploy matches when any of its artifacts does.
+    #[serde(deserialize_with = "serde_util::nullable")]
+    pub artifacts: Vec<String>,
+    /// Environment patterns (`prod`, `staging-*`).
+    #[serde(deserialize_with = "serde_util::nullable")]
+    pub environments: Vec<String>,
+}
+
+/// An entry of `tenants`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tenant {
+    /// The tenant's name, the first part of its applications' names (`ml` in `ml/trainer`).
+    pub name: String,
+    /// The tenant's dedicated queue, if it has one.
+    #[serde(default)]
+    pub queue: Option<String>,
+}
+
+/// `environments`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EnvironmentsConfig {
+    /// Directory of `<tenant>/<application>/<environment>.yml`; a relative path is relative
+    /// to the directory of `manent.yml` (see [`Config::environments_source`]).
+    pub source: PathBuf,
+}
+
+impl Default for EnvironmentsConfig {
+    fn default() -> Self {
+        EnvironmentsConfig {
+            source: PathBuf::from("environments"),
+        }
+    }
+}
+
+/// `log`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    pub format: LogFormat,
+    /// A level (`info`) or a `tracing` filter (`info,manent_engine=debug`).
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: LogFormat::Text,
+            level: "info".to_owned(),
+        }
+    }
+}
+
+/// `log.format`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Where the effective `dbos.executor_id` came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ExecutorIdSource {
+    /// The `DBOS__VMID` environment variable.
+    Vmid,
+    /// A `MANENT__…` environment variable (named).
+    Environment(String),
+    /// `dbos.executor_id` in the file.
+    File,
+    /// The machine's host name (the default).
+    #[default]
+    Hostname,
+}
+
+/// Provenance of a [`Config`]: file name, source text, overrides applied.
+#[derive(Debug, Clone, Default)]
+struct Origin {
+    /// The file name used in messages.
+    file: String,
+    /// The YAML text, to find the line of a key.
+    source: Option<Arc<str>>,
+    /// The directory relative paths are resolved against.
+    base_dir: Option<PathBuf>,
+    /// `(key path, variable)` for every environment override applied, in order.
+    overrides: Vec<(String, String)>,
+    executor_id_source: ExecutorIdSource,
+    /// Why the host name could not be used as executor id, if it could not.
+    hostname_error: Option<String>,
+}
+
+/// The file name used in messages for a configuration built without a file.
+const NO_FILE: &str = "<defaults>";
+
+impl Default for Config {
+    /// The configuration of a `manent.yml` that sets nothing: SQLite, local API, and the host
+    /// name as executor id. No environment variable is read.
+    fn default() -> Self {
+        let mut config = Config::unresolved();
+        config.resolve_executor_id(None);
+        config
+    }
+}
+
+impl Config {
+    /// The defaults, before the executor id is resolved.
+    fn unresolved() -> Self {
+        Config {
+            database: DatabaseConfig::default(),
+            api: ApiConfig::default(),
+            dbos: DbosConfig::default(),
+            recovery: RecoveryConfig::default(),
+            plugins: BTreeMap::new(),
+            queues: Vec::new(),
+            tenants: Vec::new(),
+            environments: EnvironmentsConfig::default(),
+            log: LogConfig::default(),
+            origin: Origin {
+                file: NO_FILE.to_owned(),
+                ..Origin::default()
+            },
+        }
+    }
+
+    /// Reads, overrides and validates the configuration file at `path`. `env` is the process
+    /// environment (see [`process_env`]); only `MANENT__…` and `DBOS__VMID` are used.
+    pub fn load(
+        path: &Path,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            file: path.to_path_buf(),
+            source,
+        })?;
+        let base_dir = path
+            .parent()
+            .map(|dir| {
+                if dir.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    dir.to_path_buf()
+                }
+            })
+            .unwrap_or_else(|| PathBuf::from("."));
+        Self::build(&text, &path.display().to_string(), Some(base_dir), env)
+    }
+
+    /// Parses, overrides and validates YAML text; `file_name` is used in messages, and
+    /// relative paths stay relative to the working directory.
+    pub fn from_yaml_str(
+        text: &str,
+        file_name: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        Self::build(text, file_name, None, env)
+    }
+
+    /// The defaults with the environment overrides applied, validated: for running without
+    /// a configuration file.
+    pub fn from_env(
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        Config::unresolved().finish(env)
+    }
+
+    fn build(
+        text: &str,
+        file_name: &str,
+        base_dir: Option<PathBuf>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let mut config = error::parse_yaml(text, file_name)?;
+        config.origin = Origin {
+            file: file_name.to_owned(),
+            source: Some(Arc::from(text)),
+            base_dir,
+            ..Origin::default()
+        };
+        config.finish(env)
+    }
+
+    /// Applies the environment, resolves the executor id and validates.
+    fn finish(
+        self,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let input = env::EnvInput::collect(env)?;
+        let mut config = env::apply(self, &input.overrides)?;
+        config.resolve_executor_id(input.vmid);
+        let issues = config.validate();
+        if issues.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::Invalid {
+                file: config.origin.file.clone(),
+                issues,
+            })
+        }
+    }
+
+    /// `DBOS__VMID` > `MANENT__DBOS__EXECUTOR_ID` > file > host name.
+    fn resolve_executor_id(&mut self, vmid: Option<String>) {
+        let from_env = self
+            .overridden_by("dbos.executor_id")
+            .map(str::to_owned)
+            .filter(|_| self.dbos.executor_id.is_some());
+        if let Some(vmid) = vmid {
+            self.dbos.executor_id = Some(vmid);
+            self.origin.executor_id_source = ExecutorIdSource::Vmid;
+        } else if let Some(var) = from_env {
+            self.origin.executor_id_source = ExecutorIdSource::Environment(var);
+        } else if self.dbos.executor_id.is_some() {
+            self.origin.executor_id_source = ExecutorIdSource::File;
+        } else {
+            self.origin.executor_id_source = ExecutorIdSource::Hostname;
+            match hostname::get() {
+                Ok(name) => self.dbos.executor_id = Some(name.to_string_lossy().into_owned()),
+                Err(err) => {
+                    self.dbos.executor_id = Some(String::new());
+                    self.origin.hostname_error = Some(err.to_string());
+                }
+            }
+        }
+    }
+
+    /// Every problem of this configuration, each naming its key and line (empty when valid).
+    /// [`Config::load`] and friends already refuse a configuration with problems.
+    pub fn validate(&self) -> Vec<ConfigIssue> {
+        validate::validate(self)
+    }
+
+    /// This worker's executor id, resolved at load: `DBOS__VMID`, else
+    /// `MANENT__DBOS__EXECUTOR_ID`, else `dbos.executor_id`, else the host name.
+    pub fn effective_executor_id(&self) -> &str {
+        self.dbos.executor_id.as_deref().unwrap_or_default()
+    }
+
+    /// Where [`Config::effective_executor_id`] came from (for the startup log).
+    pub fn executor_id_source(&self) -> &ExecutorIdSource {
+        &self.origin.executor_id_source
+    }
+
+    /// The file name this configuration was read from (`<defaults>` without a file).
+    pub fn file_name(&self) -> &str {
+        &self.origin.file
+    }
+
+    /// The environment variable that set `key` (a key path such as `dbos.region` or
+    /// `queues[0].name`) or one of its parents, if any.
+    pub fn overridden_by(&self, key: &str) -> Option<&str> {
+        self.origin
+            .overrides
+            .iter()
+            .rev()
+            .find(|(path, _)| locate::path_contains(path, key))
+            .map(|(_, var)| var.as_str())
+    }
+
+    /// Resolves a path from the configuration: relative paths are relative to the directory
+    /// of the configuration file (the working directory without a file).
+    pub fn resolve_path(&self, path: &Path) -> PathBuf {
+        match &self.origin.base_dir {
+            Some(dir) if path.is_relative() => dir.join(path),
+            _ => path.to_path_buf(),
+        }
+    }
+
+    /// `environments.source`, resolved with [`Config::resolve_path`].
+    pub fn environments_source(&self) -> PathBuf {
+        self.resolve_path(&self.environments.source)
+    }
+
+    /// The routed queue named `name`.
+    pub fn routed_queue(&self, name: &str) -> Option<&RoutedQueue> {
+        self.queues.iter().find(|queue| queue.name == name)
+    }
+
+    /// The first routed queue whose `match` applies to a deploy of `application`
+    /// (`tenant/app`) with these artifact names to `environment`.
+    pub fn routed_queue_for<I, S>(
+        &self,
+        application: &str,
+        artifacts: I,
+        environment: &str,
+    ) -> Option<&RoutedQueue>
+    where
+        I: IntoIterator<Item = S> + Clone,
+        S: AsRef<str>,
+    {
+        self.queues.iter().find(|queue| {
+            queue
+                .matcher
+                .matches(application, artifacts.clone(), environment)
+        })
+    }
+
+    /// The queue of plugin `plugin`, if it is declared and has one.
+    pub fn plugin_queue(&self, plugin: &str) -> Option<&str> {
+        self.plugins.get(plugin)?.queue.as_deref()
+    }
+
+    /// The plugin with a queue that claims artifact type `artifact_type`, with its queue:
+    /// `(plugin name, queue)`. Validation guarantees there is at most one.
+    pub fn plugin_for_artifact_type(&self, artifact_type: &str) -> Option<(&str, &str)> {
+        self.plugins.iter().find_map(|(name, plugin)| {
+            let queue = plugin.queue.as_deref()?;
+            plugin
+                .artifact_types
+                .iter()
+                .any(|t| t == artifact_type)
+                .then_some((name.as_str(), queue))
+        })
+    }
+
+    /// The queue of the plugin with a queue that claims `artifact_type`: the route by
+    /// artifact type when the environment configuration cannot be read.
+    pub fn plugin_queue_for_artifact_type(&self, artifact_type: &str) -> Option<&str> {
+        self.plugin_for_artifact_type(artifact_type)
+            .map(|(_, queue)| queue)
+    }
+
+    /// The tenant named `name` in the tenant registry.
+    pub fn tenant(&self, name: &str) -> Option<&Tenant> {
+        self.tenants.iter().find(|tenant| tenant.name == name)
+    }
+
+    /// True as soon as a plugin has its own queue or routed queues are declared: then every
+    /// worker dequeues only the queues it knows.
+    pub fn has_dedicated_queues(&self) -> bool {
+        !self.queues.is_empty() || self.plugins.values().any(|p| p.queue.is_some())
+    }
+}
+
+impl RoutedQueue {
+    /// Whether a deploy goes to this queue (see [`QueueMatch::matches`]).
+    pub fn matches<I, S>(&self, application: &str, artifacts: I, environment: &str) -> bool
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.matcher.matches(application, artifacts, environment)
+    }
+}
+
+impl QueueMatch {
+    /// True when no list has a pattern (refused by validation: such a match would take
+    /// every deploy).
+    pub fn is_empty(&self) -> bool {
+        self.applications.is_empty() && self.artifacts.is_empty() && self.environments.is_empty()
+    }
+
+    /// Every non-empty list must match: `applications` against `application`,
+    /// `environments` against `environment`, `artifacts` against any of `artifacts`.
+    pub fn matches<I, S>(&self, application: &str, artifacts: I, environment: &str) -> bool
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let any = |patterns: &[String], text: &str| patterns.iter().any(|p| glob_match(p, text));
+        (self.applications.is_empty() || any(&self.applications, application))
+            && (self.environments.is_empty() || any(&self.environments, environment))
+            && (self.artifacts.is_empty()
+                || artifacts
+                    .into_iter()
+                    .any(|artifact| any(&self.artifacts, artifact.as_ref())))
+    }
+}

@@ -1,0 +1,1181 @@
+//! Owns the data-driven tests of loading, overriding and validating manent.yml: each case is
+//! a YAML text and an environment, and the expected outcome is the keys that differ from
+//! the defaults, or the error message (update with `UPDATE_EXPECT=1 cargo test`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use expect_test::{Expect, expect};
+use serde_json::Value;
+
+use crate::{Config, ConfigError, ExecutorIdSource, LogFormat};
+
+const EXAMPLE: &str = include_str!("../../../manent.example.yml");
+
+fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
+    vars.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Flattens a JSON tree into `key.path = value` entries.
+fn flatten(prefix: &str, value: &Value, out: &mut BTreeMap<String, String>) {
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            for (k, v) in map {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out);
+            }
+        }
+        Value::Array(items) if items.iter().any(|v| v.is_object()) => {
+            for (i, v) in items.iter().enumerate() {
+                flatten(&format!("{prefix}[{i}]"), v, out);
+            }
+        }
+        other => {
+            out.insert(prefix.to_owned(), other.to_string());
+        }
+    }
+}
+
+/// The keys of `config` that differ from the defaults, and the executor id's source when
+/// it is not the host name.
+fn render(config: &Config) -> String {
+    let mut actual = BTreeMap::new();
+    flatten("", &serde_json::to_value(config).unwrap(), &mut actual);
+    let mut defaults = BTreeMap::new();
+    flatten(
+        "",
+        &serde_json::to_value(Config::default()).unwrap(),
+        &mut defaults,
+    );
+    let mut out = String::from("OK\n");
+    for (key, value) in &actual {
+        // New entries (plugins, queues…) list their set keys only.
+        let unset = value == "null" || value == "[]";
+        if defaults.get(key).map_or(!unset, |default| default != value) {
+            out.push_str(&format!("{key} = {value}\n"));
+        }
+    }
+    match config.executor_id_source() {
+        ExecutorIdSource::Hostname => {}
+        source => out.push_str(&format!("executor_id from {source:?}\n")),
+    }
+    out
+}
+
+fn outcome(result: Result<Config, ConfigError>) -> String {
+    match result {
+        Ok(config) => render(&config),
+        Err(err) => format!("ERROR\n{err}\n"),
+    }
+}
+
+/// Loads `yaml` as `manent.yml` with the environment `vars` and compares the outcome.
+fn check_env(yaml: &str, vars: &[(&str, &str)], expected: Expect) {
+    expected.assert_eq(&outcome(Config::from_yaml_str(
+        yaml,
+        "manent.yml",
+        env(vars),
+    )));
+}
+
+fn check(yaml: &str, expected: Expect) {
+    check_env(yaml, &[], expected);
+}
+
+// ---------------------------------------------------------------------------------------
+// Defaults
+
+#[test]
+fn defaults() {
+    let config = Config::default();
+    assert_eq!(config.database.url, "sqlite://manent.db");
+    assert_eq!(config.api.listen, "127.0.0.1:8080");
+    assert_eq!(config.api.public_url, None);
+    assert_eq!(config.dbos.region, None);
+    assert!(!config.dbos.region_routing);
+    assert!(config.dbos.plugins.is_empty() && config.dbos.queues.is_empty());
+    assert!(!config.dbos.exclusive);
+    assert_eq!(config.dbos.concurrency, 10);
+    assert_eq!(config.dbos.environment_concurrency, 1);
+    assert_eq!(config.dbos.global_concurrency, 0);
+    assert_eq!(config.dbos.drain_timeout, Duration::from_secs(60));
+    assert_eq!(config.recovery.stale_after, Duration::from_secs(30));
+    assert_eq!(config.recovery.heartbeat_interval, Duration::from_secs(5));
+    assert!(!config.recovery.automatic);
+    assert!(config.plugins.is_empty() && config.queues.is_empty() && config.tenants.is_empty());
+    assert_eq!(config.environments.source, Path::new("environments"));
+    assert_eq!(config.log.format, LogFormat::Text);
+    assert_eq!(config.log.level, "info");
+    let host = hostname::get().unwrap().to_string_lossy().into_owned();
+    assert_eq!(config.effective_executor_id(), host);
+    assert_eq!(*config.executor_id_source(), ExecutorIdSource::Hostname);
+    assert_eq!(config.validate(), vec![]);
+    assert!(!config.has_dedicated_queues());
+}
+
+#[test]
+fn empty_files_and_sections_take_the_defaults() {
+    check(
+        "",
+        expect![[r#"
+            OK
+        "#]],
+    );
+    check(
+        "# nothing but a comment\n",
+        expect![[r#"
+            OK
+        "#]],
+    );
+    check(
+        "database:\napi:\ndbos:\n  plugins:\nrecovery:\nplugins:\nqueues:\ntenants:\nenvironments:\nlog:\n",
+        expect![[r#"
+            OK
+        "#]],
+    );
+    let from_env = Config::from_env(env(&[])).unwrap();
+    assert_eq!(render(&from_env), "OK\n");
+}
+
+#[test]
+fn values_from_the_file() {
+    check(
+        r#"
+database:
+  url: postgres://manent@db/manent
+api:
+  listen: 0.0.0.0:9000
+  public_url: https://manent.example.com
+dbos:
+  executor_id: manent-1
+  region: eu-west-1
+  concurrency: 4
+  environment_concurrency: 2
+  global_concurrency: 50
+  drain_timeout: 2m 30s
+recovery:
+  stale_after: 1m
+  heartbeat_interval: 250ms
+  automatic: true
+environments:
+  source: /etc/manent/environments
+log:
+  format: json
+  level: info,manent_engine=debug
+"#,
+        expect![[r#"
+            OK
+            api.listen = "0.0.0.0:9000"
+            api.public_url = "https://manent.example.com"
+            database.url = "postgres://manent@db/manent"
+            dbos.concurrency = 4
+            dbos.drain_timeout = "2m 30s"
+            dbos.environment_concurrency = 2
+            dbos.executor_id = "manent-1"
+            dbos.global_concurrency = 50
+            dbos.region = "eu-west-1"
+            environments.source = "/etc/manent/environments"
+            log.format = "json"
+            log.level = "info,manent_engine=debug"
+            recovery.automatic = true
+            recovery.heartbeat_interval = "250ms"
+            recovery.stale_after = "1m"
+            executor_id from File
+        "#]],
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The example file
+
+#[test]
+fn example_file_is_valid() {
+    let config = Config::from_yaml_str(EXAMPLE, "manent.example.yml", env(&[])).unwrap();
+    assert_eq!(config.validate(), vec![]);
+    assert_eq!(
+        config.plugin_queue_for_artifact_type("ansible"),
+        Some("ansible")
+    );
+    assert_eq!(
+        config.routed_queue("gpu").and_then(|q| q.concurrency),
+        Some(2)
+    );
+    // The keys commented out in the example (those of one worker or of a pool) are valid too.
+    let pool = env(&[
+        ("DBOS__VMID", "ansible-0"),
+        ("MANENT__DBOS__REGION", "eu-west-1"),
+        ("MANENT__DBOS__PLUGINS", "ansible"),
+        ("MANENT__DBOS__QUEUES", "gpu"),
+        ("MANENT__DBOS__EXCLUSIVE", "true"),
+        ("MANENT__API__PUBLIC_URL", "https://manent.example.com"),
+    ]);
+    let config = Config::from_yaml_str(EXAMPLE, "manent.example.yml", pool).unwrap();
+    assert_eq!(config.effective_executor_id(), "ansible-0");
+    assert_eq!(config.dbos.plugins, ["ansible"]);
+}
+
+#[test]
+fn example_file_documents_every_key() {
+    let config = Config::from_yaml_str(EXAMPLE, "manent.example.yml", env(&[])).unwrap();
+    let mut keys = BTreeMap::new();
+    flatten("", &serde_json::to_value(&config).unwrap(), &mut keys);
+    for key in keys
+        .keys()
+        .chain(["api.public_url".to_owned(), "dbos.region".to_owned()].iter())
+    {
+        let last = key.rsplit('.').next().unwrap();
+        let last = last.split('[').next().unwrap();
+        assert!(
+            EXAMPLE.contains(&format!("{last}:")),
+            "manent.example.yml does not document `{key}`"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Environment overrides
+
+#[test]
+fn overrides_every_kind_of_value() {
+    check_env(
+        "plugins:\n  ansible:\n    queue: ansible\n",
+        &[
+            ("MANENT__DATABASE__URL", "postgres://manent@db/manent"),
+            ("MANENT__API__PUBLIC_URL", "https://manent.example.com"),
+            ("MANENT__DBOS__REGION", "eu-west-1"),
+            ("MANENT__RECOVERY__AUTOMATIC", "true"),
+            ("MANENT__DBOS__CONCURRENCY", "4"),
+            ("MANENT__DBOS__PLUGINS", "ansible"),
+            ("MANENT__RECOVERY__STALE_AFTER", "2m"),
+            ("MANENT__LOG__FORMAT", "json"),
+            ("MANENT__ENVIRONMENTS__SOURCE", "/srv/environments"),
+            ("MANENT_SERVER", "http://not-a-config-key"),
+            ("PATH", "/usr/bin"),
+        ],
+        expect![[r#"
+            OK
+            api.public_url = "https://manent.example.com"
+            database.url = "postgres://manent@db/manent"
+            dbos.concurrency = 4
+            dbos.plugins = ["ansible"]
+            dbos.region = "eu-west-1"
+            environments.source = "/srv/environments"
+            log.format = "json"
+            plugins.ansible.queue = "ansible"
+            recovery.automatic = true
+            recovery.stale_after = "2m"
+        "#]],
+    );
+}
+
+#[test]
+fn override_names_are_case_insensitive() {
+    check_env(
+        "",
+        &[
+            ("manent__Dbos__Region", "eu-west-1"),
+            ("MANENT__recovery__AUTOMATIC", "TRUE"),
+        ],
+        expect![[r#"
+            OK
+            dbos.region = "eu-west-1"
+            recovery.automatic = true
+        "#]],
+    );
+}
+
+#[test]
+fn override_lists() {
+    let queues = "queues:\n  - name: gpu\n    match: {environments: [prod]}\n  - name: cpu\n    match: {environments: [dev]}\n";
+    check_env(
+        queues,
+        &[("MANENT__DBOS__QUEUES", " gpu, cpu ,")],
+        expect![[r#"
+            OK
+            dbos.queues = ["gpu","cpu"]
+            queues[0].match.environments = ["prod"]
+            queues[0].name = "gpu"
+            queues[1].match.environments = ["dev"]
+            queues[1].name = "cpu"
+        "#]],
+    );
+    check_env(
+        queues,
+        &[
+            ("MANENT__DBOS__QUEUES", r#"["cpu"]"#),
+            ("MANENT__DBOS__EXCLUSIVE", "1"),
+        ],
+        expect![[r#"
+            OK
+            dbos.exclusive = true
+            dbos.queues = ["cpu"]
+            queues[0].match.environments = ["prod"]
+            queues[0].name = "gpu"
+            queues[1].match.environments = ["dev"]
+            queues[1].name = "cpu"
+        "#]],
+    );
+    check_env(
+        "dbos:\n  plugins: []\n",
+        &[("MANENT__DBOS__PLUGINS", "")],
+        expect![[r#"
+            OK
+        "#]],
+    );
+}
+
+#[test]
+fn override_list_entries_by_name_or_index() {
+    let queues = "queues:\n  - name: gpu\n    match: {environments: [prod]}\n";
+    check_env(
+        queues,
+        &[("MANENT__QUEUES__GPU__CONCURRENCY", "3")],
+        expect![[r#"
+            OK
+            queues[0].concurrency = 3
+            queues[0].match.environments = ["prod"]
+            queues[0].name = "gpu"
+        "#]],
+    );
+    check_env(
+        queues,
+        &[("MANENT__QUEUES__0__MATCH__APPLICATIONS", "ml/*,data/*")],
+        expect![[r#"
+            OK
+            queues[0].match.applications = ["ml/*","data/*"]
+            queues[0].match.environments = ["prod"]
+            queues[0].name = "gpu"
+        "#]],
+    );
+    // An index equal to the length adds an entry.
+    check_env(
+        "tenants:\n  - name: ml\n",
+        &[
+            ("MANENT__TENANTS__1__NAME", "web"),
+            ("MANENT__TENANTS__1__QUEUE", "web-q"),
+        ],
+        expect![[r#"
+            OK
+            tenants[0].name = "ml"
+            tenants[1].name = "web"
+            tenants[1].queue = "web-q"
+        "#]],
+    );
+}
+
+#[test]
+fn override_whole_sections_as_json() {
+    check_env(
+        "tenants:\n  - name: old\n",
+        &[("MANENT__TENANTS", r#"[{"name": "ml", "queue": "ml-q"}]"#)],
+        expect![[r#"
+            OK
+            tenants[0].name = "ml"
+            tenants[0].queue = "ml-q"
+        "#]],
+    );
+    // The more specific variable wins over the whole section.
+    check_env(
+        "",
+        &[
+            ("MANENT__DBOS__REGION", "eu-west-2"),
+            (
+                "MANENT__DBOS",
+                r#"{"region": "eu-west-1", "concurrency": 3}"#,
+            ),
+        ],
+        expect![[r#"
+            OK
+            dbos.concurrency = 3
+            dbos.region = "eu-west-2"
+        "#]],
+    );
+}
+
+#[test]
+fn override_plugins_by_name() {
+    check_env(
+        "plugins:\n  Ansible:\n    artifact_types: [ansible]\n",
+        &[
+            ("MANENT__PLUGINS__ANSIBLE__QUEUE", "ansible"),
+            (
+                "MANENT__PLUGINS__ANSIBLE__EXTERNAL",
+                r#"{"command": "/bin/p", "sha256": "ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef0123456789"}"#,
+            ),
+            ("MANENT__PLUGINS__SHELL__ARTIFACT_TYPES", "script"),
+            ("MANENT__PLUGINS__CUSTOM__ARTIFACT_TYPES", "a,b"),
+        ],
+        expect![[r#"
+            OK
+            plugins.Ansible.artifact_types = ["ansible"]
+            plugins.Ansible.external.command = "/bin/p"
+            plugins.Ansible.external.sha256 = "ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef0123456789"
+            plugins.Ansible.queue = "ansible"
+            plugins.custom.artifact_types = ["a","b"]
+            plugins.shell.artifact_types = ["script"]
+        "#]],
+    );
+}
+
+#[test]
+fn override_optional_values_keep_their_type() {
+    // An unset optional integer takes a number, an unset optional string keeps digits as text.
+    check_env(
+        "queues:\n  - name: gpu\n    match: {environments: [prod]}\n",
+        &[
+            ("MANENT__QUEUES__GPU__CONCURRENCY", "2"),
+            ("MANENT__DBOS__REGION", "12"),
+        ],
+        expect![[r#"
+            OK
+            dbos.region = "12"
+            queues[0].concurrency = 2
+            queues[0].match.environments = ["prod"]
+            queues[0].name = "gpu"
+        "#]],
+    );
+    // An empty variable unsets an optional value; a required one stays empty and is refused.
+    check_env(
+        "dbos:\n  region: eu-west-1\n",
+        &[("MANENT__DBOS__REGION", "")],
+        expect![[r#"
+            OK
+        "#]],
+    );
+    check_env(
+        "",
+        &[("MANENT__RECOVERY__AUTOMATIC", " ")],
+        expect![[r#"
+            ERROR
+            MANENT__RECOVERY__AUTOMATIC: recovery.automatic: expected true or false, found an empty value; write true or false, without quotes
+        "#]],
+    );
+    check_env(
+        "",
+        &[("MANENT__DATABASE__URL", "")],
+        expect![[r#"
+            ERROR
+            MANENT__DATABASE__URL: database.url: the database URL is empty; use sqlite://FILE (one machine) or postgres://USER@HOST/DB (several nodes)
+        "#]],
+    );
+    check_env(
+        "",
+        &[("MANENT__API__PUBLIC_URL", "")],
+        expect![[r#"
+            OK
+        "#]],
+    );
+}
+
+#[test]
+fn executor_id_precedence() {
+    let file = "dbos:\n  executor_id: from-file\n";
+    check(
+        file,
+        expect![[r#"
+        OK
+        dbos.executor_id = "from-file"
+        executor_id from File
+    "#]],
+    );
+    check_env(
+        file,
+        &[("MANENT__DBOS__EXECUTOR_ID", "from-manent")],
+        expect![[r#"
+            OK
+            dbos.executor_id = "from-manent"
+            executor_id from Environment("MANENT__DBOS__EXECUTOR_ID")
+        "#]],
+    );
+    // DBOS__VMID wins over everything, whatever the order of the variables.
+    for vars in [
+        [
+            ("DBOS__VMID", "build01-w1"),
+            ("MANENT__DBOS__EXECUTOR_ID", "from-manent"),
+        ],
+        [
+            ("MANENT__DBOS__EXECUTOR_ID", "from-manent"),
+            ("DBOS__VMID", "build01-w1"),
+        ],
+    ] {
+        let config = Config::from_yaml_str(file, "manent.yml", env(&vars)).unwrap();
+        assert_eq!(config.effective_executor_id(), "build01-w1");
+        assert_eq!(*config.executor_id_source(), ExecutorIdSource::Vmid);
+        assert_eq!(config.dbos.executor_id.as_deref(), Some("build01-w1"));
+    }
+    let config = Config::from_env(env(&[("DBOS__VMID", "w2")])).unwrap();
+    assert_eq!(config.effective_executor_id(), "w2");
+    // Default: the host name.
+    let config = Config::from_yaml_str("", "manent.yml", env(&[])).unwrap();
+    let host = hostname::get().unwrap().to_string_lossy().into_owned();
+    assert_eq!(config.effective_executor_id(), host);
+}
+
+#[test]
+fn bad_overrides_name_the_variable() {
+    check_env(
+        "",
+        &[("MANENT__DBOS__CONCURRENCY", "ten")],
+        expect![[r#"
+        ERROR
+        MANENT__DBOS__CONCURRENCY: dbos.concurrency: expected an integer, found "ten"; write a whole number, without quotes
+    "#]],
+    );
+    check_env(
+        "",
+        &[("MANENT__DBOS__CONCURRENCY", "-2")],
+        expect![[r#"
+        ERROR
+        MANENT__DBOS__CONCURRENCY: dbos.concurrency: expected a whole number, 0 or more, found -2; write a whole number, 0 or more
+    "#]],
+    );
+    check_env(
+        "",
+        &[("MANENT__RECOVERY__AUTOMATIC", "maybe")],
+        expect![[r#"
+        ERROR
+        MANENT__RECOVERY__AUTOMATIC: recovery.automatic: expected true or false, found "maybe"; write true or false, without quotes
+    "#]],
+    );
+    check_env(
+        "",
+        &[("MANENT__RECOVERY__STALE_AFTER", "soon")],
+        expect![[r#"
+        ERROR
+        MANENT__RECOVERY__STALE_AFTER: recovery.stale_after: invalid duration "soon" (expected number at 0); write it like 30s, 5m, 1h or 250ms
+    "#]],
+    );
+    check_env(
+        "",
+        &[("MANENT__DBOS__COLOUR", "blue")],
+        expect![[r#"
+        ERROR
+        MANENT__DBOS__COLOUR: dbos.colour: unknown key `colour`; remove it or fix its spelling (keys allowed here: executor_id, region, region_routing, plugins, queues, exclusive, concurrency, environment_concurrency, global_concurrency, drain_timeout)
+    "#]],
+    );
+    check_env(
+        "",
+        &[("MANENT__COLOUR", "blue")],
+        expect![[r#"
+        ERROR
+        MANENT__COLOUR: colour: unknown key `colour`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, log)
+    "#]],
+    );
+    check_env(
+        "",
+        &[("MANENT__LOG__FORMAT", "xml")],
+        expect![[r#"
+        ERROR
+        MANENT__LOG__FORMAT: log.format: unknown value `xml`; use one of: text, json
+    "#]],
+    );
+    check_env(
+        "",
+        &[
+            ("MANENT__DBOS__REGION__NAME", "x"),
+            ("MANENT__DBOS__REGION", "eu"),
+        ],
+        expect![[r#"
+        ERROR
+        MANENT__DBOS__REGION__NAME: dbos.region: this key holds a single value, it has no key `name`
+    "#]],
+    );
+    check_env(
+        "queues:\n  - name: gpu\n    match: {environments: [prod]}\n",
+        &[("MANENT__QUEUES__CPU__CONCURRENCY", "1")],
+        expect![[r#"
+            ERROR
+            MANENT__QUEUES__CPU__CONCURRENCY: queues: no entry named `cpu`; name an existing entry, use its index, or set the whole list as JSON in MANENT__QUEUES
+        "#]],
+    );
+    check_env(
+        "",
+        &[("MANENT__TENANTS__3__NAME", "x")],
+        expect![[r#"
+        ERROR
+        MANENT__TENANTS__3__NAME: tenants: there is no entry 3: the list has 0 (an index equal to the length adds one)
+    "#]],
+    );
+    check_env(
+        "",
+        &[("MANENT__DBOS__", "x")],
+        expect![[r#"
+        ERROR
+        MANENT__DBOS__: dbos.: empty key name; separate levels with a double underscore, e.g. MANENT__DBOS__REGION
+    "#]],
+    );
+    check_env(
+        "",
+        &[("MANENT__TENANTS", "[{\"nom\": \"ml\"}]")],
+        expect![[r#"
+        ERROR
+        MANENT__TENANTS: tenants[0].nom: unknown key `nom`; remove it or fix its spelling (keys allowed here: name, queue)
+    "#]],
+    );
+}
+
+#[test]
+fn refusals_name_the_variable_that_set_the_key() {
+    check_env(
+        "dbos:\n  plugins: [ansible]\nplugins:\n  ansible: {queue: ansible}\n",
+        &[("MANENT__DBOS__REGION_ROUTING", "true")],
+        expect![[r#"
+            ERROR
+            manent.yml:2: dbos.plugins: dbos.plugins is not supported together with dbos.region_routing yet (dbos.region_routing, set by MANENT__DBOS__REGION_ROUTING); remove one of them
+        "#]],
+    );
+    check_env(
+        "",
+        &[("DBOS__VMID", "")],
+        expect![[r#"
+        ERROR
+        DBOS__VMID: dbos.executor_id: the executor id is empty; set it to a unique, stable name such as manent-0
+    "#]],
+    );
+    check_env(
+        "",
+        &[("MANENT__RECOVERY__HEARTBEAT_INTERVAL", "1m")],
+        expect![[r#"
+            ERROR
+            MANENT__RECOVERY__HEARTBEAT_INTERVAL: recovery.heartbeat_interval: heartbeat_interval (1m) must be shorter than stale_after (30s, recovery.stale_after), or live workers would look stale; e.g. heartbeat_interval: 5s with stale_after: 30s
+        "#]],
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Startup refusals
+
+#[test]
+fn plugins_with_region_routing() {
+    check(
+        r#"
+plugins:
+  ansible:
+    artifact_types: [ansible]
+    queue: ansible
+dbos:
+  region: eu-west-1
+  region_routing: true
+  plugins: [ansible]
+"#,
+        expect![[r#"
+            ERROR
+            manent.yml:9: dbos.plugins: dbos.plugins is not supported together with dbos.region_routing yet (dbos.region_routing, line 8); remove one of them
+        "#]],
+    );
+}
+
+#[test]
+fn routed_queues_with_region_routing() {
+    check(
+        r#"
+dbos:
+  region_routing: true
+queues:
+  - name: gpu
+    match:
+      applications: ["ml/*"]
+"#,
+        expect![[r#"
+            ERROR
+            manent.yml:4: queues: queues is not supported together with dbos.region_routing yet (dbos.region_routing, line 3); remove the routed queues or region routing
+        "#]],
+    );
+}
+
+#[test]
+fn routed_queue_named_like_the_tenant_registry() {
+    check(
+        r#"
+tenants:
+  - name: ml
+    queue: gpu
+  - name: web
+queues:
+  - name: gpu
+    match: {applications: ["ml/*"]}
+  - name: web
+    match: {environments: [prod]}
+"#,
+        expect![[r#"
+            ERROR
+            manent.yml:7: queues[0].name: queue name `gpu` is also in the tenant registry (the queue of tenant `ml`: tenants[0], line 3); workers refuse to start: rename the routed queue or the tenant queue
+            manent.yml:9: queues[1].name: queue name `web` is also in the tenant registry (tenant `web`: tenants[1], line 5); workers refuse to start: rename the routed queue or the tenant queue
+        "#]],
+    );
+}
+
+#[test]
+fn artifact_type_claimed_by_two_plugins_with_queues() {
+    check(
+        r#"
+plugins:
+  ansible:
+    artifact_types: [ansible, playbook]
+    queue: ansible
+  salt:
+    artifact_types: [salt, playbook]
+    queue: salt
+  remote-copy:
+    artifact_types: [playbook]
+"#,
+        expect![[r#"
+            ERROR
+            manent.yml:7: plugins.salt.artifact_types[1]: artifact type `playbook` is claimed by plugins `ansible` and `salt`, which both have a queue; each artifact type may belong to at most one plugin with a queue, so remove it from one of them
+        "#]],
+    );
+}
+
+#[test]
+fn match_needs_a_pattern() {
+    check(
+        r#"
+queues:
+  - name: gpu
+  - name: cpu
+    match: {}
+  - name: io
+    match:
+      applications: []
+      artifacts: []
+"#,
+        expect![[r#"
+            ERROR
+            manent.yml:3: queues[0].match: match needs at least one pattern: set applications, artifacts or environments (a queue matching everything would take every deploy)
+            manent.yml:5: queues[1].match: match needs at least one pattern: set applications, artifacts or environments (a queue matching everything would take every deploy)
+            manent.yml:7: queues[2].match: match needs at least one pattern: set applications, artifacts or environments (a queue matching everything would take every deploy)
+        "#]],
+    );
+}
+
+#[test]
+fn worker_lists_unknown_plugins_and_queues() {
+    check(
+        r#"
+plugins:
+  remote-copy:
+    artifact_types: [tarball]
+queues:
+  - name: gpu
+    match: {environments: [prod]}
+dbos:
+  plugins:
+    - ansible
+    - remote-copy
+  queues: [gpu, cpu]
+"#,
+        expect![[r#"
+            ERROR
+            manent.yml:10: dbos.plugins[0]: plugin `ansible` is not declared under plugins; declare plugins.ansible (with its queue) or remove it from dbos.plugins
+            manent.yml:11: dbos.plugins[1]: plugin `remote-copy` has no queue, so every worker runs it; set plugins.remote-copy.queue or remove it from dbos.plugins
+            manent.yml:12: dbos.queues[1]: `cpu` is not a routed queue (declared: gpu); declare it under queues or remove it from dbos.queues
+        "#]],
+    );
+}
+
+#[test]
+fn duplicate_names() {
+    check(
+        r#"
+queues:
+  - name: gpu
+    match: {environments: [prod]}
+  - name: gpu
+    match: {environments: [dev]}
+tenants:
+  - name: ml
+  - name: ml
+"#,
+        expect![[r#"
+            ERROR
+            manent.yml:5: queues[1].name: routed queue `gpu` is declared twice (also queues[0], line 3); give each queue a unique name
+            manent.yml:9: tenants[1].name: tenant `ml` is declared twice (also tenants[0], line 8); keep one entry
+        "#]],
+    );
+}
+
+#[test]
+fn executor_id_and_limits() {
+    check(
+        r#"
+dbos:
+  executor_id: ""
+  concurrency: 0
+  environment_concurrency: 0
+recovery:
+  stale_after: 10s
+  heartbeat_interval: 10s
+queues:
+  - name: gpu
+    match: {environments: [prod]}
+    concurrency: 0
+"#,
+        expect![[r#"
+            ERROR
+            manent.yml:3: dbos.executor_id: the executor id is empty; set it to a unique, stable name such as manent-0
+            manent.yml:4: dbos.concurrency: must be at least 1: it is the number of deploys this worker runs at once
+            manent.yml:5: dbos.environment_concurrency: must be at least 1: it is the number of deploys of one application/environment running at once (1 serializes them)
+            manent.yml:8: recovery.heartbeat_interval: heartbeat_interval (10s) must be shorter than stale_after (10s, recovery.stale_after, line 7), or live workers would look stale; e.g. heartbeat_interval: 5s with stale_after: 30s
+            manent.yml:12: queues[0].concurrency: must be at least 1; remove it to use dbos.global_concurrency
+        "#]],
+    );
+    check(
+        "recovery:\n  heartbeat_interval: 0s\n",
+        expect![[r#"
+        ERROR
+        manent.yml:2: recovery.heartbeat_interval: must be longer than 0; write e.g. 5s
+    "#]],
+    );
+    check(
+        "dbos:\n  executor_id: ' w1'\n",
+        expect![[r#"
+        ERROR
+        manent.yml:2: dbos.executor_id: the executor id ` w1` has leading or trailing spaces; remove them
+    "#]],
+    );
+}
+
+#[test]
+fn external_plugin_sha256() {
+    check(
+        r#"
+plugins:
+  ansible:
+    external:
+      command: /usr/local/bin/manent-plugin-ansible
+      sha256: abc123
+  ok:
+    external: {command: bin/ok, sha256: "0123456789abcdef0123456789ABCDEF0123456789abcdef0123456789abcdef"}
+  bad:
+    external: {command: "", sha256: "zz23456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}
+"#,
+        expect![[r#"
+            ERROR
+            manent.yml:6: plugins.ansible.external.sha256: `abc123` is not a SHA-256: expected 64 hexadecimal characters; compute it with `sha256sum /usr/local/bin/manent-plugin-ansible`
+            manent.yml:10: plugins.bad.external.command: the command is empty; give the path of the plugin's executable
+            manent.yml:10: plugins.bad.external.sha256: `zz23456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef` is not a SHA-256: expected 64 hexadecimal characters; compute it with `sha256sum EXECUTABLE`
+        "#]],
+    );
+}
+
+#[test]
+fn other_refusals() {
+    check(
+        r#"
+database:
+  url: mysql://db
+api:
+  listen: "8080"
+  public_url: manent.example.com
+dbos:
+  region: eu.west
+  exclusive: true
+plugins:
+  ansible:
+    queue: shared
+  salt:
+    queue: shared
+  gpu-plugin:
+    queue: gpu
+  "bad name":
+    queue: "x y"
+queues:
+  - name: gpu
+    match:
+      applications: [trainer, "*", "ml/*", ""]
+environments:
+  source: ""
+log:
+  level: verbose
+"#,
+        expect![[r#"
+            ERROR
+            manent.yml:3: database.url: unsupported database URL `mysql://db`; use sqlite://FILE (one machine) or postgres://USER@HOST/DB (several nodes)
+            manent.yml:5: api.listen: `8080` is not HOST:PORT; write e.g. 127.0.0.1:8080 or 0.0.0.0:8080
+            manent.yml:6: api.public_url: `manent.example.com` is not an http:// or https:// URL; write e.g. https://manent.example.com
+            manent.yml:8: dbos.region: invalid region name `eu.west`; use letters, digits, '-' and '_' only
+            manent.yml:9: dbos.exclusive: an exclusive worker serves only dbos.queues and dbos.plugins, and both are empty; list its queues or plugins, or remove dbos.exclusive
+            manent.yml:17: plugins.bad name: invalid plugin name `bad name`; use letters, digits, '-' and '_' only
+            manent.yml:18: plugins.bad name.queue: invalid queue name `x y`; use letters, digits, '-' and '_' only
+            manent.yml:14: plugins.salt.queue: queue `shared` is also the queue of plugin `ansible` (plugins.ansible.queue, line 12); give each plugin its own queue
+            manent.yml:22: queues[0].match.applications[0]: application pattern `trainer` is not qualified with the tenant; write e.g. `ml/*` or `ml/trainer`
+            manent.yml:22: queues[0].match.applications[3]: empty pattern; remove it
+            manent.yml:16: plugins.gpu-plugin.queue: queue name `gpu` is also a routed queue (queues[0], line 20); give the plugin a queue of its own
+            manent.yml:24: environments.source: empty path; give the directory of the environment configurations
+            manent.yml:26: log.level: `verbose` is not a log level; use one of trace, debug, info, warn, error, off or a filter such as info,manent_engine=debug
+        "#]],
+    );
+}
+
+#[test]
+fn validate_lists_every_problem() {
+    let mut config = Config::default();
+    config.dbos.concurrency = 0;
+    config.dbos.region_routing = true;
+    config.dbos.plugins = vec!["ansible".into()];
+    let issues = config.validate();
+    let keys: Vec<&str> = issues.iter().map(|issue| issue.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        ["dbos.concurrency", "dbos.plugins", "dbos.plugins[0]"]
+    );
+    assert!(
+        issues
+            .iter()
+            .all(|issue| issue.line.is_none() && issue.file == "<defaults>")
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Parse errors
+
+#[test]
+fn unknown_keys_name_the_key_and_line() {
+    check(
+        "database:\n  url: sqlite://x.db\nlogs:\n  level: debug\n",
+        expect![[r#"
+        ERROR
+        manent.yml:3: logs: unknown key `logs`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, log)
+    "#]],
+    );
+    check(
+        "dbos:\n  region: x\n  concurency: 3\n",
+        expect![[r#"
+        ERROR
+        manent.yml:3: dbos.concurency: unknown key `concurency`; remove it or fix its spelling (keys allowed here: executor_id, region, region_routing, plugins, queues, exclusive, concurrency, environment_concurrency, global_concurrency, drain_timeout)
+    "#]],
+    );
+    check(
+        "queues:\n  - name: gpu\n    match:\n      applicatons: [\"ml/*\"]\n",
+        expect![[r#"
+        ERROR
+        manent.yml:4: queues[0].match.applicatons: unknown key `applicatons`; remove it or fix its spelling (keys allowed here: applications, artifacts, environments)
+    "#]],
+    );
+    check(
+        "plugins:\n  ansible:\n    external: {command: x, sha256: y, args: []}\n",
+        expect![[r#"
+        ERROR
+        manent.yml:3: plugins.ansible.external.args: unknown key `args`; remove it or fix its spelling (keys allowed here: command, sha256)
+    "#]],
+    );
+}
+
+#[test]
+fn bad_durations() {
+    check(
+        "recovery:\n  stale_after: soon\n",
+        expect![[r#"
+        ERROR
+        manent.yml:2: recovery.stale_after: invalid duration "soon" (expected number at 0); write it like 30s, 5m, 1h or 250ms
+    "#]],
+    );
+    check(
+        "dbos:\n  drain_timeout: 60\n",
+        expect![[r#"
+        ERROR
+        manent.yml:2: dbos.drain_timeout: invalid duration "60" (time unit needed, for example 60sec or 60ms); write it like 30s, 5m, 1h or 250ms
+    "#]],
+    );
+    check(
+        "recovery:\n  heartbeat_interval: 5 parsecs\n",
+        expect![[r#"
+        ERROR
+        manent.yml:2: recovery.heartbeat_interval: invalid duration "5 parsecs" (unknown time unit "parsecs", supported units: ns, us/µs, ms, sec, min, hours, days, weeks, months, years (and few variations)); write it like 30s, 5m, 1h or 250ms
+    "#]],
+    );
+}
+
+#[test]
+fn bad_types() {
+    check(
+        "\ndbos:\n  region: x\n  concurrency: ten\n",
+        expect![[r#"
+        ERROR
+        manent.yml:4: dbos.concurrency: expected an integer, found "ten"; write a whole number, without quotes
+    "#]],
+    );
+    check(
+        "dbos:\n  concurrency: -1\n",
+        expect![[r#"
+            ERROR
+            manent.yml:2: dbos.concurrency: expected a whole number, 0 or more, found -1; write a whole number, 0 or more
+        "#]],
+    );
+    check(
+        "recovery:\n  automatic: yes\n",
+        expect![[r#"
+        ERROR
+        manent.yml:2: recovery.automatic: expected true or false, found "yes"; write true or false, without quotes
+    "#]],
+    );
+    check(
+        "dbos:\n  plugins: ansible\n",
+        expect![[r#"
+        ERROR
+        manent.yml:2: dbos.plugins: expected a list, found "ansible"; write a list, e.g. [a, b]
+    "#]],
+    );
+    check(
+        "dbos: [a]\n",
+        expect![[r#"
+        ERROR
+        manent.yml:1: dbos: expected a mapping, found a list; write indented `key: value` lines under this key
+    "#]],
+    );
+    check(
+        "log:\n  format: xml\n",
+        expect![[r#"
+        ERROR
+        manent.yml:2: log.format: unknown value `xml`; use one of: text, json
+    "#]],
+    );
+    check(
+        "queues:\n  - match: {environments: [prod]}\n",
+        expect![[r#"
+        ERROR
+        manent.yml:2: queues[0]: missing key `name`; add it
+    "#]],
+    );
+    check(
+        "- a\n- b\n",
+        expect![[r#"
+            ERROR
+            manent.yml:1: (top level): expected a mapping, found a list; write indented `key: value` lines under this key
+        "#]],
+    );
+}
+
+#[test]
+fn syntax_errors_and_duplicates() {
+    check(
+        "dbos:\n  region: \"unterminated\n",
+        expect![[r#"
+        ERROR
+        manent.yml:3: YAML syntax error: found unexpected end of stream at line 3 column 1, while scanning a quoted scalar at line 2 column 11; fix the indentation, colons or quotes there
+    "#]],
+    );
+    check(
+        "dbos:\n  region: a\n  region: b\n",
+        expect![[r#"
+            ERROR
+            manent.yml:3: dbos.region: key `region` is written twice; keep only one
+        "#]],
+    );
+    check(
+        "plugins:\n  a: {queue: x}\n  a: {queue: y}\n",
+        expect![[r#"
+            ERROR
+            manent.yml:3: plugins.a: key `a` is written twice; keep only one
+        "#]],
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Loading files and helpers
+
+#[test]
+fn load_reads_the_file_and_resolves_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("manent.yml");
+    std::fs::write(
+        &path,
+        "environments:\n  source: envs\nlog:\n  format: json\n",
+    )
+    .unwrap();
+    let config = Config::load(&path, env(&[])).unwrap();
+    assert_eq!(config.log.format, LogFormat::Json);
+    assert_eq!(config.environments_source(), dir.path().join("envs"));
+    assert_eq!(config.resolve_path(Path::new("/abs")), Path::new("/abs"));
+    assert_eq!(config.file_name(), path.display().to_string());
+
+    std::fs::write(&path, "dbos:\n  concurrency: 0\n").unwrap();
+    let err = Config::load(&path, env(&[])).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!(
+            "{}:2: dbos.concurrency: must be at least 1: it is the number of deploys this worker runs at once",
+            path.display()
+        )
+    );
+
+    let missing = dir.path().join("missing.yml");
+    let err = Config::load(&missing, env(&[])).unwrap_err();
+    assert!(matches!(err, ConfigError::Read { .. }));
+    assert!(
+        err.to_string()
+            .starts_with(&format!("cannot read {}: ", missing.display())),
+        "{err}"
+    );
+}
+
+#[test]
+fn routing_helpers() {
+    let config = Config::from_yaml_str(
+        r#"
+plugins:
+  ansible: {artifact_types: [ansible], queue: ansible}
+  remote-copy: {artifact_types: [tarball]}
+queues:
+  - name: gpu
+    match:
+      applications: ["ml/*"]
+      artifacts: [trainer, scorer]
+      environments: [prod]
+  - name: eu
+    match: {environments: ["prod-eu-*"]}
+tenants:
+  - name: ml
+    queue: ml
+"#,
+        "manent.yml",
+        env(&[]),
+    )
+    .unwrap();
+    assert!(config.has_dedicated_queues());
+    assert_eq!(
+        config.plugin_queue_for_artifact_type("ansible"),
+        Some("ansible")
+    );
+    assert_eq!(
+        config.plugin_for_artifact_type("ansible"),
+        Some(("ansible", "ansible"))
+    );
+    assert_eq!(config.plugin_queue_for_artifact_type("tarball"), None);
+    assert_eq!(config.plugin_queue_for_artifact_type("other"), None);
+    assert_eq!(config.plugin_queue("ansible"), Some("ansible"));
+    assert_eq!(config.plugin_queue("remote-copy"), None);
+    assert_eq!(
+        config.routed_queue("gpu").map(|q| q.name.as_str()),
+        Some("gpu")
+    );
+    assert!(config.routed_queue("cpu").is_none());
+    assert_eq!(
+        config.tenant("ml").and_then(|t| t.queue.as_deref()),
+        Some("ml")
+    );
+
+    let route = |app: &str, artifacts: &[&str], env: &str| {
+        config
+            .routed_queue_for(app, artifacts.iter().copied(), env)
+            .map(|q| q.name.clone())
+    };
+    assert_eq!(
+        route("ml/trainer", &["trainer", "config"], "prod"),
+        Some("gpu".into())
+    );
+    assert_eq!(route("ml/trainer", &["config"], "prod"), None);
+    assert_eq!(route("ml/trainer", &["trainer"], "staging"), None);
+    assert_eq!(route("web/api", &["trainer"], "prod"), None);
+    assert_eq!(
+        route("web/api", &["api"], "prod-eu-west"),
+        Some("eu".into())
+    );
+}

@@ -1,0 +1,282 @@
+//! The client side of the engine: start, inspect, signal, cancel, resume and
+//! recover workflows. Needs only a store, so API processes use it without
+//! running workflows.
+
+use std::{sync::Arc, time::Duration};
+
+use serde::Serialize;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::{
+    error::EngineError,
+    now_ms,
+    store::{
+        EnqueueOutcome, EventRecord, ExecutorRecord, NewWorkflow, QueueDepth, QueueRecord,
+        StepRecord, Store, Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus,
+    },
+};
+
+/// A workflow to start on a queue.
+#[derive(Debug, Clone)]
+pub struct EnqueueRequest {
+    pub workflow: String,
+    pub queue: String,
+    pub input: serde_json::Value,
+    /// Caller-chosen id: starting the same id twice returns the first.
+    pub id: Option<String>,
+    pub partition_key: Option<String>,
+    pub priority: i64,
+    pub not_before_ms: Option<i64>,
+    pub dedup_key: Option<String>,
+    pub parent_id: Option<String>,
+}
+
+impl EnqueueRequest {
+    pub fn new(
+        workflow: impl Into<String>,
+        queue: impl Into<String>,
+        input: impl Serialize,
+    ) -> Self {
+        EnqueueRequest {
+            workflow: workflow.into(),
+            queue: queue.into(),
+            input: serde_json::to_value(input).unwrap_or(serde_json::Value::Null),
+            id: None,
+            partition_key: None,
+            priority: 0,
+            not_before_ms: None,
+            dedup_key: None,
+            parent_id: None,
+        }
+    }
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+    pub fn partition(mut self, key: impl Into<String>) -> Self {
+        self.partition_key = Some(key.into());
+        self
+    }
+    pub fn priority(mut self, priority: i64) -> Self {
+        self.priority = priority;
+        self
+    }
+    pub fn not_before(mut self, at_ms: i64) -> Self {
+        self.not_before_ms = Some(at_ms);
+        self
+    }
+    pub fn dedup(mut self, key: impl Into<String>) -> Self {
+        self.dedup_key = Some(key.into());
+        self
+    }
+    pub(crate) fn parent(mut self, parent: impl Into<String>) -> Self {
+        self.parent_id = Some(parent.into());
+        self
+    }
+}
+
+/// Starts and inspects workflows through a store.
+#[derive(Clone)]
+pub struct Client {
+    store: Arc<dyn Store>,
+}
+
+impl Client {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Client { store }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Puts a workflow on its queue. Idempotent on the id: the existing
+    /// workflow is returned if it has the same name.
+    pub async fn enqueue(&self, req: EnqueueRequest) -> Result<WorkflowRecord, EngineError> {
+        if req.workflow.is_empty() || req.queue.is_empty() {
+            return Err(EngineError::InvalidInput(
+                "a workflow needs a name and a queue".into(),
+            ));
+        }
+        let id = req
+            .id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let new = NewWorkflow {
+            id: id.clone(),
+            name: req.workflow.clone(),
+            queue: req.queue.clone(),
+            partition_key: req.partition_key.clone().unwrap_or_default(),
+            priority: req.priority,
+            not_before_ms: req.not_before_ms.unwrap_or(0),
+            dedup_key: req.dedup_key.clone(),
+            input: req.input.to_string(),
+            parent_id: req.parent_id.clone(),
+            now_ms: now_ms(),
+        };
+        match self.store.enqueue(&new).await? {
+            EnqueueOutcome::Created => self
+                .store
+                .get_workflow(&id)
+                .await?
+                .ok_or_else(|| EngineError::NotFound(id.clone())),
+            EnqueueOutcome::Exists(existing) if existing.name == req.workflow => Ok(*existing),
+            EnqueueOutcome::Exists(existing) => Err(EngineError::IdConflict {
+                id,
+                existing: existing.name,
+                requested: req.workflow,
+            }),
+            EnqueueOutcome::Deduplicated { existing_id } => Err(EngineError::Deduplicated {
+                queue: req.queue,
+                dedup_key: req.dedup_key.unwrap_or_default(),
+                existing_id,
+            }),
+        }
+    }
+
+    pub async fn get(&self, id: &str) -> Result<Option<WorkflowRecord>, EngineError> {
+        Ok(self.store.get_workflow(id).await?)
+    }
+
+    pub async fn list(&self, filter: &WorkflowFilter) -> Result<Vec<WorkflowRecord>, EngineError> {
+        Ok(self.store.list_workflows(filter).await?)
+    }
+
+    pub async fn steps(&self, id: &str) -> Result<Vec<StepRecord>, EngineError> {
+        Ok(self.store.load_steps(id).await?)
+    }
+
+    pub async fn events(&self, id: &str) -> Result<Vec<EventRecord>, EngineError> {
+        Ok(self.store.list_events(id).await?)
+    }
+
+    /// The value of one event, decoded.
+    pub async fn event<T: serde::de::DeserializeOwned>(
+        &self,
+        id: &str,
+        key: &str,
+    ) -> Result<Option<T>, EngineError> {
+        let events = self.store.list_events(id).await?;
+        events
+            .into_iter()
+            .find(|e| e.key == key)
+            .map(|e| {
+                serde_json::from_str(&e.value)
+                    .map_err(|err| EngineError::InvalidInput(err.to_string()))
+            })
+            .transpose()
+    }
+
+    /// Waits until the workflow is SUCCESS, ERROR or CANCELLED.
+    pub async fn wait(&self, id: &str, timeout: Duration) -> Result<WorkflowRecord, EngineError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut wakeups = self.store.subscribe();
+        loop {
+            let record = self
+                .store
+                .get_workflow(id)
+                .await?
+                .ok_or_else(|| EngineError::NotFound(id.to_string()))?;
+            if record.status.is_terminal() {
+                return Ok(record);
+            }
+            let poll = tokio::time::Instant::now() + self.store.poll_interval();
+            if tokio::time::Instant::now() >= deadline {
+                return Err(EngineError::WaitTimeout {
+                    id: id.to_string(),
+                    timeout,
+                });
+            }
+            wait_for_workflow(&mut wakeups, id, poll.min(deadline)).await;
+        }
+    }
+
+    pub async fn cancel(&self, id: &str) -> Result<WorkflowStatus, EngineError> {
+        let status = self
+            .store
+            .cancel(id, now_ms())
+            .await?
+            .ok_or_else(|| EngineError::NotFound(id.to_string()))?;
+        match status {
+            WorkflowStatus::Cancelled => Ok(status),
+            other => Err(EngineError::InvalidState {
+                id: id.to_string(),
+                action: "cancelled",
+                status: other.to_string(),
+            }),
+        }
+    }
+
+    /// Puts a cancelled workflow back on its queue; it resumes from its checkpoints.
+    pub async fn resume(&self, id: &str) -> Result<WorkflowStatus, EngineError> {
+        let status = self
+            .store
+            .resume(id, now_ms())
+            .await?
+            .ok_or_else(|| EngineError::NotFound(id.to_string()))?;
+        match status {
+            WorkflowStatus::Enqueued | WorkflowStatus::Pending => Ok(status),
+            other => Err(EngineError::InvalidState {
+                id: id.to_string(),
+                action: "resumed",
+                status: other.to_string(),
+            }),
+        }
+    }
+
+    /// Sends a message to a workflow, for its `recv` on `topic`.
+    pub async fn send(
+        &self,
+        id: &str,
+        topic: &str,
+        payload: impl Serialize,
+    ) -> Result<(), EngineError> {
+        if self.store.get_workflow(id).await?.is_none() {
+            return Err(EngineError::NotFound(id.to_string()));
+        }
+        let payload = serde_json::to_string(&payload)
+            .map_err(|e| EngineError::InvalidInput(e.to_string()))?;
+        Ok(self
+            .store
+            .send_message(id, topic, &payload, now_ms())
+            .await?)
+    }
+
+    /// Hands the PENDING workflows of `executor_id` back to their queues, for
+    /// any worker to resume. Its runner, if still alive, is fenced.
+    pub async fn recover_executor(&self, executor_id: &str) -> Result<Vec<String>, EngineError> {
+        Ok(self.store.recover_executor(executor_id, now_ms()).await?)
+    }
+
+    pub async fn executors(&self) -> Result<Vec<ExecutorRecord>, EngineError> {
+        Ok(self.store.list_executors().await?)
+    }
+
+    pub async fn queues(&self) -> Result<Vec<QueueRecord>, EngineError> {
+        Ok(self.store.list_queues().await?)
+    }
+
+    pub async fn queue_depths(&self) -> Result<Vec<QueueDepth>, EngineError> {
+        Ok(self.store.queue_depths().await?)
+    }
+}
+
+/// Returns when a wake-up for `id` arrives or at `until`, whichever comes first.
+pub(crate) async fn wait_for_workflow(
+    wakeups: &mut tokio::sync::broadcast::Receiver<Wakeup>,
+    id: &str,
+    until: tokio::time::Instant,
+) {
+    let _ = tokio::time::timeout_at(until, async {
+        loop {
+            match wakeups.recv().await {
+                Ok(Wakeup::Workflow(w)) if w == id => return,
+                Ok(_) => {}
+                Err(RecvError::Lagged(_)) => return,
+                // Nobody will tell us anything more: rely on the poll.
+                Err(RecvError::Closed) => std::future::pending::<()>().await,
+            }
+        }
+    })
+    .await;
+}

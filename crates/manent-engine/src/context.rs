@@ -1,0 +1,470 @@
+//! What a running workflow sees: checkpointed steps, durable sleep, messages,
+//! events and child workflows, each at a deterministic position so that a
+//! replay meets its records in the same order.
+
+use std::{
+    collections::HashMap,
+    fmt::Display,
+    sync::{
+        Arc,
+        atomic::{AtomicI64, Ordering},
+    },
+    time::Duration,
+};
+
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::{
+    client::{EnqueueRequest, wait_for_workflow},
+    engine::Shared,
+    error::WorkflowError,
+    now_ms,
+    policy::StepPolicy,
+    store::{Checkpoint, Consumed, Lease, StepRecord, StepStatus, WorkflowRecord, WorkflowStatus},
+};
+
+/// Handle of a running workflow. Clones share the position counter, so
+/// steps may run in parallel (positions are taken when a step is created,
+/// not when it is polled: `join!(ctx.step("a", ..), ctx.step("b", ..))` is deterministic).
+#[derive(Clone)]
+pub struct WorkflowContext {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    lease: Lease,
+    name: String,
+    queue: String,
+    partition_key: String,
+    recorded: HashMap<i64, StepRecord>,
+    next_index: AtomicI64,
+}
+
+impl WorkflowContext {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        lease: Lease,
+        record: &WorkflowRecord,
+        steps: Vec<StepRecord>,
+    ) -> Self {
+        WorkflowContext {
+            inner: Arc::new(Inner {
+                shared,
+                lease,
+                name: record.name.clone(),
+                queue: record.queue.clone(),
+                partition_key: record.partition_key.clone(),
+                recorded: steps.into_iter().map(|s| (s.index, s)).collect(),
+                next_index: AtomicI64::new(0),
+            }),
+        }
+    }
+
+    pub fn workflow_id(&self) -> &str {
+        &self.inner.lease.workflow_id
+    }
+    pub fn workflow_name(&self) -> &str {
+        &self.inner.name
+    }
+    pub fn queue(&self) -> &str {
+        &self.inner.queue
+    }
+    pub fn partition_key(&self) -> &str {
+        &self.inner.partition_key
+    }
+    pub fn executor_id(&self) -> &str {
+        &self.inner.lease.executor_id
+    }
+    /// Incremented at every claim and recovery: tells runs of one workflow apart.
+    pub fn generation(&self) -> i64 {
+        self.inner.lease.generation
+    }
+
+    fn take_index(&self) -> i64 {
+        self.inner.next_index.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// The record at `index`, after checking it is the step the code asks for.
+    fn recorded(&self, index: i64, name: &str) -> Result<Option<&StepRecord>, WorkflowError> {
+        match self.inner.recorded.get(&index) {
+            Some(r) if r.name != name => Err(WorkflowError::NonDeterminism {
+                position: index,
+                recorded: r.name.clone(),
+                requested: name.to_string(),
+            }),
+            other => Ok(other),
+        }
+    }
+
+    fn record(
+        &self,
+        index: i64,
+        name: &str,
+        status: StepStatus,
+        attempts: i64,
+        started_at_ms: i64,
+    ) -> StepRecord {
+        StepRecord {
+            workflow_id: self.inner.lease.workflow_id.clone(),
+            index,
+            name: name.to_string(),
+            status,
+            output: None,
+            error: None,
+            attempts,
+            started_at_ms,
+            finished_at_ms: (status != StepStatus::Running).then(now_ms),
+            executor_id: self.inner.lease.executor_id.clone(),
+        }
+    }
+
+    async fn write(&self, step: &StepRecord) -> Result<(), WorkflowError> {
+        match self
+            .inner
+            .shared
+            .store
+            .record_step(&self.inner.lease, step)
+            .await?
+        {
+            Checkpoint::Written => Ok(()),
+            Checkpoint::Fenced => Err(self.why_fenced().await),
+        }
+    }
+
+    /// Tells a cancellation from a recovery by another executor.
+    async fn why_fenced(&self) -> WorkflowError {
+        match self
+            .inner
+            .shared
+            .store
+            .get_workflow(self.workflow_id())
+            .await
+        {
+            Ok(Some(w)) if w.status == WorkflowStatus::Cancelled => WorkflowError::Cancelled,
+            _ => WorkflowError::Fenced,
+        }
+    }
+
+    /// Runs `body` once, durably: its result is recorded before the workflow
+    /// moves on and returned from the record on replay.
+    pub fn step<'a, T, E, F, Fut>(
+        &'a self,
+        name: &str,
+        body: F,
+    ) -> impl Future<Output = Result<T, WorkflowError>> + Send + 'a
+    where
+        T: Serialize + DeserializeOwned + Send + 'a,
+        E: Display + Send + 'a,
+        F: FnMut() -> Fut + Send + 'a,
+        Fut: Future<Output = Result<T, E>> + Send + 'a,
+    {
+        self.step_with(name, StepPolicy::default(), body)
+    }
+
+    /// [`WorkflowContext::step`] with a retry policy.
+    pub fn step_with<'a, T, E, F, Fut>(
+        &'a self,
+        name: &str,
+        policy: StepPolicy,
+        mut body: F,
+    ) -> impl Future<Output = Result<T, WorkflowError>> + Send + 'a
+    where
+        T: Serialize + DeserializeOwned + Send + 'a,
+        E: Display + Send + 'a,
+        F: FnMut() -> Fut + Send + 'a,
+        Fut: Future<Output = Result<T, E>> + Send + 'a,
+    {
+        let index = self.take_index();
+        let name = name.to_string();
+        async move {
+            if let Some(r) = self.recorded(index, &name)? {
+                match r.status {
+                    StepStatus::Success => {
+                        return Ok(serde_json::from_str(r.output.as_deref().unwrap_or("null"))?);
+                    }
+                    StepStatus::Error => {
+                        return Err(WorkflowError::Step {
+                            name,
+                            message: r.error.clone().unwrap_or_default(),
+                        });
+                    }
+                    // Started but never finished: the interrupted step runs again.
+                    StepStatus::Running => {}
+                }
+            }
+            let started = now_ms();
+            if policy.record_start {
+                self.write(&self.record(index, &name, StepStatus::Running, 0, started))
+                    .await?;
+            }
+            let mut attempt = 0u32;
+            loop {
+                attempt += 1;
+                match body().await {
+                    Ok(value) => {
+                        let mut rec = self.record(
+                            index,
+                            &name,
+                            StepStatus::Success,
+                            i64::from(attempt),
+                            started,
+                        );
+                        rec.output = Some(serde_json::to_string(&value)?);
+                        self.write(&rec).await?;
+                        return Ok(value);
+                    }
+                    Err(e) if attempt < policy.max_attempts => {
+                        let wait = policy.backoff(attempt);
+                        tracing::info!(workflow_id = %self.workflow_id(), step = %name, attempt, error = %e, retry_in = ?wait, "step failed; retrying");
+                        tokio::time::sleep(wait).await;
+                    }
+                    Err(e) => {
+                        let message = e.to_string();
+                        let mut rec = self.record(
+                            index,
+                            &name,
+                            StepStatus::Error,
+                            i64::from(attempt),
+                            started,
+                        );
+                        rec.error = Some(message.clone());
+                        self.write(&rec).await?;
+                        return Err(WorkflowError::Step { name, message });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sleeps durably: the wake-up time is recorded, so a restart sleeps only what is left.
+    pub fn sleep(
+        &self,
+        duration: Duration,
+    ) -> impl Future<Output = Result<(), WorkflowError>> + Send + '_ {
+        let index = self.take_index();
+        async move {
+            const NAME: &str = "manent.sleep";
+            let deadline = match self.recorded(index, NAME)? {
+                Some(r) if r.status != StepStatus::Running => return Ok(()),
+                Some(r) => r
+                    .output
+                    .as_deref()
+                    .and_then(|o| o.parse::<i64>().ok())
+                    .unwrap_or(r.started_at_ms),
+                None => {
+                    let started = now_ms();
+                    let deadline =
+                        started + i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 2);
+                    let mut rec = self.record(index, NAME, StepStatus::Running, 1, started);
+                    rec.output = Some(deadline.to_string());
+                    self.write(&rec).await?;
+                    deadline
+                }
+            };
+            let left = u64::try_from((deadline - now_ms()).max(0)).unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(left)).await;
+            let mut rec = self.record(index, NAME, StepStatus::Success, 1, now_ms());
+            rec.output = Some(deadline.to_string());
+            self.write(&rec).await
+        }
+    }
+
+    /// Waits for a message on `topic` sent to this workflow, up to `timeout`
+    /// (durable: a restart waits only what is left). `None` on timeout.
+    pub fn recv<'a, T: DeserializeOwned + Send + 'a>(
+        &'a self,
+        topic: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Option<T>, WorkflowError>> + Send + 'a {
+        let index = self.take_index();
+        let name = format!("manent.recv:{topic}");
+        let topic = topic.to_string();
+        async move {
+            let started_at = match self.recorded(index, &name)? {
+                Some(r) if r.status != StepStatus::Running => {
+                    return r
+                        .output
+                        .as_deref()
+                        .map(serde_json::from_str)
+                        .transpose()
+                        .map_err(WorkflowError::from);
+                }
+                Some(r) => r.started_at_ms,
+                None => {
+                    let started = now_ms();
+                    self.write(&self.record(index, &name, StepStatus::Running, 1, started))
+                        .await?;
+                    started
+                }
+            };
+            let deadline = started_at + i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX / 2);
+            let store = &self.inner.shared.store;
+            let mut wakeups = store.subscribe();
+            let done = self.record(index, &name, StepStatus::Success, 1, started_at);
+            loop {
+                match store
+                    .consume_message(&self.inner.lease, &topic, &done)
+                    .await?
+                {
+                    Consumed::Message(payload) => return Ok(Some(serde_json::from_str(&payload)?)),
+                    Consumed::Fenced => return Err(self.why_fenced().await),
+                    Consumed::Empty => {}
+                }
+                let now = now_ms();
+                if now >= deadline {
+                    // Timed out: recorded with no output, so a replay times out too.
+                    self.write(&self.record(index, &name, StepStatus::Success, 1, started_at))
+                        .await?;
+                    return Ok(None);
+                }
+                let left = Duration::from_millis(u64::try_from(deadline - now).unwrap_or(0));
+                let until =
+                    tokio::time::Instant::now() + left.min(self.inner.shared.poll_interval());
+                wait_for_workflow(&mut wakeups, self.workflow_id(), until).await;
+            }
+        }
+    }
+
+    /// Publishes `value` under `key` for clients to read (progress, results so far).
+    pub fn set_event<'a, T: Serialize + Sync>(
+        &'a self,
+        key: &str,
+        value: &'a T,
+    ) -> impl Future<Output = Result<(), WorkflowError>> + Send + 'a {
+        let index = self.take_index();
+        let name = format!("manent.event:{key}");
+        let key = key.to_string();
+        async move {
+            if self
+                .recorded(index, &name)?
+                .is_some_and(|r| r.status != StepStatus::Running)
+            {
+                return Ok(());
+            }
+            let json = serde_json::to_string(value)?;
+            let mut rec = self.record(index, &name, StepStatus::Success, 1, now_ms());
+            rec.output = Some(json.clone());
+            match self
+                .inner
+                .shared
+                .store
+                .set_event(&self.inner.lease, &key, &json, &rec)
+                .await?
+            {
+                Checkpoint::Written => Ok(()),
+                Checkpoint::Fenced => Err(self.why_fenced().await),
+            }
+        }
+    }
+
+    /// Starts a child workflow on any queue; returns its id. Its id derives
+    /// from this workflow's id and the position, so a replay finds the same child.
+    pub fn start_child<'a, I: Serialize + Send + 'a>(
+        &'a self,
+        workflow: &str,
+        queue: &str,
+        partition_key: Option<&str>,
+        input: I,
+    ) -> impl Future<Output = Result<String, WorkflowError>> + Send + 'a {
+        let index = self.take_index();
+        let name = format!("manent.start:{workflow}");
+        let workflow = workflow.to_string();
+        let queue = queue.to_string();
+        let partition_key = partition_key.map(str::to_string);
+        async move {
+            let child_id = format!("{}.{index}", self.workflow_id());
+            if let Some(r) = self.recorded(index, &name)?
+                && r.status == StepStatus::Success
+            {
+                return Ok(child_id);
+            }
+            let mut request = EnqueueRequest::new(workflow, queue, input)
+                .id(child_id.clone())
+                .parent(self.workflow_id());
+            if let Some(key) = partition_key {
+                request = request.partition(key);
+            }
+            crate::client::Client::new(self.inner.shared.store.clone())
+                .enqueue(request)
+                .await
+                .map_err(|e| match e {
+                    crate::EngineError::Store(s) => WorkflowError::Store(s),
+                    other => WorkflowError::Failed(format!("cannot start child workflow: {other}")),
+                })?;
+            let mut rec = self.record(index, &name, StepStatus::Success, 1, now_ms());
+            rec.output = Some(serde_json::to_string(&child_id)?);
+            self.write(&rec).await?;
+            Ok(child_id)
+        }
+    }
+
+    /// Waits for a workflow (usually a child) to end and returns its output;
+    /// its failure or cancellation is an error. The outcome is recorded.
+    pub fn await_workflow<'a, T: DeserializeOwned + Send + 'a>(
+        &'a self,
+        id: &str,
+    ) -> impl Future<Output = Result<T, WorkflowError>> + Send + 'a {
+        let index = self.take_index();
+        let name = format!("manent.await:{id}");
+        let id = id.to_string();
+        async move {
+            if let Some(r) = self.recorded(index, &name)? {
+                match r.status {
+                    StepStatus::Success => {
+                        return Ok(serde_json::from_str(r.output.as_deref().unwrap_or("null"))?);
+                    }
+                    StepStatus::Error => {
+                        let (status, message) = r
+                            .error
+                            .as_deref()
+                            .unwrap_or("ERROR:")
+                            .split_once(':')
+                            .unwrap_or(("ERROR", ""));
+                        return Err(WorkflowError::Child {
+                            id,
+                            status: status.into(),
+                            message: message.trim().into(),
+                        });
+                    }
+                    StepStatus::Running => {}
+                }
+            }
+            let store = &self.inner.shared.store;
+            let mut wakeups = store.subscribe();
+            let started = now_ms();
+            loop {
+                let child = store.get_workflow(&id).await?;
+                match child {
+                    None => {
+                        return Err(WorkflowError::Failed(format!(
+                            "workflow `{id}` does not exist"
+                        )));
+                    }
+                    Some(c) if c.status == WorkflowStatus::Success => {
+                        let output = c.output.unwrap_or_else(|| "null".into());
+                        let mut rec = self.record(index, &name, StepStatus::Success, 1, started);
+                        rec.output = Some(output.clone());
+                        self.write(&rec).await?;
+                        return Ok(serde_json::from_str(&output)?);
+                    }
+                    Some(c) if c.status.is_terminal() => {
+                        let message = c.error.unwrap_or_else(|| "cancelled".into());
+                        let mut rec = self.record(index, &name, StepStatus::Error, 1, started);
+                        rec.error = Some(format!("{}: {message}", c.status));
+                        self.write(&rec).await?;
+                        return Err(WorkflowError::Child {
+                            id,
+                            status: c.status.to_string(),
+                            message,
+                        });
+                    }
+                    Some(_) => {
+                        let until = tokio::time::Instant::now() + self.inner.shared.poll_interval();
+                        wait_for_workflow(&mut wakeups, &id, until).await;
+                    }
+                }
+            }
+        }
+    }
+}

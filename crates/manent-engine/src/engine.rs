@@ -1,0 +1,703 @@
+//! The executor: claims the executor id, heartbeats, resumes its own pending
+//! workflows, claims from the queues it listens to, runs workflows, recovers
+//! stale executors when asked to, and drains on shutdown.
+
+use std::{
+    collections::{HashMap, HashSet},
+    panic::AssertUnwindSafe,
+    sync::{
+        Arc, Mutex, RwLock,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::{FutureExt, future::BoxFuture};
+use serde::{Serialize, de::DeserializeOwned};
+use tokio::{
+    sync::{Notify, broadcast::error::RecvError, watch},
+    task::JoinHandle,
+    time::Instant,
+};
+
+use crate::{
+    client::Client,
+    context::WorkflowContext,
+    error::{EngineError, StoreError, WorkflowError},
+    now_ms,
+    store::{
+        Checkpoint, ClaimLimits, ExecutorRecord, ExecutorState, Lease, Liveness, QueueRecord,
+        Store, Wakeup, WorkflowRecord, WorkflowStatus,
+    },
+};
+
+/// How an executor identifies itself and watches the others.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Unique and stable across restarts (`dbos.executor_id` / `DBOS__VMID`).
+    pub executor_id: String,
+    pub host: String,
+    pub region: Option<String>,
+    /// Recorded in the executor row, for operators.
+    pub version: String,
+    /// An executor whose heartbeat is older than this is stale.
+    pub stale_after: Duration,
+    pub heartbeat_interval: Duration,
+    /// Re-enqueue the pending workflows of stale executors.
+    pub automatic_recovery: bool,
+    /// Overrides the store's fallback poll.
+    pub poll_interval: Option<Duration>,
+    /// Most workflows taken in one claim.
+    pub claim_batch: u32,
+}
+
+impl EngineConfig {
+    pub fn new(executor_id: impl Into<String>) -> Self {
+        EngineConfig {
+            executor_id: executor_id.into(),
+            host: hostname::get()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "unknown".into()),
+            region: None,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            stale_after: Duration::from_secs(30),
+            heartbeat_interval: Duration::from_secs(5),
+            automatic_recovery: false,
+            poll_interval: None,
+            claim_batch: 64,
+        }
+    }
+}
+
+/// A queue this executor serves, with the limits its claims enforce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueSpec {
+    pub name: String,
+    /// Shown to operators (default, tenant, region, plugin, routed, …).
+    pub kind: String,
+    /// Running workflows of this queue on this executor.
+    pub worker_concurrency: u32,
+    /// Running workflows per partition key across all executors; `None` = unlimited.
+    pub partition_concurrency: Option<u32>,
+    /// Running workflows of this queue across all executors; 0 = unlimited.
+    pub global_concurrency: u32,
+}
+
+impl QueueSpec {
+    pub fn new(name: impl Into<String>) -> Self {
+        QueueSpec {
+            name: name.into(),
+            kind: "default".into(),
+            worker_concurrency: 10,
+            partition_concurrency: None,
+            global_concurrency: 0,
+        }
+    }
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = kind.into();
+        self
+    }
+    pub fn worker_concurrency(mut self, n: u32) -> Self {
+        self.worker_concurrency = n;
+        self
+    }
+    pub fn partition_concurrency(mut self, n: u32) -> Self {
+        self.partition_concurrency = Some(n);
+        self
+    }
+    pub fn global_concurrency(mut self, n: u32) -> Self {
+        self.global_concurrency = n;
+        self
+    }
+    fn limits(&self) -> ClaimLimits {
+        ClaimLimits {
+            worker: self.worker_concurrency,
+            partition: self.partition_concurrency,
+            global: self.global_concurrency,
+        }
+    }
+}
+
+/// What a shutdown left behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Workflows that finished while draining.
+    pub drained: usize,
+    /// Workflows stopped at the drain timeout; they stay PENDING for the restart.
+    pub left_pending: Vec<String>,
+}
+
+pub(crate) type WorkflowFn = Arc<
+    dyn Fn(WorkflowContext, String) -> BoxFuture<'static, Result<String, WorkflowError>>
+        + Send
+        + Sync,
+>;
+
+struct Running {
+    token: u64,
+    handle: JoinHandle<()>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) config: EngineConfig,
+    registry: RwLock<HashMap<String, WorkflowFn>>,
+    queues: RwLock<Vec<QueueSpec>>,
+    running: Mutex<HashMap<String, Running>>,
+    run_finished: Notify,
+    next_token: AtomicU64,
+    launched: AtomicBool,
+    stopping: watch::Sender<bool>,
+    liveness: Mutex<Option<Liveness>>,
+    background: Mutex<Vec<JoinHandle<()>>>,
+    state: Mutex<ExecutorState>,
+}
+
+impl Shared {
+    pub(crate) fn poll_interval(&self) -> Duration {
+        self.config
+            .poll_interval
+            .unwrap_or_else(|| self.store.poll_interval())
+    }
+
+    pub(crate) fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+}
+
+/// A durable workflow executor. Cheap to clone; clones share the executor.
+#[derive(Clone)]
+pub struct Engine {
+    shared: Arc<Shared>,
+}
+
+impl Engine {
+    pub fn new(store: Arc<dyn Store>, config: EngineConfig) -> Self {
+        Engine {
+            shared: Arc::new(Shared {
+                store,
+                config,
+                registry: RwLock::default(),
+                queues: RwLock::default(),
+                running: Mutex::default(),
+                run_finished: Notify::new(),
+                next_token: AtomicU64::new(1),
+                launched: AtomicBool::new(false),
+                stopping: watch::channel(false).0,
+                liveness: Mutex::new(None),
+                background: Mutex::default(),
+                state: Mutex::new(ExecutorState::Running),
+            }),
+        }
+    }
+
+    pub fn executor_id(&self) -> &str {
+        &self.shared.config.executor_id
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.shared.store
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(self.shared.store.clone())
+    }
+
+    /// Registers a workflow function under `name`. Its input and output travel as JSON.
+    pub fn register<I, O, F, Fut>(&self, name: &str, f: F)
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + Send + 'static,
+        F: Fn(WorkflowContext, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, WorkflowError>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        let erased: WorkflowFn = Arc::new(move |ctx, input: String| {
+            let f = f.clone();
+            async move {
+                let input: I = serde_json::from_str(&input).map_err(|e| {
+                    WorkflowError::Failed(format!("cannot decode the workflow input: {e}"))
+                })?;
+                let output = f(ctx, input).await?;
+                Ok(serde_json::to_string(&output)?)
+            }
+            .boxed()
+        });
+        write(&self.shared.registry).insert(name.to_string(), erased);
+    }
+
+    /// Serves `spec` from launch on; before launch, or at once after it.
+    pub fn listen(&self, spec: QueueSpec) {
+        let mut queues = write(&self.shared.queues);
+        queues.retain(|q| q.name != spec.name);
+        queues.push(spec);
+    }
+
+    pub fn queues(&self) -> Vec<QueueSpec> {
+        read(&self.shared.queues).clone()
+    }
+
+    /// Number of workflows running on this executor now.
+    pub fn running_count(&self) -> usize {
+        lock(&self.shared.running).len()
+    }
+
+    /// Starts the executor: takes the executor id (refusing a duplicate, as
+    /// the seed's page says), registers it, resumes its own pending
+    /// workflows, then heartbeats and claims until [`Engine::shutdown`].
+    pub async fn launch(&self) -> Result<(), EngineError> {
+        if self.shared.launched.swap(true, Ordering::SeqCst) {
+            return Err(EngineError::AlreadyLaunched);
+        }
+        let shared = &self.shared;
+        let config = &shared.config;
+        let liveness = self.take_executor_id().await?;
+        *lock(&shared.liveness) = Some(liveness);
+
+        let now = now_ms();
+        let queues = self.queues();
+        shared
+            .store
+            .upsert_executor(&ExecutorRecord {
+                id: config.executor_id.clone(),
+                host: config.host.clone(),
+                pid: i64::from(std::process::id()),
+                region: config.region.clone(),
+                queues: queues.iter().map(|q| q.name.clone()).collect(),
+                state: ExecutorState::Running,
+                started_at_ms: now,
+                heartbeat_at_ms: now,
+                stopped_at_ms: None,
+                version: config.version.clone(),
+                running: 0,
+            })
+            .await?;
+        for q in &queues {
+            shared
+                .store
+                .upsert_queue(&QueueRecord {
+                    name: q.name.clone(),
+                    kind: q.kind.clone(),
+                    worker_concurrency: Some(i64::from(q.worker_concurrency)),
+                    partition_concurrency: q.partition_concurrency.map(i64::from),
+                    global_concurrency: i64::from(q.global_concurrency),
+                    updated_at_ms: now,
+                })
+                .await?;
+        }
+
+        let resumed = shared
+            .store
+            .take_over_own(&config.executor_id, now_ms())
+            .await?;
+        if !resumed.is_empty() {
+            tracing::info!(executor_id = %config.executor_id, count = resumed.len(), "resuming workflows left pending by this executor");
+        }
+        for record in resumed {
+            spawn_run(shared, record);
+        }
+
+        let heartbeat = tokio::spawn(heartbeat_loop(shared.clone()));
+        let claimer = tokio::spawn(claim_loop(shared.clone()));
+        lock(&shared.background).extend([heartbeat, claimer]);
+        tracing::info!(executor_id = %config.executor_id, host = %config.host, queues = ?queues.iter().map(|q| &q.name).collect::<Vec<_>>(), "executor started");
+        Ok(())
+    }
+
+    /// The duplicate-id rule. A live holder of the id keeps it: we wait up
+    /// to `stale_after` (a crashed holder's heartbeat goes stale meanwhile)
+    /// and then refuse, naming its host. Where the backend proves the holder
+    /// dead (its lock is free), we take over at once.
+    async fn take_executor_id(&self) -> Result<Liveness, EngineError> {
+        let shared = &self.shared;
+        let config = &shared.config;
+        let started = Instant::now();
+        let stale_ms = i64::try_from(config.stale_after.as_millis()).unwrap_or(i64::MAX);
+        loop {
+            let proof = shared.store.acquire_liveness(&config.executor_id).await?;
+            if matches!(proof, Liveness::Acquired(_)) {
+                return Ok(proof);
+            }
+            let existing = shared.store.get_executor(&config.executor_id).await?;
+            let now = now_ms();
+            let fresh = |e: &ExecutorRecord| now - e.heartbeat_at_ms < stale_ms;
+            let holder_active = match (&proof, &existing) {
+                // The lock is held: the holder is alive, unless it stopped
+                // heartbeating (paused); taking over a paused holder is safe
+                // because its workflows get a new generation and it is fenced.
+                (Liveness::HeldElsewhere, Some(e)) => e.state == ExecutorState::Stopped || fresh(e),
+                (Liveness::HeldElsewhere, None) => true,
+                (_, Some(e)) => e.state != ExecutorState::Stopped && fresh(e),
+                (_, None) => false,
+            };
+            if !holder_active {
+                return Ok(proof);
+            }
+            if started.elapsed() >= config.stale_after {
+                let (host, pid, heartbeat) = existing
+                    .map_or(("unknown".to_string(), 0, now), |e| {
+                        (e.host, e.pid, e.heartbeat_at_ms)
+                    });
+                return Err(EngineError::DuplicateExecutor {
+                    executor_id: config.executor_id.clone(),
+                    host,
+                    pid,
+                    age_secs: u64::try_from((now - heartbeat).max(0) / 1000).unwrap_or(0),
+                });
+            }
+            if started.elapsed() < Duration::from_millis(10) {
+                tracing::warn!(executor_id = %config.executor_id, "executor id in use by a live worker; waiting up to stale_after ({:?}) for it to go away", config.stale_after);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Stops claiming, marks the executor draining, waits for running
+    /// workflows up to `drain_timeout`, stops the rest (they stay PENDING and
+    /// resume at restart), marks the executor stopped and releases its id.
+    pub async fn shutdown(&self, drain_timeout: Duration) -> ShutdownReport {
+        let shared = &self.shared;
+        let _ = shared.stopping.send(true);
+        *lock(&shared.state) = ExecutorState::Draining;
+        if !shared.launched.load(Ordering::SeqCst) {
+            return ShutdownReport {
+                drained: 0,
+                left_pending: Vec::new(),
+            };
+        }
+        let id = &shared.config.executor_id;
+        if let Err(e) = shared
+            .store
+            .heartbeat(id, ExecutorState::Draining, now_ms())
+            .await
+        {
+            tracing::warn!(error = %e, "could not record the draining state");
+        }
+        let before = lock(&shared.running).len();
+        tracing::info!(executor_id = %id, running = before, timeout = ?drain_timeout, "draining");
+        let deadline = Instant::now() + drain_timeout;
+        loop {
+            let notified = shared.run_finished.notified();
+            if lock(&shared.running).is_empty() || Instant::now() >= deadline {
+                break;
+            }
+            let _ = tokio::time::timeout_at(deadline, notified).await;
+        }
+        let left: Vec<(String, Running)> = lock(&shared.running).drain().collect();
+        for (_, run) in &left {
+            run.handle.abort();
+        }
+        let left_pending: Vec<String> = left.into_iter().map(|(id, _)| id).collect();
+        for task in lock(&shared.background).drain(..) {
+            task.abort();
+        }
+        *lock(&shared.state) = ExecutorState::Stopped;
+        if let Err(e) = shared
+            .store
+            .heartbeat(id, ExecutorState::Stopped, now_ms())
+            .await
+        {
+            tracing::warn!(error = %e, "could not record the stopped state");
+        }
+        lock(&shared.liveness).take();
+        if !left_pending.is_empty() {
+            tracing::warn!(executor_id = %id, workflows = ?left_pending, "drain timeout: left pending for the restart");
+        }
+        ShutdownReport {
+            drained: before.saturating_sub(left_pending.len()),
+            left_pending,
+        }
+    }
+}
+
+/// Runs `record` on this executor unless it already runs here.
+fn spawn_run(shared: &Arc<Shared>, record: WorkflowRecord) {
+    let Some(lease) = record.lease() else {
+        tracing::error!(workflow_id = %record.id, "claimed workflow has no executor; skipping");
+        return;
+    };
+    let token = shared.next_token.fetch_add(1, Ordering::Relaxed);
+    let mut running = lock(&shared.running);
+    if let Some(old) = running.remove(&record.id) {
+        // An older run of the same workflow here was fenced by this new
+        // generation; stop it now rather than at its next checkpoint.
+        old.handle.abort();
+    }
+    let id = record.id.clone();
+    let handle = tokio::spawn(run_workflow(shared.clone(), record, lease, token));
+    running.insert(id, Running { token, handle });
+}
+
+async fn run_workflow(shared: Arc<Shared>, record: WorkflowRecord, lease: Lease, token: u64) {
+    let id = record.id.clone();
+    run_to_outcome(&shared, record, lease).await;
+    let mut running = lock(&shared.running);
+    if running.get(&id).is_some_and(|r| r.token == token) {
+        running.remove(&id);
+    }
+    drop(running);
+    shared.run_finished.notify_waiters();
+}
+
+async fn run_to_outcome(shared: &Arc<Shared>, record: WorkflowRecord, lease: Lease) {
+    let function = read(&shared.registry).get(&record.name).cloned();
+    let Some(function) = function else {
+        let message = format!(
+            "workflow `{}` is not registered on executor `{}`; it cannot run here",
+            record.name, shared.config.executor_id
+        );
+        tracing::error!(workflow_id = %record.id, "{message}");
+        finish(shared, &lease, WorkflowStatus::Error, None, Some(&message)).await;
+        return;
+    };
+    let mut wait = Duration::from_millis(100);
+    loop {
+        let steps = match shared.store.load_steps(&record.id).await {
+            Ok(steps) => steps,
+            Err(e) if e.is_transient() && !shared.is_stopping() => {
+                tracing::warn!(workflow_id = %record.id, error = %e, "cannot load checkpoints; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+                continue;
+            }
+            Err(e) => {
+                tracing::error!(workflow_id = %record.id, error = %e, "cannot load checkpoints");
+                return;
+            }
+        };
+        let ctx = WorkflowContext::new(shared.clone(), lease.clone(), &record, steps);
+        let outcome = AssertUnwindSafe(function(ctx, record.input.clone()))
+            .catch_unwind()
+            .await;
+        match outcome {
+            Ok(Ok(output)) => {
+                finish(shared, &lease, WorkflowStatus::Success, Some(&output), None).await;
+            }
+            Ok(Err(e)) if e.stops_silently() => {
+                tracing::info!(workflow_id = %record.id, reason = %e, "run stopped");
+            }
+            Ok(Err(WorkflowError::Store(e))) if e.is_transient() => {
+                if shared.is_stopping() {
+                    return;
+                }
+                // The database went away mid-run: replay from the checkpoints once it is back.
+                tracing::warn!(workflow_id = %record.id, error = %e, retry_in = ?wait, "checkpoint failed; replaying later");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+                continue;
+            }
+            Ok(Err(e)) => {
+                let message = e.to_string();
+                tracing::warn!(workflow_id = %record.id, error = %message, "workflow failed");
+                finish(shared, &lease, WorkflowStatus::Error, None, Some(&message)).await;
+            }
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "unknown panic".into());
+                tracing::error!(workflow_id = %record.id, panic = %message, "workflow panicked (a bug)");
+                finish(
+                    shared,
+                    &lease,
+                    WorkflowStatus::Error,
+                    None,
+                    Some(&format!("workflow panicked: {message}")),
+                )
+                .await;
+            }
+        }
+        return;
+    }
+}
+
+/// Records the outcome, retrying while the database is unreachable.
+async fn finish(
+    shared: &Shared,
+    lease: &Lease,
+    status: WorkflowStatus,
+    output: Option<&str>,
+    error: Option<&str>,
+) {
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match shared
+            .store
+            .finish(lease, status, output, error, now_ms())
+            .await
+        {
+            Ok(Checkpoint::Written) => return,
+            Ok(Checkpoint::Fenced) => {
+                tracing::info!(workflow_id = %lease.workflow_id, "outcome not recorded: the workflow is no longer ours");
+                return;
+            }
+            Err(e) if e.is_transient() && !shared.is_stopping() => {
+                tracing::warn!(workflow_id = %lease.workflow_id, error = %e, "cannot record the outcome; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => {
+                tracing::error!(workflow_id = %lease.workflow_id, error = %e, "cannot record the outcome; it stays PENDING");
+                return;
+            }
+        }
+    }
+}
+
+async fn heartbeat_loop(shared: Arc<Shared>) {
+    let config = &shared.config;
+    let mut ticker = tokio::time::interval(config.heartbeat_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stale_ms = i64::try_from(config.stale_after.as_millis()).unwrap_or(i64::MAX);
+    loop {
+        ticker.tick().await;
+        let state = *lock(&shared.state);
+        if let Err(e) = shared
+            .store
+            .heartbeat(&config.executor_id, state, now_ms())
+            .await
+        {
+            tracing::warn!(error = %e, "heartbeat failed");
+            continue;
+        }
+        if config.automatic_recovery && state == ExecutorState::Running {
+            let now = now_ms();
+            match shared
+                .store
+                .recover_stale(now - stale_ms, &config.executor_id, now)
+                .await
+            {
+                Ok(recovered) if !recovered.is_empty() => {
+                    tracing::warn!(count = recovered.len(), workflows = ?recovered, "recovered the workflows of stale executors");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "automatic recovery failed"),
+            }
+        }
+    }
+}
+
+/// Claims whenever a queue we serve may have work: on a wake-up, on the
+/// not-before time of the earliest scheduled workflow, and on the fallback poll.
+async fn claim_loop(shared: Arc<Shared>) {
+    let mut wakeups = shared.store.subscribe();
+    let mut stopping = shared.stopping.subscribe();
+    let mut dirty: HashSet<String> = read(&shared.queues)
+        .iter()
+        .map(|q| q.name.clone())
+        .collect();
+    let mut failures = 0u32;
+    loop {
+        if shared.is_stopping() {
+            return;
+        }
+        let queues = read(&shared.queues).clone();
+        let mut next_due: Option<i64> = None;
+        let mut failed = false;
+        for spec in queues.iter().filter(|q| dirty.contains(&q.name)) {
+            match claim_queue(&shared, spec).await {
+                Ok(due) => next_due = min_opt(next_due, due),
+                Err(e) => {
+                    failed = true;
+                    tracing::warn!(queue = %spec.name, error = %e, "claim failed");
+                }
+            }
+        }
+        dirty.clear();
+        failures = if failed { failures + 1 } else { 0 };
+        let poll = if failed {
+            Duration::from_millis(100 * 2u64.pow(failures.min(5)))
+        } else {
+            shared.poll_interval()
+        };
+        let mut until = Instant::now() + poll;
+        if let Some(due) = next_due {
+            let in_ms = u64::try_from((due - now_ms()).max(0)).unwrap_or(0);
+            until = until.min(Instant::now() + Duration::from_millis(in_ms));
+        }
+        let all = || {
+            queues
+                .iter()
+                .map(|q| q.name.clone())
+                .collect::<HashSet<_>>()
+        };
+        // Wait for something relevant, then take every wake-up already queued
+        // so that a burst of them costs one claim per queue.
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => dirty = all(),
+            _ = stopping.changed() => return,
+            _ = async {
+                loop {
+                    match wakeups.recv().await {
+                        Ok(Wakeup::Queue(q)) if queues.iter().any(|s| s.name == q) => { dirty.insert(q); return; }
+                        Ok(_) => {}
+                        Err(RecvError::Lagged(_)) => { dirty = all(); return; }
+                        Err(RecvError::Closed) => std::future::pending::<()>().await,
+                    }
+                }
+            } => {}
+        }
+        loop {
+            match wakeups.try_recv() {
+                Ok(Wakeup::Queue(q)) if queues.iter().any(|s| s.name == q) => {
+                    dirty.insert(q);
+                }
+                Ok(_) => {}
+                Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => dirty = all(),
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// Claims from one queue until it yields less than a batch; returns the next
+/// not-before time to wake up for, if the queue has scheduled work.
+async fn claim_queue(shared: &Arc<Shared>, spec: &QueueSpec) -> Result<Option<i64>, StoreError> {
+    let config = &shared.config;
+    loop {
+        if shared.is_stopping() {
+            return Ok(None);
+        }
+        let claimed = shared
+            .store
+            .claim(
+                &spec.name,
+                &config.executor_id,
+                spec.limits(),
+                now_ms(),
+                config.claim_batch,
+            )
+            .await?;
+        let count = claimed.len() as u32;
+        for record in claimed {
+            spawn_run(shared, record);
+        }
+        if count == 0 {
+            // Idle or blocked: learn when scheduled work becomes due.
+            return shared.store.next_not_before(&spec.name, now_ms()).await;
+        }
+        if count < config.claim_batch {
+            return Ok(None);
+        }
+    }
+}
+
+fn min_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+// A poisoned lock means a panic while holding it; the data is still usable
+// for our purposes (maps of handles), so recover rather than cascade.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|p| p.into_inner())
+}
+fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,130 @@
+//! Error types of the engine: storage failures, start-up refusals and workflow outcomes.
+
+use std::time::Duration;
+
+/// A failure of the storage layer. It names no driver type so that callers
+/// never depend on which database is behind the [`crate::Store`].
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be reached or refused the operation; retrying
+    /// later may succeed (connection lost, database restarting, lock timeout).
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// The database answered but the operation failed for good.
+    #[error("database error: {0}")]
+    Database(String),
+    /// The database URL is malformed or names an unsupported backend.
+    #[error("invalid database url `{url}`: {reason}")]
+    InvalidUrl { url: String, reason: String },
+    /// A stored value could not be decoded (a corrupted or foreign row).
+    #[error("corrupt stored value in {what}: {reason}")]
+    Corrupt { what: String, reason: String },
+}
+
+impl StoreError {
+    /// Whether waiting and retrying may help.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+/// Why the engine refused to start or to carry out a client call.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Another live process holds this executor id (the seed's duplicate-id rule).
+    #[error(
+        "executor id `{executor_id}` is already in use by a running worker on host `{host}` (pid {pid}, last heartbeat {age_secs}s ago); \
+         give this worker its own stable id (dbos.executor_id or DBOS__VMID), or stop the other one"
+    )]
+    DuplicateExecutor {
+        executor_id: String,
+        host: String,
+        pid: i64,
+        age_secs: u64,
+    },
+    #[error("workflow `{0}` is not registered on this engine")]
+    UnknownWorkflow(String),
+    #[error("workflow `{0}` does not exist")]
+    NotFound(String),
+    #[error("workflow `{id}` already exists with name `{existing}`, not `{requested}`")]
+    IdConflict {
+        id: String,
+        existing: String,
+        requested: String,
+    },
+    #[error(
+        "an active workflow `{existing_id}` already holds deduplication key `{dedup_key}` on queue `{queue}`"
+    )]
+    Deduplicated {
+        queue: String,
+        dedup_key: String,
+        existing_id: String,
+    },
+    #[error("workflow `{id}` did not finish within {timeout:?}")]
+    WaitTimeout { id: String, timeout: Duration },
+    #[error("workflow `{id}` cannot be {action}: it is {status}")]
+    InvalidState {
+        id: String,
+        action: &'static str,
+        status: String,
+    },
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    #[error("the engine is already launched")]
+    AlreadyLaunched,
+}
+
+/// The outcome of a workflow function that did not succeed.
+///
+/// `Failed`, `Step` and `NonDeterminism` end the workflow in ERROR. `Fenced`
+/// and `Cancelled` stop this run without touching the workflow's record: the
+/// workflow belongs to another runner now, or was cancelled. `Store` means a
+/// checkpoint could not be written; the engine replays the workflow later.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkflowError {
+    #[error("{0}")]
+    Failed(String),
+    #[error("step `{name}` failed: {message}")]
+    Step { name: String, message: String },
+    #[error(
+        "non-determinism at step {position}: the record says `{recorded}` but the code now runs `{requested}`; \
+         the workflow code changed under a running workflow, refusing to guess"
+    )]
+    NonDeterminism {
+        position: i64,
+        recorded: String,
+        requested: String,
+    },
+    #[error("this run was fenced: the workflow was recovered by another executor")]
+    Fenced,
+    #[error("the workflow was cancelled")]
+    Cancelled,
+    #[error("child workflow `{id}` ended in {status}: {message}")]
+    Child {
+        id: String,
+        status: String,
+        message: String,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl WorkflowError {
+    /// A plain failure with a message, for workflow code.
+    pub fn failed(message: impl std::fmt::Display) -> Self {
+        WorkflowError::Failed(message.to_string())
+    }
+
+    /// Whether this run stops without recording an outcome.
+    pub(crate) fn stops_silently(&self) -> bool {
+        matches!(self, WorkflowError::Fenced | WorkflowError::Cancelled)
+    }
+}
+
+impl From<serde_json::Error> for WorkflowError {
+    fn from(e: serde_json::Error) -> Self {
+        WorkflowError::Failed(format!("serialisation: {e}"))
+    }
+}

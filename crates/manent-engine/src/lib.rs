@@ -1,0 +1,36 @@
+//! manent-engine: a durable workflow engine on SQLite and PostgreSQL.
+//!
+//! A workflow is a registered async function whose steps are checkpointed in
+//! the database before it moves on; after a crash it is replayed, recorded
+//! steps return their records and only the interrupted step runs again.
+//! Workflows wait on queues stored in the database, partitioned by a key and
+//! bounded by per-partition, per-worker and global limits that every claim
+//! enforces atomically. Executors register themselves, heartbeat, resume
+//! their own pending work at start, and can have it recovered by others;
+//! every checkpoint is fenced so a workflow never has two live runners.
+//!
+//! The engine knows nothing of deploys: manent's deploy model is built on it.
+
+mod client;
+mod context;
+mod engine;
+mod error;
+mod policy;
+pub mod store;
+
+pub use client::{Client, EnqueueRequest};
+pub use context::WorkflowContext;
+pub use engine::{Engine, EngineConfig, QueueSpec, ShutdownReport};
+pub use error::{EngineError, StoreError, WorkflowError};
+pub use policy::StepPolicy;
+pub use store::{
+    Backend, ExecutorRecord, ExecutorState, QueueDepth, QueueRecord, StepRecord, StepStatus, Store,
+    WorkflowFilter, WorkflowRecord, WorkflowStatus,
+};
+
+/// Milliseconds since the Unix epoch: the one clock of the engine's records.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

@@ -1,0 +1,103 @@
+//! The versioned schema of both backends. A migration is never edited once
+//! released: a change is a new version appended to [`MIGRATIONS`].
+
+use super::Backend;
+
+pub(crate) struct Migration {
+    pub version: i64,
+    pub name: &'static str,
+    /// Statements with `{ID}` standing for the dialect's auto-increment key.
+    statements: &'static [&'static str],
+}
+
+impl Migration {
+    pub fn statements(&self, backend: Backend) -> impl Iterator<Item = String> + '_ {
+        let id = match backend {
+            Backend::Sqlite => "INTEGER PRIMARY KEY AUTOINCREMENT",
+            Backend::Postgres => "BIGSERIAL PRIMARY KEY",
+        };
+        self.statements.iter().map(move |s| s.replace("{ID}", id))
+    }
+}
+
+pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "workflows, steps, queues, messages, events, executors",
+    statements: &[
+        "CREATE TABLE manent_queues (
+            name TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            worker_concurrency BIGINT,
+            partition_concurrency BIGINT,
+            global_concurrency BIGINT NOT NULL DEFAULT 0,
+            updated_at BIGINT NOT NULL)",
+        "CREATE TABLE manent_workflows (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            status TEXT NOT NULL,
+            queue_name TEXT NOT NULL,
+            partition_key TEXT NOT NULL DEFAULT '',
+            priority BIGINT NOT NULL DEFAULT 0,
+            not_before BIGINT NOT NULL DEFAULT 0,
+            dedup_key TEXT,
+            executor_id TEXT,
+            input TEXT NOT NULL,
+            output TEXT,
+            error TEXT,
+            parent_id TEXT,
+            attempts BIGINT NOT NULL DEFAULT 0,
+            generation BIGINT NOT NULL DEFAULT 0,
+            created_at BIGINT NOT NULL,
+            created_seq BIGINT NOT NULL,
+            updated_at BIGINT NOT NULL,
+            started_at BIGINT,
+            finished_at BIGINT)",
+        "CREATE INDEX manent_workflows_queue ON manent_workflows (queue_name, status, partition_key)",
+        "CREATE INDEX manent_workflows_executor ON manent_workflows (executor_id, status)",
+        "CREATE INDEX manent_workflows_parent ON manent_workflows (parent_id)",
+        "CREATE INDEX manent_workflows_created ON manent_workflows (created_seq)",
+        "CREATE UNIQUE INDEX manent_workflows_dedup ON manent_workflows (queue_name, dedup_key)
+            WHERE dedup_key IS NOT NULL AND status IN ('ENQUEUED', 'PENDING')",
+        "CREATE TABLE manent_steps (
+            workflow_id TEXT NOT NULL,
+            step_index BIGINT NOT NULL,
+            name TEXT NOT NULL,
+            status TEXT NOT NULL,
+            output TEXT,
+            error TEXT,
+            attempts BIGINT NOT NULL,
+            started_at BIGINT NOT NULL,
+            finished_at BIGINT,
+            executor_id TEXT NOT NULL,
+            PRIMARY KEY (workflow_id, step_index))",
+        "CREATE TABLE manent_messages (
+            id {ID},
+            workflow_id TEXT NOT NULL,
+            topic TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            created_at BIGINT NOT NULL)",
+        "CREATE INDEX manent_messages_destination ON manent_messages (workflow_id, topic, id)",
+        "CREATE TABLE manent_events (
+            workflow_id TEXT NOT NULL,
+            event_key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            updated_at BIGINT NOT NULL,
+            PRIMARY KEY (workflow_id, event_key))",
+        "CREATE TABLE manent_executors (
+            id TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            pid BIGINT NOT NULL,
+            region TEXT,
+            queues TEXT NOT NULL,
+            state TEXT NOT NULL,
+            started_at BIGINT NOT NULL,
+            heartbeat_at BIGINT NOT NULL,
+            stopped_at BIGINT,
+            version TEXT NOT NULL)",
+    ],
+}];
+
+/// The version a fully migrated schema has.
+pub fn latest_version() -> i64 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}

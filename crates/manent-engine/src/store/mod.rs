@@ -1,0 +1,446 @@
+//! The storage contract of the engine: records, the [`Store`] trait, and how to open one.
+//!
+//! Every method speaks in engine terms (workflows, steps, leases, executors);
+//! none names a driver type, so the engine and its callers never know whether
+//! SQLite or PostgreSQL is behind it. `sql.rs` holds the one implementation of
+//! the shared SQL; `sqlite.rs` and `postgres.rs` hold what differs.
+
+mod migrations;
+mod postgres;
+mod sql;
+mod sqlite;
+
+use std::{fmt, str::FromStr, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+
+pub use sql::SqlStore;
+
+/// The schema version this build expects (`/readyz` compares it to the database's).
+pub fn expected_schema_version() -> i64 {
+    migrations::latest_version()
+}
+
+use crate::error::StoreError;
+
+/// Which database a store talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        })
+    }
+}
+
+/// Opens the store named by `url` (`sqlite://path`, `sqlite::memory:`,
+/// `postgres://…`) and brings its schema up to date, retrying with an
+/// increasing wait while the database is unreachable or another process is
+/// creating the schema at the same time.
+pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    let store = SqlStore::connect(url).await?;
+    store.migrate().await?;
+    Ok(Arc::new(store))
+}
+
+macro_rules! string_enum {
+    ($(#[$m:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+        pub enum $name { $(#[serde(rename = $text)] $variant),+ }
+
+        impl $name {
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = StoreError;
+            fn from_str(s: &str) -> Result<Self, StoreError> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    other => Err(StoreError::Corrupt {
+                        what: stringify!($name).into(),
+                        reason: format!("unknown value `{other}`"),
+                    }),
+                }
+            }
+        }
+    };
+}
+
+string_enum!(
+    /// The life of a workflow, with DBOS's names.
+    WorkflowStatus {
+        Enqueued = "ENQUEUED",
+        Pending = "PENDING",
+        Success = "SUCCESS",
+        Error = "ERROR",
+        Cancelled = "CANCELLED",
+    }
+);
+
+impl WorkflowStatus {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            WorkflowStatus::Success | WorkflowStatus::Error | WorkflowStatus::Cancelled
+        )
+    }
+}
+
+string_enum!(
+    /// A recorded step: `RUNNING` rows mark a started step (and hold a durable
+    /// deadline for sleeps and receives); they are rerun on replay.
+    StepStatus {
+        Running = "RUNNING",
+        Success = "SUCCESS",
+        Error = "ERROR",
+    }
+);
+
+string_enum!(
+    /// The state an executor reports for itself.
+    ExecutorState {
+        Running = "running",
+        Draining = "draining",
+        Stopped = "stopped",
+    }
+);
+
+/// A workflow to put on a queue.
+#[derive(Debug, Clone)]
+pub struct NewWorkflow {
+    pub id: String,
+    pub name: String,
+    pub queue: String,
+    /// Partition key; `""` for queues without partitions.
+    pub partition_key: String,
+    /// Lower runs first.
+    pub priority: i64,
+    /// Not claimed before this time (ms since the epoch).
+    pub not_before_ms: i64,
+    pub dedup_key: Option<String>,
+    /// JSON text.
+    pub input: String,
+    pub parent_id: Option<String>,
+    pub now_ms: i64,
+}
+
+/// What happened to an enqueue.
+#[derive(Debug, Clone)]
+pub enum EnqueueOutcome {
+    Created,
+    /// A workflow with this id exists already (the start is idempotent).
+    Exists(Box<WorkflowRecord>),
+    /// An active workflow on the queue holds the deduplication key.
+    Deduplicated {
+        existing_id: String,
+    },
+}
+
+/// A stored workflow.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkflowRecord {
+    pub id: String,
+    pub name: String,
+    pub status: WorkflowStatus,
+    pub queue: String,
+    pub partition_key: String,
+    pub priority: i64,
+    pub not_before_ms: i64,
+    pub dedup_key: Option<String>,
+    pub executor_id: Option<String>,
+    pub input: String,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    pub parent_id: Option<String>,
+    /// How many times the workflow was claimed or taken over.
+    pub attempts: i64,
+    /// Fencing token: bumped at every claim, take-over and recovery.
+    pub generation: i64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub started_at_ms: Option<i64>,
+    pub finished_at_ms: Option<i64>,
+}
+
+impl WorkflowRecord {
+    pub fn lease(&self) -> Option<Lease> {
+        Some(Lease {
+            workflow_id: self.id.clone(),
+            executor_id: self.executor_id.clone()?,
+            generation: self.generation,
+        })
+    }
+}
+
+/// The right of one executor to write checkpoints for one workflow. Every
+/// write checks it, so a runner whose workflow was recovered away is fenced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub workflow_id: String,
+    pub executor_id: String,
+    pub generation: i64,
+}
+
+/// The limits a claim must respect; all are counted inside the claiming transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimLimits {
+    /// Running workflows of the queue on this executor.
+    pub worker: u32,
+    /// Running workflows per partition key across all executors; `None` = no limit.
+    pub partition: Option<u32>,
+    /// Running workflows of the queue across all executors; 0 = no limit.
+    pub global: u32,
+}
+
+/// A stored step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepRecord {
+    pub workflow_id: String,
+    pub index: i64,
+    pub name: String,
+    pub status: StepStatus,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    pub attempts: i64,
+    pub started_at_ms: i64,
+    pub finished_at_ms: Option<i64>,
+    pub executor_id: String,
+}
+
+/// Outcome of a fenced write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Checkpoint {
+    Written,
+    /// The lease no longer holds: the workflow was recovered, cancelled or finished elsewhere.
+    Fenced,
+}
+
+/// Outcome of consuming a message inside a workflow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Consumed {
+    Message(String),
+    Empty,
+    Fenced,
+}
+
+/// A stored queue with its kind and limits (for display; claims take limits from the caller).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueRecord {
+    pub name: String,
+    pub kind: String,
+    pub worker_concurrency: Option<i64>,
+    pub partition_concurrency: Option<i64>,
+    pub global_concurrency: i64,
+    pub updated_at_ms: i64,
+}
+
+/// Counts of a queue's workflows.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QueueDepth {
+    pub queue: String,
+    pub enqueued: i64,
+    pub running: i64,
+}
+
+/// An executor's row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecutorRecord {
+    pub id: String,
+    pub host: String,
+    pub pid: i64,
+    pub region: Option<String>,
+    pub queues: Vec<String>,
+    pub state: ExecutorState,
+    pub started_at_ms: i64,
+    pub heartbeat_at_ms: i64,
+    pub stopped_at_ms: Option<i64>,
+    pub version: String,
+    /// PENDING workflows held by this executor (filled by listings).
+    pub running: i64,
+}
+
+/// A stored event (key/value progress published by a workflow).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRecord {
+    pub key: String,
+    pub value: String,
+    pub updated_at_ms: i64,
+}
+
+/// Filters for listing workflows.
+#[derive(Debug, Clone, Default)]
+pub struct WorkflowFilter {
+    pub status: Option<WorkflowStatus>,
+    pub queue: Option<String>,
+    pub name: Option<String>,
+    pub executor_id: Option<String>,
+    pub parent_id: Option<String>,
+    pub limit: Option<i64>,
+}
+
+/// A change other parties may be waiting for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wakeup {
+    /// Work may be claimable on this queue (enqueued, or a slot freed).
+    Queue(String),
+    /// This workflow changed (finished, got a message, published an event).
+    Workflow(String),
+}
+
+/// Proof of whether the previous holder of an executor id is still alive.
+pub enum Liveness {
+    /// We hold the id's liveness lock now: any previous holder is dead.
+    /// Dropping the guard releases it.
+    Acquired(Box<dyn Send + Sync>),
+    /// A live process holds the lock.
+    HeldElsewhere,
+    /// This backend cannot prove it (for example an in-memory database).
+    Unprovable,
+}
+
+impl fmt::Debug for Liveness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Liveness::Acquired(_) => "Acquired",
+            Liveness::HeldElsewhere => "HeldElsewhere",
+            Liveness::Unprovable => "Unprovable",
+        })
+    }
+}
+
+/// Durable storage for the engine.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    fn backend(&self) -> Backend;
+    /// Brings the schema up to date; safe to call from many processes at once.
+    async fn migrate(&self) -> Result<(), StoreError>;
+    /// The schema version this store is at.
+    async fn schema_version(&self) -> Result<i64, StoreError>;
+
+    // --- queues ---
+    async fn upsert_queue(&self, queue: &QueueRecord) -> Result<(), StoreError>;
+    async fn list_queues(&self) -> Result<Vec<QueueRecord>, StoreError>;
+    async fn queue_depths(&self) -> Result<Vec<QueueDepth>, StoreError>;
+
+    // --- workflows ---
+    async fn enqueue(&self, workflow: &NewWorkflow) -> Result<EnqueueOutcome, StoreError>;
+    /// Atomically moves up to `max` claimable workflows of `queue` to PENDING
+    /// under `executor_id`, never exceeding `limits`.
+    async fn claim(
+        &self,
+        queue: &str,
+        executor_id: &str,
+        limits: ClaimLimits,
+        now_ms: i64,
+        max: u32,
+    ) -> Result<Vec<WorkflowRecord>, StoreError>;
+    /// The earliest not-before time of an ENQUEUED workflow of `queue` later than `now_ms`.
+    async fn next_not_before(&self, queue: &str, now_ms: i64) -> Result<Option<i64>, StoreError>;
+    async fn get_workflow(&self, id: &str) -> Result<Option<WorkflowRecord>, StoreError>;
+    async fn list_workflows(
+        &self,
+        filter: &WorkflowFilter,
+    ) -> Result<Vec<WorkflowRecord>, StoreError>;
+    /// Takes over the PENDING workflows left under `executor_id` by its previous
+    /// process: bumps their generation (fencing any straggler) and returns them.
+    async fn take_over_own(
+        &self,
+        executor_id: &str,
+        now_ms: i64,
+    ) -> Result<Vec<WorkflowRecord>, StoreError>;
+    /// Records the final outcome if the lease still holds.
+    async fn finish(
+        &self,
+        lease: &Lease,
+        status: WorkflowStatus,
+        output: Option<&str>,
+        error: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Checkpoint, StoreError>;
+    /// ENQUEUED or PENDING → CANCELLED. Returns the status after the call.
+    async fn cancel(&self, id: &str, now_ms: i64) -> Result<Option<WorkflowStatus>, StoreError>;
+    /// CANCELLED → ENQUEUED (resumes from its checkpoints). Returns the status after the call.
+    async fn resume(&self, id: &str, now_ms: i64) -> Result<Option<WorkflowStatus>, StoreError>;
+    /// Hands the PENDING workflows of `executor_id` back to their queues.
+    async fn recover_executor(
+        &self,
+        executor_id: &str,
+        now_ms: i64,
+    ) -> Result<Vec<String>, StoreError>;
+    /// Hands back the PENDING workflows of every executor whose heartbeat is
+    /// older than `stale_before_ms`, except `except`. Returns (executor, workflow) pairs.
+    async fn recover_stale(
+        &self,
+        stale_before_ms: i64,
+        except: &str,
+        now_ms: i64,
+    ) -> Result<Vec<(String, String)>, StoreError>;
+
+    // --- steps ---
+    async fn load_steps(&self, workflow_id: &str) -> Result<Vec<StepRecord>, StoreError>;
+    /// Writes (or overwrites a RUNNING) step record if the lease holds.
+    async fn record_step(&self, lease: &Lease, step: &StepRecord)
+    -> Result<Checkpoint, StoreError>;
+
+    // --- messages and events ---
+    async fn send_message(
+        &self,
+        workflow_id: &str,
+        topic: &str,
+        payload: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+    /// Atomically takes the oldest message on `topic` for the lease's workflow
+    /// and records it as `step` (its output set to the payload).
+    async fn consume_message(
+        &self,
+        lease: &Lease,
+        topic: &str,
+        step: &StepRecord,
+    ) -> Result<Consumed, StoreError>;
+    /// Publishes an event and records `step` in one transaction, if the lease holds.
+    async fn set_event(
+        &self,
+        lease: &Lease,
+        key: &str,
+        value: &str,
+        step: &StepRecord,
+    ) -> Result<Checkpoint, StoreError>;
+    async fn list_events(&self, workflow_id: &str) -> Result<Vec<EventRecord>, StoreError>;
+
+    // --- executors ---
+    async fn upsert_executor(&self, executor: &ExecutorRecord) -> Result<(), StoreError>;
+    async fn get_executor(&self, id: &str) -> Result<Option<ExecutorRecord>, StoreError>;
+    async fn heartbeat(
+        &self,
+        id: &str,
+        state: ExecutorState,
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+    async fn list_executors(&self) -> Result<Vec<ExecutorRecord>, StoreError>;
+    /// Tries to take the liveness lock of an executor id, held for the life of the guard.
+    async fn acquire_liveness(&self, executor_id: &str) -> Result<Liveness, StoreError>;
+
+    // --- wake-ups ---
+    /// Changes made by this process and, where the backend can tell, by others.
+    fn subscribe(&self) -> broadcast::Receiver<Wakeup>;
+    /// How often to look for work nobody told us about (the fallback poll).
+    fn poll_interval(&self) -> Duration;
+}

@@ -1,0 +1,1177 @@
+//! The SQL both backends share: one implementation of [`Store`], written once
+//! and compiled for each driver by the `with_pool!` / `write_tx!` macros.
+//!
+//! Dialect differences are few and explicit: write transactions start with
+//! `BEGIN IMMEDIATE` on SQLite (one writer at a time) and take a per-queue
+//! advisory lock on PostgreSQL when claiming; PostgreSQL also row-locks the
+//! workflow (`FOR SHARE`) when a step is checkpointed, so a recovery waits for
+//! a checkpoint in flight instead of racing it.
+
+use std::{
+    path::PathBuf,
+    sync::atomic::{AtomicI64, Ordering},
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use sqlx::{FromRow, postgres::PgConnectOptions, sqlite::SqlitePool};
+use tokio::{sync::broadcast, task::JoinHandle};
+
+use super::{
+    Backend, Checkpoint, ClaimLimits, Consumed, EnqueueOutcome, EventRecord, ExecutorRecord,
+    ExecutorState, Lease, Liveness, NewWorkflow, QueueDepth, QueueRecord, StepRecord, Store,
+    Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus, migrations, postgres, sqlite,
+};
+use crate::error::StoreError;
+
+enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(sqlx::PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to the driver's pool; the body is compiled once per driver.
+macro_rules! with_pool {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match &$store.pool {
+            Pool::Sqlite($pool) => $body,
+            Pool::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// Runs `$body` inside a write transaction bound to `$tx` and commits it.
+/// An early return (`?`) rolls the transaction back.
+macro_rules! write_tx {
+    ($store:expr, $tx:ident => $body:expr) => {
+        match &$store.pool {
+            Pool::Sqlite(pool) => {
+                let mut $tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
+                let result = $body;
+                $tx.commit().await.map_err(map_err)?;
+                result
+            }
+            Pool::Postgres(pool) => {
+                let mut $tx = pool.begin().await.map_err(map_err)?;
+                let result = $body;
+                $tx.commit().await.map_err(map_err)?;
+                result
+            }
+        }
+    };
+}
+
+/// The workflow columns, in [`WorkflowRow`] order.
+macro_rules! wf_cols {
+    () => {
+        "id, name, status, queue_name, partition_key, priority, not_before, dedup_key, executor_id, input, output, \
+         error, parent_id, attempts, generation, created_at, updated_at, started_at, finished_at"
+    };
+}
+
+macro_rules! step_cols {
+    () => {
+        "workflow_id, step_index, name, status, output, error, attempts, started_at, finished_at, executor_id"
+    };
+}
+
+/// The store over SQLite or PostgreSQL.
+pub struct SqlStore {
+    pool: Pool,
+    bus: broadcast::Sender<Wakeup>,
+    sqlite_path: Option<PathBuf>,
+    pg_options: Option<PgConnectOptions>,
+    listener: Option<JoinHandle<()>>,
+}
+
+impl Drop for SqlStore {
+    fn drop(&mut self) {
+        if let Some(listener) = self.listener.take() {
+            listener.abort();
+        }
+    }
+}
+
+/// Maps a driver error to a [`StoreError`], telling transient failures
+/// (connection lost, server restarting, lock contention) from permanent ones.
+pub(crate) fn map_err(e: sqlx::Error) -> StoreError {
+    use sqlx::Error as E;
+    match &e {
+        E::Io(_)
+        | E::Tls(_)
+        | E::PoolTimedOut
+        | E::PoolClosed
+        | E::WorkerCrashed
+        | E::Protocol(_) => StoreError::Unavailable(e.to_string()),
+        E::Database(db) => {
+            let code = db.code().map(|c| c.to_string()).unwrap_or_default();
+            // PostgreSQL: 08xxx connection, 57Pxx shutdown, 40001/40P01 serialization/deadlock,
+            // 55P03 lock not available. SQLite: 5 BUSY, 6 LOCKED and their extended codes.
+            let transient = code.starts_with("08")
+                || code.starts_with("57P")
+                || code == "40001"
+                || code == "40P01"
+                || code == "55P03"
+                || code
+                    .parse::<i32>()
+                    .is_ok_and(|n| n & 0xff == 5 || n & 0xff == 6);
+            if transient {
+                StoreError::Unavailable(e.to_string())
+            } else {
+                StoreError::Database(e.to_string())
+            }
+        }
+        _ => StoreError::Database(e.to_string()),
+    }
+}
+
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .is_some_and(|d| d.is_unique_violation())
+}
+
+/// Strictly increasing microsecond stamps for FIFO order within this process.
+fn next_seq(now_ms: i64) -> i64 {
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    let now_us = now_ms.saturating_mul(1000);
+    let mut last = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now_us.max(last + 1);
+        match LAST.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(seen) => last = seen,
+        }
+    }
+}
+
+#[derive(FromRow)]
+struct WorkflowRow {
+    id: String,
+    name: String,
+    status: String,
+    queue_name: String,
+    partition_key: String,
+    priority: i64,
+    not_before: i64,
+    dedup_key: Option<String>,
+    executor_id: Option<String>,
+    input: String,
+    output: Option<String>,
+    error: Option<String>,
+    parent_id: Option<String>,
+    attempts: i64,
+    generation: i64,
+    created_at: i64,
+    updated_at: i64,
+    started_at: Option<i64>,
+    finished_at: Option<i64>,
+}
+
+impl TryFrom<WorkflowRow> for WorkflowRecord {
+    type Error = StoreError;
+    fn try_from(r: WorkflowRow) -> Result<Self, StoreError> {
+        Ok(WorkflowRecord {
+            status: r.status.parse()?,
+            id: r.id,
+            name: r.name,
+            queue: r.queue_name,
+            partition_key: r.partition_key,
+            priority: r.priority,
+            not_before_ms: r.not_before,
+            dedup_key: r.dedup_key,
+            executor_id: r.executor_id,
+            input: r.input,
+            output: r.output,
+            error: r.error,
+            parent_id: r.parent_id,
+            attempts: r.attempts,
+            generation: r.generation,
+            created_at_ms: r.created_at,
+            updated_at_ms: r.updated_at,
+            started_at_ms: r.started_at,
+            finished_at_ms: r.finished_at,
+        })
+    }
+}
+
+fn workflows(rows: Vec<WorkflowRow>) -> Result<Vec<WorkflowRecord>, StoreError> {
+    rows.into_iter().map(WorkflowRecord::try_from).collect()
+}
+
+#[derive(FromRow)]
+struct StepRow {
+    workflow_id: String,
+    step_index: i64,
+    name: String,
+    status: String,
+    output: Option<String>,
+    error: Option<String>,
+    attempts: i64,
+    started_at: i64,
+    finished_at: Option<i64>,
+    executor_id: String,
+}
+
+#[derive(FromRow)]
+struct ExecutorRow {
+    id: String,
+    host: String,
+    pid: i64,
+    region: Option<String>,
+    queues: String,
+    state: String,
+    started_at: i64,
+    heartbeat_at: i64,
+    stopped_at: Option<i64>,
+    version: String,
+    running: i64,
+}
+
+impl TryFrom<ExecutorRow> for ExecutorRecord {
+    type Error = StoreError;
+    fn try_from(r: ExecutorRow) -> Result<Self, StoreError> {
+        Ok(ExecutorRecord {
+            queues: serde_json::from_str(&r.queues).map_err(|e| StoreError::Corrupt {
+                what: format!("queues of executor {}", r.id),
+                reason: e.to_string(),
+            })?,
+            state: r.state.parse()?,
+            id: r.id,
+            host: r.host,
+            pid: r.pid,
+            region: r.region,
+            started_at_ms: r.started_at,
+            heartbeat_at_ms: r.heartbeat_at,
+            stopped_at_ms: r.stopped_at,
+            version: r.version,
+            running: r.running,
+        })
+    }
+}
+
+const EXECUTOR_SELECT: &str = "SELECT e.id, e.host, e.pid, e.region, e.queues, e.state, e.started_at, e.heartbeat_at, \
+     e.stopped_at, e.version, (SELECT COUNT(*) FROM manent_workflows w WHERE w.executor_id = e.id AND w.status = 'PENDING') AS running \
+     FROM manent_executors e";
+
+/// The fenced step write: the row is written only while the lease holds.
+/// `{LOCK}` is `FOR SHARE` on PostgreSQL (see the module comment).
+const RECORD_STEP: &str = concat!(
+    "INSERT INTO manent_steps (",
+    step_cols!(),
+    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 \
+     WHERE EXISTS (SELECT 1 FROM manent_workflows WHERE id = $1 AND executor_id = $10 AND generation = $11 \
+       AND status = 'PENDING' {LOCK}) \
+     ON CONFLICT (workflow_id, step_index) DO UPDATE SET name = excluded.name, status = excluded.status, \
+       output = excluded.output, error = excluded.error, attempts = excluded.attempts, \
+       started_at = excluded.started_at, finished_at = excluded.finished_at, executor_id = excluded.executor_id \
+     WHERE manent_steps.status = 'RUNNING'"
+);
+
+const LEASE_HOLDS: &str = "SELECT id FROM manent_workflows WHERE id = $1 AND executor_id = $2 AND generation = $3 \
+     AND status = 'PENDING' {LOCK}";
+
+impl SqlStore {
+    /// Connects to `url`, retrying with an increasing wait while the server is unreachable.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Backend::Postgres
+        } else {
+            return Err(StoreError::InvalidUrl {
+                url: url.to_string(),
+                reason: "expected sqlite://PATH, sqlite::memory: or postgres://…".into(),
+            });
+        };
+        retry_transient("connect to the database", || async {
+            match backend {
+                Backend::Sqlite => {
+                    let (pool, path) = sqlite::connect(url)
+                        .await
+                        .map_err(|e| connect_err(url, e))?;
+                    Ok(SqlStore {
+                        bus: sqlite::wakeup_bus(path.as_deref()),
+                        pool: Pool::Sqlite(pool),
+                        sqlite_path: path,
+                        pg_options: None,
+                        listener: None,
+                    })
+                }
+                Backend::Postgres => {
+                    let (pool, options) = postgres::connect(url)
+                        .await
+                        .map_err(|e| connect_err(url, e))?;
+                    let bus = broadcast::channel(4096).0;
+                    let listener = postgres::spawn_listener(&pool, bus.clone())
+                        .await
+                        .map_err(map_err)?;
+                    Ok(SqlStore {
+                        bus,
+                        pool: Pool::Postgres(pool),
+                        sqlite_path: None,
+                        pg_options: Some(options),
+                        listener: Some(listener),
+                    })
+                }
+            }
+        })
+        .await
+    }
+
+    fn lock_clause(&self) -> &'static str {
+        match self.pool {
+            Pool::Sqlite(_) => "",
+            Pool::Postgres(_) => "FOR SHARE",
+        }
+    }
+
+    /// Publishes wake-ups after a commit: in-process always, and through
+    /// NOTIFY on PostgreSQL so other processes hear of them too.
+    async fn wake(&self, wakeups: &[Wakeup]) {
+        for w in wakeups {
+            let _ = self.bus.send(w.clone());
+        }
+        if let Pool::Postgres(pool) = &self.pool {
+            for w in wakeups {
+                // A lost notification only delays the other side until its fallback poll.
+                if let Err(e) = sqlx::query("SELECT pg_notify($1, $2)")
+                    .bind(postgres::CHANNEL)
+                    .bind(postgres::encode(w))
+                    .execute(pool)
+                    .await
+                {
+                    tracing::debug!(error = %e, "notify failed");
+                }
+            }
+        }
+    }
+
+    async fn migrate_once(&self) -> Result<(), StoreError> {
+        const CREATE: &str = "CREATE TABLE IF NOT EXISTS manent_schema_migrations (
+            version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)";
+        let backend = self.backend();
+        match &self.pool {
+            Pool::Sqlite(pool) => {
+                // BEGIN IMMEDIATE makes concurrent starters queue up on the write lock.
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
+                sqlx::query(CREATE)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                let applied: Vec<i64> =
+                    sqlx::query_scalar("SELECT version FROM manent_schema_migrations")
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err(map_err)?;
+                for m in migrations::MIGRATIONS
+                    .iter()
+                    .filter(|m| !applied.contains(&m.version))
+                {
+                    for statement in m.statements(backend) {
+                        sqlx::query(&statement)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(map_err)?;
+                    }
+                    sqlx::query("INSERT INTO manent_schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)")
+                        .bind(m.version)
+                        .bind(m.name)
+                        .bind(crate::now_ms())
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(map_err)?;
+                }
+                tx.commit().await.map_err(map_err)?;
+            }
+            Pool::Postgres(pool) => {
+                let mut conn = pool.acquire().await.map_err(map_err)?;
+                // A session lock serialises migrators across processes; it is
+                // released on unlock, or by the server if this process dies.
+                sqlx::query("SELECT pg_advisory_lock($1)")
+                    .bind(postgres::LOCK_MIGRATIONS)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(map_err)?;
+                let result = async {
+                    sqlx::query(CREATE).execute(&mut *conn).await.map_err(map_err)?;
+                    let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM manent_schema_migrations")
+                        .fetch_all(&mut *conn)
+                        .await
+                        .map_err(map_err)?;
+                    for m in migrations::MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
+                        let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(map_err)?;
+                        for statement in m.statements(backend) {
+                            sqlx::query(&statement).execute(&mut *tx).await.map_err(map_err)?;
+                        }
+                        sqlx::query(
+                            "INSERT INTO manent_schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+                        )
+                        .bind(m.version)
+                        .bind(m.name)
+                        .bind(crate::now_ms())
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(map_err)?;
+                        tx.commit().await.map_err(map_err)?;
+                    }
+                    Ok::<_, StoreError>(())
+                }
+                .await;
+                let unlock = sqlx::query("SELECT pg_advisory_unlock($1)")
+                    .bind(postgres::LOCK_MIGRATIONS)
+                    .execute(&mut *conn)
+                    .await;
+                if unlock.is_err() {
+                    // Never return a connection that may still hold the lock to the pool.
+                    conn.detach();
+                }
+                result?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn lookup_dedup(
+        &self,
+        queue: &str,
+        dedup_key: &str,
+    ) -> Result<Option<String>, StoreError> {
+        with_pool!(self, pool => sqlx::query_scalar(
+            "SELECT id FROM manent_workflows WHERE queue_name = $1 AND dedup_key = $2 AND status IN ('ENQUEUED', 'PENDING')")
+            .bind(queue)
+            .bind(dedup_key)
+            .fetch_optional(pool)
+            .await
+            .map_err(map_err))
+    }
+}
+
+fn connect_err(url: &str, e: sqlx::Error) -> StoreError {
+    match e {
+        sqlx::Error::Configuration(reason) => StoreError::InvalidUrl {
+            url: redact(url),
+            reason: reason.to_string(),
+        },
+        other => map_err(other),
+    }
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{}:***{}", &url[..scheme + 3], user, &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Retries `op` on transient errors with an increasing wait (100 ms doubling
+/// to 2 s, about a minute in all), so workers started together, or before
+/// the database is up, all come up without being started one at a time.
+pub(crate) async fn retry_transient<T, F, Fut>(what: &str, mut op: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    let mut wait = Duration::from_millis(100);
+    let mut waited = Duration::ZERO;
+    loop {
+        match op().await {
+            Err(e) if e.is_transient() && waited < Duration::from_secs(60) => {
+                let jitter = Duration::from_millis(rand::random::<u64>() % 50);
+                tracing::info!(error = %e, retry_in = ?(wait + jitter), "{what}: retrying");
+                tokio::time::sleep(wait + jitter).await;
+                waited += wait + jitter;
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    fn backend(&self) -> Backend {
+        match self.pool {
+            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        retry_transient("create or update the schema", || self.migrate_once()).await
+    }
+
+    async fn schema_version(&self) -> Result<i64, StoreError> {
+        with_pool!(self, pool => sqlx::query_scalar::<_, i64>("SELECT COALESCE(MAX(version), 0) FROM manent_schema_migrations")
+            .fetch_one(pool)
+            .await
+            .map_err(map_err))
+    }
+
+    async fn upsert_queue(&self, q: &QueueRecord) -> Result<(), StoreError> {
+        with_pool!(self, pool => sqlx::query(
+            "INSERT INTO manent_queues (name, kind, worker_concurrency, partition_concurrency, global_concurrency, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, \
+             worker_concurrency = excluded.worker_concurrency, partition_concurrency = excluded.partition_concurrency, \
+             global_concurrency = excluded.global_concurrency, updated_at = excluded.updated_at")
+            .bind(&q.name)
+            .bind(&q.kind)
+            .bind(q.worker_concurrency)
+            .bind(q.partition_concurrency)
+            .bind(q.global_concurrency)
+            .bind(q.updated_at_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(map_err))?;
+        Ok(())
+    }
+
+    async fn list_queues(&self) -> Result<Vec<QueueRecord>, StoreError> {
+        let rows: Vec<(String, String, Option<i64>, Option<i64>, i64, i64)> = with_pool!(self, pool => sqlx::query_as(
+            "SELECT name, kind, worker_concurrency, partition_concurrency, global_concurrency, updated_at \
+             FROM manent_queues ORDER BY name")
+            .fetch_all(pool)
+            .await
+            .map_err(map_err))?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(
+                    name,
+                    kind,
+                    worker_concurrency,
+                    partition_concurrency,
+                    global_concurrency,
+                    updated_at_ms,
+                )| {
+                    QueueRecord {
+                        name,
+                        kind,
+                        worker_concurrency,
+                        partition_concurrency,
+                        global_concurrency,
+                        updated_at_ms,
+                    }
+                },
+            )
+            .collect())
+    }
+
+    async fn queue_depths(&self) -> Result<Vec<QueueDepth>, StoreError> {
+        let rows: Vec<(String, i64, i64)> = with_pool!(self, pool => sqlx::query_as(
+            "SELECT queue_name, SUM(CASE WHEN status = 'ENQUEUED' THEN 1 ELSE 0 END), \
+             SUM(CASE WHEN status = 'PENDING' THEN 1 ELSE 0 END) FROM manent_workflows \
+             WHERE status IN ('ENQUEUED', 'PENDING') GROUP BY queue_name ORDER BY queue_name")
+            .fetch_all(pool)
+            .await
+            .map_err(map_err))?;
+        Ok(rows
+            .into_iter()
+            .map(|(queue, enqueued, running)| QueueDepth {
+                queue,
+                enqueued,
+                running,
+            })
+            .collect())
+    }
+
+    async fn enqueue(&self, wf: &NewWorkflow) -> Result<EnqueueOutcome, StoreError> {
+        let seq = next_seq(wf.now_ms);
+        let inserted = with_pool!(self, pool => sqlx::query(
+            "INSERT INTO manent_workflows (id, name, status, queue_name, partition_key, priority, not_before, dedup_key, \
+             input, parent_id, attempts, generation, created_at, created_seq, updated_at) \
+             VALUES ($1, $2, 'ENQUEUED', $3, $4, $5, $6, $7, $8, $9, 0, 0, $10, $11, $10) ON CONFLICT (id) DO NOTHING")
+            .bind(&wf.id)
+            .bind(&wf.name)
+            .bind(&wf.queue)
+            .bind(&wf.partition_key)
+            .bind(wf.priority)
+            .bind(wf.not_before_ms)
+            .bind(&wf.dedup_key)
+            .bind(&wf.input)
+            .bind(&wf.parent_id)
+            .bind(wf.now_ms)
+            .bind(seq)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()));
+        match inserted {
+            Ok(1) => {
+                self.wake(&[Wakeup::Queue(wf.queue.clone())]).await;
+                Ok(EnqueueOutcome::Created)
+            }
+            Ok(_) => match self.get_workflow(&wf.id).await? {
+                Some(existing) => Ok(EnqueueOutcome::Exists(Box::new(existing))),
+                None => Err(StoreError::Database(format!(
+                    "workflow {} vanished during enqueue",
+                    wf.id
+                ))),
+            },
+            Err(e) if is_unique_violation(&e) => {
+                let key = wf.dedup_key.as_deref().unwrap_or_default();
+                match self.lookup_dedup(&wf.queue, key).await? {
+                    Some(existing_id) => Ok(EnqueueOutcome::Deduplicated { existing_id }),
+                    None => Err(StoreError::Unavailable(
+                        "deduplication conflict vanished; retry".into(),
+                    )),
+                }
+            }
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
+    async fn claim(
+        &self,
+        queue: &str,
+        executor_id: &str,
+        limits: ClaimLimits,
+        now_ms: i64,
+        max: u32,
+    ) -> Result<Vec<WorkflowRecord>, StoreError> {
+        let is_pg = self.backend() == Backend::Postgres;
+        let claimed: Vec<WorkflowRow> = write_tx!(self, tx => {
+            if is_pg {
+                // Claimers of one queue take turns, so the counts below stay
+                // true until this transaction commits (no write skew).
+                sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+                    .bind(postgres::LOCK_NAMESPACE_QUEUE)
+                    .bind(queue)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+            }
+            let (mine, total): (i64, i64) = sqlx::query_as(
+                "SELECT COALESCE(SUM(CASE WHEN executor_id = $2 THEN 1 ELSE 0 END), 0), COUNT(*) \
+                 FROM manent_workflows WHERE queue_name = $1 AND status = 'PENDING'")
+                .bind(queue)
+                .bind(executor_id)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            let mut free = i64::from(limits.worker) - mine;
+            if limits.global > 0 {
+                free = free.min(i64::from(limits.global) - total);
+            }
+            free = free.min(i64::from(max));
+            if free <= 0 {
+                Vec::new()
+            } else {
+                let partition_limit = limits.partition.map_or(i64::MAX / 4, i64::from);
+                sqlx::query_as(concat!(
+                    "UPDATE manent_workflows SET status = 'PENDING', executor_id = $2, generation = generation + 1, \
+                     attempts = attempts + 1, started_at = COALESCE(started_at, $3), updated_at = $3 \
+                     WHERE status = 'ENQUEUED' AND id IN ( \
+                       WITH running AS ( \
+                         SELECT partition_key, COUNT(*) AS n FROM manent_workflows \
+                         WHERE queue_name = $1 AND status = 'PENDING' GROUP BY partition_key), \
+                       ranked AS ( \
+                         SELECT id, partition_key, priority, created_seq, \
+                           ROW_NUMBER() OVER (PARTITION BY partition_key ORDER BY priority, created_seq, id) AS rn \
+                         FROM manent_workflows WHERE queue_name = $1 AND status = 'ENQUEUED' AND not_before <= $3) \
+                       SELECT r.id FROM ranked r LEFT JOIN running c ON c.partition_key = r.partition_key \
+                       WHERE r.rn + COALESCE(c.n, 0) <= $4 \
+                       ORDER BY r.priority, r.created_seq, r.id LIMIT $5) \
+                     RETURNING ", wf_cols!()))
+                    .bind(queue)
+                    .bind(executor_id)
+                    .bind(now_ms)
+                    .bind(partition_limit)
+                    .bind(free)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(map_err)?
+            }
+        });
+        workflows(claimed)
+    }
+
+    async fn next_not_before(&self, queue: &str, now_ms: i64) -> Result<Option<i64>, StoreError> {
+        with_pool!(self, pool => sqlx::query_scalar(
+            "SELECT MIN(not_before) FROM manent_workflows WHERE queue_name = $1 AND status = 'ENQUEUED' AND not_before > $2")
+            .bind(queue)
+            .bind(now_ms)
+            .fetch_one(pool)
+            .await
+            .map_err(map_err))
+    }
+
+    async fn get_workflow(&self, id: &str) -> Result<Option<WorkflowRecord>, StoreError> {
+        let row: Option<WorkflowRow> = with_pool!(self, pool => sqlx::query_as(
+            concat!("SELECT ", wf_cols!(), " FROM manent_workflows WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(pool)
+            .await
+            .map_err(map_err))?;
+        row.map(WorkflowRecord::try_from).transpose()
+    }
+
+    async fn list_workflows(&self, f: &WorkflowFilter) -> Result<Vec<WorkflowRecord>, StoreError> {
+        let rows: Vec<WorkflowRow> = with_pool!(self, pool => sqlx::query_as(concat!(
+            "SELECT ", wf_cols!(), " FROM manent_workflows WHERE ($1 IS NULL OR status = $1) \
+             AND ($2 IS NULL OR queue_name = $2) AND ($3 IS NULL OR name = $3) AND ($4 IS NULL OR executor_id = $4) \
+             AND ($5 IS NULL OR parent_id = $5) ORDER BY created_seq DESC LIMIT $6"))
+            .bind(f.status.map(|s| s.as_str()))
+            .bind(&f.queue)
+            .bind(&f.name)
+            .bind(&f.executor_id)
+            .bind(&f.parent_id)
+            .bind(f.limit.unwrap_or(1000))
+            .fetch_all(pool)
+            .await
+            .map_err(map_err))?;
+        workflows(rows)
+    }
+
+    async fn take_over_own(
+        &self,
+        executor_id: &str,
+        now_ms: i64,
+    ) -> Result<Vec<WorkflowRecord>, StoreError> {
+        let rows: Vec<WorkflowRow> = with_pool!(self, pool => sqlx::query_as(concat!(
+            "UPDATE manent_workflows SET generation = generation + 1, attempts = attempts + 1, updated_at = $2 \
+             WHERE executor_id = $1 AND status = 'PENDING' RETURNING ", wf_cols!()))
+            .bind(executor_id)
+            .bind(now_ms)
+            .fetch_all(pool)
+            .await
+            .map_err(map_err))?;
+        workflows(rows)
+    }
+
+    async fn finish(
+        &self,
+        lease: &Lease,
+        status: WorkflowStatus,
+        output: Option<&str>,
+        error: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Checkpoint, StoreError> {
+        let queue: Option<String> = with_pool!(self, pool => sqlx::query_scalar(
+            "UPDATE manent_workflows SET status = $1, output = $2, error = $3, finished_at = $4, updated_at = $4 \
+             WHERE id = $5 AND executor_id = $6 AND generation = $7 AND status = 'PENDING' RETURNING queue_name")
+            .bind(status.as_str())
+            .bind(output)
+            .bind(error)
+            .bind(now_ms)
+            .bind(&lease.workflow_id)
+            .bind(&lease.executor_id)
+            .bind(lease.generation)
+            .fetch_optional(pool)
+            .await
+            .map_err(map_err))?;
+        match queue {
+            Some(queue) => {
+                self.wake(&[
+                    Wakeup::Queue(queue),
+                    Wakeup::Workflow(lease.workflow_id.clone()),
+                ])
+                .await;
+                Ok(Checkpoint::Written)
+            }
+            None => Ok(Checkpoint::Fenced),
+        }
+    }
+
+    async fn cancel(&self, id: &str, now_ms: i64) -> Result<Option<WorkflowStatus>, StoreError> {
+        let queue: Option<String> = with_pool!(self, pool => sqlx::query_scalar(
+            "UPDATE manent_workflows SET status = 'CANCELLED', finished_at = $2, updated_at = $2 \
+             WHERE id = $1 AND status IN ('ENQUEUED', 'PENDING') RETURNING queue_name")
+            .bind(id)
+            .bind(now_ms)
+            .fetch_optional(pool)
+            .await
+            .map_err(map_err))?;
+        if let Some(queue) = queue {
+            self.wake(&[Wakeup::Queue(queue), Wakeup::Workflow(id.to_string())])
+                .await;
+        }
+        Ok(self.get_workflow(id).await?.map(|w| w.status))
+    }
+
+    async fn resume(&self, id: &str, now_ms: i64) -> Result<Option<WorkflowStatus>, StoreError> {
+        let queue: Option<String> = with_pool!(self, pool => sqlx::query_scalar(
+            "UPDATE manent_workflows SET status = 'ENQUEUED', executor_id = NULL, generation = generation + 1, \
+             finished_at = NULL, updated_at = $2 WHERE id = $1 AND status = 'CANCELLED' RETURNING queue_name")
+            .bind(id)
+            .bind(now_ms)
+            .fetch_optional(pool)
+            .await
+            .map_err(map_err))?;
+        if let Some(queue) = queue {
+            self.wake(&[Wakeup::Queue(queue)]).await;
+        }
+        Ok(self.get_workflow(id).await?.map(|w| w.status))
+    }
+
+    async fn recover_executor(
+        &self,
+        executor_id: &str,
+        now_ms: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        let rows: Vec<(String, String)> = with_pool!(self, pool => sqlx::query_as(
+            "UPDATE manent_workflows SET status = 'ENQUEUED', executor_id = NULL, generation = generation + 1, \
+             updated_at = $2 WHERE executor_id = $1 AND status = 'PENDING' RETURNING id, queue_name")
+            .bind(executor_id)
+            .bind(now_ms)
+            .fetch_all(pool)
+            .await
+            .map_err(map_err))?;
+        let mut queues: Vec<String> = rows.iter().map(|(_, q)| q.clone()).collect();
+        queues.sort();
+        queues.dedup();
+        self.wake(&queues.into_iter().map(Wakeup::Queue).collect::<Vec<_>>())
+            .await;
+        Ok(rows.into_iter().map(|(id, _)| id).collect())
+    }
+
+    async fn recover_stale(
+        &self,
+        stale_before_ms: i64,
+        except: &str,
+        now_ms: i64,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let stale: Vec<String> = with_pool!(self, pool => sqlx::query_scalar(
+            "SELECT DISTINCT w.executor_id FROM manent_workflows w \
+             LEFT JOIN manent_executors e ON e.id = w.executor_id \
+             WHERE w.status = 'PENDING' AND w.executor_id <> $1 AND (e.id IS NULL OR e.heartbeat_at < $2)")
+            .bind(except)
+            .bind(stale_before_ms)
+            .fetch_all(pool)
+            .await
+            .map_err(map_err))?;
+        let mut recovered = Vec::new();
+        for executor in stale {
+            // Re-checked in the UPDATE: an executor that came back since is left alone.
+            let rows: Vec<(String, String)> = with_pool!(self, pool => sqlx::query_as(
+                "UPDATE manent_workflows SET status = 'ENQUEUED', executor_id = NULL, generation = generation + 1, \
+                 updated_at = $3 WHERE executor_id = $1 AND status = 'PENDING' AND NOT EXISTS ( \
+                   SELECT 1 FROM manent_executors e WHERE e.id = $1 AND e.heartbeat_at >= $2) \
+                 RETURNING id, queue_name")
+                .bind(&executor)
+                .bind(stale_before_ms)
+                .bind(now_ms)
+                .fetch_all(pool)
+                .await
+                .map_err(map_err))?;
+            let wakeups: Vec<Wakeup> = rows.iter().map(|(_, q)| Wakeup::Queue(q.clone())).collect();
+            self.wake(&wakeups).await;
+            recovered.extend(rows.into_iter().map(|(id, _)| (executor.clone(), id)));
+        }
+        Ok(recovered)
+    }
+
+    async fn load_steps(&self, workflow_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        let rows: Vec<StepRow> = with_pool!(self, pool => sqlx::query_as(concat!(
+            "SELECT ", step_cols!(), " FROM manent_steps WHERE workflow_id = $1 ORDER BY step_index"))
+            .bind(workflow_id)
+            .fetch_all(pool)
+            .await
+            .map_err(map_err))?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(StepRecord {
+                    status: r.status.parse()?,
+                    workflow_id: r.workflow_id,
+                    index: r.step_index,
+                    name: r.name,
+                    output: r.output,
+                    error: r.error,
+                    attempts: r.attempts,
+                    started_at_ms: r.started_at,
+                    finished_at_ms: r.finished_at,
+                    executor_id: r.executor_id,
+                })
+            })
+            .collect()
+    }
+
+    async fn record_step(
+        &self,
+        lease: &Lease,
+        step: &StepRecord,
+    ) -> Result<Checkpoint, StoreError> {
+        let sql = RECORD_STEP.replace("{LOCK}", self.lock_clause());
+        let written = with_pool!(self, pool => bind_step(sqlx::query(&sql), step, lease)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(map_err))?;
+        Ok(if written == 1 {
+            Checkpoint::Written
+        } else {
+            Checkpoint::Fenced
+        })
+    }
+
+    async fn send_message(
+        &self,
+        workflow_id: &str,
+        topic: &str,
+        payload: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        with_pool!(self, pool => sqlx::query(
+            "INSERT INTO manent_messages (workflow_id, topic, payload, created_at) VALUES ($1, $2, $3, $4)")
+            .bind(workflow_id)
+            .bind(topic)
+            .bind(payload)
+            .bind(now_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(map_err))?;
+        self.wake(&[Wakeup::Workflow(workflow_id.to_string())])
+            .await;
+        Ok(())
+    }
+
+    async fn consume_message(
+        &self,
+        lease: &Lease,
+        topic: &str,
+        step: &StepRecord,
+    ) -> Result<Consumed, StoreError> {
+        let lease_sql = LEASE_HOLDS.replace("{LOCK}", self.lock_clause());
+        let step_sql = RECORD_STEP.replace("{LOCK}", self.lock_clause());
+        let outcome = write_tx!(self, tx => {
+            let holds: Option<String> = sqlx::query_scalar(&lease_sql)
+                .bind(&lease.workflow_id)
+                .bind(&lease.executor_id)
+                .bind(lease.generation)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            if holds.is_none() {
+                Consumed::Fenced
+            } else {
+                let message: Option<(i64, String)> = sqlx::query_as(
+                    "SELECT id, payload FROM manent_messages WHERE workflow_id = $1 AND topic = $2 ORDER BY id LIMIT 1")
+                    .bind(&lease.workflow_id)
+                    .bind(topic)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                match message {
+                    None => Consumed::Empty,
+                    Some((id, payload)) => {
+                        sqlx::query("DELETE FROM manent_messages WHERE id = $1")
+                            .bind(id)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(map_err)?;
+                        let mut recorded = step.clone();
+                        recorded.output = Some(payload.clone());
+                        bind_step(sqlx::query(&step_sql), &recorded, lease)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(map_err)?;
+                        Consumed::Message(payload)
+                    }
+                }
+            }
+        });
+        Ok(outcome)
+    }
+
+    async fn set_event(
+        &self,
+        lease: &Lease,
+        key: &str,
+        value: &str,
+        step: &StepRecord,
+    ) -> Result<Checkpoint, StoreError> {
+        let step_sql = RECORD_STEP.replace("{LOCK}", self.lock_clause());
+        let written = write_tx!(self, tx => {
+            let written = bind_step(sqlx::query(&step_sql), step, lease)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?
+                .rows_affected();
+            if written == 1 {
+                sqlx::query(
+                    "INSERT INTO manent_events (workflow_id, event_key, value, updated_at) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (workflow_id, event_key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at")
+                    .bind(&lease.workflow_id)
+                    .bind(key)
+                    .bind(value)
+                    .bind(step.started_at_ms)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+            }
+            written == 1
+        });
+        if written {
+            self.wake(&[Wakeup::Workflow(lease.workflow_id.clone())])
+                .await;
+            Ok(Checkpoint::Written)
+        } else {
+            Ok(Checkpoint::Fenced)
+        }
+    }
+
+    async fn list_events(&self, workflow_id: &str) -> Result<Vec<EventRecord>, StoreError> {
+        let rows: Vec<(String, String, i64)> = with_pool!(self, pool => sqlx::query_as(
+            "SELECT event_key, value, updated_at FROM manent_events WHERE workflow_id = $1 ORDER BY event_key")
+            .bind(workflow_id)
+            .fetch_all(pool)
+            .await
+            .map_err(map_err))?;
+        Ok(rows
+            .into_iter()
+            .map(|(key, value, updated_at_ms)| EventRecord {
+                key,
+                value,
+                updated_at_ms,
+            })
+            .collect())
+    }
+
+    async fn upsert_executor(&self, e: &ExecutorRecord) -> Result<(), StoreError> {
+        let queues = serde_json::to_string(&e.queues)
+            .map_err(|err| StoreError::Database(err.to_string()))?;
+        with_pool!(self, pool => sqlx::query(
+            "INSERT INTO manent_executors (id, host, pid, region, queues, state, started_at, heartbeat_at, stopped_at, version) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO UPDATE SET host = excluded.host, \
+             pid = excluded.pid, region = excluded.region, queues = excluded.queues, state = excluded.state, \
+             started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at, stopped_at = excluded.stopped_at, \
+             version = excluded.version")
+            .bind(&e.id)
+            .bind(&e.host)
+            .bind(e.pid)
+            .bind(&e.region)
+            .bind(&queues)
+            .bind(e.state.as_str())
+            .bind(e.started_at_ms)
+            .bind(e.heartbeat_at_ms)
+            .bind(e.stopped_at_ms)
+            .bind(&e.version)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(map_err))?;
+        Ok(())
+    }
+
+    async fn get_executor(&self, id: &str) -> Result<Option<ExecutorRecord>, StoreError> {
+        let sql = format!("{EXECUTOR_SELECT} WHERE e.id = $1");
+        let row: Option<ExecutorRow> = with_pool!(self, pool => sqlx::query_as(&sql)
+            .bind(id)
+            .fetch_optional(pool)
+            .await
+            .map_err(map_err))?;
+        row.map(ExecutorRecord::try_from).transpose()
+    }
+
+    async fn heartbeat(
+        &self,
+        id: &str,
+        state: ExecutorState,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        with_pool!(self, pool => sqlx::query(
+            "UPDATE manent_executors SET heartbeat_at = $2, state = $3, \
+             stopped_at = CASE WHEN $3 = 'stopped' THEN $2 ELSE NULL END WHERE id = $1")
+            .bind(id)
+            .bind(now_ms)
+            .bind(state.as_str())
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(map_err))?;
+        Ok(())
+    }
+
+    async fn list_executors(&self) -> Result<Vec<ExecutorRecord>, StoreError> {
+        let sql = format!("{EXECUTOR_SELECT} ORDER BY e.id");
+        let rows: Vec<ExecutorRow> = with_pool!(self, pool => sqlx::query_as(&sql)
+            .fetch_all(pool)
+            .await
+            .map_err(map_err))?;
+        rows.into_iter().map(ExecutorRecord::try_from).collect()
+    }
+
+    async fn acquire_liveness(&self, executor_id: &str) -> Result<Liveness, StoreError> {
+        match (&self.pool, &self.pg_options) {
+            (Pool::Postgres(_), Some(options)) => {
+                postgres::acquire_liveness(options, executor_id).await
+            }
+            _ => sqlite::acquire_liveness(self.sqlite_path.as_deref(), executor_id),
+        }
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<Wakeup> {
+        self.bus.subscribe()
+    }
+
+    fn poll_interval(&self) -> Duration {
+        match self.pool {
+            Pool::Sqlite(_) => sqlite::POLL_INTERVAL,
+            Pool::Postgres(_) => postgres::POLL_INTERVAL,
+        }
+    }
+}
+
+/// Binds a step and its lease to [`RECORD_STEP`]'s eleven parameters.
+fn bind_step<'q, DB>(
+    query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>,
+    step: &'q StepRecord,
+    lease: &'q Lease,
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>
+where
+    DB: sqlx::Database,
+    String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<String>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<i64>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    query
+        .bind(step.workflow_id.clone())
+        .bind(step.index)
+        .bind(step.name.clone())
+        .bind(step.status.as_str())
+        .bind(step.output.clone())
+        .bind(step.error.clone())
+        .bind(step.attempts)
+        .bind(step.started_at_ms)
+        .bind(step.finished_at_ms)
+        .bind(step.executor_id.clone())
+        .bind(lease.generation)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_hides_the_password_only() {
+        assert_eq!(
+            redact("postgres://u:secret@h/db"),
+            "postgres://u:***@h/db",
+            "password must not be shown"
+        );
+        assert_eq!(
+            redact("postgres://u@h/db"),
+            "postgres://u@h/db",
+            "no password, nothing to hide"
+        );
+        assert_eq!(redact("sqlite://x.db"), "sqlite://x.db");
+    }
+
+    #[test]
+    fn sequence_is_strictly_increasing_within_a_millisecond() {
+        let a = next_seq(1_000);
+        let b = next_seq(1_000);
+        assert!(
+            b > a,
+            "two enqueues in one millisecond must keep their order"
+        );
+    }
+}

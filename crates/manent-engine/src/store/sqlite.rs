@@ -1,0 +1,124 @@
+//! What only SQLite does: connection options, the process-wide wake-up bus
+//! per database file, and the OS file lock that proves an executor is alive.
+
+use std::{
+    collections::HashMap,
+    fs::File,
+    path::{Path, PathBuf},
+    str::FromStr,
+    sync::{Mutex, OnceLock},
+    time::Duration,
+};
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use tokio::sync::broadcast;
+
+use super::{Liveness, Wakeup};
+use crate::error::StoreError;
+
+/// Without a notification channel, a process learns of other processes' work
+/// by polling this often; workers in the same process are woken at once.
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+pub(crate) async fn connect(url: &str) -> Result<(SqlitePool, Option<PathBuf>), sqlx::Error> {
+    let options = SqliteConnectOptions::from_str(url)?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        // FULL: a committed checkpoint survives a power cut, not only a crash.
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(Duration::from_secs(30))
+        .foreign_keys(false);
+    let path = file_path(&options);
+    let pool = SqlitePoolOptions::new()
+        .max_connections(if path.is_some() { 8 } else { 1 })
+        .min_connections(if path.is_some() { 0 } else { 1 })
+        // An in-memory database lives as long as its one connection.
+        .idle_timeout(if path.is_some() {
+            Some(Duration::from_secs(600))
+        } else {
+            None
+        })
+        .max_lifetime(if path.is_some() {
+            Some(Duration::from_secs(1800))
+        } else {
+            None
+        })
+        .connect_with(options)
+        .await?;
+    Ok((pool, path))
+}
+
+fn file_path(options: &SqliteConnectOptions) -> Option<PathBuf> {
+    let name = options.get_filename();
+    let text = name.to_string_lossy();
+    if text.is_empty() || text == ":memory:" || text.starts_with("file:") {
+        return None;
+    }
+    Some(std::path::absolute(name).unwrap_or_else(|_| name.to_path_buf()))
+}
+
+/// One wake-up bus per database file, shared by every store of this process
+/// that opens it, so engines in one process wake each other at once.
+pub(crate) fn wakeup_bus(path: Option<&Path>) -> broadcast::Sender<Wakeup> {
+    static BUSES: OnceLock<Mutex<HashMap<PathBuf, broadcast::Sender<Wakeup>>>> = OnceLock::new();
+    let Some(path) = path else {
+        return broadcast::channel(1024).0;
+    };
+    let mut buses = BUSES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    buses
+        .entry(path.to_path_buf())
+        .or_insert_with(|| broadcast::channel(1024).0)
+        .clone()
+}
+
+/// An exclusive OS lock on `<database>.executors/<id>.lock`, held for the
+/// executor's life: the kernel drops it when the process dies, however it dies.
+pub(crate) fn acquire_liveness(
+    db_path: Option<&Path>,
+    executor_id: &str,
+) -> Result<Liveness, StoreError> {
+    let Some(db_path) = db_path else {
+        return Ok(Liveness::Unprovable);
+    };
+    let mut dir = db_path.as_os_str().to_owned();
+    dir.push(".executors");
+    let dir = PathBuf::from(dir);
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        StoreError::Database(format!(
+            "cannot create lock directory {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let file_name: String = executor_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let path = dir.join(format!("{file_name}.lock"));
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| {
+            StoreError::Database(format!("cannot open lock file {}: {e}", path.display()))
+        })?;
+    match file.try_lock() {
+        Ok(()) => Ok(Liveness::Acquired(Box::new(file))),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(Liveness::HeldElsewhere),
+        Err(std::fs::TryLockError::Error(e)) => {
+            tracing::warn!(path = %path.display(), error = %e, "file locks unsupported here; falling back to heartbeats");
+            Ok(Liveness::Unprovable)
+        }
+    }
+}

@@ -1,0 +1,1028 @@
+//! Engine behaviour on both backends, in one process: replay, limits, dedup,
+//! scheduling, messages, events, children, cancel/resume, recovery, fencing
+//! and the duplicate-id rule. Multi-process tests live in `processes.rs`.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use manent_engine::{
+    Client, Engine, EngineConfig, EngineError, EnqueueRequest, QueueSpec, StepPolicy, StepStatus,
+    Store, WorkflowContext, WorkflowError, WorkflowStatus, now_ms, store,
+};
+use manent_testkit::{Db, TestDb};
+use tokio::sync::Notify;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Generates one `#[tokio::test]` per backend for each listed test body.
+macro_rules! on_both_backends {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Sqlite).await } )+ }
+        mod postgres { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Postgres).await } )+ }
+    };
+}
+
+on_both_backends!(
+    replay_skips_completed_steps_and_reruns_the_interrupted_one,
+    limits_hold_with_several_engines_claiming_at_once,
+    a_deduplication_key_admits_one_active_workflow,
+    a_workflow_id_makes_a_start_idempotent,
+    a_workflow_does_not_start_before_its_not_before_time,
+    messages_reach_recv_and_events_reach_clients,
+    recv_times_out_durably,
+    children_run_on_their_own_queue_and_return_results,
+    cancel_stops_a_run_and_resume_continues_it,
+    a_changed_step_sequence_fails_loudly_as_non_determinism,
+    manual_recovery_hands_work_to_another_executor_and_fences_the_first,
+    automatic_recovery_takes_over_a_stale_executor,
+    a_duplicate_executor_id_is_refused_while_the_first_is_alive,
+    a_stopped_executor_id_is_reused_at_once,
+    step_retries_follow_the_policy_and_record_attempts,
+    drain_finishes_short_work_and_leaves_long_work_pending,
+    concurrent_migrations_on_an_empty_database_all_succeed,
+    higher_priority_runs_first,
+    a_panicking_workflow_ends_in_error,
+);
+
+async fn open(db: &TestDb) -> Arc<dyn Store> {
+    store::open(&db.url).await.expect("open the test database")
+}
+
+fn config(id: &str) -> EngineConfig {
+    let mut c = EngineConfig::new(id);
+    c.stale_after = Duration::from_secs(2);
+    c.heartbeat_interval = Duration::from_millis(200);
+    c
+}
+
+async fn engine(db: &TestDb, id: &str) -> Engine {
+    Engine::new(open(db).await, config(id))
+}
+
+/// A gate a workflow step waits on, opened by the test.
+#[derive(Clone, Default)]
+struct Gate {
+    open: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Gate {
+    fn new() -> Self {
+        Gate {
+            open: Arc::new(tokio::sync::watch::channel(false).0),
+        }
+    }
+    fn open(&self) {
+        self.open.send_replace(true);
+    }
+    async fn wait(&self) {
+        let mut rx = self.open.subscribe();
+        let _ = rx.wait_for(|open| *open).await;
+    }
+}
+
+/// Counts how often each named step body ran.
+#[derive(Clone, Default)]
+struct Ledger(Arc<Mutex<HashMap<String, usize>>>);
+
+impl Ledger {
+    fn hit(&self, name: &str) {
+        *self.0.lock().unwrap().entry(name.to_string()).or_default() += 1;
+    }
+    fn count(&self, name: &str) -> usize {
+        self.0.lock().unwrap().get(name).copied().unwrap_or(0)
+    }
+}
+
+async fn wait_success(client: &Client, id: &str) -> manent_engine::WorkflowRecord {
+    let record = client.wait(id, WAIT).await.expect("workflow ends");
+    assert_eq!(
+        record.status,
+        WorkflowStatus::Success,
+        "workflow {id} should succeed; error: {:?}",
+        record.error
+    );
+    record
+}
+
+async fn replay_skips_completed_steps_and_reruns_the_interrupted_one(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let ledger = Ledger::default();
+    let started_two = Arc::new(Notify::new());
+    let gate = Gate::new();
+
+    let register = |engine: &Engine, gate: Gate| {
+        let ledger = ledger.clone();
+        let started_two = started_two.clone();
+        engine.register("three", move |ctx: WorkflowContext, input: u32| {
+            let (ledger, started_two, gate) = (ledger.clone(), started_two.clone(), gate.clone());
+            async move {
+                let a: u32 = ctx
+                    .step("one", || async {
+                        ledger.hit("one");
+                        Ok::<_, String>(input + 1)
+                    })
+                    .await?;
+                let b: u32 = ctx
+                    .step("two", || async {
+                        ledger.hit("two");
+                        started_two.notify_one();
+                        gate.wait().await;
+                        Ok::<_, String>(a * 10)
+                    })
+                    .await?;
+                let c: u32 = ctx
+                    .step("three", || async {
+                        ledger.hit("three");
+                        Ok::<_, String>(b + 1)
+                    })
+                    .await?;
+                Ok(c)
+            }
+        });
+    };
+
+    let first = engine(&db, "w1").await;
+    register(&first, gate.clone());
+    first.listen(QueueSpec::new("q"));
+    first.launch().await.unwrap();
+    let wf = first
+        .client()
+        .enqueue(EnqueueRequest::new("three", "q", 4u32))
+        .await
+        .unwrap();
+    started_two.notified().await;
+    // The executor stops mid-step: the run is cut, the workflow stays PENDING.
+    let report = first.shutdown(Duration::ZERO).await;
+    assert_eq!(
+        report.left_pending,
+        vec![wf.id.clone()],
+        "the interrupted workflow must be left pending"
+    );
+    assert_eq!(
+        first.client().get(&wf.id).await.unwrap().unwrap().status,
+        WorkflowStatus::Pending,
+        "an interrupted workflow stays PENDING under its executor"
+    );
+
+    let second = engine(&db, "w1").await;
+    let gate2 = Gate::new();
+    gate2.open();
+    register(&second, gate2);
+    second.listen(QueueSpec::new("q"));
+    second.launch().await.unwrap();
+    let done = wait_success(&second.client(), &wf.id).await;
+    assert_eq!(done.output.as_deref(), Some("51"), "(4+1)*10+1");
+    assert_eq!(ledger.count("one"), 1, "a completed step is never rerun");
+    assert_eq!(ledger.count("two"), 2, "the interrupted step reruns once");
+    assert_eq!(ledger.count("three"), 1, "later steps run once");
+    let steps = second.client().steps(&wf.id).await.unwrap();
+    assert_eq!(
+        steps.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+        ["one", "two", "three"]
+    );
+    assert!(
+        steps.iter().all(|s| s.status == StepStatus::Success),
+        "every step recorded as a success"
+    );
+    second.shutdown(WAIT).await;
+}
+
+/// Tracks how many workflows run at once, overall, per partition and per executor.
+#[derive(Default)]
+struct Running {
+    total: usize,
+    by_partition: HashMap<String, usize>,
+    by_executor: HashMap<String, usize>,
+}
+
+#[derive(Default)]
+struct Observer {
+    now: Mutex<Running>,
+    max_global: AtomicUsize,
+    max_partition: AtomicUsize,
+    max_executor: AtomicUsize,
+}
+
+impl Observer {
+    fn enter(&self, partition: &str, executor: &str) {
+        let mut g = self.now.lock().unwrap();
+        g.total += 1;
+        let p = {
+            let e = g.by_partition.entry(partition.to_string()).or_default();
+            *e += 1;
+            *e
+        };
+        let x = {
+            let e = g.by_executor.entry(executor.to_string()).or_default();
+            *e += 1;
+            *e
+        };
+        self.max_global.fetch_max(g.total, Ordering::SeqCst);
+        self.max_partition.fetch_max(p, Ordering::SeqCst);
+        self.max_executor.fetch_max(x, Ordering::SeqCst);
+    }
+    fn leave(&self, partition: &str, executor: &str) {
+        let mut g = self.now.lock().unwrap();
+        g.total -= 1;
+        *g.by_partition.get_mut(partition).unwrap() -= 1;
+        *g.by_executor.get_mut(executor).unwrap() -= 1;
+    }
+}
+
+async fn limits_hold_with_several_engines_claiming_at_once(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let observer = Arc::new(Observer::default());
+    let spec = QueueSpec::new("limited")
+        .worker_concurrency(2)
+        .partition_concurrency(1)
+        .global_concurrency(4);
+    let mut engines = Vec::new();
+    for i in 0..3 {
+        let e = engine(&db, &format!("w{i}")).await;
+        let obs = observer.clone();
+        e.register("observed", move |ctx: WorkflowContext, _: ()| {
+            let obs = obs.clone();
+            async move {
+                let (p, x) = (
+                    ctx.partition_key().to_string(),
+                    ctx.executor_id().to_string(),
+                );
+                ctx.step("work", || async {
+                    obs.enter(&p, &x);
+                    // Hold the slot long enough for other claimers to try to overfill it.
+                    tokio::time::sleep(Duration::from_millis(15)).await;
+                    obs.leave(&p, &x);
+                    Ok::<_, String>(())
+                })
+                .await
+            }
+        });
+        e.listen(spec.clone());
+        engines.push(e);
+    }
+    let client = engines[0].client();
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        let req =
+            EnqueueRequest::new("observed", "limited", ()).partition(format!("app/env{}", i % 5));
+        ids.push(client.enqueue(req).await.unwrap().id);
+    }
+    for e in &engines {
+        e.launch().await.unwrap();
+    }
+    for id in &ids {
+        wait_success(&client, id).await;
+    }
+    assert!(
+        observer.max_partition.load(Ordering::SeqCst) <= 1,
+        "partition limit 1 exceeded"
+    );
+    assert!(
+        observer.max_global.load(Ordering::SeqCst) <= 4,
+        "global limit 4 exceeded"
+    );
+    assert!(
+        observer.max_executor.load(Ordering::SeqCst) <= 2,
+        "per-worker limit 2 exceeded"
+    );
+    assert!(
+        observer.max_global.load(Ordering::SeqCst) >= 2,
+        "work should have run in parallel at all"
+    );
+    for e in &engines {
+        e.shutdown(WAIT).await;
+    }
+}
+
+async fn a_deduplication_key_admits_one_active_workflow(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let client = Client::new(open(&db).await);
+    let first = client
+        .enqueue(EnqueueRequest::new("w", "q", 1).dedup("k"))
+        .await
+        .unwrap();
+    let second = client
+        .enqueue(EnqueueRequest::new("w", "q", 2).dedup("k"))
+        .await;
+    match second {
+        Err(EngineError::Deduplicated { existing_id, .. }) => {
+            assert_eq!(existing_id, first.id, "names the holder")
+        }
+        other => panic!("a second active workflow with the key must be refused, got {other:?}"),
+    }
+    let other_queue = client
+        .enqueue(EnqueueRequest::new("w", "q2", 3).dedup("k"))
+        .await;
+    assert!(other_queue.is_ok(), "the key is per queue");
+    client.cancel(&first.id).await.unwrap();
+    let again = client
+        .enqueue(EnqueueRequest::new("w", "q", 4).dedup("k"))
+        .await;
+    assert!(
+        again.is_ok(),
+        "once the holder is no longer active the key is free: {again:?}"
+    );
+}
+
+async fn a_workflow_id_makes_a_start_idempotent(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let client = Client::new(open(&db).await);
+    let a = client
+        .enqueue(EnqueueRequest::new("w", "q", 1).id("fixed"))
+        .await
+        .unwrap();
+    let b = client
+        .enqueue(EnqueueRequest::new("w", "q", 2).id("fixed"))
+        .await
+        .unwrap();
+    assert_eq!(
+        a, b,
+        "the second start returns the first workflow unchanged"
+    );
+    assert_eq!(b.input, "1", "the first input is kept");
+    let c = client
+        .enqueue(EnqueueRequest::new("other", "q", 1).id("fixed"))
+        .await;
+    assert!(
+        matches!(c, Err(EngineError::IdConflict { .. })),
+        "same id, other workflow: refused, got {c:?}"
+    );
+}
+
+async fn a_workflow_does_not_start_before_its_not_before_time(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let e = engine(&db, "w").await;
+    e.register("stamp", |ctx: WorkflowContext, _: ()| async move {
+        ctx.step("now", || async { Ok::<_, String>(now_ms()) })
+            .await
+    });
+    e.listen(QueueSpec::new("q"));
+    e.launch().await.unwrap();
+    let at = now_ms() + 400;
+    let wf = e
+        .client()
+        .enqueue(EnqueueRequest::new("stamp", "q", ()).not_before(at))
+        .await
+        .unwrap();
+    let done = wait_success(&e.client(), &wf.id).await;
+    let ran_at: i64 = done.output.unwrap().parse().unwrap();
+    assert!(
+        ran_at >= at,
+        "ran at {ran_at}, before its not-before time {at}"
+    );
+    e.shutdown(WAIT).await;
+}
+
+async fn messages_reach_recv_and_events_reach_clients(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let e = engine(&db, "w").await;
+    e.register("approval", |ctx: WorkflowContext, _: ()| async move {
+        ctx.set_event("phase", &"waiting").await?;
+        let who: Option<String> = ctx.recv("approve", Duration::from_secs(60)).await?;
+        ctx.set_event("phase", &"approved").await?;
+        Ok(who)
+    });
+    e.listen(QueueSpec::new("q"));
+    e.launch().await.unwrap();
+    let client = e.client();
+    let wf = client
+        .enqueue(EnqueueRequest::new("approval", "q", ()))
+        .await
+        .unwrap();
+    manent_testkit::eventually("the workflow publishes its phase", WAIT, || async {
+        (client
+            .event::<String>(&wf.id, "phase")
+            .await
+            .unwrap()
+            .as_deref()
+            == Some("waiting"))
+        .then_some(())
+    })
+    .await;
+    client.send(&wf.id, "approve", "alice").await.unwrap();
+    let done = wait_success(&client, &wf.id).await;
+    assert_eq!(
+        done.output.as_deref(),
+        Some("\"alice\""),
+        "recv returns the message"
+    );
+    assert_eq!(
+        client
+            .event::<String>(&wf.id, "phase")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("approved")
+    );
+    let missing = client.send("nope", "approve", "x").await;
+    assert!(
+        matches!(missing, Err(EngineError::NotFound(_))),
+        "sending to an unknown workflow is refused"
+    );
+    e.shutdown(WAIT).await;
+}
+
+async fn recv_times_out_durably(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let e = engine(&db, "w").await;
+    e.register("timeout", |ctx: WorkflowContext, _: ()| async move {
+        let got: Option<String> = ctx.recv("never", Duration::from_millis(100)).await?;
+        Ok(got.is_none())
+    });
+    e.listen(QueueSpec::new("q"));
+    e.launch().await.unwrap();
+    let wf = e
+        .client()
+        .enqueue(EnqueueRequest::new("timeout", "q", ()))
+        .await
+        .unwrap();
+    let done = wait_success(&e.client(), &wf.id).await;
+    assert_eq!(
+        done.output.as_deref(),
+        Some("true"),
+        "recv gives None after its timeout"
+    );
+    e.shutdown(WAIT).await;
+}
+
+async fn children_run_on_their_own_queue_and_return_results(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let e = engine(&db, "w").await;
+    e.register("square", |ctx: WorkflowContext, n: i64| async move {
+        ctx.step("square", || async { Ok::<_, String>(n * n) })
+            .await
+    });
+    e.register("parent", |ctx: WorkflowContext, ns: Vec<i64>| async move {
+        let mut children = Vec::new();
+        for n in ns {
+            children.push(ctx.start_child("square", "children", None, n).await?);
+        }
+        let mut total = 0i64;
+        for c in &children {
+            total += ctx.await_workflow::<i64>(c).await?;
+        }
+        Ok(total)
+    });
+    e.listen(QueueSpec::new("parents"));
+    e.listen(QueueSpec::new("children"));
+    e.launch().await.unwrap();
+    let client = e.client();
+    let wf = client
+        .enqueue(EnqueueRequest::new("parent", "parents", vec![1, 2, 3]))
+        .await
+        .unwrap();
+    let done = wait_success(&client, &wf.id).await;
+    assert_eq!(done.output.as_deref(), Some("14"), "1+4+9");
+    let kids = client
+        .list(&manent_engine::WorkflowFilter {
+            parent_id: Some(wf.id.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(kids.len(), 3, "three children recorded with their parent");
+    assert!(
+        kids.iter().all(|k| k.queue == "children"),
+        "children ran on the queue they were started on"
+    );
+    e.shutdown(WAIT).await;
+}
+
+async fn cancel_stops_a_run_and_resume_continues_it(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let e = engine(&db, "w").await;
+    let ledger = Ledger::default();
+    let l = ledger.clone();
+    e.register("waits", move |ctx: WorkflowContext, _: ()| {
+        let l = l.clone();
+        async move {
+            ctx.step("before", || async {
+                l.hit("before");
+                Ok::<_, String>(())
+            })
+            .await?;
+            let v: Option<u32> = ctx.recv("go", Duration::from_secs(120)).await?;
+            Ok(v)
+        }
+    });
+    e.listen(QueueSpec::new("q"));
+    e.launch().await.unwrap();
+    let client = e.client();
+    let wf = client
+        .enqueue(EnqueueRequest::new("waits", "q", ()))
+        .await
+        .unwrap();
+    manent_testkit::eventually("the first step is recorded", WAIT, || async {
+        (!client.steps(&wf.id).await.unwrap().is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(
+        client.cancel(&wf.id).await.unwrap(),
+        WorkflowStatus::Cancelled
+    );
+    manent_testkit::eventually("the run notices the cancellation", WAIT, || async {
+        (e.running_count() == 0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        client.get(&wf.id).await.unwrap().unwrap().status,
+        WorkflowStatus::Cancelled,
+        "stays cancelled"
+    );
+    client.resume(&wf.id).await.unwrap();
+    client.send(&wf.id, "go", 7u32).await.unwrap();
+    let done = wait_success(&client, &wf.id).await;
+    assert_eq!(done.output.as_deref(), Some("7"));
+    assert_eq!(
+        ledger.count("before"),
+        1,
+        "resume continues from the checkpoints"
+    );
+    let again = client.cancel(&wf.id).await;
+    assert!(
+        matches!(again, Err(EngineError::InvalidState { .. })),
+        "a finished workflow cannot be cancelled"
+    );
+    e.shutdown(WAIT).await;
+}
+
+async fn a_changed_step_sequence_fails_loudly_as_non_determinism(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let reached = Arc::new(Notify::new());
+    let first = engine(&db, "w").await;
+    let r = reached.clone();
+    first.register("evolving", move |ctx: WorkflowContext, _: ()| {
+        let r = r.clone();
+        async move {
+            ctx.step("a", || async { Ok::<_, String>(1) }).await?;
+            ctx.step("b", || async {
+                r.notify_one();
+                std::future::pending::<()>().await;
+                Ok::<_, String>(2)
+            })
+            .await
+        }
+    });
+    first.listen(QueueSpec::new("q"));
+    first.launch().await.unwrap();
+    let wf = first
+        .client()
+        .enqueue(EnqueueRequest::new("evolving", "q", ()))
+        .await
+        .unwrap();
+    reached.notified().await;
+    first.shutdown(Duration::ZERO).await;
+
+    let second = engine(&db, "w").await;
+    second.register("evolving", |ctx: WorkflowContext, _: ()| async move {
+        ctx.step("renamed", || async { Ok::<_, String>(1) }).await
+    });
+    second.listen(QueueSpec::new("q"));
+    second.launch().await.unwrap();
+    let done = second.client().wait(&wf.id, WAIT).await.unwrap();
+    assert_eq!(
+        done.status,
+        WorkflowStatus::Error,
+        "a mismatch must not be guessed through"
+    );
+    let error = done.error.unwrap();
+    assert!(
+        error.contains("non-determinism") && error.contains("`a`") && error.contains("`renamed`"),
+        "{error}"
+    );
+    second.shutdown(WAIT).await;
+}
+
+async fn manual_recovery_hands_work_to_another_executor_and_fences_the_first(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let ledger = Ledger::default();
+    let in_step = Arc::new(Notify::new());
+    let gate = Gate::new();
+    // `a` listens to no queue: it only runs what it holds at launch, so after
+    // the recovery the workflow can go nowhere but to `b`.
+    let make = |id: &str, hold: bool| {
+        let (ledger, in_step, gate) = (ledger.clone(), in_step.clone(), gate.clone());
+        let db_url = db.url.clone();
+        let id = id.to_string();
+        async move {
+            let e = Engine::new(store::open(&db_url).await.unwrap(), config(&id));
+            e.register("work", move |ctx: WorkflowContext, _: ()| {
+                let (ledger, in_step, gate) = (ledger.clone(), in_step.clone(), gate.clone());
+                async move {
+                    let who = ctx.executor_id().to_string();
+                    ctx.step("long", || async {
+                        ledger.hit(&format!("long@{who}"));
+                        if hold {
+                            in_step.notify_one();
+                            gate.wait().await;
+                        }
+                        Ok::<_, String>(())
+                    })
+                    .await?;
+                    ctx.step("after", || async {
+                        ledger.hit(&format!("after@{who}"));
+                        Ok::<_, String>(who.clone())
+                    })
+                    .await
+                }
+            });
+            if !hold {
+                e.listen(QueueSpec::new("q"));
+            }
+            e
+        }
+    };
+    let a = make("a", true).await;
+    let client = a.client();
+    let wf = client
+        .enqueue(EnqueueRequest::new("work", "q", ()))
+        .await
+        .unwrap();
+    let limits = manent_engine::store::ClaimLimits {
+        worker: 1,
+        partition: None,
+        global: 0,
+    };
+    let claimed = a
+        .store()
+        .claim("q", "a", limits, now_ms(), 1)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "a holds the workflow before it launches");
+    a.launch().await.unwrap();
+    in_step.notified().await;
+
+    let recovered = client.recover_executor("a").await.unwrap();
+    assert_eq!(
+        recovered,
+        vec![wf.id.clone()],
+        "a's pending workflow goes back to its queue"
+    );
+    let b = make("b", false).await;
+    b.launch().await.unwrap();
+    let done = wait_success(&client, &wf.id).await;
+    assert_eq!(
+        done.output.as_deref(),
+        Some("\"b\""),
+        "the other executor finished it"
+    );
+    assert_eq!(done.executor_id.as_deref(), Some("b"));
+
+    // a's step body now completes; its checkpoint must be refused.
+    gate.open();
+    manent_testkit::eventually("a notices it was fenced", WAIT, || async {
+        (a.running_count() == 0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        ledger.count("after@a"),
+        0,
+        "the fenced runner must not go on to the next step"
+    );
+    let steps = client.steps(&wf.id).await.unwrap();
+    assert!(
+        steps.iter().all(|s| s.executor_id == "b"),
+        "every recorded step is b's: {steps:?}"
+    );
+    a.shutdown(WAIT).await;
+    b.shutdown(WAIT).await;
+}
+
+async fn automatic_recovery_takes_over_a_stale_executor(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let store = open(&db).await;
+    let client = Client::new(store.clone());
+    // A dead executor's leftovers: a row with an old heartbeat and a PENDING workflow.
+    let wf = client
+        .enqueue(EnqueueRequest::new("noop", "q", ()))
+        .await
+        .unwrap();
+    let claimed = store
+        .claim(
+            "q",
+            "dead",
+            manent_engine::store::ClaimLimits {
+                worker: 1,
+                partition: None,
+                global: 0,
+            },
+            now_ms(),
+            1,
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    store
+        .upsert_executor(&manent_engine::ExecutorRecord {
+            id: "dead".into(),
+            host: "gone".into(),
+            pid: 1,
+            region: None,
+            queues: vec!["q".into()],
+            state: manent_engine::ExecutorState::Running,
+            started_at_ms: 0,
+            heartbeat_at_ms: now_ms() - 60_000,
+            stopped_at_ms: None,
+            version: "0".into(),
+            running: 0,
+        })
+        .await
+        .unwrap();
+    let mut cfg = config("alive");
+    cfg.automatic_recovery = true;
+    let e = Engine::new(store.clone(), cfg);
+    e.register("noop", |ctx: WorkflowContext, _: ()| async move {
+        ctx.step("x", || async { Ok::<_, String>(()) }).await
+    });
+    e.listen(QueueSpec::new("q"));
+    e.launch().await.unwrap();
+    let done = wait_success(&client, &wf.id).await;
+    assert_eq!(
+        done.executor_id.as_deref(),
+        Some("alive"),
+        "the live executor resumed the stale one's work"
+    );
+    e.shutdown(WAIT).await;
+}
+
+async fn a_duplicate_executor_id_is_refused_while_the_first_is_alive(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let first = engine(&db, "same").await;
+    first.launch().await.unwrap();
+    let mut cfg = config("same");
+    cfg.host = "second-host".into();
+    let second = Engine::new(open(&db).await, cfg);
+    let refused = second.launch().await;
+    match refused {
+        Err(EngineError::DuplicateExecutor {
+            executor_id, host, ..
+        }) => {
+            assert_eq!(executor_id, "same");
+            assert_eq!(
+                host,
+                config("x").host,
+                "the error names the host using the id"
+            );
+        }
+        other => panic!("a duplicate id must be refused, got {:?}", other.err()),
+    }
+    first.shutdown(WAIT).await;
+}
+
+async fn a_stopped_executor_id_is_reused_at_once(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let first = engine(&db, "same").await;
+    first.launch().await.unwrap();
+    first.shutdown(WAIT).await;
+    let mut cfg = config("same");
+    // Long enough that waiting for staleness would time the test out.
+    cfg.stale_after = Duration::from_secs(3600);
+    let second = Engine::new(open(&db).await, cfg);
+    tokio::time::timeout(Duration::from_secs(60), second.launch())
+        .await
+        .expect("a cleanly stopped id starts without waiting for stale_after")
+        .unwrap();
+    second.shutdown(WAIT).await;
+}
+
+async fn step_retries_follow_the_policy_and_record_attempts(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let e = engine(&db, "w").await;
+    let tries = Arc::new(AtomicUsize::new(0));
+    let t = tries.clone();
+    e.register("flaky", move |ctx: WorkflowContext, _: ()| {
+        let t = t.clone();
+        async move {
+            ctx.step_with(
+                "flaky",
+                StepPolicy::retry(3, Duration::from_millis(5)),
+                || {
+                    let t = t.clone();
+                    async move {
+                        if t.fetch_add(1, Ordering::SeqCst) < 2 {
+                            Err("not yet".to_string())
+                        } else {
+                            Ok(42)
+                        }
+                    }
+                },
+            )
+            .await
+        }
+    });
+    e.register("hopeless", |ctx: WorkflowContext, _: ()| async move {
+        ctx.step_with(
+            "hopeless",
+            StepPolicy::retry(2, Duration::from_millis(5)),
+            || async { Err::<(), _>("always".to_string()) },
+        )
+        .await
+    });
+    e.listen(QueueSpec::new("q"));
+    e.launch().await.unwrap();
+    let client = e.client();
+    let ok = client
+        .enqueue(EnqueueRequest::new("flaky", "q", ()))
+        .await
+        .unwrap();
+    wait_success(&client, &ok.id).await;
+    let steps = client.steps(&ok.id).await.unwrap();
+    assert_eq!(steps[0].attempts, 3, "two failures then a success");
+    let bad = client
+        .enqueue(EnqueueRequest::new("hopeless", "q", ()))
+        .await
+        .unwrap();
+    let done = client.wait(&bad.id, WAIT).await.unwrap();
+    assert_eq!(done.status, WorkflowStatus::Error);
+    assert!(
+        done.error.unwrap().contains("always"),
+        "the step's error is the workflow's error"
+    );
+    let steps = client.steps(&bad.id).await.unwrap();
+    assert_eq!(
+        (steps[0].status, steps[0].attempts),
+        (StepStatus::Error, 2),
+        "the failure is recorded"
+    );
+    e.shutdown(WAIT).await;
+}
+
+async fn drain_finishes_short_work_and_leaves_long_work_pending(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let e = engine(&db, "w").await;
+    let short_gate = Gate::new();
+    let entered = Arc::new(AtomicUsize::new(0));
+    let all_in = Arc::new(Notify::new());
+    let (g, n, a) = (short_gate.clone(), entered.clone(), all_in.clone());
+    e.register("job", move |ctx: WorkflowContext, long: bool| {
+        let (g, n, a) = (g.clone(), n.clone(), a.clone());
+        async move {
+            ctx.step("job", || async {
+                if n.fetch_add(1, Ordering::SeqCst) == 1 {
+                    a.notify_one();
+                }
+                if long {
+                    std::future::pending::<()>().await
+                } else {
+                    g.wait().await
+                }
+                Ok::<_, String>(())
+            })
+            .await
+        }
+    });
+    e.listen(QueueSpec::new("q"));
+    e.launch().await.unwrap();
+    let client = e.client();
+    let short = client
+        .enqueue(EnqueueRequest::new("job", "q", false))
+        .await
+        .unwrap();
+    let long = client
+        .enqueue(EnqueueRequest::new("job", "q", true))
+        .await
+        .unwrap();
+    all_in.notified().await;
+    let shutdown = tokio::spawn({
+        let e = e.clone();
+        async move { e.shutdown(Duration::from_secs(2)).await }
+    });
+    manent_testkit::eventually("the executor reports draining", WAIT, || async {
+        let ex = client.executors().await.unwrap();
+        (ex[0].state == manent_engine::ExecutorState::Draining).then_some(())
+    })
+    .await;
+    short_gate.open();
+    let report = shutdown.await.unwrap();
+    assert_eq!(
+        report.left_pending,
+        vec![long.id.clone()],
+        "only the long one is cut"
+    );
+    assert_eq!(
+        client.get(&short.id).await.unwrap().unwrap().status,
+        WorkflowStatus::Success,
+        "short work finished"
+    );
+    assert_eq!(
+        client.get(&long.id).await.unwrap().unwrap().status,
+        WorkflowStatus::Pending,
+        "long work stays PENDING"
+    );
+    let ex = client.executors().await.unwrap();
+    assert_eq!(
+        ex[0].state,
+        manent_engine::ExecutorState::Stopped,
+        "the executor ends stopped"
+    );
+}
+
+async fn concurrent_migrations_on_an_empty_database_all_succeed(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let url = db.url.clone();
+        tasks.push(tokio::spawn(
+            async move { store::open(&url).await.map(|_| ()) },
+        ));
+    }
+    for t in tasks {
+        t.await.unwrap().expect("every concurrent start succeeds");
+    }
+    let s = open(&db).await;
+    assert_eq!(
+        s.schema_version().await.unwrap(),
+        store::expected_schema_version(),
+        "schema complete once"
+    );
+}
+
+async fn higher_priority_runs_first(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let e = engine(&db, "w").await;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let o = order.clone();
+    e.register("p", move |ctx: WorkflowContext, n: i64| {
+        let o = o.clone();
+        async move {
+            ctx.step("p", || async {
+                o.lock().unwrap().push(n);
+                Ok::<_, String>(())
+            })
+            .await
+        }
+    });
+    e.listen(QueueSpec::new("q").worker_concurrency(1));
+    let client = e.client();
+    let mut ids = Vec::new();
+    for (n, prio) in [(1, 5), (2, 1), (3, 3)] {
+        ids.push(
+            client
+                .enqueue(EnqueueRequest::new("p", "q", n).priority(prio))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    e.launch().await.unwrap();
+    for id in &ids {
+        wait_success(&client, id).await;
+    }
+    assert_eq!(
+        *order.lock().unwrap(),
+        vec![2, 3, 1],
+        "lower priority value runs first"
+    );
+    e.shutdown(WAIT).await;
+}
+
+async fn a_panicking_workflow_ends_in_error(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let e = engine(&db, "w").await;
+    e.register("boom", |_ctx: WorkflowContext, _: ()| async move {
+        if true {
+            panic!("kaboom");
+        }
+        Ok::<_, WorkflowError>(())
+    });
+    e.listen(QueueSpec::new("q"));
+    e.launch().await.unwrap();
+    let wf = e
+        .client()
+        .enqueue(EnqueueRequest::new("boom", "q", ()))
+        .await
+        .unwrap();
+    let done = e.client().wait(&wf.id, WAIT).await.unwrap();
+    assert_eq!(
+        done.status,
+        WorkflowStatus::Error,
+        "a panic fails the workflow, not the executor"
+    );
+    assert!(done.error.unwrap().contains("kaboom"));
+    e.shutdown(WAIT).await;
+}

@@ -1,0 +1,164 @@
+//! Test support shared by manent's crates: a fresh database per test on
+//! either backend, and a guard that kills child processes at the end.
+//!
+//! PostgreSQL is required: a test that cannot reach it fails, it is never
+//! skipped in silence. `MANENT_TEST_POSTGRES` overrides the admin URL
+//! (default `postgres://postgres@127.0.0.1:5432/postgres`).
+
+use std::{path::PathBuf, process::Child};
+
+use sqlx::{Connection, postgres::PgConnection};
+
+/// The two backends every storage test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Db {
+    Sqlite,
+    Postgres,
+}
+
+fn admin_url() -> String {
+    std::env::var("MANENT_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// A database of its own for one test, removed when dropped.
+pub struct TestDb {
+    pub url: String,
+    pub backend: Db,
+    /// Holds the SQLite file's directory; also a scratch directory for the test.
+    pub dir: tempfile::TempDir,
+    pg_name: Option<String>,
+}
+
+impl TestDb {
+    pub async fn new(backend: Db) -> TestDb {
+        let dir = tempfile::tempdir().expect("a temporary directory for the test");
+        match backend {
+            Db::Sqlite => {
+                let path = dir.path().join("manent.db");
+                TestDb {
+                    url: format!("sqlite://{}", path.display()),
+                    backend,
+                    dir,
+                    pg_name: None,
+                }
+            }
+            Db::Postgres => {
+                let name = format!("manent_test_{}", uuid::Uuid::new_v4().simple());
+                let admin = admin_url();
+                let mut conn = PgConnection::connect(&admin).await.unwrap_or_else(|e| {
+                    panic!(
+                        "PostgreSQL is required for this test and is not reachable at {admin}: {e}. \
+                         Start it (./scripts/test does) or set MANENT_TEST_POSTGRES."
+                    )
+                });
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&mut conn)
+                    .await
+                    .expect("create a fresh test database");
+                let _ = conn.close().await;
+                let base = admin
+                    .rsplit_once('/')
+                    .map_or(admin.as_str(), |(b, _)| b)
+                    .to_string();
+                TestDb {
+                    url: format!("{base}/{name}"),
+                    backend,
+                    dir,
+                    pg_name: Some(name),
+                }
+            }
+        }
+    }
+
+    /// A scratch path inside the test's directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some(name) = self.pg_name.take() {
+            let admin = admin_url();
+            // Drop runs outside any runtime's async context: use a small one of our own.
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build();
+                if let Ok(rt) = rt {
+                    rt.block_on(async {
+                        if let Ok(mut conn) = PgConnection::connect(&admin).await {
+                            let _ = sqlx::query(&format!(
+                                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                            ))
+                            .execute(&mut conn)
+                            .await;
+                        }
+                    });
+                }
+            })
+            .join();
+        }
+    }
+}
+
+/// Kills its child processes when dropped, so a failing test leaves none behind.
+#[derive(Default)]
+pub struct Children(pub Vec<Child>);
+
+impl Children {
+    pub fn push(&mut self, child: Child) -> usize {
+        self.0.push(child);
+        self.0.len() - 1
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Sends a signal to a child process (SIGKILL, SIGTERM, SIGSTOP, SIGCONT).
+pub fn signal(child: &Child, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {} failed", child.id());
+}
+
+/// Polls `check` until it returns `Some`, failing the test after `timeout`.
+/// For waiting on another process's visible effects, where no event can be awaited.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}
+
+/// Sends the code under test's logs to the test's output (shown on failure).
+/// `RUST_LOG` filters them; the default shows warnings.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
