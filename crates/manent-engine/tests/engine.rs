@@ -48,6 +48,7 @@ on_both_backends!(
     concurrent_migrations_on_an_empty_database_all_succeed,
     higher_priority_runs_first,
     a_panicking_workflow_ends_in_error,
+    records_are_kept_replaced_listed_and_deleted,
 );
 
 async fn open(db: &TestDb) -> Arc<dyn Store> {
@@ -1025,4 +1026,38 @@ async fn a_panicking_workflow_ends_in_error(db: Db) {
     );
     assert!(done.error.unwrap().contains("kaboom"));
     e.shutdown(WAIT).await;
+}
+
+async fn records_are_kept_replaced_listed_and_deleted(db: Db) {
+    let db = TestDb::new(db).await;
+    let s = open(&db).await;
+    assert!(
+        s.insert_record("token", "a", "1", 1).await.unwrap(),
+        "a free key is inserted"
+    );
+    assert!(
+        !s.insert_record("token", "a", "2", 2).await.unwrap(),
+        "insert never replaces"
+    );
+    s.put_record("token", "b", "3", 3).await.unwrap();
+    s.put_record("token", "b", "4", 4).await.unwrap();
+    s.put_record("other", "a", "5", 5).await.unwrap();
+    assert_eq!(
+        s.get_record("token", "a").await.unwrap().as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        s.list_records("token").await.unwrap(),
+        vec![
+            ("a".to_string(), "1".to_string()),
+            ("b".to_string(), "4".to_string())
+        ],
+        "put replaces; kinds are separate"
+    );
+    assert!(s.delete_record("token", "a").await.unwrap());
+    assert!(
+        !s.delete_record("token", "a").await.unwrap(),
+        "deleting twice reports nothing deleted"
+    );
+    assert_eq!(s.get_record("token", "a").await.unwrap(), None);
 }

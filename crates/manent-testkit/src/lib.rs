@@ -9,6 +9,7 @@ use std::{path::PathBuf, process::Child};
 
 use sqlx::{Connection, postgres::PgConnection};
 
+
 /// The two backends every storage test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Db {
@@ -131,6 +132,56 @@ pub fn signal(child: &Child, signal: &str) {
         .status()
         .expect("run kill");
     assert!(status.success(), "kill -{signal} {} failed", child.id());
+}
+
+/// Waits for a child process to exit (polling, since `Child::wait` blocks a
+/// runtime thread), failing the test after `timeout`.
+pub async fn wait_exit(child: &mut Child, timeout: std::time::Duration) -> std::process::ExitStatus {
+    let pid = child.id();
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("poll a child process") {
+            return status;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for process {pid} to exit");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}
+
+/// Waits until every thread of a child process is stopped (after `SIGSTOP`):
+/// the signal is delivered asynchronously, so `kill` returning is not proof.
+/// Linux only (reads `/proc/<pid>/task/*/stat`).
+pub async fn wait_stopped(child: &Child, timeout: std::time::Duration) {
+    let pid = child.id();
+    eventually(
+        &format!("process {pid} to be stopped"),
+        timeout,
+        || async move { all_threads_stopped(pid).then_some(()) },
+    )
+    .await
+}
+
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            return false;
+        };
+        // The state follows the parenthesised command name, which may hold spaces.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        if !matches!(state, Some("T") | Some("t")) {
+            return false;
+        }
+        any = true;
+    }
+    any
 }
 
 /// Polls `check` until it returns `Some`, failing the test after `timeout`.

@@ -33,9 +33,15 @@
 //!
 //! - `default`: `WorkflowQueue::new` defaults — base polling interval 1 s, max_tasks_per_iteration
 //!   100 — plus `partitioned()` and `worker_concurrency(1)` (the per-partition limit).
-//! - `tuned`: the same with `base_polling_interval(50 ms)`. There is no process-wide concurrency
-//!   knob on a partitioned queue (`worker_concurrency` is re-scoped per key), so concurrency is
+//! - `tuned`: the same with `base_polling_interval(50 ms)` and `max_polling_interval(50 ms)`, so a
+//!   failed dequeue cannot back the poll off past 50 ms. There is no process-wide concurrency knob
+//!   on a partitioned queue (`worker_concurrency` is re-scoped per key), so concurrency is
 //!   unchanged and already unbounded across keys: 50 partitions x 1 caps in-flight at 50.
+//!
+//! On SQLite durare's dequeue is a deferred transaction (read, then write); while workflows commit
+//! steps on other pooled connections it fails with SQLITE_BUSY ("database is locked") and the
+//! dispatcher doubles its interval towards `max_polling_interval` (120 s by default), so the
+//! default setting nearly stalls there. The count of failed polls is reported in `note`.
 //!
 //! Each Postgres run uses a fresh database `bench_durare_<pid>_<setting>`, created and dropped
 //! through the `postgres` database named by `--database-url`; each SQLite run uses a fresh file
@@ -529,7 +535,9 @@ async fn measure_with(
             .expect("start map poisoned")
             .remove(&input)
             .with_context(|| format!("latency sample {k} recorded no first-step start"))?;
-        latencies_ms.push((first_step - enqueued_at).as_secs_f64() * 1000.0);
+        let latency_ms = (first_step - enqueued_at).as_secs_f64() * 1000.0;
+        eprintln!("[{label}] latency sample {k}: {latency_ms:.2} ms");
+        latencies_ms.push(latency_ms);
     }
     let dequeue_errors = dequeue_errors(&engine).await;
     engine

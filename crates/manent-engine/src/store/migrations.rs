@@ -20,18 +20,19 @@ impl Migration {
     }
 }
 
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "workflows, steps, queues, messages, events, executors",
-    statements: &[
-        "CREATE TABLE manent_queues (
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "workflows, steps, queues, messages, events, executors",
+        statements: &[
+            "CREATE TABLE manent_queues (
             name TEXT PRIMARY KEY,
             kind TEXT NOT NULL,
             worker_concurrency BIGINT,
             partition_concurrency BIGINT,
             global_concurrency BIGINT NOT NULL DEFAULT 0,
             updated_at BIGINT NOT NULL)",
-        "CREATE TABLE manent_workflows (
+            "CREATE TABLE manent_workflows (
             id TEXT PRIMARY KEY,
             name TEXT NOT NULL,
             status TEXT NOT NULL,
@@ -52,13 +53,13 @@ pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
             updated_at BIGINT NOT NULL,
             started_at BIGINT,
             finished_at BIGINT)",
-        "CREATE INDEX manent_workflows_queue ON manent_workflows (queue_name, status, partition_key)",
-        "CREATE INDEX manent_workflows_executor ON manent_workflows (executor_id, status)",
-        "CREATE INDEX manent_workflows_parent ON manent_workflows (parent_id)",
-        "CREATE INDEX manent_workflows_created ON manent_workflows (created_seq)",
-        "CREATE UNIQUE INDEX manent_workflows_dedup ON manent_workflows (queue_name, dedup_key)
+            "CREATE INDEX manent_workflows_queue ON manent_workflows (queue_name, status, partition_key)",
+            "CREATE INDEX manent_workflows_executor ON manent_workflows (executor_id, status)",
+            "CREATE INDEX manent_workflows_parent ON manent_workflows (parent_id)",
+            "CREATE INDEX manent_workflows_created ON manent_workflows (created_seq)",
+            "CREATE UNIQUE INDEX manent_workflows_dedup ON manent_workflows (queue_name, dedup_key)
             WHERE dedup_key IS NOT NULL AND status IN ('ENQUEUED', 'PENDING')",
-        "CREATE TABLE manent_steps (
+            "CREATE TABLE manent_steps (
             workflow_id TEXT NOT NULL,
             step_index BIGINT NOT NULL,
             name TEXT NOT NULL,
@@ -70,20 +71,20 @@ pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
             finished_at BIGINT,
             executor_id TEXT NOT NULL,
             PRIMARY KEY (workflow_id, step_index))",
-        "CREATE TABLE manent_messages (
+            "CREATE TABLE manent_messages (
             id {ID},
             workflow_id TEXT NOT NULL,
             topic TEXT NOT NULL,
             payload TEXT NOT NULL,
             created_at BIGINT NOT NULL)",
-        "CREATE INDEX manent_messages_destination ON manent_messages (workflow_id, topic, id)",
-        "CREATE TABLE manent_events (
+            "CREATE INDEX manent_messages_destination ON manent_messages (workflow_id, topic, id)",
+            "CREATE TABLE manent_events (
             workflow_id TEXT NOT NULL,
             event_key TEXT NOT NULL,
             value TEXT NOT NULL,
             updated_at BIGINT NOT NULL,
             PRIMARY KEY (workflow_id, event_key))",
-        "CREATE TABLE manent_executors (
+            "CREATE TABLE manent_executors (
             id TEXT PRIMARY KEY,
             host TEXT NOT NULL,
             pid BIGINT NOT NULL,
@@ -94,8 +95,19 @@ pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
             heartbeat_at BIGINT NOT NULL,
             stopped_at BIGINT,
             version TEXT NOT NULL)",
-    ],
-}];
+        ],
+    },
+    Migration {
+        version: 2,
+        name: "records: small documents kept for the engine's users",
+        statements: &["CREATE TABLE manent_records (
+            kind TEXT NOT NULL,
+            record_key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            updated_at BIGINT NOT NULL,
+            PRIMARY KEY (kind, record_key))"],
+    },
+];
 
 /// The version a fully migrated schema has.
 pub fn latest_version() -> i64 {

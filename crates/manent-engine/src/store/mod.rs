@@ -438,6 +438,27 @@ pub trait Store: Send + Sync + 'static {
     /// Tries to take the liveness lock of an executor id, held for the life of the guard.
     async fn acquire_liveness(&self, executor_id: &str) -> Result<Liveness, StoreError>;
 
+    // --- records: small JSON documents of the engine's users (tokens, schedules, …) ---
+    /// Inserts or replaces the record `(kind, key)`.
+    async fn put_record(
+        &self,
+        kind: &str,
+        key: &str,
+        value: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+    /// Inserts the record only if `(kind, key)` is free; returns whether it was inserted.
+    async fn insert_record(
+        &self,
+        kind: &str,
+        key: &str,
+        value: &str,
+        now_ms: i64,
+    ) -> Result<bool, StoreError>;
+    async fn get_record(&self, kind: &str, key: &str) -> Result<Option<String>, StoreError>;
+    async fn list_records(&self, kind: &str) -> Result<Vec<(String, String)>, StoreError>;
+    async fn delete_record(&self, kind: &str, key: &str) -> Result<bool, StoreError>;
+
     // --- wake-ups ---
     /// Changes made by this process and, where the backend can tell, by others.
     fn subscribe(&self) -> broadcast::Receiver<Wakeup>;

@@ -1106,6 +1106,77 @@ impl Store for SqlStore {
         }
     }
 
+    async fn put_record(
+        &self,
+        kind: &str,
+        key: &str,
+        value: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        with_pool!(self, pool => sqlx::query(
+            "INSERT INTO manent_records (kind, record_key, value, updated_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (kind, record_key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at")
+            .bind(kind)
+            .bind(key)
+            .bind(value)
+            .bind(now_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(map_err))?;
+        Ok(())
+    }
+
+    async fn insert_record(
+        &self,
+        kind: &str,
+        key: &str,
+        value: &str,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let inserted = with_pool!(self, pool => sqlx::query(
+            "INSERT INTO manent_records (kind, record_key, value, updated_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (kind, record_key) DO NOTHING")
+            .bind(kind)
+            .bind(key)
+            .bind(value)
+            .bind(now_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(map_err))?;
+        Ok(inserted == 1)
+    }
+
+    async fn get_record(&self, kind: &str, key: &str) -> Result<Option<String>, StoreError> {
+        with_pool!(self, pool => sqlx::query_scalar("SELECT value FROM manent_records WHERE kind = $1 AND record_key = $2")
+            .bind(kind)
+            .bind(key)
+            .fetch_optional(pool)
+            .await
+            .map_err(map_err))
+    }
+
+    async fn list_records(&self, kind: &str) -> Result<Vec<(String, String)>, StoreError> {
+        with_pool!(self, pool => sqlx::query_as(
+            "SELECT record_key, value FROM manent_records WHERE kind = $1 ORDER BY record_key")
+            .bind(kind)
+            .fetch_all(pool)
+            .await
+            .map_err(map_err))
+    }
+
+    async fn delete_record(&self, kind: &str, key: &str) -> Result<bool, StoreError> {
+        let deleted = with_pool!(self, pool => sqlx::query("DELETE FROM manent_records WHERE kind = $1 AND record_key = $2")
+            .bind(kind)
+            .bind(key)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(map_err))?;
+        Ok(deleted == 1)
+    }
+
     fn subscribe(&self) -> broadcast::Receiver<Wakeup> {
         self.bus.subscribe()
     }

@@ -1,0 +1,98 @@
+//! The one error type of the API and how it becomes an HTTP response:
+//! `{"error": {"code", "message", "field"?}}` with the status PRODUCT §6 names.
+
+use axum::{
+    Json,
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use manent_engine::{EngineError, StoreError};
+use serde_json::json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("{message}")]
+    BadRequest {
+        field: Option<String>,
+        message: String,
+    },
+    #[error(
+        "missing or unknown API token: send `Authorization: Bearer <token>` (create one with `manent-server admin token create`)"
+    )]
+    Unauthorized,
+    #[error("token `{token}` may not {action}")]
+    Forbidden { token: String, action: String },
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl AppError {
+    pub fn bad_request(field: impl Into<String>, message: impl Into<String>) -> Self {
+        AppError::BadRequest {
+            field: Some(field.into()),
+            message: message.into(),
+        }
+    }
+
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            AppError::BadRequest { .. } => (StatusCode::BAD_REQUEST, "bad_request"),
+            AppError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            AppError::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
+            AppError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            AppError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            AppError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl From<StoreError> for AppError {
+    fn from(e: StoreError) -> Self {
+        if e.is_transient() {
+            AppError::Unavailable(e.to_string())
+        } else {
+            AppError::Internal(e.to_string())
+        }
+    }
+}
+
+impl From<EngineError> for AppError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Store(s) => s.into(),
+            EngineError::NotFound(_) => AppError::NotFound(e.to_string()),
+            EngineError::InvalidState { .. }
+            | EngineError::Deduplicated { .. }
+            | EngineError::IdConflict { .. } => AppError::Conflict(e.to_string()),
+            EngineError::InvalidInput(m) => AppError::BadRequest {
+                field: None,
+                message: m,
+            },
+            other => AppError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        if status.is_server_error() {
+            tracing::error!(error = %self, "request failed");
+        }
+        let mut body = json!({ "code": code, "message": self.to_string() });
+        if let AppError::BadRequest {
+            field: Some(field), ..
+        } = &self
+        {
+            body["field"] = json!(field);
+        }
+        (status, Json(json!({ "error": body }))).into_response()
+    }
+}

@@ -1,0 +1,126 @@
+//! manent's HTTP API: `/api/v1` (JSON, bearer tokens), `/healthz`, `/readyz`.
+//! The only crate that knows HTTP. `app(state)` builds the router, so tests
+//! drive it with `oneshot` and no socket.
+
+pub mod auth;
+mod error;
+
+use std::sync::Arc;
+
+use axum::{
+    Json, Router,
+    extract::{Path, Request, State},
+    http::{StatusCode, header},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use manent_config::Config;
+use manent_deploy::views::{self, QueueView, WorkerView};
+use manent_engine::{Client, store};
+use serde_json::json;
+
+pub use auth::{Action, Caller, Role};
+pub use error::AppError;
+
+/// What every handler shares. Stateless across requests: any number of API
+/// instances can serve the same database.
+#[derive(Clone)]
+pub struct AppState {
+    pub client: Client,
+    pub config: Arc<Config>,
+}
+
+pub fn app(state: AppState) -> Router {
+    let v1 = Router::new()
+        .route("/workers", get(list_workers))
+        .route("/queues", get(list_queues))
+        .route("/executors/{id}/recover", post(recover_executor))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/api/v1/openapi.json", get(openapi))
+        .nest("/api/v1", v1)
+        .with_state(state)
+}
+
+/// Every `/api/v1` route needs a known bearer token.
+async fn require_token(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Result<Response, AppError> {
+    let secret = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .ok_or(AppError::Unauthorized)?;
+    let caller = auth::authenticate(state.client.store(), secret)
+        .await?
+        .ok_or(AppError::Unauthorized)?;
+    request.extensions_mut().insert(caller);
+    Ok(next.run(request).await)
+}
+
+fn require(caller: &Caller, action: Action, application: Option<&str>) -> Result<(), AppError> {
+    if caller.may(action, application) {
+        Ok(())
+    } else {
+        let what = match (action, application) {
+            (Action::Read, _) => "read".to_string(),
+            (Action::Deploy, Some(app)) => format!("deploy {app}"),
+            (Action::Approve, Some(app)) => format!("approve deploys of {app}"),
+            (Action::Administer, _) => "administer manent".to_string(),
+            (a, None) => format!("{a:?}").to_lowercase(),
+        };
+        Err(AppError::Forbidden {
+            token: caller.token.name.clone(),
+            action: what,
+        })
+    }
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.client.store().schema_version().await {
+        Ok(v) if v >= store::expected_schema_version() => (StatusCode::OK, "ready").into_response(),
+        Ok(v) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "schema version {v}, expected {}: run `manent-server admin migrate`",
+                store::expected_schema_version()
+            ),
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("database unreachable: {e}"),
+        )
+            .into_response(),
+    }
+}
+
+async fn list_workers(State(state): State<AppState>) -> Result<Json<Vec<WorkerView>>, AppError> {
+    Ok(Json(views::workers(&state.client, &state.config).await?))
+}
+
+async fn list_queues(State(state): State<AppState>) -> Result<Json<Vec<QueueView>>, AppError> {
+    Ok(Json(views::queues(&state.client, &state.config).await?))
+}
+
+async fn recover_executor(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, AppError> {
+    require(&caller, Action::Administer, None)?;
+    let recovered = state.client.recover_executor(&id).await?;
+    tracing::warn!(executor_id = %id, by = %caller.token.name, count = recovered.len(), "manual recovery");
+    Ok(Json(json!({ "executor_id": id, "recovered": recovered })))
+}
+
+async fn openapi() -> Json<serde_json::Value> {
+    Json(serde_json::from_str(include_str!("openapi.json")).unwrap_or_else(|_| json!({})))
+}

@@ -1,0 +1,210 @@
+//! `manent`: the command-line client of the manent API. Human tables by
+//! default, `--output json` everywhere. Exit codes: 0 success, 1 deploy
+//! failed, 2 usage or bad input, 3 server unreachable or auth refused.
+
+mod client;
+mod render;
+
+use std::{path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::Value;
+
+use crate::client::{ApiClient, CliError};
+
+#[derive(Parser)]
+#[command(
+    name = "manent",
+    version,
+    about = "Durable deploys: submit, follow and operate them."
+)]
+struct Args {
+    /// The API's base URL.
+    #[arg(
+        long,
+        global = true,
+        env = "MANENT_SERVER",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    server: String,
+    /// API token (`manent-server admin token create`).
+    #[arg(long, global = true, env = "MANENT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    #[arg(long, short, global = true, value_enum, default_value_t = Output::Table)]
+    output: Output,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Submits a deploy descriptor (YAML or JSON).
+    Deploy {
+        #[arg(short, long)]
+        file: PathBuf,
+        /// Waits for the deploy to end, showing its progress.
+        #[arg(long)]
+        wait: bool,
+        /// Plans instead of acting: nothing changes on any target.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// A deploy's status, targets and steps.
+    Status { id: String },
+    /// A deploy's log lines.
+    Logs { id: String },
+    /// Recent deploys.
+    List {
+        #[arg(long)]
+        application: Option<String>,
+        #[arg(long)]
+        environment: Option<String>,
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Cancels a deploy.
+    Cancel { id: String },
+    /// Queues with their kinds, limits, depths and workers.
+    Queues,
+    /// Workers with their state, last heartbeat and running deploys.
+    Workers,
+    /// Which worker runs each deploy, and recent events.
+    Activity,
+    /// Hands the pending deploys of an executor back to the queues.
+    Recover {
+        #[arg(long)]
+        executor: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("manent: cannot start: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("manent: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<u8, CliError> {
+    let api = ApiClient::new(&args.server, args.token.clone())?;
+    let json = args.output == Output::Json;
+    match args.command {
+        Command::Deploy {
+            file,
+            wait,
+            dry_run,
+        } => {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", file.display())))?;
+            let created = api.submit(&text, &file, dry_run).await?;
+            let id = created["id"].as_str().unwrap_or_default().to_string();
+            if !wait {
+                render::print(json, &created, render::submitted);
+                return Ok(0);
+            }
+            let status = follow(&api, &id, json).await?;
+            render::print(json, &status, render::status);
+            Ok(if status["status"] == "SUCCESS" { 0 } else { 1 })
+        }
+        Command::Status { id } => {
+            let status = api.get(&format!("/api/v1/deploys/{id}")).await?;
+            render::print(json, &status, render::status);
+            Ok(0)
+        }
+        Command::Logs { id } => {
+            let logs = api.get(&format!("/api/v1/deploys/{id}/logs")).await?;
+            render::print(json, &logs, render::logs);
+            Ok(0)
+        }
+        Command::List {
+            application,
+            environment,
+            status,
+            limit,
+        } => {
+            let mut query = vec![("limit", limit.to_string())];
+            query.extend(application.map(|a| ("application", a)));
+            query.extend(environment.map(|e| ("environment", e)));
+            query.extend(status.map(|s| ("status", s)));
+            let list = api.get_query("/api/v1/deploys", &query).await?;
+            render::print(json, &list, render::deploys);
+            Ok(0)
+        }
+        Command::Cancel { id } => {
+            let out = api
+                .post(&format!("/api/v1/deploys/{id}/cancel"), &Value::Null)
+                .await?;
+            render::print(json, &out, render::submitted);
+            Ok(0)
+        }
+        Command::Queues => {
+            let queues = api.get("/api/v1/queues").await?;
+            render::print(json, &queues, render::queues);
+            Ok(0)
+        }
+        Command::Workers => {
+            let workers = api.get("/api/v1/workers").await?;
+            render::print(json, &workers, render::workers);
+            Ok(0)
+        }
+        Command::Activity => {
+            let activity = api.get("/api/v1/activity").await?;
+            render::print(json, &activity, render::activity);
+            Ok(0)
+        }
+        Command::Recover { executor } => {
+            let out = api
+                .post(
+                    &format!("/api/v1/executors/{executor}/recover"),
+                    &Value::Null,
+                )
+                .await?;
+            render::print(json, &out, |v| format!("recovered: {}", v["recovered"]));
+            Ok(0)
+        }
+    }
+}
+
+/// Polls the deploy until it ends, printing a line whenever its phase or a
+/// target's status changes (on stderr, so `--output json` stays parseable).
+async fn follow(api: &ApiClient, id: &str, json: bool) -> Result<Value, CliError> {
+    let mut last = String::new();
+    loop {
+        let status = api.get(&format!("/api/v1/deploys/{id}")).await?;
+        let line = render::progress_line(&status);
+        if line != last {
+            if !json {
+                eprintln!("{line}");
+            }
+            last = line;
+        }
+        if matches!(
+            status["status"].as_str(),
+            Some("SUCCESS" | "ERROR" | "CANCELLED")
+        ) {
+            return Ok(status);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}

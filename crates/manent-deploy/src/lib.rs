@@ -1,0 +1,10 @@
+//! manent's deploys on the durable engine: which queues a worker serves,
+//! how a deploy is submitted and routed, the deploy workflow itself, and the
+//! views (JSON shapes of PRODUCT §11) that the API and the CLI show.
+
+pub mod queues;
+pub mod views;
+pub mod workflow;
+
+pub use queues::{DEFAULT_QUEUE, DeclaredQueue, QueueKind, declared_queues, worker_queues};
+pub use workflow::register_workflows;

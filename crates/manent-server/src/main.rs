@@ -1,0 +1,244 @@
+//! `manent-server -c manent.yml {serve|api|worker|admin …}`: a thin binary
+//! over the library crates. Parses arguments, loads the configuration, opens
+//! the database and runs the chosen role until SIGINT or SIGTERM.
+
+use std::{path::PathBuf, sync::Arc};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use manent_api::{AppState, Role};
+use manent_config::{Config, LogFormat};
+use manent_engine::{Client, Engine, EngineConfig, Store, store};
+use tokio::signal::unix::{SignalKind, signal};
+
+#[derive(Parser)]
+#[command(
+    name = "manent-server",
+    version,
+    about = "manent: durable deploys. API, worker, or both, over one database."
+)]
+struct Args {
+    /// The configuration file (manent.yml). Without it, defaults plus MANENT__* variables.
+    #[arg(short, long, global = true, env = "MANENT_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The API and a worker in one process (development, small installs).
+    Serve,
+    /// The HTTP API (stateless: run N behind a load balancer).
+    Api,
+    /// A worker: runs deploys from the queues (each with its own stable executor id).
+    Worker,
+    /// Administration.
+    #[command(subcommand)]
+    Admin(Admin),
+}
+
+#[derive(Subcommand)]
+enum Admin {
+    /// Creates or updates the database schema.
+    Migrate,
+    /// Hands the pending deploys of an executor back to the queues, for any worker to resume.
+    Recover {
+        #[arg(long)]
+        executor: String,
+    },
+    /// API tokens.
+    #[command(subcommand)]
+    Token(Token),
+    /// Validates the configuration and exits.
+    CheckConfig,
+}
+
+#[derive(Subcommand)]
+enum Token {
+    /// Creates a token and prints it on stdout (shown once).
+    Create {
+        #[arg(long)]
+        name: String,
+        /// viewer, deployer, approver or admin.
+        #[arg(long)]
+        role: String,
+        /// Application pattern the role is granted on, qualified with the tenant (`ml/*`).
+        #[arg(long)]
+        on: Option<String>,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("manent-server: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("manent-server: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_config(path: Option<&PathBuf>) -> Result<Config> {
+    let env = manent_config::process_env();
+    Ok(match path {
+        Some(p) => Config::load(p, env)?,
+        None => Config::from_env(env)?,
+    })
+}
+
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("{},sqlx=warn", config.log.level))
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match config.log.format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+async fn open_store(config: &Config) -> Result<Arc<dyn Store>> {
+    store::open(&config.database.url)
+        .await
+        .with_context(|| "cannot open the database (database.url)".to_string())
+}
+
+async fn run(args: Args) -> Result<()> {
+    let config = Arc::new(load_config(args.config.as_ref())?);
+    if let Command::Admin(Admin::CheckConfig) = args.command {
+        println!(
+            "{}: valid (executor id {})",
+            config.file_name(),
+            config.effective_executor_id()
+        );
+        return Ok(());
+    }
+    init_logging(&config);
+    let store = open_store(&config).await?;
+    match args.command {
+        Command::Serve => serve(config, store, true, true).await,
+        Command::Api => serve(config, store, true, false).await,
+        Command::Worker => serve(config, store, false, true).await,
+        Command::Admin(admin) => run_admin(admin, store).await,
+    }
+}
+
+async fn run_admin(admin: Admin, store: Arc<dyn Store>) -> Result<()> {
+    match admin {
+        // The store was migrated when it was opened.
+        Admin::Migrate => {
+            println!("schema at version {}", store.schema_version().await?);
+            Ok(())
+        }
+        Admin::Recover { executor } => {
+            let recovered = Client::new(store).recover_executor(&executor).await?;
+            println!(
+                "recovered {} workflow(s) of executor {executor}",
+                recovered.len()
+            );
+            for id in recovered {
+                println!("{id}");
+            }
+            Ok(())
+        }
+        Admin::Token(Token::Create { name, role, on }) => {
+            let role: Role = role.parse().map_err(anyhow::Error::msg).context("--role")?;
+            let secret = manent_api::auth::create_token(&store, &name, role, on.as_deref()).await?;
+            println!("{secret}");
+            Ok(())
+        }
+        Admin::CheckConfig => Ok(()),
+    }
+}
+
+/// Runs the API and/or a worker until SIGINT or SIGTERM, then shuts down:
+/// the API stops accepting, the worker drains for `dbos.drain_timeout`.
+async fn serve(
+    config: Arc<Config>,
+    store: Arc<dyn Store>,
+    with_api: bool,
+    with_worker: bool,
+) -> Result<()> {
+    let mut sigterm = signal(SignalKind::terminate()).context("install the SIGTERM handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("install the SIGINT handler")?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+
+    let engine = if with_worker {
+        Some(start_worker(&config, store.clone()).await?)
+    } else {
+        None
+    };
+
+    let api = if with_api {
+        let listener = tokio::net::TcpListener::bind(&config.api.listen)
+            .await
+            .with_context(|| format!("cannot listen on {} (api.listen)", config.api.listen))?;
+        let addr = listener.local_addr()?;
+        tracing::info!(%addr, "API listening");
+        let state = AppState {
+            client: Client::new(store.clone()),
+            config: config.clone(),
+        };
+        let mut stop = stop_rx.clone();
+        Some(tokio::spawn(async move {
+            axum::serve(listener, manent_api::app(state))
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
+        }))
+    } else {
+        None
+    };
+
+    tokio::select! {
+        _ = sigterm.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = sigint.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+    let _ = stop_tx.send(true);
+    if let Some(engine) = engine {
+        let report = engine.shutdown(config.dbos.drain_timeout).await;
+        tracing::info!(
+            drained = report.drained,
+            left_pending = report.left_pending.len(),
+            "worker stopped"
+        );
+    }
+    if let Some(api) = api {
+        api.await.context("API task")?.context("API server")?;
+    }
+    Ok(())
+}
+
+async fn start_worker(config: &Config, store: Arc<dyn Store>) -> Result<Engine> {
+    let mut engine_config = EngineConfig::new(config.effective_executor_id());
+    engine_config.region = config.dbos.region.clone();
+    engine_config.stale_after = config.recovery.stale_after;
+    engine_config.heartbeat_interval = config.recovery.heartbeat_interval;
+    engine_config.automatic_recovery = config.recovery.automatic;
+    let engine = Engine::new(store, engine_config);
+    let queues = manent_deploy::worker_queues(config);
+    if queues.is_empty() {
+        bail!("this worker serves no queue: check dbos.exclusive, dbos.queues and dbos.plugins");
+    }
+    for q in &queues {
+        engine.listen(q.spec());
+    }
+    manent_deploy::register_workflows(&engine, config);
+    engine.launch().await.context("the worker did not start")?;
+    Ok(engine)
+}
