@@ -9,14 +9,17 @@ use std::sync::Arc;
 
 use axum::{
     Json, Router,
-    extract::{Path, Request, State},
+    extract::{Path, Query, Request, State},
     http::{StatusCode, header},
     middleware::{self, Next},
     response::{IntoResponse, Response},
     routing::{get, post},
 };
 use manent_config::Config;
-use manent_deploy::views::{self, QueueView, WorkerView};
+use manent_deploy::{
+    service::{self, DeployStatus, ListFilter, SubmitError, Submitted},
+    views::{self, QueueView, WorkerView},
+};
 use manent_engine::{Client, store};
 use serde_json::json;
 
@@ -33,6 +36,11 @@ pub struct AppState {
 
 pub fn app(state: AppState) -> Router {
     let v1 = Router::new()
+        .route("/deploys", post(submit_deploy).get(list_deploys))
+        .route("/deploys/{id}", get(deploy_status))
+        .route("/deploys/{id}/logs", get(deploy_logs))
+        .route("/deploys/{id}/cancel", post(cancel_deploy))
+        .route("/activity", get(activity))
         .route("/workers", get(list_workers))
         .route("/queues", get(list_queues))
         .route("/executors/{id}/recover", post(recover_executor))
@@ -123,4 +131,115 @@ async fn recover_executor(
 
 async fn openapi() -> Json<serde_json::Value> {
     Json(serde_json::from_str(include_str!("openapi.json")).unwrap_or_else(|_| json!({})))
+}
+
+#[derive(serde::Deserialize)]
+struct SubmitQuery {
+    #[serde(default)]
+    dry_run: bool,
+    /// The descriptor's file name, for messages.
+    file: Option<String>,
+}
+
+/// `POST /api/v1/deploys`: the body is the descriptor, YAML or JSON.
+async fn submit_deploy(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Query(query): Query<SubmitQuery>,
+    body: String,
+) -> Result<(StatusCode, Json<Submitted>), AppError> {
+    // Authorise on the application before anything else is read or stored.
+    let application = peek_application(&body);
+    require(
+        &caller,
+        Action::Deploy,
+        Some(application.as_deref().unwrap_or("")),
+    )?;
+    let file = query.file.as_deref().unwrap_or("descriptor");
+    match service::submit(
+        &state.client,
+        &state.config,
+        &body,
+        file,
+        query.dry_run,
+        &caller.token.name,
+    )
+    .await
+    {
+        Ok(submitted) => Ok((StatusCode::CREATED, Json(submitted))),
+        Err(SubmitError::Invalid { field, message }) => {
+            Err(AppError::BadRequest { field, message })
+        }
+        Err(SubmitError::UnknownEnvironment(m)) => Err(AppError::NotFound(m)),
+        Err(SubmitError::Engine(e)) => Err(e.into()),
+    }
+}
+
+/// The `application` of a descriptor, read leniently for authorisation
+/// (the real parse, with its errors, comes after).
+fn peek_application(body: &str) -> Option<String> {
+    body.lines().find_map(|line| {
+        let rest = line
+            .trim()
+            .trim_start_matches(['{', '"'])
+            .strip_prefix("application")?;
+        let value = rest
+            .trim_start_matches('"')
+            .trim_start()
+            .strip_prefix(':')?;
+        let value = value
+            .trim()
+            .trim_end_matches(',')
+            .trim_matches(['"', '\'', ' ']);
+        (!value.is_empty()).then(|| value.to_string())
+    })
+}
+
+async fn list_deploys(
+    State(state): State<AppState>,
+    Query(filter): Query<ListFilter>,
+) -> Result<Json<Vec<DeployStatus>>, AppError> {
+    Ok(Json(service::list(&state.client, &filter).await?))
+}
+
+async fn deploy_status(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<DeployStatus>, AppError> {
+    service::status(&state.client, &id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))
+}
+
+async fn deploy_logs(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, AppError> {
+    let lines = service::logs(&state.client, &id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))?;
+    Ok(Json(json!({ "id": id, "lines": lines })))
+}
+
+async fn cancel_deploy(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Submitted>, AppError> {
+    let deploy = service::status(&state.client, &id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))?;
+    require(&caller, Action::Deploy, Some(&deploy.application))?;
+    let status = state.client.cancel(&id).await?;
+    tracing::info!(deploy = %id, by = %caller.token.name, "deploy cancelled");
+    Ok(Json(Submitted {
+        id,
+        status: status.to_string(),
+        queue: deploy.queue,
+    }))
+}
+
+async fn activity(State(state): State<AppState>) -> Result<Json<Vec<DeployStatus>>, AppError> {
+    Ok(Json(service::activity(&state.client).await?))
 }

@@ -2,9 +2,12 @@
 //! how a deploy is submitted and routed, the deploy workflow itself, and the
 //! views (JSON shapes of PRODUCT §11) that the API and the CLI show.
 
+pub mod artifacts;
 pub mod queues;
+pub mod service;
+pub mod targets;
 pub mod views;
 pub mod workflow;
 
 pub use queues::{DEFAULT_QUEUE, DeclaredQueue, QueueKind, declared_queues, worker_queues};
-pub use workflow::register_workflows;
+pub use workflow::{DEPLOY_WORKFLOW, DeployRequest, register_workflows};

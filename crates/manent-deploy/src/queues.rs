@@ -3,44 +3,7 @@
 
 use manent_config::Config;
 use manent_engine::QueueSpec;
-use serde::{Deserialize, Serialize};
-
-/// The queue of every deploy that nothing else routes.
-pub const DEFAULT_QUEUE: &str = "default";
-
-/// What a queue is for, as `manent queues` shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum QueueKind {
-    Default,
-    Tenant,
-    Region,
-    Plugin,
-    Routed,
-}
-
-impl QueueKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QueueKind::Default => "default",
-            QueueKind::Tenant => "tenant",
-            QueueKind::Region => "region",
-            QueueKind::Plugin => "plugin",
-            QueueKind::Routed => "routed",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "default" => QueueKind::Default,
-            "tenant" => QueueKind::Tenant,
-            "region" => QueueKind::Region,
-            "plugin" => QueueKind::Plugin,
-            "routed" => QueueKind::Routed,
-            _ => return None,
-        })
-    }
-}
+pub use manent_model::{DEFAULT_QUEUE, QueueKind, region_queue};
 
 /// A queue with the limits every worker that serves it enforces.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,51 +43,28 @@ impl DeclaredQueue {
 /// only where a worker declares its region). Routed queues are listed also
 /// while no worker serves them.
 pub fn declared_queues(config: &Config) -> Vec<DeclaredQueue> {
-    let mut out = vec![DeclaredQueue::with_limits_of_default(
-        config,
-        DEFAULT_QUEUE,
-        QueueKind::Default,
-    )];
-    let mut push = |q: DeclaredQueue| {
-        if !out.iter().any(|o| o.name == q.name) {
-            out.push(q);
-        }
-    };
-    for tenant in &config.tenants {
-        if let Some(queue) = &tenant.queue {
-            push(DeclaredQueue::with_limits_of_default(
-                config,
-                queue,
-                QueueKind::Tenant,
-            ));
-        }
-    }
-    for plugin in config.plugins.values() {
-        if let Some(queue) = &plugin.queue {
-            push(DeclaredQueue::with_limits_of_default(
-                config,
-                queue,
-                QueueKind::Plugin,
-            ));
-        }
-    }
-    for routed in &config.queues {
-        // The routed queue's own concurrency is its global limit, and also
-        // caps its deploys on each worker (the seed's "Routed queues").
-        let global = routed.concurrency.unwrap_or(config.dbos.global_concurrency);
-        let per_worker = match routed.concurrency {
-            Some(c) => c.min(config.dbos.concurrency),
-            None => config.dbos.concurrency,
-        };
-        push(DeclaredQueue {
-            name: routed.name.clone(),
-            kind: QueueKind::Routed,
-            concurrency: per_worker,
-            environment_concurrency: config.dbos.environment_concurrency,
-            global_concurrency: global,
-        });
-    }
-    out
+    manent_model::queue_kinds(config)
+        .into_iter()
+        .map(|(name, kind)| {
+            match config
+                .routed_queue(&name)
+                .filter(|_| kind == QueueKind::Routed)
+            {
+                // A routed queue's own concurrency is its global limit, and also
+                // caps its deploys on each worker (the seed's "Routed queues").
+                Some(routed) => DeclaredQueue {
+                    concurrency: routed
+                        .concurrency
+                        .map_or(config.dbos.concurrency, |c| c.min(config.dbos.concurrency)),
+                    global_concurrency: routed
+                        .concurrency
+                        .unwrap_or(config.dbos.global_concurrency),
+                    ..DeclaredQueue::with_limits_of_default(config, &name, kind)
+                },
+                None => DeclaredQueue::with_limits_of_default(config, &name, kind),
+            }
+        })
+        .collect()
 }
 
 /// The queues this worker registers and dequeues: the ones it knows, and no
@@ -161,11 +101,6 @@ pub fn worker_queues(config: &Config) -> Vec<DeclaredQueue> {
         out.extend(regional);
     }
     out
-}
-
-/// The queue of the passes on `region`'s targets.
-pub fn region_queue(queue: &str, region: &str) -> String {
-    format!("{queue}.{region}")
 }
 
 #[cfg(test)]

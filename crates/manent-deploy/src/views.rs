@@ -106,7 +106,8 @@ pub async fn queues(client: &Client, config: &Config) -> Result<Vec<QueueView>, 
         }
         let limit = |v: Option<i64>| v.and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
         views.push(QueueView {
-            kind: QueueKind::parse(&registered.kind).unwrap_or(QueueKind::Default),
+            kind: serde_json::from_value(serde_json::Value::String(registered.kind.clone()))
+                .unwrap_or(QueueKind::Default),
             concurrency: limit(registered.worker_concurrency),
             environment_concurrency: limit(registered.partition_concurrency),
             global_concurrency: u32::try_from(registered.global_concurrency).unwrap_or(0),

@@ -1,7 +1,427 @@
-//! The deploy workflow, registered on every worker.
+//! The deploy workflow: fetch and verify the artifacts, then wave by wave
+//! deploy and check each target (`max_parallel` at a time), stop and roll back
+//! on failure. Every line of work is a durable step: a deploy interrupted
+//! anywhere resumes at the step where it stopped.
 
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use futures::StreamExt;
 use manent_config::Config;
-use manent_engine::Engine;
+use manent_engine::{Engine, StepPolicy, WorkflowContext, WorkflowError};
+use manent_model::{Descriptor, EffectiveDescriptor, OnFailure, Route, Target, plan_waves};
+use manent_ssh::{ConnectionPool, SshAuth};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    artifacts::{self, LocalArtifact},
+    targets::{self, TargetOutcome},
+};
+
+/// The workflow's registered name.
+pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
+
+/// What a submission records: the request, with its route decided once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeployRequest {
+    pub descriptor: Descriptor,
+    /// Built at submission; `None` when the environment configuration could
+    /// not be read then (it is built by the worker's first step).
+    pub effective: Option<EffectiveDescriptor>,
+    pub route: Route,
+    pub submitted_by: String,
+    pub submitted_at_ms: i64,
+}
+
+/// The final output of a successful deploy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeployResult {
+    pub targets: Vec<TargetOutcome>,
+}
+
+/// What a worker needs to run deploys.
+pub struct Runtime {
+    pub config: Arc<Config>,
+    pub client: manent_engine::Client,
+    /// Where artifacts are kept on this worker (`MANENT_WORKDIR`).
+    pub workdir: PathBuf,
+}
+
+impl Runtime {
+    pub fn new(config: Arc<Config>, client: manent_engine::Client) -> Self {
+        let workdir = std::env::var_os("MANENT_WORKDIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                std::env::temp_dir()
+                    .join("manent-work")
+                    .join(config.effective_executor_id())
+            });
+        Runtime {
+            config,
+            client,
+            workdir,
+        }
+    }
+}
 
 /// Registers manent's workflows on a worker's engine.
-pub fn register_workflows(_engine: &Engine, _config: &Config) {}
+pub fn register_workflows(engine: &Engine, config: &Config) {
+    let runtime = Arc::new(Runtime::new(Arc::new(config.clone()), engine.client()));
+    engine.register(
+        DEPLOY_WORKFLOW,
+        move |ctx: WorkflowContext, request: DeployRequest| {
+            let runtime = runtime.clone();
+            async move { deploy(&ctx, &runtime, request).await }
+        },
+    );
+}
+
+async fn phase(ctx: &WorkflowContext, phase: &str) -> Result<(), WorkflowError> {
+    ctx.set_event("phase", &phase.to_string()).await
+}
+
+async fn deploy(
+    ctx: &WorkflowContext,
+    rt: &Runtime,
+    request: DeployRequest,
+) -> Result<DeployResult, WorkflowError> {
+    let deploy_id = ctx.workflow_id().to_string();
+    let eff: EffectiveDescriptor = match request.effective.clone() {
+        Some(eff) => eff,
+        None => {
+            let source = rt.config.environments_source();
+            let descriptor = request.descriptor.clone();
+            ctx.step_with(
+                "resolve environment",
+                StepPolicy::retry(5, Duration::from_secs(2)),
+                || {
+                    let (source, descriptor) = (source.clone(), descriptor.clone());
+                    async move {
+                        let env = manent_model::load_environment(
+                            &source,
+                            &descriptor.application,
+                            &descriptor.environment,
+                        )
+                        .map_err(|e| e.to_string())?;
+                        EffectiveDescriptor::build(&descriptor, &env).map_err(|e| e.to_string())
+                    }
+                },
+            )
+            .await?
+        }
+    };
+    if eff.plugin != manent_model::DEFAULT_PLUGIN && eff.plugin != manent_model::COMMAND_PLUGIN {
+        // A plugin this worker does not run (external plugins are served by their own pools).
+        return Err(WorkflowError::failed(format!(
+            "plugin `{}` is not available on worker `{}`; it runs only on the workers of its queue",
+            eff.plugin,
+            ctx.executor_id()
+        )));
+    }
+
+    phase(ctx, "fetching").await?;
+    let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
+    let mut local = Vec::new();
+    for artifact in &eff.artifacts {
+        let a = artifact.clone();
+        let dir = dir.clone();
+        let fetched: LocalArtifact = ctx
+            .step_with(
+                &format!("fetch {}", artifact.name),
+                StepPolicy::retry(3, Duration::from_secs(1)),
+                || {
+                    let (a, dir) = (a.clone(), dir.clone());
+                    async move { artifacts::ensure_local(&a, &dir).await }
+                },
+            )
+            .await?;
+        local.push(fetched);
+    }
+
+    let auth = ssh_auth(rt, &eff);
+    let pool = ConnectionPool::new(auth);
+    let waves = plan_waves(&eff);
+    let mut outcomes: Vec<TargetOutcome> = Vec::new();
+    let mut failure: Option<String> = None;
+    for (w, wave) in waves.iter().enumerate() {
+        phase(
+            ctx,
+            &format!("wave {}/{} ({})", w + 1, waves.len(), wave.name),
+        )
+        .await?;
+        let branches = ctx.branches(wave.targets.len());
+        let max_parallel = eff.rollout.max_parallel.max(1) as usize;
+        // Futures built in a plain loop (not a closure) keep the workflow future Send.
+        let mut pending = Vec::new();
+        for (b, target) in branches.into_iter().zip(&wave.targets) {
+            let (eff, local, pool, deploy_id, dir) = (&eff, &local, &pool, &deploy_id, &dir);
+            pending.push(async move {
+                deploy_target(&b, eff, target, local, pool, deploy_id, dir).await
+            });
+        }
+        let results: Vec<Result<TargetOutcome, WorkflowError>> = futures::stream::iter(pending)
+            .buffer_unordered(max_parallel)
+            .collect()
+            .await;
+        for r in results {
+            let outcome = r?;
+            if outcome.status == "failed" && failure.is_none() {
+                failure = Some(format!(
+                    "target {}: {}",
+                    outcome.name,
+                    outcome.detail.clone().unwrap_or_default()
+                ));
+            }
+            outcomes.push(outcome);
+        }
+        if failure.is_some() {
+            break;
+        }
+        if let Some(pause) = eff.rollout.pause
+            && w + 1 < waves.len()
+        {
+            phase(ctx, &format!("pause before wave {}", w + 2)).await?;
+            ctx.sleep(pause).await?;
+        }
+    }
+    outcomes.sort_by(|a, b| a.name.cmp(&b.name));
+
+    if let Some(reason) = failure {
+        if !eff.dry_run && eff.rollback.on_failure == OnFailure::ReactivatePrevious {
+            phase(ctx, "rolling back").await?;
+            roll_back(ctx, rt, &eff, &pool, &deploy_id, &outcomes).await?;
+        }
+        phase(ctx, "done").await?;
+        return Err(WorkflowError::failed(format!(
+            "deploy failed: {reason}; later waves were not started"
+        )));
+    }
+    phase(ctx, "done").await?;
+    Ok(DeployResult { targets: outcomes })
+}
+
+fn ssh_auth(rt: &Runtime, eff: &EffectiveDescriptor) -> SshAuth {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/root"));
+    let resolve = |p: &std::path::Path| {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            rt.config.environments_source().join(p)
+        }
+    };
+    let key = eff
+        .ssh
+        .key
+        .as_deref()
+        .map(resolve)
+        .unwrap_or_else(|| home.join(".ssh/id_ed25519"));
+    let known_hosts = eff
+        .ssh
+        .known_hosts
+        .as_deref()
+        .map(resolve)
+        .unwrap_or_else(|| home.join(".ssh/known_hosts"));
+    let mut auth = SshAuth::new(key, known_hosts);
+    auth.strict_host_key_checking = eff.ssh.strict_host_key_checking;
+    auth
+}
+
+/// Deploys one target in its own branch of the workflow and publishes its
+/// outcome. A failed step is the target's failure; fencing, cancellation and
+/// database errors stop the whole workflow.
+async fn deploy_target(
+    ctx: &WorkflowContext,
+    eff: &EffectiveDescriptor,
+    target: &Target,
+    local: &[LocalArtifact],
+    pool: &ConnectionPool,
+    deploy_id: &str,
+    dir: &std::path::Path,
+) -> Result<TargetOutcome, WorkflowError> {
+    let key = format!("target:{}", target.name);
+    let name = &target.name;
+    ctx.set_event(&key, &TargetOutcome::new(name, "deploying", None))
+        .await?;
+    let env = targets::command_env(eff, deploy_id, target, local);
+    let result: Result<(bool, Vec<String>), WorkflowError> = async {
+        if eff.dry_run {
+            let lines: Vec<String> = ctx
+                .step(&format!("{name}: plan"), || async {
+                    let present = ensure_all(eff, dir).await?;
+                    targets::plan(pool, eff, target, &present).await
+                })
+                .await?;
+            return Ok((false, lines));
+        }
+        let mut lines = Vec::new();
+        if eff.plugin == manent_model::COMMAND_PLUGIN {
+            for (i, command) in eff.commands.iter().enumerate() {
+                let out: String = ctx
+                    .step(&format!("{name}: command {}", i + 1), || async {
+                        targets::run(pool, eff, target, command, &env).await
+                    })
+                    .await?;
+                lines.push(format!(
+                    "command {}: ok{}",
+                    i + 1,
+                    if out.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({out})")
+                    }
+                ));
+            }
+        } else {
+            for a in local {
+                let remote: String = ctx
+                    .step_with(
+                        &format!("{name}: upload {}", a.name),
+                        StepPolicy::retry(3, Duration::from_secs(1)).recording_start(),
+                        || async {
+                            // After a recovery on another machine the artifact may be missing here.
+                            let present = ensure_all(eff, dir).await?;
+                            let artifact = present
+                                .iter()
+                                .find(|p| p.name == a.name)
+                                .ok_or("artifact vanished")?;
+                            targets::upload(pool, eff, target, artifact).await
+                        },
+                    )
+                    .await?;
+                lines.push(format!("uploaded {remote}"));
+            }
+            if let Some(activate) = &eff.activate {
+                ctx.step(&format!("{name}: activate"), || async {
+                    targets::run(pool, eff, target, activate, &env).await
+                })
+                .await?;
+                lines.push("activated".into());
+            }
+        }
+        ctx.set_event(
+            &key,
+            &TargetOutcome {
+                switched: true,
+                ..TargetOutcome::new(name, "checking", None)
+            },
+        )
+        .await?;
+        for check in &eff.checks {
+            let kind = check.kind_for(target);
+            let policy = StepPolicy {
+                backoff_factor: 1.0,
+                ..StepPolicy::retry(check.retries + 1, check.interval)
+            };
+            let out: String = ctx
+                .step_with(
+                    &format!("{name}: check {}", check.label()),
+                    policy,
+                    || async {
+                        targets::check_once(pool, eff, target, &kind, check.timeout, &env).await
+                    },
+                )
+                .await
+                .map_err(|e| match e {
+                    // The check failed after the target was switched: keep that fact for the rollback.
+                    WorkflowError::Step { name, message } => WorkflowError::Step {
+                        name,
+                        message: format!("switched; {message}"),
+                    },
+                    other => other,
+                })?;
+            lines.push(out);
+        }
+        Ok((true, lines))
+    }
+    .await;
+    let outcome = match result {
+        Ok((switched, lines)) => TargetOutcome {
+            switched,
+            ..TargetOutcome::new(
+                name,
+                if eff.dry_run { "planned" } else { "deployed" },
+                Some(lines.join("; ")),
+            )
+        },
+        Err(WorkflowError::Step {
+            name: step,
+            message,
+        }) => {
+            let switched = message.starts_with("switched; ");
+            let message = message.trim_start_matches("switched; ").to_string();
+            TargetOutcome {
+                switched,
+                ..TargetOutcome::new(name, "failed", Some(format!("{step}: {message}")))
+            }
+        }
+        Err(other) => return Err(other),
+    };
+    ctx.set_event(&key, &outcome).await?;
+    Ok(outcome)
+}
+
+async fn ensure_all(
+    eff: &EffectiveDescriptor,
+    dir: &std::path::Path,
+) -> Result<Vec<LocalArtifact>, String> {
+    let mut out = Vec::new();
+    for a in &eff.artifacts {
+        out.push(artifacts::ensure_local(a, dir).await?);
+    }
+    Ok(out)
+}
+
+/// Re-activates the previous version on the targets this deploy switched.
+async fn roll_back(
+    ctx: &WorkflowContext,
+    rt: &Runtime,
+    eff: &EffectiveDescriptor,
+    pool: &ConnectionPool,
+    deploy_id: &str,
+    outcomes: &[TargetOutcome],
+) -> Result<(), WorkflowError> {
+    let previous: Option<EffectiveDescriptor> = ctx
+        .step("find previous version", || async {
+            crate::service::previous_success(rt, eff, deploy_id).await
+        })
+        .await?;
+    for outcome in outcomes.iter().filter(|o| o.switched) {
+        let Some(target) = eff.targets.iter().find(|t| t.name == outcome.name) else {
+            continue;
+        };
+        let key = format!("target:{}", target.name);
+        let detail = match previous
+            .as_ref()
+            .and_then(|p| p.activate.as_ref().map(|a| (p, a)))
+        {
+            None => "no previous version to re-activate".to_string(),
+            Some((prev, activate)) => {
+                let env = targets::command_env(prev, deploy_id, target, &[]);
+                let step = ctx
+                    .step(
+                        &format!("{}: reactivate {}", target.name, prev.version),
+                        || async { targets::run(pool, prev, target, activate, &env).await },
+                    )
+                    .await;
+                match step {
+                    Ok(_) => format!("re-activated {}", prev.version),
+                    Err(WorkflowError::Step { message, .. }) => {
+                        format!("rollback failed: {message}")
+                    }
+                    Err(other) => return Err(other),
+                }
+            }
+        };
+        let rolled = TargetOutcome {
+            detail: Some(format!(
+                "{}; {detail}",
+                outcome.detail.clone().unwrap_or_default()
+            )),
+            switched: false,
+            ..TargetOutcome::new(&target.name, "rolled_back", None)
+        };
+        ctx.set_event(&key, &rolled).await?;
+    }
+    Ok(())
+}

@@ -23,6 +23,11 @@ use crate::{
     store::{Checkpoint, Consumed, Lease, StepRecord, StepStatus, WorkflowRecord, WorkflowStatus},
 };
 
+/// Step positions of branch `b` created at position `p` start at
+/// `(p + 1) * BRANCH_BLOCK + b * BRANCH_SPAN`: 10,000 branches of 100,000 steps each.
+const BRANCH_SPAN: i64 = 100_000;
+const BRANCH_BLOCK: i64 = 1_000_000_000;
+
 /// Handle of a running workflow. Clones share the position counter, so
 /// steps may run in parallel (positions are taken when a step is created,
 /// not when it is polled: `join!(ctx.step("a", ..), ctx.step("b", ..))` is deterministic).
@@ -37,7 +42,7 @@ struct Inner {
     name: String,
     queue: String,
     partition_key: String,
-    recorded: HashMap<i64, StepRecord>,
+    recorded: Arc<HashMap<i64, StepRecord>>,
     next_index: AtomicI64,
 }
 
@@ -55,7 +60,7 @@ impl WorkflowContext {
                 name: record.name.clone(),
                 queue: record.queue.clone(),
                 partition_key: record.partition_key.clone(),
-                recorded: steps.into_iter().map(|s| (s.index, s)).collect(),
+                recorded: Arc::new(steps.into_iter().map(|s| (s.index, s)).collect()),
                 next_index: AtomicI64::new(0),
             }),
         }
@@ -83,6 +88,34 @@ impl WorkflowContext {
 
     fn take_index(&self) -> i64 {
         self.inner.next_index.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// Splits the workflow into `count` branches that may run concurrently
+    /// and complete in any order: each branch numbers its steps in a range of
+    /// its own, derived from this call's position, so a replay finds every
+    /// branch's records whatever order the branches ran in the first time.
+    /// (Plain `join!` of steps needs no branches: positions are taken when a
+    /// step is created. Branches are for work whose steps are created as
+    /// other work completes, such as targets deployed `max_parallel` at a time.)
+    pub fn branches(&self, count: usize) -> Vec<WorkflowContext> {
+        let at = self.take_index();
+        (0..count)
+            .map(|b| {
+                let base = (at + 1).saturating_mul(BRANCH_BLOCK)
+                    + i64::try_from(b).unwrap_or(0) * BRANCH_SPAN;
+                WorkflowContext {
+                    inner: Arc::new(Inner {
+                        shared: self.inner.shared.clone(),
+                        lease: self.inner.lease.clone(),
+                        name: self.inner.name.clone(),
+                        queue: self.inner.queue.clone(),
+                        partition_key: self.inner.partition_key.clone(),
+                        recorded: self.inner.recorded.clone(),
+                        next_index: AtomicI64::new(base),
+                    }),
+                }
+            })
+            .collect()
     }
 
     /// The record at `index`, after checking it is the step the code asks for.

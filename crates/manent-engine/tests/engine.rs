@@ -49,6 +49,7 @@ on_both_backends!(
     higher_priority_runs_first,
     a_panicking_workflow_ends_in_error,
     records_are_kept_replaced_listed_and_deleted,
+    branches_replay_whatever_order_they_completed_in,
 );
 
 async fn open(db: &TestDb) -> Arc<dyn Store> {
@@ -1060,4 +1061,68 @@ async fn records_are_kept_replaced_listed_and_deleted(db: Db) {
         "deleting twice reports nothing deleted"
     );
     assert_eq!(s.get_record("token", "a").await.unwrap(), None);
+}
+
+async fn branches_replay_whatever_order_they_completed_in(db: Db) {
+    let db = TestDb::new(db).await;
+    let ledger = Ledger::default();
+    let halt = Arc::new(Notify::new());
+    let register = |e: &Engine, stop_at_end: bool| {
+        let (ledger, halt) = (ledger.clone(), halt.clone());
+        e.register("fan", move |ctx: WorkflowContext, n: u64| {
+            let (ledger, halt) = (ledger.clone(), halt.clone());
+            async move {
+                use futures::StreamExt;
+                let branches = ctx.branches(n as usize);
+                // Branch i finishes after (n - i) ms: the last created completes first.
+                let results: Vec<u64> = futures::stream::iter(branches.into_iter().enumerate())
+                    .map(|(i, b)| {
+                        let ledger = ledger.clone();
+                        async move {
+                            b.step(&format!("b{i}"), || async {
+                                tokio::time::sleep(Duration::from_millis((n - i as u64) * 3)).await;
+                                ledger.hit(&format!("b{i}"));
+                                Ok::<_, String>(i as u64)
+                            })
+                            .await
+                        }
+                    })
+                    .buffer_unordered(4)
+                    .collect::<Vec<_>>()
+                    .await
+                    .into_iter()
+                    .collect::<Result<_, _>>()?;
+                if stop_at_end {
+                    halt.notify_one();
+                    std::future::pending::<()>().await;
+                }
+                Ok(results.iter().sum::<u64>())
+            }
+        });
+    };
+    let first = engine(&db, "w").await;
+    register(&first, true);
+    first.listen(QueueSpec::new("q"));
+    first.launch().await.unwrap();
+    let wf = first
+        .client()
+        .enqueue(EnqueueRequest::new("fan", "q", 6u64))
+        .await
+        .unwrap();
+    halt.notified().await;
+    first.shutdown(Duration::ZERO).await;
+    let second = engine(&db, "w").await;
+    register(&second, false);
+    second.listen(QueueSpec::new("q"));
+    second.launch().await.unwrap();
+    let done = wait_success(&second.client(), &wf.id).await;
+    assert_eq!(done.output.as_deref(), Some("15"), "0+1+2+3+4+5");
+    for i in 0..6 {
+        assert_eq!(
+            ledger.count(&format!("b{i}")),
+            1,
+            "branch {i}'s step ran once, replayed after"
+        );
+    }
+    second.shutdown(WAIT).await;
 }

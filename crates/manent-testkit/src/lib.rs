@@ -9,6 +9,7 @@ use std::{path::PathBuf, process::Child};
 
 use sqlx::{Connection, postgres::PgConnection};
 
+pub mod sshd;
 
 /// The two backends every storage test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,7 +137,10 @@ pub fn signal(child: &Child, signal: &str) {
 
 /// Waits for a child process to exit (polling, since `Child::wait` blocks a
 /// runtime thread), failing the test after `timeout`.
-pub async fn wait_exit(child: &mut Child, timeout: std::time::Duration) -> std::process::ExitStatus {
+pub async fn wait_exit(
+    child: &mut Child,
+    timeout: std::time::Duration,
+) -> std::process::ExitStatus {
     let pid = child.id();
     let deadline = tokio::time::Instant::now() + timeout;
     loop {

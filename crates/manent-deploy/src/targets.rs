@@ -1,0 +1,244 @@
+//! What happens on one target: the built-in plugins (`remote-copy`, `command`),
+//! their dry-run plans, the checks, and re-activating the previous version.
+//! Each operation is idempotent, so rerunning it after a crash gives the same
+//! result (the seed's "steps and plugins must be idempotent").
+
+use std::{sync::Arc, time::Duration};
+
+use manent_model::{CheckKind, EffectiveDescriptor, Target};
+use manent_ssh::{Address, Connection, ConnectionPool};
+use serde::{Deserialize, Serialize};
+
+use crate::artifacts::LocalArtifact;
+
+/// The outcome of one target, published as the event `target:<name>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetOutcome {
+    pub name: String,
+    /// pending, deploying, deployed, failed, rolled_back, planned.
+    pub status: String,
+    pub detail: Option<String>,
+    /// Whether this deploy switched the target to the new version.
+    #[serde(default)]
+    pub switched: bool,
+}
+
+impl TargetOutcome {
+    pub fn new(name: &str, status: &str, detail: Option<String>) -> Self {
+        TargetOutcome {
+            name: name.to_string(),
+            status: status.to_string(),
+            detail,
+            switched: false,
+        }
+    }
+}
+
+/// The address of a target for the transport.
+pub fn address(eff: &EffectiveDescriptor, target: &Target) -> Address {
+    if target.is_local() {
+        return Address::local();
+    }
+    let user = eff
+        .ssh_user_for(target)
+        .map(str::to_string)
+        .unwrap_or_else(current_user);
+    Address::new(&target.host, target.port, user)
+}
+
+fn current_user() -> String {
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "root".into())
+}
+
+/// The environment every command on a target sees (PRODUCT §11).
+pub fn command_env(
+    eff: &EffectiveDescriptor,
+    deploy_id: &str,
+    target: &Target,
+    artifacts: &[LocalArtifact],
+) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("MANENT_APPLICATION".to_string(), eff.application.clone()),
+        ("MANENT_ENVIRONMENT".to_string(), eff.environment.clone()),
+        ("MANENT_VERSION".to_string(), eff.version.clone()),
+        ("MANENT_DEPLOY_ID".to_string(), deploy_id.to_string()),
+        ("MANENT_TARGET".to_string(), target.name.clone()),
+    ];
+    for a in artifacts {
+        // Where the artifact is for the command: its place on the target for
+        // remote-copy, the worker's copy otherwise.
+        let path = match eff.dest_for(target) {
+            Some(dest) if eff.plugin == manent_model::DEFAULT_PLUGIN => {
+                format!("{}/{}", dest.trim_end_matches('/'), a.name)
+            }
+            _ => a.path.display().to_string(),
+        };
+        env.push((format!("MANENT_ARTIFACT_{}", env_name(&a.name)), path));
+    }
+    env
+}
+
+fn env_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+pub async fn connection(
+    pool: &ConnectionPool,
+    eff: &EffectiveDescriptor,
+    target: &Target,
+) -> Result<Arc<dyn Connection>, String> {
+    pool.get(&address(eff, target))
+        .await
+        .map_err(|e| format!("{}: {e}", target.name))
+}
+
+/// remote-copy: puts one artifact at `<dest>/<name>` (via `.part` and rename).
+pub async fn upload(
+    pool: &ConnectionPool,
+    eff: &EffectiveDescriptor,
+    target: &Target,
+    artifact: &LocalArtifact,
+) -> Result<String, String> {
+    let dest = eff
+        .dest_for(target)
+        .ok_or("remote-copy needs deploy.dest")?;
+    let remote = format!("{}/{}", dest.trim_end_matches('/'), artifact.name);
+    let conn = connection(pool, eff, target).await?;
+    conn.put_file_atomic(&artifact.path, &remote)
+        .await
+        .map_err(|e| format!("upload to {remote}: {e}"))?;
+    // Verify what landed: a target that rewrites or truncates is caught here.
+    match conn.sha256(&remote).await.map_err(|e| e.to_string())? {
+        Some(sum) if sum == artifact.sha256 => Ok(remote),
+        Some(sum) => Err(format!(
+            "{remote}: sha256 {sum} after upload, expected {}",
+            artifact.sha256
+        )),
+        None => Err(format!("{remote}: missing after upload")),
+    }
+}
+
+/// Runs a shell command on the target; a non-zero exit is an error with its stderr.
+pub async fn run(
+    pool: &ConnectionPool,
+    eff: &EffectiveDescriptor,
+    target: &Target,
+    command: &str,
+    env: &[(String, String)],
+) -> Result<String, String> {
+    let conn = connection(pool, eff, target).await?;
+    let out = conn.exec(command, env).await.map_err(|e| e.to_string())?;
+    if out.success() {
+        Ok(out.stdout.trim_end().to_string())
+    } else {
+        Err(format!(
+            "`{command}` exited with {}: {}",
+            out.status,
+            out.stderr.trim_end()
+        ))
+    }
+}
+
+/// The dry-run plan of a target: connects, checks paths, space and
+/// checksums, and says what would change. Changes nothing.
+pub async fn plan(
+    pool: &ConnectionPool,
+    eff: &EffectiveDescriptor,
+    target: &Target,
+    artifacts: &[LocalArtifact],
+) -> Result<Vec<String>, String> {
+    let conn = connection(pool, eff, target).await?;
+    let mut lines = Vec::new();
+    if eff.plugin == manent_model::COMMAND_PLUGIN {
+        for (i, c) in eff.commands.iter().enumerate() {
+            lines.push(format!("would run command {}: {c}", i + 1));
+        }
+    } else {
+        let dest = eff
+            .dest_for(target)
+            .ok_or("remote-copy needs deploy.dest")?;
+        let needed: u64 = artifacts.iter().map(|a| a.size).sum();
+        let free = conn.free_space(&dest).await.map_err(|e| e.to_string())?;
+        if free < needed {
+            return Err(format!("{dest}: {free} bytes free, {needed} needed"));
+        }
+        for a in artifacts {
+            let remote = format!("{}/{}", dest.trim_end_matches('/'), a.name);
+            match conn.sha256(&remote).await.map_err(|e| e.to_string())? {
+                Some(sum) if sum == a.sha256 => lines.push(format!("{remote} unchanged")),
+                Some(_) => lines.push(format!("would replace {remote}")),
+                None => lines.push(format!("would upload {remote}")),
+            }
+        }
+        if let Some(activate) = &eff.activate {
+            lines.push(format!("would run activate: {activate}"));
+        }
+    }
+    for check in &eff.checks {
+        lines.push(format!("would check {}", check.label()));
+    }
+    Ok(lines)
+}
+
+/// One attempt of a check; the caller retries.
+pub async fn check_once(
+    pool: &ConnectionPool,
+    eff: &EffectiveDescriptor,
+    target: &Target,
+    kind: &CheckKind,
+    timeout: Duration,
+    env: &[(String, String)],
+) -> Result<String, String> {
+    let attempt = async {
+        match kind {
+            CheckKind::Http { url, expect_status } => {
+                let status = reqwest::Client::new()
+                    .get(url)
+                    .send()
+                    .await
+                    .map_err(|e| format!("GET {url}: {e}"))?
+                    .status();
+                if status.as_u16() == *expect_status {
+                    Ok(format!("GET {url}: {status}"))
+                } else {
+                    Err(format!("GET {url}: {status}, expected {expect_status}"))
+                }
+            }
+            CheckKind::Tcp { host, port } => {
+                tokio::net::TcpStream::connect((host.as_str(), *port))
+                    .await
+                    .map_err(|e| format!("tcp {host}:{port}: {e}"))?;
+                Ok(format!("tcp {host}:{port} open"))
+            }
+            CheckKind::Command {
+                command,
+                expect_exit,
+            } => {
+                let conn = connection(pool, eff, target).await?;
+                let out = conn.exec(command, env).await.map_err(|e| e.to_string())?;
+                if out.status == *expect_exit {
+                    Ok(format!("`{command}` exited {}", out.status))
+                } else {
+                    Err(format!(
+                        "`{command}` exited {}, expected {expect_exit}: {}",
+                        out.status,
+                        out.stderr.trim_end()
+                    ))
+                }
+            }
+        }
+    };
+    tokio::time::timeout(timeout, attempt)
+        .await
+        .unwrap_or_else(|_| Err(format!("timed out after {timeout:?}")))
+}

@@ -1,0 +1,834 @@
+//! Engine behaviour across real worker processes, on both backends: a worker
+//! killed with SIGKILL resumes (same id) or is recovered (other id), a worker
+//! paused past `stale_after` is fenced, limits hold across processes,
+//! concurrent first starts migrate once, and the duplicate-id rule holds.
+//!
+//! The test binary is its own worker: `child_process_entry` runs the role
+//! named by `MANENT_TEST_CHILD` when the parent re-executes the binary with it.
+
+use std::{
+    collections::HashMap,
+    fs::OpenOptions,
+    io::Write,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use manent_engine::{
+    Client, EnqueueRequest, StepStatus, Store, WorkflowStatus,
+    store::{self, SqlStore},
+};
+use manent_testkit::{Children, Db, TestDb, eventually, signal, wait_exit, wait_stopped};
+
+/// Generous bounds for waits on other processes; never reached when things work.
+const WAIT: Duration = Duration::from_secs(60);
+const HOUR_MS: &str = "3600000";
+
+/// Env var naming the role a re-executed test binary runs.
+const ROLE: &str = "MANENT_TEST_CHILD";
+
+/// Generates one `#[tokio::test]` per backend for each listed test body.
+macro_rules! on_both_backends {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Sqlite).await } )+ }
+        mod postgres { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Postgres).await } )+ }
+    };
+}
+
+on_both_backends!(
+    a_worker_killed_mid_step_and_restarted_with_its_id_resumes_from_the_interrupted_step,
+    a_killed_workers_workflow_is_resumed_by_another_worker_through_automatic_recovery,
+    a_paused_worker_whose_workflow_was_recovered_records_nothing_more_when_it_continues,
+    limits_hold_across_worker_processes,
+    workers_started_together_on_an_empty_database_all_migrate_it,
+    a_duplicate_executor_id_is_refused_across_processes_until_the_holder_stops,
+);
+
+/// The worker side: returns at once in a normal test run; in a re-executed
+/// child it runs the role and exits the process.
+#[test]
+fn child_process_entry() {
+    if let Ok(role) = std::env::var(ROLE) {
+        child::run(&role);
+    }
+}
+
+// ---------------------------------------------------------------- parent side
+
+/// A line-per-write file shared by all processes of a test (O_APPEND keeps whole lines in order).
+struct Ledger(PathBuf);
+
+impl Ledger {
+    fn lines(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.0)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn count(&self, line: &str) -> usize {
+        self.lines().iter().filter(|l| *l == line).count()
+    }
+
+    async fn wait_for(&self, line: &str) {
+        eventually(&format!("ledger line `{line}`"), WAIT, || async {
+            self.lines().iter().any(|l| l == line).then_some(())
+        })
+        .await
+    }
+}
+
+/// What a child process is told to do.
+#[derive(Clone)]
+struct Spec {
+    vars: Vec<(&'static str, String)>,
+}
+
+impl Spec {
+    fn worker(id: &str) -> Spec {
+        Spec {
+            vars: vec![(ROLE, "worker".into()), ("MANENT_TEST_ID", id.into())],
+        }
+    }
+    fn migrator() -> Spec {
+        Spec {
+            vars: vec![(ROLE, "migrate".into())],
+        }
+    }
+    fn set(mut self, key: &'static str, value: impl ToString) -> Spec {
+        self.vars.push((key, value.to_string()));
+        self
+    }
+    /// `stale_after` of the worker, in milliseconds.
+    fn stale_ms(self, ms: &str) -> Spec {
+        self.set("MANENT_TEST_STALE_MS", ms)
+    }
+    /// Automatic recovery of stale executors, with a 2 s `stale_after`.
+    fn recovering(self) -> Spec {
+        self.set("MANENT_TEST_RECOVERY", "1")
+            .set("MANENT_TEST_STALE_MS", 2000)
+    }
+}
+
+/// The child processes of one test, their logs and shared files. Kills the
+/// children when dropped, and prints their logs if the test failed.
+struct Procs {
+    children: Children,
+    logs: Vec<PathBuf>,
+    url: String,
+    dir: PathBuf,
+    ledger: Ledger,
+    gate: PathBuf,
+}
+
+impl Procs {
+    fn new(db: &TestDb) -> Procs {
+        Procs {
+            children: Children::default(),
+            logs: Vec::new(),
+            url: db.url.clone(),
+            dir: db.dir.path().to_path_buf(),
+            ledger: Ledger(db.path("ledger")),
+            gate: db.path("gate"),
+        }
+    }
+
+    /// Re-executes this test binary as a child running `spec`; returns its index.
+    fn spawn(&mut self, spec: Spec) -> usize {
+        let n = self.children.0.len();
+        let out = self.dir.join(format!("child-{n}.out"));
+        let err = self.dir.join(format!("child-{n}.err"));
+        let mut cmd = Command::new(std::env::current_exe().expect("the test binary's path"));
+        cmd.args([
+            "--exact",
+            "child_process_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("MANENT_TEST_DB", &self.url)
+        .env("MANENT_TEST_LEDGER", &self.ledger.0)
+        .env("MANENT_TEST_GATE", &self.gate)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).expect("a child's stdout file"))
+        .stderr(std::fs::File::create(&err).expect("a child's stderr file"));
+        for (k, v) in &spec.vars {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn the test binary as a worker");
+        self.logs.extend([out, err]);
+        self.children.push(child)
+    }
+
+    fn pid(&self, i: usize) -> u32 {
+        self.children.0[i].id()
+    }
+
+    fn child(&mut self, i: usize) -> &mut Child {
+        &mut self.children.0[i]
+    }
+
+    /// SIGKILL, and wait until the process is gone (its locks released by the kernel).
+    async fn kill(&mut self, i: usize) {
+        signal(&self.children.0[i], "KILL");
+        wait_exit(self.child(i), WAIT).await;
+    }
+
+    fn stderr(&self, i: usize) -> String {
+        std::fs::read_to_string(self.dir.join(format!("child-{i}.err"))).unwrap_or_default()
+    }
+
+    fn open_gate(&self) {
+        std::fs::write(&self.gate, b"open").expect("create the gate file");
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for log in &self.logs {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                eprintln!("----- {} -----\n{text}", log.display());
+            }
+            eprintln!("----- ledger -----\n{}", self.ledger.lines().join("\n"));
+        }
+    }
+}
+
+async fn client(db: &TestDb) -> Client {
+    Client::new(store::open(&db.url).await.expect("open the test database"))
+}
+
+async fn wait_success(client: &Client, id: &str) {
+    let record = client.wait(id, WAIT).await.expect("the workflow ends");
+    assert_eq!(
+        record.status,
+        WorkflowStatus::Success,
+        "workflow {id} must succeed; error: {:?}",
+        record.error
+    );
+}
+
+/// Executor id of each recorded step, by step name.
+async fn step_executors(client: &Client, id: &str) -> Vec<(String, String)> {
+    let steps = client.steps(id).await.expect("load the steps");
+    assert!(
+        steps.iter().all(|s| s.status == StepStatus::Success),
+        "every recorded step of {id} is a success: {steps:?}"
+    );
+    steps.into_iter().map(|s| (s.name, s.executor_id)).collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+/// Whether the database has no transaction or statement in flight other
+/// than ours: a process stopped now holds no lock the others need.
+async fn database_is_quiet(url: &str) -> bool {
+    use sqlx::Connection;
+    use std::str::FromStr;
+    if url.starts_with("sqlite:") {
+        let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
+            .expect("a SQLite url")
+            .busy_timeout(Duration::ZERO);
+        let mut conn = sqlx::SqliteConnection::connect_with(&options)
+            .await
+            .expect("connect to the SQLite database");
+        let free = sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut conn)
+            .await
+            .is_ok();
+        if free {
+            sqlx::query("ROLLBACK")
+                .execute(&mut conn)
+                .await
+                .expect("roll back");
+        }
+        let _ = conn.close().await;
+        free
+    } else {
+        let mut conn = sqlx::PgConnection::connect(url)
+            .await
+            .expect("connect to the PostgreSQL database");
+        let busy: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND state <> 'idle'",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .expect("read pg_stat_activity");
+        let _ = conn.close().await;
+        busy == 0
+    }
+}
+
+/// SIGSTOPs a child at a moment it holds no database lock (a worker frozen
+/// inside a transaction would block every other process, which is not what
+/// these tests are about): stop, check, and if needed continue and retry.
+async fn pause_outside_transactions(procs: &Procs, i: usize) {
+    let child = &procs.children.0[i];
+    for _ in 0..200 {
+        signal(child, "STOP");
+        wait_stopped(child, WAIT).await;
+        if database_is_quiet(&procs.url).await {
+            return;
+        }
+        signal(child, "CONT");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "could not pause process {} outside a transaction",
+        child.id()
+    );
+}
+
+// ---------------------------------------------------------------------- tests
+
+async fn a_worker_killed_mid_step_and_restarted_with_its_id_resumes_from_the_interrupted_step(
+    db: Db,
+) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let client = client(&db).await;
+    let mut procs = Procs::new(&db);
+    client
+        .enqueue(EnqueueRequest::new("three", "q", ()).id("wf"))
+        .await
+        .unwrap();
+
+    // A one-hour stale_after: only the liveness proof (advisory lock / file
+    // lock released by the dead process) lets the restart take the id at once.
+    let first = procs.spawn(Spec::worker("w1").stale_ms(HOUR_MS));
+    let pid1 = procs.pid(first);
+    procs
+        .ledger
+        .wait_for(&format!("wf step2 start {pid1}"))
+        .await;
+    procs.kill(first).await;
+    procs.open_gate();
+
+    let second = procs.spawn(Spec::worker("w1").stale_ms(HOUR_MS));
+    let pid2 = procs.pid(second);
+    wait_success(&client, "wf").await;
+
+    let ledger = &procs.ledger;
+    assert_eq!(
+        ledger.count(&format!("wf step1 done {pid1}")),
+        1,
+        "step1 ran before the kill"
+    );
+    assert_eq!(
+        ledger.count(&format!("wf step1 start {pid2}")),
+        0,
+        "a completed step is never rerun by the restarted worker"
+    );
+    assert_eq!(
+        ledger.count(&format!("wf step2 done {pid1}")),
+        0,
+        "the killed worker never finished step2"
+    );
+    assert_eq!(
+        (
+            ledger.count(&format!("wf step2 start {pid2}")),
+            ledger.count(&format!("wf step2 done {pid2}"))
+        ),
+        (1, 1),
+        "the interrupted step runs again, once, in the restarted worker"
+    );
+    assert_eq!(
+        ledger.count(&format!("wf step3 done {pid2}")),
+        1,
+        "the last step runs once, after the resume"
+    );
+    assert_eq!(
+        ledger
+            .lines()
+            .iter()
+            .filter(|l| l.starts_with("wf "))
+            .count(),
+        7,
+        "step lines: step1 start/done, step2 start (killed), step2 start/done, step3 start/done, \
+         nothing else"
+    );
+    assert_eq!(
+        step_executors(&client, "wf").await,
+        pairs(&[("step1", "w1"), ("step2", "w1"), ("step3", "w1")]),
+        "every step recorded under the one executor id"
+    );
+}
+
+async fn a_killed_workers_workflow_is_resumed_by_another_worker_through_automatic_recovery(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let client = client(&db).await;
+    let mut procs = Procs::new(&db);
+    client
+        .enqueue(EnqueueRequest::new("three", "q", ()).id("wf"))
+        .await
+        .unwrap();
+
+    let a = procs.spawn(Spec::worker("a").recovering());
+    let pid_a = procs.pid(a);
+    procs
+        .ledger
+        .wait_for(&format!("wf step2 start {pid_a}"))
+        .await;
+    procs.kill(a).await;
+    procs.open_gate();
+
+    // "a" never comes back: "b" recovers its workflow once a's heartbeat is stale.
+    let b = procs.spawn(Spec::worker("b").recovering());
+    let pid_b = procs.pid(b);
+    wait_success(&client, "wf").await;
+
+    let ledger = &procs.ledger;
+    assert_eq!(
+        ledger.count(&format!("wf step1 done {pid_a}")),
+        1,
+        "step1 completed on the first worker"
+    );
+    assert_eq!(
+        ledger.count(&format!("wf step1 start {pid_b}")),
+        0,
+        "the recovering worker never reruns the completed step"
+    );
+    assert_eq!(
+        (
+            ledger.count(&format!("wf step2 start {pid_b}")),
+            ledger.count(&format!("wf step2 done {pid_b}")),
+            ledger.count(&format!("wf step3 done {pid_b}")),
+        ),
+        (1, 1, 1),
+        "the other worker resumes from the interrupted step and finishes"
+    );
+    assert_eq!(
+        step_executors(&client, "wf").await,
+        pairs(&[("step1", "a"), ("step2", "b"), ("step3", "b")]),
+        "the records name who ran each step"
+    );
+    let record = client.get("wf").await.unwrap().unwrap();
+    assert_eq!(
+        record.executor_id.as_deref(),
+        Some("b"),
+        "the workflow ended under the recovering executor"
+    );
+}
+
+async fn a_paused_worker_whose_workflow_was_recovered_records_nothing_more_when_it_continues(
+    db: Db,
+) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let client = client(&db).await;
+    let mut procs = Procs::new(&db);
+    client
+        .enqueue(EnqueueRequest::new("three", "q", ()).id("wf"))
+        .await
+        .unwrap();
+
+    let a = procs.spawn(Spec::worker("a").stale_ms("2000"));
+    let pid_a = procs.pid(a);
+    procs
+        .ledger
+        .wait_for(&format!("wf step2 start {pid_a}"))
+        .await;
+    // Frozen in a long step: alive (its locks held) but silent past stale_after.
+    pause_outside_transactions(&procs, a).await;
+    procs.open_gate();
+
+    let b = procs.spawn(Spec::worker("b").recovering());
+    let pid_b = procs.pid(b);
+    wait_success(&client, "wf").await;
+    let finished = client.get("wf").await.unwrap().unwrap();
+
+    signal(&procs.children.0[a], "CONT");
+    // The body of a's step may complete; its checkpoint must be refused.
+    procs.ledger.wait_for(&format!("wf fenced {pid_a}")).await;
+
+    let ledger = &procs.ledger;
+    assert_eq!(
+        ledger.count(&format!("wf step2 done {pid_a}")),
+        1,
+        "the paused worker's step body completed after it continued"
+    );
+    assert_eq!(
+        ledger.count(&format!("wf step3 start {pid_a}")),
+        0,
+        "the fenced worker never starts its next step"
+    );
+    assert_eq!(
+        (
+            ledger.count(&format!("wf step2 done {pid_b}")),
+            ledger.count(&format!("wf step3 done {pid_b}")),
+        ),
+        (1, 1),
+        "the recovering worker ran the rest"
+    );
+    assert_eq!(
+        step_executors(&client, "wf").await,
+        pairs(&[("step1", "a"), ("step2", "b"), ("step3", "b")]),
+        "no record of the fenced worker overwrote the recovering worker's"
+    );
+    assert_eq!(
+        client.get("wf").await.unwrap().unwrap(),
+        finished,
+        "the workflow's final record is untouched by the fenced worker"
+    );
+    assert_eq!(
+        finished.executor_id.as_deref(),
+        Some("b"),
+        "the outcome was recorded by the recovering worker"
+    );
+}
+
+async fn limits_hold_across_worker_processes(db: Db) {
+    const WORKER: usize = 2;
+    const PARTITION: usize = 1;
+    const GLOBAL: usize = 3;
+    const WORKFLOWS: usize = 30;
+    const STEPS: usize = 2;
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let client = client(&db).await;
+    let mut procs = Procs::new(&db);
+    let mut pids = Vec::new();
+    for n in 0..3 {
+        let spec = Spec::worker(&format!("w{n}"))
+            .set("MANENT_TEST_WORKER_LIMIT", WORKER)
+            .set("MANENT_TEST_PARTITION_LIMIT", PARTITION)
+            .set("MANENT_TEST_GLOBAL_LIMIT", GLOBAL)
+            .set("MANENT_TEST_STEP_MS", 20);
+        let i = procs.spawn(spec);
+        pids.push(procs.pid(i));
+    }
+    for pid in &pids {
+        procs.ledger.wait_for(&format!("ready {pid}")).await;
+    }
+    let mut ids = Vec::new();
+    for n in 0..WORKFLOWS {
+        let wf = client
+            .enqueue(EnqueueRequest::new("limited", "q", ()).partition(format!("p{}", n % 4)))
+            .await
+            .unwrap();
+        ids.push(wf.id);
+    }
+    for id in &ids {
+        wait_success(&client, id).await;
+    }
+
+    // Replay the ledger: what ran at once, overall, per partition, per process.
+    let mut now = (
+        0usize,
+        HashMap::<String, usize>::new(),
+        HashMap::<String, usize>::new(),
+    );
+    let mut max = (0usize, 0usize, 0usize);
+    let mut begins = 0;
+    for line in procs.ledger.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let (kind, partition, pid) = match f.as_slice() {
+            ["begin" | "end", p, pid, _wf] => (f[0], p.to_string(), pid.to_string()),
+            _ => continue,
+        };
+        let (total, per_partition, per_pid) = &mut now;
+        let (p, w) = (
+            per_partition.entry(partition).or_default(),
+            per_pid.entry(pid).or_default(),
+        );
+        if kind == "begin" {
+            begins += 1;
+            *total += 1;
+            *p += 1;
+            *w += 1;
+            max = (max.0.max(*total), max.1.max(*p), max.2.max(*w));
+        } else {
+            *total -= 1;
+            *p -= 1;
+            *w -= 1;
+        }
+    }
+    assert_eq!(
+        begins,
+        WORKFLOWS * STEPS,
+        "every step ran exactly once (nothing was killed)"
+    );
+    assert!(
+        max.0 <= GLOBAL,
+        "at most {GLOBAL} workflows at once over all processes, saw {}",
+        max.0
+    );
+    assert!(
+        max.1 <= PARTITION,
+        "at most {PARTITION} workflow per partition at once, saw {}",
+        max.1
+    );
+    assert!(
+        max.2 <= WORKER,
+        "at most {WORKER} workflows at once in one process, saw {}",
+        max.2
+    );
+}
+
+async fn workers_started_together_on_an_empty_database_all_migrate_it(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let mut procs = Procs::new(&db);
+    let all: Vec<usize> = (0..8).map(|_| procs.spawn(Spec::migrator())).collect();
+    // Every child waits for the gate, so they all open the database at once.
+    procs.open_gate();
+    let expected = store::expected_schema_version();
+    for &i in &all {
+        let pid = procs.pid(i);
+        let status = wait_exit(procs.child(i), WAIT).await;
+        assert!(
+            status.success(),
+            "process {pid} must open and migrate the shared database: {status}; stderr:\n{}",
+            procs.stderr(i)
+        );
+        assert_eq!(
+            procs.ledger.count(&format!("migrated {pid} {expected}")),
+            1,
+            "process {pid} saw the schema at the version this build expects"
+        );
+    }
+    let store = SqlStore::connect(&db.url).await.unwrap();
+    assert_eq!(
+        store.schema_version().await.unwrap(),
+        expected,
+        "the database ends at the expected schema version"
+    );
+}
+
+async fn a_duplicate_executor_id_is_refused_across_processes_until_the_holder_stops(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let client = client(&db).await;
+    let mut procs = Procs::new(&db);
+
+    let a = procs.spawn(Spec::worker("x").stale_ms("2000"));
+    let pid_a = procs.pid(a);
+    procs.ledger.wait_for(&format!("ready {pid_a}")).await;
+
+    let b = procs.spawn(Spec::worker("x").stale_ms("2000"));
+    let pid_b = procs.pid(b);
+    let status = wait_exit(procs.child(b), WAIT).await;
+    assert!(
+        !status.success(),
+        "a second process with a live worker's id must not start: {status}"
+    );
+    let stderr = procs.stderr(b);
+    let host = hostname::get().unwrap().to_string_lossy().into_owned();
+    assert!(
+        stderr.contains("already in use") && stderr.contains(&format!("host `{host}`")),
+        "the refusal names the host holding the id; stderr:\n{stderr}"
+    );
+    assert_eq!(
+        procs.ledger.count(&format!("ready {pid_b}")),
+        0,
+        "the refused process never ran as a worker"
+    );
+
+    signal(&procs.children.0[a], "TERM");
+    let status = wait_exit(procs.child(a), WAIT).await;
+    assert!(
+        status.success(),
+        "SIGTERM shuts the worker down cleanly: {status}"
+    );
+    assert_eq!(
+        procs.ledger.count(&format!("stopped {pid_a}")),
+        1,
+        "the worker drained and recorded its stop before exiting"
+    );
+
+    // A one-hour stale_after: only the recorded stop lets the id be taken at once.
+    let c = procs.spawn(Spec::worker("x").stale_ms(HOUR_MS));
+    let pid_c = procs.pid(c);
+    procs.ledger.wait_for(&format!("ready {pid_c}")).await;
+    let executor = client
+        .executors()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|e| e.id == "x")
+        .expect("the executor row");
+    assert_eq!(
+        executor.pid,
+        i64::from(pid_c),
+        "the id now belongs to the new process"
+    );
+}
+
+// ----------------------------------------------------------------- child side
+
+mod child {
+    //! The roles a re-executed test binary runs; each ends the process.
+
+    use std::{path::PathBuf, time::Duration};
+
+    use manent_engine::{Engine, EngineConfig, QueueSpec, WorkflowContext, WorkflowError, store};
+    use tokio::signal::unix::{SignalKind, signal};
+
+    use super::append;
+
+    fn var(name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+
+    fn required(name: &str) -> String {
+        var(name).unwrap_or_else(|| panic!("the parent sets {name}"))
+    }
+
+    fn number(name: &str) -> Option<u64> {
+        var(name).map(|v| v.parse().unwrap_or_else(|_| panic!("{name} is a number")))
+    }
+
+    pub(super) fn run(role: &str) -> ! {
+        manent_testkit::init_tracing();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let code = runtime.block_on(async {
+            match role {
+                "worker" => worker().await,
+                "migrate" => migrate().await,
+                other => panic!("unknown child role {other}"),
+            }
+        });
+        std::process::exit(code)
+    }
+
+    async fn wait_for_file(path: &std::path::Path) {
+        while !path.exists() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits for the gate, opens (and migrates) the store, reports the version.
+    async fn migrate() -> i32 {
+        let ledger = PathBuf::from(required("MANENT_TEST_LEDGER"));
+        wait_for_file(&PathBuf::from(required("MANENT_TEST_GATE"))).await;
+        match store::open(&required("MANENT_TEST_DB")).await {
+            Ok(store) => match store.schema_version().await {
+                Ok(v) => {
+                    append(&ledger, &format!("migrated {} {v}", std::process::id()));
+                    0
+                }
+                Err(e) => {
+                    eprintln!("cannot read the schema version: {e}");
+                    2
+                }
+            },
+            Err(e) => {
+                eprintln!("cannot open the database: {e}");
+                2
+            }
+        }
+    }
+
+    /// Runs an executor until SIGTERM, then shuts it down and exits 0.
+    async fn worker() -> i32 {
+        let id = required("MANENT_TEST_ID");
+        let ledger = PathBuf::from(required("MANENT_TEST_LEDGER"));
+        let gate = PathBuf::from(required("MANENT_TEST_GATE"));
+        let pid = std::process::id();
+        let mut terminate = signal(SignalKind::terminate()).expect("a SIGTERM handler");
+
+        let store = store::open(&required("MANENT_TEST_DB"))
+            .await
+            .expect("open the database");
+        let mut config = EngineConfig::new(&id);
+        config.stale_after =
+            Duration::from_millis(number("MANENT_TEST_STALE_MS").unwrap_or(3_600_000));
+        config.heartbeat_interval = Duration::from_millis(200);
+        config.automatic_recovery = var("MANENT_TEST_RECOVERY").is_some();
+        let engine = Engine::new(store, config);
+
+        let mut queue = QueueSpec::new("q");
+        if let Some(n) = number("MANENT_TEST_WORKER_LIMIT") {
+            queue = queue.worker_concurrency(n as u32);
+        }
+        if let Some(n) = number("MANENT_TEST_PARTITION_LIMIT") {
+            queue = queue.partition_concurrency(n as u32);
+        }
+        if let Some(n) = number("MANENT_TEST_GLOBAL_LIMIT") {
+            queue = queue.global_concurrency(n as u32);
+        }
+        engine.listen(queue);
+
+        // Three steps, each logged as it starts and ends; step2 waits for the gate.
+        let (l, g) = (ledger.clone(), gate.clone());
+        engine.register("three", move |ctx: WorkflowContext, (): ()| {
+            let (ledger, gate) = (l.clone(), g.clone());
+            async move {
+                let wf = ctx.workflow_id().to_string();
+                for n in 1..=3u32 {
+                    let step = format!("step{n}");
+                    let done = ctx
+                        .step(&step, || async {
+                            append(&ledger, &format!("{wf} {step} start {pid}"));
+                            if n == 2 {
+                                wait_for_file(&gate).await;
+                            }
+                            append(&ledger, &format!("{wf} {step} done {pid}"));
+                            Ok::<_, String>(n)
+                        })
+                        .await;
+                    if let Err(e) = done {
+                        if matches!(e, WorkflowError::Fenced) {
+                            append(&ledger, &format!("{wf} fenced {pid}"));
+                        }
+                        return Err(e);
+                    }
+                }
+                Ok(3u32)
+            }
+        });
+
+        // Two steps of simulated work, logged as begin/end with the partition and pid.
+        let work = Duration::from_millis(number("MANENT_TEST_STEP_MS").unwrap_or(20));
+        let l = ledger.clone();
+        engine.register("limited", move |ctx: WorkflowContext, (): ()| {
+            let ledger = l.clone();
+            async move {
+                let (wf, partition) = (ctx.workflow_id(), ctx.partition_key());
+                for n in 0..2 {
+                    ctx.step(&format!("work{n}"), || async {
+                        append(&ledger, &format!("begin {partition} {pid} {wf}"));
+                        tokio::time::sleep(work).await;
+                        append(&ledger, &format!("end {partition} {pid} {wf}"));
+                        Ok::<_, String>(())
+                    })
+                    .await?;
+                }
+                Ok(())
+            }
+        });
+
+        if let Err(e) = engine.launch().await {
+            eprintln!("worker {id} (pid {pid}) cannot start: {e}");
+            return 3;
+        }
+        append(&ledger, &format!("ready {pid}"));
+        terminate.recv().await;
+        engine.shutdown(Duration::from_secs(10)).await;
+        append(&ledger, &format!("stopped {pid}"));
+        0
+    }
+}
+
+/// Appends one line in one write: with O_APPEND, lines of concurrent processes never interleave.
+fn append(path: &Path, line: &str) {
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open the ledger");
+    file.write_all(format!("{line}\n").as_bytes())
+        .expect("append to the ledger");
+}

@@ -1,0 +1,621 @@
+//! Owns the descriptor, what a user submits (application, environment, artifacts, `deploy:`
+//! overrides, schedule, `dry_run`, `depends_on`): its types, parsing from YAML or JSON and
+//! validation, which reports every problem at once with its file, line and field.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::environment::{Dependency, validate_dependencies};
+use crate::error::ModelError;
+use crate::serde_util::nullable;
+use crate::source::{Document, key_paths};
+use crate::{DEST_PLACEHOLDERS, rules};
+
+/// What a user submits to deploy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Descriptor {
+    /// `tenant/app`, e.g. `ml/trainer`.
+    pub application: String,
+    /// The environment, e.g. `prod`.
+    pub environment: String,
+    /// What to deploy; at least one.
+    pub artifacts: Vec<Artifact>,
+    /// Overrides of the environment configuration's `deploy:` section.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deploy: Option<DeployOverrides>,
+    /// When to deploy: once (`at`) or on every tick of `cron`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
+    /// Plan instead of act.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Deploys that must have succeeded first, besides those of the environment file.
+    #[serde(default, deserialize_with = "nullable")]
+    pub depends_on: Vec<Dependency>,
+}
+
+/// One artifact of a descriptor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Artifact {
+    /// Its file name on the targets (`<dest>/<name>`); unique in the descriptor.
+    pub name: String,
+    /// Its type (`tarball`, `binary`, `ansible`, …): routes to a plugin's queue by
+    /// `plugins.<name>.artifact_types` when the environment cannot be read.
+    #[serde(rename = "type")]
+    pub artifact_type: String,
+    /// Its version, expanded as `{version}`.
+    pub version: String,
+    /// Where to fetch it: `file://`, `http://` or `https://`.
+    pub url: String,
+    /// Hex SHA-256 of its content (lower case after parsing), verified after download.
+    pub sha256: String,
+}
+
+/// `deploy:` in a descriptor: each field set here wins over the environment file's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeployOverrides {
+    /// The plugin that deploys (`remote-copy`, `command`, or a configured plugin).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
+    /// Where artifacts go on each target (placeholders: `{version}`, `{target}`,
+    /// `{application}`, `{environment}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dest: Option<String>,
+    /// Command run on each target after the artifacts are in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activate: Option<String>,
+    /// Commands of the `command` plugin, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commands: Option<Vec<String>>,
+    /// Free plugin parameters; a mapping is merged key by key over the environment's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<serde_json::Value>,
+}
+
+/// `schedule:`: exactly one of `at` and `cron`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Schedule {
+    /// One deploy at this RFC 3339 time (with its offset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    /// One deploy per tick of this five-field cron expression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    /// The IANA time zone `cron` is read in (UTC when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+}
+
+impl Schedule {
+    /// True for a recurring schedule (`cron`).
+    pub fn is_recurring(&self) -> bool {
+        self.cron.is_some()
+    }
+}
+
+impl Descriptor {
+    /// The tenant, the part of `application` before `/`.
+    pub fn tenant(&self) -> &str {
+        crate::tenant_of(&self.application)
+    }
+
+    /// The plugin the descriptor asks for, if it overrides it.
+    pub fn plugin_override(&self) -> Option<&str> {
+        self.deploy.as_ref()?.plugin.as_deref()
+    }
+
+    /// The artifact names, in order.
+    pub fn artifact_names(&self) -> impl Iterator<Item = &str> + Clone {
+        self.artifacts.iter().map(|a| a.name.as_str())
+    }
+}
+
+/// What to tell a descriptor that names a queue.
+pub(crate) const QUEUE_REFUSED: &str = "a descriptor cannot choose its queue: routing is \
+    operator configuration (queues, plugins.<name>.queue and tenants in manent.yml); remove \
+    this field";
+
+/// Parses and validates a descriptor written in YAML or JSON. `file_name` is used in
+/// messages. Every problem found is returned at once in [`ModelError::DescriptorInvalid`].
+pub fn parse_descriptor(text: &str, file_name: &str) -> Result<Descriptor, ModelError> {
+    let mut doc = Document::new(text, file_name);
+    let Some(value) = doc.syntax() else {
+        return Err(invalid(doc));
+    };
+    if value.is_null() {
+        doc.issue_at(
+            ".",
+            None,
+            "the descriptor is empty; write application, environment and artifacts",
+        );
+        return Err(invalid(doc));
+    }
+    if !value.is_mapping() {
+        doc.issue(
+            ".",
+            "expected a mapping with application, environment and artifacts; write \
+             `key: value` lines (YAML) or an object (JSON)",
+        );
+        return Err(invalid(doc));
+    }
+    let queue_paths = key_paths(&value, "queue");
+    for path in &queue_paths {
+        doc.issue(path.clone(), QUEUE_REFUSED);
+    }
+    let mut descriptor = match doc.typed::<Descriptor>() {
+        Ok(descriptor) => descriptor,
+        Err(issue) => {
+            // An unknown `queue` field was already reported, with a better message.
+            if !queue_paths.contains(&issue.field) {
+                doc.issues.push(issue);
+            }
+            return Err(invalid(doc));
+        }
+    };
+    validate(&mut doc, &mut descriptor);
+    if doc.issues.is_empty() {
+        Ok(descriptor)
+    } else {
+        Err(invalid(doc))
+    }
+}
+
+fn invalid(doc: Document<'_>) -> ModelError {
+    ModelError::DescriptorInvalid {
+        file: doc.file.to_owned(),
+        issues: doc.issues,
+    }
+}
+
+fn validate(doc: &mut Document<'_>, d: &mut Descriptor) {
+    let app_ok = rules::application(&d.application)
+        .map_err(|e| doc.issue("application", format!("`{}` {e}", d.application)))
+        .is_ok();
+    let env_ok = rules::name(&d.environment)
+        .map_err(|e| doc.issue("environment", format!("`{}` {e}", d.environment)))
+        .is_ok();
+
+    if d.artifacts.is_empty() {
+        doc.issue(
+            "artifacts",
+            "is empty; list at least one artifact (name, type, version, url, sha256)",
+        );
+    }
+    let mut names = BTreeSet::new();
+    for (i, artifact) in d.artifacts.iter_mut().enumerate() {
+        let at = |field: &str| format!("artifacts[{i}].{field}");
+        if let Err(e) = rules::artifact_name(&artifact.name) {
+            doc.issue(at("name"), format!("`{}` {e}", artifact.name));
+        } else if !names.insert(artifact.name.clone()) {
+            doc.issue(
+                at("name"),
+                format!(
+                    "`{}` is the name of an earlier artifact; artifact names must be unique \
+                     (they are file names on the targets)",
+                    artifact.name
+                ),
+            );
+        }
+        if let Err(e) = rules::name(&artifact.artifact_type) {
+            doc.issue(at("type"), format!("`{}` {e}", artifact.artifact_type));
+        }
+        if let Err(e) = rules::version(&artifact.version) {
+            doc.issue(at("version"), format!("`{}` {e}", artifact.version));
+        }
+        if let Err(e) = rules::url(&artifact.url) {
+            doc.issue(at("url"), format!("`{}` {e}", artifact.url));
+        }
+        match rules::sha256(&artifact.sha256) {
+            Ok(()) => artifact.sha256.make_ascii_lowercase(),
+            Err(e) => doc.issue(at("sha256"), e),
+        }
+    }
+
+    if let Some(deploy) = &d.deploy {
+        validate_overrides(doc, deploy);
+    }
+    if let Some(schedule) = &d.schedule {
+        validate_schedule(doc, schedule);
+    }
+    let own = (app_ok && env_ok).then_some((d.application.as_str(), d.environment.as_str()));
+    validate_dependencies(doc, "depends_on", &d.depends_on, own);
+}
+
+fn validate_overrides(doc: &mut Document<'_>, deploy: &DeployOverrides) {
+    if let Some(plugin) = &deploy.plugin
+        && let Err(e) = rules::name(plugin)
+    {
+        doc.issue("deploy.plugin", format!("`{plugin}` {e}"));
+    }
+    if let Some(dest) = &deploy.dest {
+        if dest.trim().is_empty() {
+            doc.issue(
+                "deploy.dest",
+                "is empty; write the directory on the targets, or remove it",
+            );
+        } else if let Err(e) = rules::placeholders(dest, DEST_PLACEHOLDERS) {
+            doc.issue("deploy.dest", e);
+        }
+    }
+    if let Some(activate) = &deploy.activate
+        && activate.trim().is_empty()
+    {
+        doc.issue(
+            "deploy.activate",
+            "is empty; write the command to run, or remove it",
+        );
+    }
+    if let Some(commands) = &deploy.commands {
+        if commands.is_empty() {
+            doc.issue(
+                "deploy.commands",
+                "is empty; list the commands to run, or remove it to use the environment's",
+            );
+        }
+        for (i, command) in commands.iter().enumerate() {
+            if command.trim().is_empty() {
+                doc.issue(
+                    format!("deploy.commands[{i}]"),
+                    "is empty; write a command or remove the entry",
+                );
+            }
+        }
+    }
+}
+
+fn validate_schedule(doc: &mut Document<'_>, schedule: &Schedule) {
+    match (&schedule.at, &schedule.cron) {
+        (Some(_), Some(_)) => doc.issue(
+            "schedule",
+            "has both at and cron; write at for one deploy, or cron for recurring deploys",
+        ),
+        (None, None) => doc.issue(
+            "schedule",
+            "has neither at nor cron; write at: TIME for one deploy, or cron: EXPRESSION \
+             (and timezone) for recurring deploys",
+        ),
+        _ => {}
+    }
+    if let Some(at) = &schedule.at {
+        if let Err(e) = rules::rfc3339(at) {
+            doc.issue("schedule.at", format!("`{at}` {e}"));
+        }
+        if schedule.timezone.is_some() && schedule.cron.is_none() {
+            doc.issue(
+                "schedule.timezone",
+                "applies to cron only (at carries its own offset); remove it",
+            );
+        }
+    }
+    if let Some(cron) = &schedule.cron
+        && let Err(e) = rules::cron(cron)
+    {
+        doc.issue("schedule.cron", format!("`{cron}` {e}"));
+    }
+    if let Some(timezone) = &schedule.timezone
+        && let Err(e) = rules::timezone(timezone)
+    {
+        doc.issue("schedule.timezone", format!("`{timezone}` {e}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::{Expect, expect};
+
+    const SHA: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn yaml(extra: &str) -> String {
+        format!(
+            "application: ml/trainer\nenvironment: prod\nartifacts:\n  - name: model.tgz\n    \
+             type: tarball\n    version: 1.4.2\n    url: https://repo.example/model-1.4.2.tgz\n    \
+             sha256: {SHA}\n{extra}"
+        )
+    }
+
+    /// Parses `text` and renders the descriptor (as JSON) or every problem, one per line.
+    fn check(text: &str, expected: Expect) {
+        let actual = match parse_descriptor(text, "d.yml") {
+            Ok(d) => serde_json::to_string_pretty(&d).unwrap(),
+            Err(e) => e.to_string(),
+        };
+        expected.assert_eq(&actual);
+    }
+
+    #[test]
+    fn valid_yaml() {
+        check(
+            &yaml(
+                "deploy:\n  plugin: command\n  commands: [\"systemctl restart trainer\"]\n  \
+                 params: {replicas: 2, tags: [a]}\nschedule:\n  cron: \"30 2 * * 1-5\"\n  \
+                 timezone: Europe/Paris\ndry_run: true\ndepends_on:\n  - application: ml/features\n    \
+                 environment: prod\n    timeout: 10m\n",
+            ),
+            expect![[r#"
+                {
+                  "application": "ml/trainer",
+                  "environment": "prod",
+                  "artifacts": [
+                    {
+                      "name": "model.tgz",
+                      "type": "tarball",
+                      "version": "1.4.2",
+                      "url": "https://repo.example/model-1.4.2.tgz",
+                      "sha256": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+                    }
+                  ],
+                  "deploy": {
+                    "plugin": "command",
+                    "commands": [
+                      "systemctl restart trainer"
+                    ],
+                    "params": {
+                      "replicas": 2,
+                      "tags": [
+                        "a"
+                      ]
+                    }
+                  },
+                  "schedule": {
+                    "cron": "30 2 * * 1-5",
+                    "timezone": "Europe/Paris"
+                  },
+                  "dry_run": true,
+                  "depends_on": [
+                    {
+                      "application": "ml/features",
+                      "environment": "prod",
+                      "timeout": "10m"
+                    }
+                  ]
+                }"#]],
+        );
+    }
+
+    #[test]
+    fn numbers_are_read_as_text_where_text_is_expected() {
+        let text = yaml("").replace("version: 1.4.2", "version: 2.0");
+        let d = parse_descriptor(&text, "d.yml").unwrap();
+        assert_eq!(d.artifacts[0].version, "2.0");
+        assert!(!d.dry_run);
+        assert!(d.depends_on.is_empty());
+    }
+
+    #[test]
+    fn valid_json() {
+        let text = format!(
+            r#"{{
+  "application": "web/shop",
+  "environment": "staging",
+  "artifacts": [
+    {{"name": "shop", "type": "binary", "version": "7", "url": "file:///srv/shop",
+      "sha256": "{}"}}
+  ],
+  "schedule": {{"at": "2030-01-01T00:00:00Z"}}
+}}"#,
+            SHA.to_uppercase()
+        );
+        check(
+            &text,
+            expect![[r#"
+                {
+                  "application": "web/shop",
+                  "environment": "staging",
+                  "artifacts": [
+                    {
+                      "name": "shop",
+                      "type": "binary",
+                      "version": "7",
+                      "url": "file:///srv/shop",
+                      "sha256": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+                    }
+                  ],
+                  "schedule": {
+                    "at": "2030-01-01T00:00:00Z"
+                  },
+                  "dry_run": false,
+                  "depends_on": []
+                }"#]],
+        );
+    }
+
+    #[test]
+    fn json_errors_name_field_and_line() {
+        let text = format!(
+            "{{\n\t\"application\": \"ml/x\",\n\t\"environment\": \"prod\",\n\t\"artifacts\": [{{\n\t\t\"name\": \"a\",\n\t\t\"type\": \"t\",\n\t\t\"version\": 1.10,\n\t\t\"url\": \"file:///a\",\n\t\t\"sha256\": \"{SHA}\",\n\t\t\"colour\": 1\n\t}}]\n}}\n"
+        );
+        check(
+            &text,
+            expect![
+                "d.yml:10: artifacts[0].colour: unknown field `colour`; remove it or fix its spelling (fields allowed here: name, type, version, url, sha256)"
+            ],
+        );
+        let fixed = text.replace(",\n\t\t\"colour\": 1", "");
+        let d = parse_descriptor(&fixed, "d.json").unwrap();
+        assert_eq!(d.artifacts[0].version, "1.10");
+        check(
+            &fixed.replace("\"prod\"", "\"p/q\""),
+            expect![
+                "d.yml:3: environment: `p/q` contains '/'; use only letters, digits, `-`, `_` and `.`"
+            ],
+        );
+    }
+
+    #[test]
+    fn syntax_errors() {
+        check(
+            "application: [ml\n",
+            expect![[
+                r#"d.yml:2: (top level): YAML syntax error: did not find expected ',' or ']' at line 2 column 1, while parsing a flow sequence at line 1 column 14; fix the indentation, colons or quotes there"#
+            ]],
+        );
+        check(
+            "{\"application\": \"ml/x\",\n \"environment\" \"prod\"}",
+            expect![[
+                r#"d.yml:2: (top level): JSON syntax error: expected `:`; fix the brackets, commas or quotes there"#
+            ]],
+        );
+        check(
+            "application: a\napplication: b\n",
+            expect!["d.yml:2: application: `application` is written twice; keep only one"],
+        );
+        check(
+            &yaml("deploy:\n  plugin: a\n  dest: /x\n  plugin: b\n"),
+            expect!["d.yml:12: deploy.plugin: `plugin` is written twice; keep only one"],
+        );
+        check(
+            "",
+            expect![[
+                r#"d.yml: (top level): the descriptor is empty; write application, environment and artifacts"#
+            ]],
+        );
+        check(
+            "- a\n",
+            expect![[
+                r#"d.yml: (top level): expected a mapping with application, environment and artifacts; write `key: value` lines (YAML) or an object (JSON)"#
+            ]],
+        );
+    }
+
+    #[test]
+    fn structural_errors_name_field_and_line() {
+        check(
+            &yaml("colour: blue\n"),
+            expect![[
+                r#"d.yml:9: colour: unknown field `colour`; remove it or fix its spelling (fields allowed here: application, environment, artifacts, deploy, schedule, dry_run, depends_on)"#
+            ]],
+        );
+        check(
+            &yaml("").replace("    type: tarball\n", ""),
+            expect![[r#"d.yml:4: artifacts[0].type: missing field `type`; add it"#]],
+        );
+        check(
+            &yaml("dry_run: maybe\n"),
+            expect![[
+                r#"d.yml:9: dry_run: expected true or false, found "maybe"; write true or false, without quotes"#
+            ]],
+        );
+        check(
+            &yaml("depends_on:\n  - application: a/b\n    environment: x\n    timeout: 10\n"),
+            expect![[
+                r#"d.yml:12: depends_on[0].timeout: invalid duration "10" (time unit needed, for example 10sec or 10ms); write it like 10s, 5m, 1h or 250ms"#
+            ]],
+        );
+        check(
+            &yaml("deploy:\n  plugn: x\n"),
+            expect![[
+                r#"d.yml:10: deploy.plugn: unknown field `plugn`; remove it or fix its spelling (fields allowed here: plugin, dest, activate, commands, params)"#
+            ]],
+        );
+        check(
+            "application: a/b\nenvironment: e\n",
+            expect![[r#"d.yml: artifacts: missing field `artifacts`; add it"#]],
+        );
+    }
+
+    #[test]
+    fn a_descriptor_cannot_choose_its_queue() {
+        check(
+            &yaml("queue: gpu\n"),
+            expect![[
+                r#"d.yml:9: queue: a descriptor cannot choose its queue: routing is operator configuration (queues, plugins.<name>.queue and tenants in manent.yml); remove this field"#
+            ]],
+        );
+        check(
+            &yaml("deploy:\n  queue: gpu\n  params: {queue: x}\n"),
+            expect![[r#"
+                d.yml:10: deploy.queue: a descriptor cannot choose its queue: routing is operator configuration (queues, plugins.<name>.queue and tenants in manent.yml); remove this field
+                d.yml:11: deploy.params.queue: a descriptor cannot choose its queue: routing is operator configuration (queues, plugins.<name>.queue and tenants in manent.yml); remove this field"#]],
+        );
+        // In free parameters the rest of the descriptor is still checked.
+        check(
+            &yaml("deploy:\n  params: {queue: x}\ndry_run: true\n").replace("prod", "pr od"),
+            expect![[r#"
+                d.yml:10: deploy.params.queue: a descriptor cannot choose its queue: routing is operator configuration (queues, plugins.<name>.queue and tenants in manent.yml); remove this field
+                d.yml:2: environment: `pr od` contains ' '; use only letters, digits, `-`, `_` and `.`"#]],
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let text = format!(
+            "application: trainer\nenvironment: \"\"\nartifacts:\n  - name: ../x\n    type: t\n    \
+             version: a/b\n    url: s3://b/x\n    sha256: abc\n  - {{name: a, type: t, version: \"1\", \
+             url: \"file:///a\", sha256: {SHA}}}\n  - {{name: a, type: t, version: \"1\", \
+             url: \"http://h/a\", sha256: {SHA}}}\n"
+        );
+        check(
+            &text,
+            expect![[r#"
+                d.yml:1: application: `trainer` must be qualified with its tenant, as `tenant/app` (e.g. `ml/trainer`)
+                d.yml:2: environment: `` is empty; write a name of letters, digits, `-`, `_` or `.`
+                d.yml:4: artifacts[0].name: `../x` is used as a file name on the targets: remove `/`, `\` and `..` from it
+                d.yml:6: artifacts[0].version: `a/b` can be expanded into paths ({version}): remove `/`, `\` and `..`
+                d.yml:7: artifacts[0].url: `s3://b/x` must start with file://, http:// or https://; other schemes are not supported
+                d.yml:8: artifacts[0].sha256: must be 64 hexadecimal digits (found 3 characters); write the output of `sha256sum FILE`
+                d.yml:10: artifacts[2].name: `a` is the name of an earlier artifact; artifact names must be unique (they are file names on the targets)"#]],
+        );
+        check(
+            "application: a/b\nenvironment: e\nartifacts: []\n",
+            expect![[
+                r#"d.yml:3: artifacts: is empty; list at least one artifact (name, type, version, url, sha256)"#
+            ]],
+        );
+    }
+
+    #[test]
+    fn overrides_schedules_and_dependencies() {
+        check(
+            &yaml(
+                "deploy:\n  plugin: \"my plugin\"\n  dest: /opt/{app}/{version}\n  commands: []\n  \
+                 activate: \" \"\n",
+            ),
+            expect![[r#"
+                d.yml:10: deploy.plugin: `my plugin` contains ' '; use only letters, digits, `-`, `_` and `.`
+                d.yml:11: deploy.dest: unknown placeholder `{app}`; the placeholders allowed here are {version}, {target}, {application}, {environment}
+                d.yml:13: deploy.activate: is empty; write the command to run, or remove it
+                d.yml:12: deploy.commands: is empty; list the commands to run, or remove it to use the environment's"#]],
+        );
+        check(
+            &yaml("schedule:\n  at: 2030-01-01T00:00:00Z\n  cron: \"* * * * *\"\n"),
+            expect![[
+                r#"d.yml:9: schedule: has both at and cron; write at for one deploy, or cron for recurring deploys"#
+            ]],
+        );
+        check(
+            &yaml("schedule: {timezone: UTC}\n"),
+            expect![[
+                r#"d.yml:9: schedule: has neither at nor cron; write at: TIME for one deploy, or cron: EXPRESSION (and timezone) for recurring deploys"#
+            ]],
+        );
+        check(
+            &yaml("schedule:\n  at: tomorrow\n  timezone: UTC\n"),
+            expect![[r#"
+                d.yml:10: schedule.at: `tomorrow` is not a date-time; write an RFC 3339 time with its offset, e.g. 2025-03-01T02:00:00Z or 2025-03-01T02:00:00+01:00
+                d.yml:11: schedule.timezone: applies to cron only (at carries its own offset); remove it"#]],
+        );
+        check(
+            &yaml("schedule:\n  cron: \"61 * * * *\"\n  timezone: \"Mars Base\"\n"),
+            expect![[r#"
+                d.yml:10: schedule.cron: `61 * * * *` minute field `61` has 61, out of range 0-59
+                d.yml:11: schedule.timezone: `Mars Base` is not a time zone name; write an IANA name such as UTC or Europe/Paris"#]],
+        );
+        check(
+            &yaml(
+                "depends_on:\n  - {application: ml/trainer, environment: prod}\n  - {application: x, \
+                 environment: prod}\n  - {application: a/b, environment: e}\n  - {application: a/b, \
+                 environment: e}\n",
+            ),
+            expect![[r#"
+                d.yml:10: depends_on[0]: ml/trainer/prod depends on itself; remove this entry
+                d.yml:11: depends_on[1].application: `x` must be qualified with its tenant, as `tenant/app` (e.g. `ml/x`)
+                d.yml:13: depends_on[3]: a/b/e is listed twice; keep one entry"#]],
+        );
+    }
+}

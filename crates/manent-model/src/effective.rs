@@ -1,0 +1,447 @@
+//! Owns the effective descriptor: the environment configuration with the descriptor's
+//! overrides applied, i.e. what a deploy actually does, recorded with the deploy; and the
+//! expansion of `dest` templates.
+
+use serde::{Deserialize, Serialize};
+
+use crate::descriptor::{Artifact, Descriptor, Schedule};
+use crate::environment::{
+    Approval, Check, Dependency, EnvironmentFile, RollbackPolicy, Rollout, SshSettings, Target,
+};
+use crate::error::ModelError;
+use crate::{COMMAND_PLUGIN, DEFAULT_PLUGIN, rules};
+
+/// What a deploy does: environment configuration + descriptor overrides.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EffectiveDescriptor {
+    /// `tenant/app`.
+    pub application: String,
+    /// The tenant part of `application`.
+    pub tenant: String,
+    /// The app part of `application`.
+    pub app: String,
+    /// The environment.
+    pub environment: String,
+    /// The deploy's version: the first artifact's (`{version}`, `MANENT_VERSION`).
+    pub version: String,
+    /// The artifacts, as submitted.
+    pub artifacts: Vec<Artifact>,
+    /// The plugin that deploys.
+    pub plugin: String,
+    /// Where artifacts go on each target (a template; see [`EffectiveDescriptor::dest_for`]).
+    pub dest: Option<String>,
+    /// Command run on each target after the artifacts are in place.
+    pub activate: Option<String>,
+    /// Commands of the `command` plugin, in order.
+    pub commands: Vec<String>,
+    /// Free plugin parameters.
+    pub params: Option<serde_json::Value>,
+    /// The targets.
+    pub targets: Vec<Target>,
+    /// How to reach the targets.
+    pub ssh: SshSettings,
+    /// Waves, parallelism, pause.
+    pub rollout: Rollout,
+    /// Checks run on each target after it is deployed.
+    pub checks: Vec<Check>,
+    /// The approval policy, if any.
+    pub approval: Option<Approval>,
+    /// The environment file's dependencies, then the descriptor's, one entry per
+    /// application and environment.
+    pub depends_on: Vec<Dependency>,
+    /// What to do when the deploy fails.
+    pub rollback: RollbackPolicy,
+    /// Plan instead of act.
+    pub dry_run: bool,
+    /// When to deploy, if scheduled.
+    pub schedule: Option<Schedule>,
+}
+
+impl EffectiveDescriptor {
+    /// Applies `descriptor`'s overrides to `env` (both already validated). Each `deploy:` field
+    /// the descriptor sets wins; `params` mappings are merged key by key (the descriptor's
+    /// keys win) when the plugin stays the environment's, and the environment's `params` are
+    /// dropped when the descriptor picks another plugin (they were meant for that plugin).
+    /// Refused: `remote-copy` without `dest`, `command` without commands.
+    pub fn build(descriptor: &Descriptor, env: &EnvironmentFile) -> Result<Self, ModelError> {
+        let overrides = descriptor.deploy.clone().unwrap_or_default();
+        let plugin = overrides
+            .plugin
+            .clone()
+            .unwrap_or_else(|| env.deploy.plugin.clone());
+        let env_params = if plugin == env.deploy.plugin {
+            env.deploy.params.clone()
+        } else {
+            None
+        };
+        let params = match (env_params, overrides.params) {
+            (Some(serde_json::Value::Object(mut base)), Some(serde_json::Value::Object(over))) => {
+                base.extend(over);
+                Some(serde_json::Value::Object(base))
+            }
+            (base, over) => over.or(base),
+        };
+        let (tenant, app) = descriptor
+            .application
+            .split_once('/')
+            .unwrap_or(("", descriptor.application.as_str()));
+        let effective = EffectiveDescriptor {
+            application: descriptor.application.clone(),
+            tenant: tenant.to_owned(),
+            app: app.to_owned(),
+            environment: descriptor.environment.clone(),
+            version: descriptor
+                .artifacts
+                .first()
+                .map(|a| a.version.clone())
+                .unwrap_or_default(),
+            artifacts: descriptor.artifacts.clone(),
+            plugin,
+            dest: overrides.dest.or_else(|| env.deploy.dest.clone()),
+            activate: overrides.activate.or_else(|| env.deploy.activate.clone()),
+            commands: overrides
+                .commands
+                .unwrap_or_else(|| env.deploy.commands.clone()),
+            params,
+            targets: env.targets.clone(),
+            ssh: env.ssh.clone(),
+            rollout: env.rollout.clone(),
+            checks: env.checks.clone(),
+            approval: env.approval.clone(),
+            depends_on: merge_dependencies(&env.depends_on, &descriptor.depends_on),
+            rollback: env.rollback.clone(),
+            dry_run: descriptor.dry_run,
+            schedule: descriptor.schedule.clone(),
+        };
+        effective.check()?;
+        Ok(effective)
+    }
+
+    fn check(&self) -> Result<(), ModelError> {
+        let refuse = |field: &str, message: String| ModelError::EffectiveInvalid {
+            application: self.application.clone(),
+            environment: self.environment.clone(),
+            field: field.to_owned(),
+            message,
+        };
+        if self.artifacts.is_empty() {
+            return Err(refuse(
+                "artifacts",
+                "no artifact to deploy; add one".to_owned(),
+            ));
+        }
+        if self.targets.is_empty() {
+            return Err(refuse(
+                "targets",
+                "the environment has no targets; add them to its environment file".to_owned(),
+            ));
+        }
+        if self.plugin == DEFAULT_PLUGIN && self.dest.is_none() {
+            return Err(refuse(
+                "deploy.dest",
+                format!(
+                    "{DEFAULT_PLUGIN} needs a destination directory; set deploy.dest in the \
+                     environment file or the descriptor"
+                ),
+            ));
+        }
+        if self.plugin == COMMAND_PLUGIN && self.commands.is_empty() {
+            return Err(refuse(
+                "deploy.commands",
+                format!(
+                    "the {COMMAND_PLUGIN} plugin needs commands to run; set deploy.commands in \
+                     the environment file or the descriptor"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `dest` expanded for `target`, if a `dest` is set.
+    pub fn dest_for(&self, target: &Target) -> Option<String> {
+        self.dest.as_deref().map(|template| {
+            expand_dest(
+                template,
+                &self.version,
+                &target.name,
+                &self.application,
+                &self.environment,
+            )
+        })
+    }
+
+    /// The SSH user for `target`: its own `user`, else `ssh.user`.
+    pub fn ssh_user_for<'a>(&'a self, target: &'a Target) -> Option<&'a str> {
+        target.user.as_deref().or(self.ssh.user.as_deref())
+    }
+
+    /// The artifact names, in order.
+    pub fn artifact_names(&self) -> impl Iterator<Item = &str> + Clone {
+        self.artifacts.iter().map(|a| a.name.as_str())
+    }
+
+    /// The `<application>/<environment>` partition of the queue.
+    pub fn partition_key(&self) -> String {
+        crate::partition_key(&self.application, &self.environment)
+    }
+}
+
+/// The environment file's dependencies, then the descriptor's not already listed; for one
+/// listed by both, the descriptor's `version` and `timeout` win where it sets them.
+fn merge_dependencies(env: &[Dependency], descriptor: &[Dependency]) -> Vec<Dependency> {
+    let mut merged: Vec<Dependency> = Vec::with_capacity(env.len() + descriptor.len());
+    for dep in env.iter().chain(descriptor) {
+        match merged.iter_mut().find(|d| d.key() == dep.key()) {
+            Some(existing) => {
+                if dep.version.is_some() {
+                    existing.version.clone_from(&dep.version);
+                }
+                if dep.timeout.is_some() {
+                    existing.timeout = dep.timeout;
+                }
+            }
+            None => merged.push(dep.clone()),
+        }
+    }
+    merged
+}
+
+/// Expands `{version}`, `{target}`, `{application}` (`tenant/app`) and `{environment}` in a
+/// `dest` template; other text, unknown placeholders included, is kept as written.
+pub fn expand_dest(
+    template: &str,
+    version: &str,
+    target: &str,
+    application: &str,
+    environment: &str,
+) -> String {
+    rules::expand(
+        template,
+        &[
+            ("version", version),
+            ("target", target),
+            ("application", application),
+            ("environment", environment),
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{parse_descriptor, parse_environment};
+    use expect_test::{Expect, expect};
+
+    const SHA: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    const ENV: &str = "\
+targets:
+  - {name: web-1, host: 10.0.0.1, user: root}
+  - {name: web-2, host: 10.0.0.2}
+ssh: {user: deploy}
+deploy:
+  dest: /opt/{application}/{environment}/{version}/{target}
+  activate: ln -sfn . current
+  commands: [env-cmd]
+  params: {a: 1, b: 2}
+depends_on:
+  - {application: ml/features, environment: prod, version: \"1\"}
+  - {application: ml/db, environment: prod}
+checks:
+  - {name: health, type: http, url: \"http://{host}/health\", timeout: 2s}
+  - {type: tcp, host: \"{host}\", port: 22}
+  - {type: command, command: \"test -e /opt\", expect_exit: 0, retries: 1}
+rollout: {waves: [[web-2], [web-1]], pause: 1m}
+approval: {approvers: [alice]}
+";
+
+    fn descriptor(extra: &str) -> Descriptor {
+        let text = format!(
+            "application: ml/trainer\nenvironment: prod\nartifacts:\n  - {{name: m, type: t, \
+             version: 2.1, url: \"file:///m\", sha256: {SHA}}}\n  - {{name: n, type: t, version: \
+             9, url: \"file:///n\", sha256: {SHA}}}\n{extra}"
+        );
+        parse_descriptor(&text, "d.yml").unwrap()
+    }
+
+    fn env(text: &str) -> EnvironmentFile {
+        parse_environment(text, "prod.yml", "ml/trainer", "prod").unwrap()
+    }
+
+    /// Builds the effective descriptor and renders its deploy settings and dependencies.
+    fn check(extra: &str, env_text: &str, expected: Expect) {
+        let actual = match EffectiveDescriptor::build(&descriptor(extra), &env(env_text)) {
+            Ok(eff) => {
+                let deps: Vec<String> = eff
+                    .depends_on
+                    .iter()
+                    .map(|d| {
+                        format!(
+                            "{}/{}@{}~{:?}",
+                            d.application,
+                            d.environment,
+                            d.version.as_deref().unwrap_or("*"),
+                            d.timeout
+                        )
+                    })
+                    .collect();
+                format!(
+                    "plugin={} dest={:?} activate={:?} commands={:?} params={}\nversion={} \
+                     dry_run={} deps={deps:?}",
+                    eff.plugin,
+                    eff.dest,
+                    eff.activate,
+                    eff.commands,
+                    eff.params.map(|p| p.to_string()).unwrap_or_default(),
+                    eff.version,
+                    eff.dry_run,
+                )
+            }
+            Err(e) => e.to_string(),
+        };
+        expected.assert_eq(&actual);
+    }
+
+    #[test]
+    fn environment_settings_apply_without_overrides() {
+        check(
+            "",
+            ENV,
+            expect![[r#"
+                plugin=remote-copy dest=Some("/opt/{application}/{environment}/{version}/{target}") activate=Some("ln -sfn . current") commands=["env-cmd"] params={"a":1,"b":2}
+                version=2.1 dry_run=false deps=["ml/features/prod@1~None", "ml/db/prod@*~None"]"#]],
+        );
+    }
+
+    #[test]
+    fn descriptor_overrides_win() {
+        check(
+            "deploy:\n  dest: /srv/{version}\n  activate: restart\n  commands: [mine]\n  params: {b: 3, c: 4}\ndry_run: true\n",
+            ENV,
+            expect![[r#"
+                plugin=remote-copy dest=Some("/srv/{version}") activate=Some("restart") commands=["mine"] params={"a":1,"b":3,"c":4}
+                version=2.1 dry_run=true deps=["ml/features/prod@1~None", "ml/db/prod@*~None"]"#]],
+        );
+        // Another plugin: the environment's params were for its plugin.
+        check(
+            "deploy: {plugin: command}\n",
+            ENV,
+            expect![[r#"
+                plugin=command dest=Some("/opt/{application}/{environment}/{version}/{target}") activate=Some("ln -sfn . current") commands=["env-cmd"] params=
+                version=2.1 dry_run=false deps=["ml/features/prod@1~None", "ml/db/prod@*~None"]"#]],
+        );
+        check(
+            "deploy: {plugin: ansible, params: [x]}\n",
+            ENV,
+            expect![[r#"
+                plugin=ansible dest=Some("/opt/{application}/{environment}/{version}/{target}") activate=Some("ln -sfn . current") commands=["env-cmd"] params=["x"]
+                version=2.1 dry_run=false deps=["ml/features/prod@1~None", "ml/db/prod@*~None"]"#]],
+        );
+    }
+
+    #[test]
+    fn dependencies_are_merged_without_duplicates() {
+        check(
+            "depends_on:\n  - {application: ml/db, environment: prod, version: \"5\", timeout: 1m}\n  \
+             - {application: ml/features, environment: prod}\n  - {application: web/api, environment: prod}\n",
+            ENV,
+            expect![[r#"
+                plugin=remote-copy dest=Some("/opt/{application}/{environment}/{version}/{target}") activate=Some("ln -sfn . current") commands=["env-cmd"] params={"a":1,"b":2}
+                version=2.1 dry_run=false deps=["ml/features/prod@1~None", "ml/db/prod@5~Some(60s)", "web/api/prod@*~None"]"#]],
+        );
+    }
+
+    #[test]
+    fn refusals() {
+        check(
+            "",
+            "targets: [{name: a, host: a}]\n",
+            expect![[
+                r#"ml/trainer/prod: deploy.dest: remote-copy needs a destination directory; set deploy.dest in the environment file or the descriptor"#
+            ]],
+        );
+        check(
+            "deploy: {plugin: command}\n",
+            "targets: [{name: a, host: a}]\n",
+            expect![[
+                r#"ml/trainer/prod: deploy.commands: the command plugin needs commands to run; set deploy.commands in the environment file or the descriptor"#
+            ]],
+        );
+        check(
+            "deploy: {dest: /srv}\n",
+            "targets: [{name: a, host: a}]\n",
+            expect![[r#"
+                plugin=remote-copy dest=Some("/srv") activate=None commands=[] params=
+                version=2.1 dry_run=false deps=[]"#]],
+        );
+    }
+
+    #[test]
+    fn expands_dest_per_target_and_round_trips() {
+        let eff = EffectiveDescriptor::build(
+            &descriptor("schedule: {at: \"2030-01-01T00:00:00Z\"}\n"),
+            &env(ENV),
+        )
+        .unwrap();
+        assert_eq!(
+            eff.dest_for(&eff.targets[1]).as_deref(),
+            Some("/opt/ml/trainer/prod/2.1/web-2")
+        );
+        assert_eq!(eff.ssh_user_for(&eff.targets[0]), Some("root"));
+        assert_eq!(eff.ssh_user_for(&eff.targets[1]), Some("deploy"));
+        assert_eq!((eff.tenant.as_str(), eff.app.as_str()), ("ml", "trainer"));
+        assert_eq!(eff.partition_key(), "ml/trainer/prod");
+        let json = serde_json::to_string(&eff).unwrap();
+        let back: EffectiveDescriptor = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, eff);
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let keys: Vec<&str> = value
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut expected = [
+            "application",
+            "tenant",
+            "app",
+            "environment",
+            "version",
+            "artifacts",
+            "plugin",
+            "dest",
+            "activate",
+            "commands",
+            "params",
+            "targets",
+            "ssh",
+            "rollout",
+            "checks",
+            "approval",
+            "depends_on",
+            "rollback",
+            "dry_run",
+            "schedule",
+        ];
+        expected.sort();
+        assert_eq!(keys, expected);
+        assert!(json.starts_with(r#"{"application":"ml/trainer","tenant":"ml","app":"trainer","#));
+    }
+
+    #[test]
+    fn dest_expansion() {
+        for (template, expected) in [
+            ("/opt/{application}/{version}", "/opt/ml/trainer/1.2"),
+            ("/srv/{environment}/{target}/", "/srv/prod/web-1/"),
+            ("/srv/{version}{version}", "/srv/1.21.2"),
+            ("/srv/{other}/{version", "/srv/{other}/{version"),
+            ("/plain", "/plain"),
+        ] {
+            assert_eq!(
+                expand_dest(template, "1.2", "web-1", "ml/trainer", "prod"),
+                expected,
+                "{template}"
+            );
+        }
+    }
+}

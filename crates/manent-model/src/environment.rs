@@ -1,0 +1,1294 @@
+//! Owns the environment configuration, `<source>/<tenant>/<app>/<env>.yml`: targets, SSH
+//! settings, the default deploy settings, rollout (waves), checks, approval, dependencies and
+//! rollback policy; reading it (telling "cannot be read now" from "invalid") and validation.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+
+use crate::error::ModelError;
+use crate::serde_util::{duration, nullable, opt_duration};
+use crate::source::Document;
+use crate::{CHECK_PLACEHOLDERS, DEFAULT_PLUGIN, DEST_PLACEHOLDERS, rules};
+
+/// The environment configuration of one application's environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvironmentFile {
+    /// The hosts deployed to; at least one.
+    #[serde(default, deserialize_with = "nullable")]
+    pub targets: Vec<Target>,
+    /// How to reach the targets.
+    #[serde(default, deserialize_with = "nullable")]
+    pub ssh: SshSettings,
+    /// The default plugin and its settings (a descriptor's `deploy:` wins).
+    #[serde(default, deserialize_with = "nullable")]
+    pub deploy: DeploySettings,
+    /// Waves, parallelism and pause between waves.
+    #[serde(default, deserialize_with = "nullable")]
+    pub rollout: Rollout,
+    /// Checks run on each target after it is deployed.
+    #[serde(default, deserialize_with = "nullable")]
+    pub checks: Vec<Check>,
+    /// The approval policy; none when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
+    /// Deploys that must have succeeded first.
+    #[serde(default, deserialize_with = "nullable")]
+    pub depends_on: Vec<Dependency>,
+    /// What to do when a deploy fails.
+    #[serde(default, deserialize_with = "nullable")]
+    pub rollback: RollbackPolicy,
+}
+
+/// A host of the environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    /// Unique in the environment; expanded as `{target}`.
+    pub name: String,
+    /// Host name or address; `local` is the worker's own machine (no SSH).
+    pub host: String,
+    /// SSH port.
+    #[serde(default = "default_port")]
+    pub port: u16,
+    /// SSH user for this target (over `ssh.user`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Region, for `by_region` waves and region routing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Availability zone, for `by_az` waves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub az: Option<String>,
+    /// Free labels.
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Target {
+    /// True when the target is the worker's own machine (`host: local`).
+    pub fn is_local(&self) -> bool {
+        self.host == crate::LOCAL_HOST
+    }
+}
+
+fn default_port() -> u16 {
+    22
+}
+
+/// `ssh:`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshSettings {
+    /// Default SSH user (a target's `user` wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Private key file, as written (resolved by the worker that connects).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
+    /// known_hosts file, as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known_hosts: Option<PathBuf>,
+    /// Refuse hosts whose key is not in known_hosts.
+    #[serde(default = "yes")]
+    pub strict_host_key_checking: bool,
+}
+
+impl Default for SshSettings {
+    fn default() -> Self {
+        SshSettings {
+            user: None,
+            key: None,
+            known_hosts: None,
+            strict_host_key_checking: true,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `deploy:` in an environment file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeploySettings {
+    /// The plugin that deploys.
+    #[serde(default = "default_plugin")]
+    pub plugin: String,
+    /// Where artifacts go on each target (`{version}`, `{target}`, `{application}`,
+    /// `{environment}` expanded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dest: Option<String>,
+    /// Command run on each target once the artifacts are in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activate: Option<String>,
+    /// Commands of the `command` plugin, in order.
+    #[serde(default, deserialize_with = "nullable")]
+    pub commands: Vec<String>,
+    /// Free plugin parameters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<serde_json::Value>,
+}
+
+impl Default for DeploySettings {
+    fn default() -> Self {
+        DeploySettings {
+            plugin: default_plugin(),
+            dest: None,
+            activate: None,
+            commands: Vec::new(),
+            params: None,
+        }
+    }
+}
+
+fn default_plugin() -> String {
+    DEFAULT_PLUGIN.to_owned()
+}
+
+/// `rollout:`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rollout {
+    /// How targets are grouped into waves, deployed one after the other.
+    #[serde(default)]
+    pub waves: Waves,
+    /// Targets deployed at once within a wave.
+    #[serde(default = "default_max_parallel")]
+    pub max_parallel: u32,
+    /// Wait between two waves.
+    #[serde(
+        default,
+        with = "opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pause: Option<Duration>,
+}
+
+impl Default for Rollout {
+    fn default() -> Self {
+        Rollout {
+            waves: Waves::All,
+            max_parallel: default_max_parallel(),
+            pause: None,
+        }
+    }
+}
+
+fn default_max_parallel() -> u32 {
+    5
+}
+
+/// `rollout.waves`: `all`, `by_region`, `by_az`, or explicit lists of target names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Waves {
+    /// One wave of every target.
+    #[default]
+    All,
+    /// One wave per region, in order of first appearance among the targets.
+    ByRegion,
+    /// One wave per (region, az), in order of first appearance.
+    ByAz,
+    /// These waves of target names, in order; each target in exactly one.
+    Explicit(Vec<Vec<String>>),
+}
+
+const WAVES_HINT: &str = "write all, by_region, by_az, or a list of lists of target names, \
+                          e.g. [[web-1], [web-2, web-3]]";
+
+impl Serialize for Waves {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Waves::All => serializer.serialize_str("all"),
+            Waves::ByRegion => serializer.serialize_str("by_region"),
+            Waves::ByAz => serializer.serialize_str("by_az"),
+            Waves::Explicit(waves) => waves.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Waves {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(WavesVisitor)
+    }
+}
+
+struct WavesVisitor;
+
+impl<'de> Visitor<'de> for WavesVisitor {
+    type Value = Waves;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("all, by_region, by_az or a list of lists of target names")
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Waves, E> {
+        match value {
+            "all" => Ok(Waves::All),
+            "by_region" => Ok(Waves::ByRegion),
+            "by_az" => Ok(Waves::ByAz),
+            other => Err(E::custom(format!("unknown waves `{other}`; {WAVES_HINT}"))),
+        }
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Waves, A::Error> {
+        let mut waves = Vec::new();
+        while let Some(WaveNames(names)) = seq.next_element()? {
+            waves.push(names);
+        }
+        Ok(Waves::Explicit(waves))
+    }
+}
+
+/// One explicit wave: a list of target names.
+struct WaveNames(Vec<String>);
+
+impl<'de> Deserialize<'de> for WaveNames {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = WaveNames;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of target names")
+            }
+
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<WaveNames, E> {
+                Err(E::custom(format!(
+                    "found the name `{value}` where a wave (a list of target names) was \
+                     expected; waves is a list of lists, e.g. [[web-1], [web-2, web-3]]"
+                )))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<WaveNames, A::Error> {
+                let mut names = Vec::new();
+                while let Some(name) = seq.next_element::<String>()? {
+                    names.push(name);
+                }
+                Ok(WaveNames(names))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// A check run on each target after it is deployed (`{target}` and `{host}` are expanded in
+/// its URL, host or command).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RawCheck")]
+pub struct Check {
+    /// A name for results and messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// What to check (`type: http | tcp | command`).
+    #[serde(flatten)]
+    pub kind: CheckKind,
+    /// Further attempts after a failed one.
+    pub retries: u32,
+    /// Wait between attempts.
+    #[serde(with = "duration")]
+    pub interval: Duration,
+    /// Limit of one attempt.
+    #[serde(with = "duration")]
+    pub timeout: Duration,
+}
+
+/// What a [`Check`] checks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum CheckKind {
+    /// An HTTP GET answers with `expect_status`.
+    Http {
+        /// `http://` or `https://` URL.
+        url: String,
+        /// Expected status code.
+        expect_status: u16,
+    },
+    /// A TCP connection succeeds.
+    Tcp {
+        /// Host to connect to.
+        host: String,
+        /// Port to connect to.
+        port: u16,
+    },
+    /// A command on the target exits with `expect_exit`.
+    Command {
+        /// Shell command run on the target.
+        command: String,
+        /// Expected exit code.
+        expect_exit: i32,
+    },
+}
+
+impl Check {
+    /// The check's name, or a description of it.
+    pub fn label(&self) -> String {
+        if let Some(name) = &self.name {
+            return name.clone();
+        }
+        match &self.kind {
+            CheckKind::Http { url, .. } => format!("http {url}"),
+            CheckKind::Tcp { host, port } => format!("tcp {host}:{port}"),
+            CheckKind::Command { command, .. } => format!("command {command}"),
+        }
+    }
+
+    /// The check's kind with `{target}` and `{host}` replaced for `target`.
+    pub fn kind_for(&self, target: &Target) -> CheckKind {
+        let values = [
+            ("target", target.name.as_str()),
+            ("host", target.host.as_str()),
+        ];
+        match &self.kind {
+            CheckKind::Http { url, expect_status } => CheckKind::Http {
+                url: rules::expand(url, &values),
+                expect_status: *expect_status,
+            },
+            CheckKind::Tcp { host, port } => CheckKind::Tcp {
+                host: rules::expand(host, &values),
+                port: *port,
+            },
+            CheckKind::Command {
+                command,
+                expect_exit,
+            } => CheckKind::Command {
+                command: rules::expand(command, &values),
+                expect_exit: *expect_exit,
+            },
+        }
+    }
+}
+
+/// The check as written: every field of every type, sorted out by [`Check::try_from`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCheck {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(rename = "type")]
+    kind: CheckType,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    expect_status: Option<u16>,
+    #[serde(default)]
+    host: Option<String>,
+    #[serde(default)]
+    port: Option<u16>,
+    #[serde(default)]
+    command: Option<String>,
+    #[serde(default)]
+    expect_exit: Option<i32>,
+    #[serde(default = "default_retries")]
+    retries: u32,
+    #[serde(default = "default_interval", with = "duration")]
+    interval: Duration,
+    #[serde(default = "default_timeout", with = "duration")]
+    timeout: Duration,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum CheckType {
+    Http,
+    Tcp,
+    Command,
+}
+
+fn default_retries() -> u32 {
+    3
+}
+
+fn default_interval() -> Duration {
+    Duration::from_secs(1)
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+impl TryFrom<RawCheck> for Check {
+    type Error = String;
+
+    fn try_from(raw: RawCheck) -> Result<Check, String> {
+        let (type_name, fields): (&str, &[&str]) = match raw.kind {
+            CheckType::Http => ("http", &["url", "expect_status"]),
+            CheckType::Tcp => ("tcp", &["host", "port"]),
+            CheckType::Command => ("command", &["command", "expect_exit"]),
+        };
+        let present = [
+            ("url", raw.url.is_some()),
+            ("expect_status", raw.expect_status.is_some()),
+            ("host", raw.host.is_some()),
+            ("port", raw.port.is_some()),
+            ("command", raw.command.is_some()),
+            ("expect_exit", raw.expect_exit.is_some()),
+        ];
+        if let Some((field, _)) = present
+            .iter()
+            .find(|(field, present)| *present && !fields.contains(field))
+        {
+            return Err(format!(
+                "`{field}` does not apply to a {type_name} check (its fields: {}); remove it \
+                 or change type",
+                fields.join(", ")
+            ));
+        }
+        let missing = |field: &str| format!("a {type_name} check needs `{field}`; add it");
+        let kind = match raw.kind {
+            CheckType::Http => CheckKind::Http {
+                url: raw.url.ok_or_else(|| missing("url"))?,
+                expect_status: raw.expect_status.unwrap_or(200),
+            },
+            CheckType::Tcp => CheckKind::Tcp {
+                host: raw.host.ok_or_else(|| missing("host"))?,
+                port: raw.port.ok_or_else(|| missing("port"))?,
+            },
+            CheckType::Command => CheckKind::Command {
+                command: raw.command.ok_or_else(|| missing("command"))?,
+                expect_exit: raw.expect_exit.unwrap_or(0),
+            },
+        };
+        Ok(Check {
+            name: raw.name,
+            kind,
+            retries: raw.retries,
+            interval: raw.interval,
+            timeout: raw.timeout,
+        })
+    }
+}
+
+/// `approval:`: who must approve a deploy before it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Approval {
+    /// Whether approval is required (true when the section is written and this is not).
+    #[serde(default = "yes")]
+    pub required: bool,
+    /// Who may approve (user or token names); anyone allowed to approve when empty.
+    #[serde(default, deserialize_with = "nullable")]
+    pub approvers: Vec<String>,
+    /// Approvals needed.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// The deploy is refused when not approved in time; it waits forever when absent.
+    #[serde(
+        default,
+        with = "opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub timeout: Option<Duration>,
+    /// Whether the submitter may approve their own deploy.
+    #[serde(default)]
+    pub allow_self_approval: bool,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A deploy that must have succeeded before this one runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dependency {
+    /// `tenant/app`.
+    pub application: String,
+    /// Its environment.
+    pub environment: String,
+    /// The version it must run, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// How long to wait for it; forever when absent.
+    #[serde(
+        default,
+        with = "opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub timeout: Option<Duration>,
+}
+
+impl Dependency {
+    /// `(application, environment)`: what identifies a dependency.
+    pub fn key(&self) -> (&str, &str) {
+        (&self.application, &self.environment)
+    }
+}
+
+/// `rollback:`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackPolicy {
+    /// What to do on targets already switched when a deploy fails.
+    #[serde(default)]
+    pub on_failure: OnFailure,
+}
+
+/// `rollback.on_failure`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFailure {
+    /// Re-activate the previous version on the targets already switched.
+    #[default]
+    ReactivatePrevious,
+    /// Leave the targets as they are.
+    None,
+}
+
+/// The path of an environment file: `<source>/<tenant>/<app>/<environment>.yml`.
+/// `application` and `environment` must be valid names (see [`load_environment`]).
+pub fn environment_path(source: &Path, application: &str, environment: &str) -> PathBuf {
+    let (tenant, app) = application.split_once('/').unwrap_or(("", application));
+    source
+        .join(tenant)
+        .join(app)
+        .join(format!("{environment}.yml"))
+}
+
+/// Reads and validates `<source>/<tenant>/<app>/<environment>.yml`. A missing or unreadable
+/// file is [`ModelError::EnvironmentUnavailable`]; bad content is
+/// [`ModelError::EnvironmentInvalid`].
+pub fn load_environment(
+    source: &Path,
+    application: &str,
+    environment: &str,
+) -> Result<EnvironmentFile, ModelError> {
+    rules::application(application).map_err(|message| ModelError::InvalidName {
+        field: "application".to_owned(),
+        value: application.to_owned(),
+        message,
+    })?;
+    rules::name(environment).map_err(|message| ModelError::InvalidName {
+        field: "environment".to_owned(),
+        value: environment.to_owned(),
+        message,
+    })?;
+    let path = environment_path(source, application, environment);
+    let file = path.display().to_string();
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::InvalidData => {
+            return Err(ModelError::environment_invalid(
+                &file,
+                vec![crate::Issue {
+                    file: file.clone(),
+                    line: None,
+                    field: ".".to_owned(),
+                    message: "is not UTF-8 text; save it as UTF-8".to_owned(),
+                }],
+            ));
+        }
+        Err(err) => {
+            return Err(ModelError::EnvironmentUnavailable {
+                path,
+                reason: err.to_string(),
+            });
+        }
+    };
+    parse_environment(&text, &file, application, environment)
+}
+
+/// Parses and validates the text of the environment file of `application`'s `environment`
+/// (used to refuse a dependency on itself). `file_name` is used in messages.
+pub fn parse_environment(
+    text: &str,
+    file_name: &str,
+    application: &str,
+    environment: &str,
+) -> Result<EnvironmentFile, ModelError> {
+    let mut doc = Document::new(text, file_name);
+    let Some(value) = doc.syntax() else {
+        return Err(ModelError::environment_invalid(file_name, doc.issues));
+    };
+    let env = if value.is_null() {
+        EnvironmentFile::default()
+    } else {
+        match doc.typed::<EnvironmentFile>() {
+            Ok(env) => env,
+            Err(issue) => return Err(ModelError::environment_invalid(file_name, vec![issue])),
+        }
+    };
+    validate(&mut doc, &env, (application, environment));
+    if doc.issues.is_empty() {
+        Ok(env)
+    } else {
+        Err(ModelError::environment_invalid(file_name, doc.issues))
+    }
+}
+
+fn validate(doc: &mut Document<'_>, env: &EnvironmentFile, own: (&str, &str)) {
+    validate_targets(doc, env);
+    validate_deploy(doc, &env.deploy);
+    validate_rollout(doc, env);
+    validate_checks(doc, &env.checks);
+    if let Some(approval) = &env.approval {
+        validate_approval(doc, approval);
+    }
+    validate_dependencies(doc, "depends_on", &env.depends_on, Some(own));
+}
+
+fn validate_targets(doc: &mut Document<'_>, env: &EnvironmentFile) {
+    if env.targets.is_empty() {
+        doc.issue(
+            "targets",
+            "no targets; list the hosts of this environment under targets (name, host; \
+             host: local for the worker's own machine)",
+        );
+    }
+    let mut names = BTreeSet::new();
+    for (i, target) in env.targets.iter().enumerate() {
+        let at = |field: &str| format!("targets[{i}].{field}");
+        if let Err(e) = rules::name(&target.name) {
+            doc.issue(at("name"), format!("`{}` {e}", target.name));
+        } else if !names.insert(target.name.as_str()) {
+            doc.issue(
+                at("name"),
+                format!(
+                    "`{}` is the name of an earlier target; target names must be unique",
+                    target.name
+                ),
+            );
+        }
+        if target.host.trim().is_empty() || target.host.contains(char::is_whitespace) {
+            doc.issue(
+                at("host"),
+                format!(
+                    "`{}` is not a host; write a host name or address, or local for the \
+                     worker's own machine",
+                    target.host
+                ),
+            );
+        }
+        if target.port == 0 {
+            doc.issue(at("port"), "is 0; write the SSH port (default 22)");
+        }
+        if let Some(user) = &target.user
+            && user.trim().is_empty()
+        {
+            doc.issue(at("user"), "is empty; write a user name or remove it");
+        }
+        for (field, value) in [("region", &target.region), ("az", &target.az)] {
+            if let Some(value) = value
+                && let Err(e) = rules::name(value)
+            {
+                doc.issue(at(field), format!("`{value}` {e}"));
+            }
+        }
+    }
+    if let Some(user) = &env.ssh.user
+        && user.trim().is_empty()
+    {
+        doc.issue("ssh.user", "is empty; write a user name or remove it");
+    }
+}
+
+fn validate_deploy(doc: &mut Document<'_>, deploy: &DeploySettings) {
+    if let Err(e) = rules::name(&deploy.plugin) {
+        doc.issue("deploy.plugin", format!("`{}` {e}", deploy.plugin));
+    }
+    if let Some(dest) = &deploy.dest {
+        if dest.trim().is_empty() {
+            doc.issue(
+                "deploy.dest",
+                "is empty; write the directory on the targets, or remove it",
+            );
+        } else if let Err(e) = rules::placeholders(dest, DEST_PLACEHOLDERS) {
+            doc.issue("deploy.dest", e);
+        }
+    }
+    if let Some(activate) = &deploy.activate
+        && activate.trim().is_empty()
+    {
+        doc.issue(
+            "deploy.activate",
+            "is empty; write the command to run, or remove it",
+        );
+    }
+    for (i, command) in deploy.commands.iter().enumerate() {
+        if command.trim().is_empty() {
+            doc.issue(
+                format!("deploy.commands[{i}]"),
+                "is empty; write a command or remove the entry",
+            );
+        }
+    }
+}
+
+fn validate_rollout(doc: &mut Document<'_>, env: &EnvironmentFile) {
+    let rollout = &env.rollout;
+    if rollout.max_parallel == 0 {
+        doc.issue(
+            "rollout.max_parallel",
+            "is 0; write how many targets are deployed at once (1 or more)",
+        );
+    }
+    match &rollout.waves {
+        Waves::All => {}
+        Waves::ByRegion | Waves::ByAz => {
+            let (field, kind) = if rollout.waves == Waves::ByRegion {
+                ("region", "by_region")
+            } else {
+                ("az", "by_az")
+            };
+            for (i, target) in env.targets.iter().enumerate() {
+                let value = if field == "region" {
+                    &target.region
+                } else {
+                    &target.az
+                };
+                if value.is_none() {
+                    doc.issue(
+                        format!("targets[{i}]"),
+                        format!(
+                            "target `{}` has no {field}, but rollout.waves is {kind}; add its \
+                             {field}",
+                            target.name
+                        ),
+                    );
+                }
+            }
+        }
+        Waves::Explicit(waves) => {
+            if waves.is_empty() {
+                doc.issue("rollout.waves", format!("is an empty list; {WAVES_HINT}"));
+            }
+            let known: BTreeSet<&str> = env.targets.iter().map(|t| t.name.as_str()).collect();
+            let mut seen = BTreeSet::new();
+            for (w, wave) in waves.iter().enumerate() {
+                if wave.is_empty() {
+                    doc.issue(
+                        format!("rollout.waves[{w}]"),
+                        "is an empty wave; list its target names or remove it",
+                    );
+                }
+                for (n, name) in wave.iter().enumerate() {
+                    let field = format!("rollout.waves[{w}][{n}]");
+                    if !known.contains(name.as_str()) {
+                        doc.issue(
+                            field,
+                            format!(
+                                "`{name}` is not a target of this environment; use a name from \
+                                 targets"
+                            ),
+                        );
+                    } else if !seen.insert(name.as_str()) {
+                        doc.issue(
+                            field,
+                            format!("target `{name}` is already in a wave; list it only once"),
+                        );
+                    }
+                }
+            }
+            let missing: Vec<&str> = env
+                .targets
+                .iter()
+                .map(|t| t.name.as_str())
+                .filter(|name| !seen.contains(name))
+                .collect();
+            if !waves.is_empty() && !missing.is_empty() {
+                doc.issue(
+                    "rollout.waves",
+                    format!(
+                        "target(s) {} are in no wave; add each to a wave (every target must be \
+                         listed)",
+                        missing
+                            .iter()
+                            .map(|n| format!("`{n}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                );
+            }
+        }
+    }
+}
+
+fn validate_checks(doc: &mut Document<'_>, checks: &[Check]) {
+    let mut names = BTreeSet::new();
+    for (i, check) in checks.iter().enumerate() {
+        let at = |field: &str| format!("checks[{i}].{field}");
+        if let Some(name) = &check.name {
+            if name.trim().is_empty() {
+                doc.issue(at("name"), "is empty; name the check or remove the field");
+            } else if !names.insert(name.as_str()) {
+                doc.issue(
+                    at("name"),
+                    format!("`{name}` is the name of an earlier check; check names must be unique"),
+                );
+            }
+        }
+        match &check.kind {
+            CheckKind::Http { url, expect_status } => {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    doc.issue(
+                        at("url"),
+                        format!("`{url}` must start with http:// or https://"),
+                    );
+                } else if let Err(e) = rules::placeholders(url, CHECK_PLACEHOLDERS) {
+                    doc.issue(at("url"), e);
+                }
+                if !(100..=599).contains(expect_status) {
+                    doc.issue(
+                        at("expect_status"),
+                        format!("{expect_status} is not an HTTP status; write one from 100 to 599"),
+                    );
+                }
+            }
+            CheckKind::Tcp { host, port } => {
+                if host.trim().is_empty() {
+                    doc.issue(at("host"), "is empty; write a host, {host} or {target}");
+                } else if let Err(e) = rules::placeholders(host, CHECK_PLACEHOLDERS) {
+                    doc.issue(at("host"), e);
+                }
+                if *port == 0 {
+                    doc.issue(at("port"), "is 0; write the port to connect to");
+                }
+            }
+            CheckKind::Command {
+                command,
+                expect_exit,
+            } => {
+                if command.trim().is_empty() {
+                    doc.issue(at("command"), "is empty; write the command to run");
+                }
+                if !(0..=255).contains(expect_exit) {
+                    doc.issue(
+                        at("expect_exit"),
+                        format!("{expect_exit} is not an exit code; write one from 0 to 255"),
+                    );
+                }
+            }
+        }
+        if check.timeout.is_zero() {
+            doc.issue(at("timeout"), "is 0; write a limit such as 10s");
+        }
+    }
+}
+
+fn validate_approval(doc: &mut Document<'_>, approval: &Approval) {
+    if approval.count == 0 {
+        doc.issue(
+            "approval.count",
+            "is 0; write how many approvals are needed (1 or more), or required: false",
+        );
+    }
+    let mut seen = BTreeSet::new();
+    for (i, approver) in approval.approvers.iter().enumerate() {
+        if approver.trim().is_empty() {
+            doc.issue(
+                format!("approval.approvers[{i}]"),
+                "is empty; write a name or remove the entry",
+            );
+        } else if !seen.insert(approver.as_str()) {
+            doc.issue(
+                format!("approval.approvers[{i}]"),
+                format!("`{approver}` is listed twice; keep one entry"),
+            );
+        }
+    }
+    if !approval.approvers.is_empty() && approval.count as usize > approval.approvers.len() {
+        doc.issue(
+            "approval.count",
+            format!(
+                "needs {} approvals but only {} approver(s) are listed; lower count or add \
+                 approvers",
+                approval.count,
+                approval.approvers.len()
+            ),
+        );
+    }
+    if approval.timeout.is_some_and(|t| t.is_zero()) {
+        doc.issue(
+            "approval.timeout",
+            "is 0; write how long to wait, e.g. 24h, or remove it to wait forever",
+        );
+    }
+}
+
+/// Checks a `depends_on` list at `field`: valid names, no entry twice, and (when `own` is
+/// given) no dependency of the deploy on its own application and environment.
+pub(crate) fn validate_dependencies(
+    doc: &mut Document<'_>,
+    field: &str,
+    dependencies: &[Dependency],
+    own: Option<(&str, &str)>,
+) {
+    let mut seen = BTreeSet::new();
+    for (i, dep) in dependencies.iter().enumerate() {
+        let at = format!("{field}[{i}]");
+        let mut ok = true;
+        if let Err(e) = rules::application(&dep.application) {
+            doc.issue(
+                format!("{at}.application"),
+                format!("`{}` {e}", dep.application),
+            );
+            ok = false;
+        }
+        if let Err(e) = rules::name(&dep.environment) {
+            doc.issue(
+                format!("{at}.environment"),
+                format!("`{}` {e}", dep.environment),
+            );
+            ok = false;
+        }
+        if let Some(version) = &dep.version
+            && version.trim().is_empty()
+        {
+            doc.issue(
+                format!("{at}.version"),
+                "is empty; write the version required, or remove it",
+            );
+        }
+        if !ok {
+            continue;
+        }
+        if own == Some(dep.key()) {
+            doc.issue(
+                at,
+                format!(
+                    "{}/{} depends on itself; remove this entry",
+                    dep.application, dep.environment
+                ),
+            );
+        } else if !seen.insert(dep.key()) {
+            doc.issue(
+                at,
+                format!(
+                    "{}/{} is listed twice; keep one entry",
+                    dep.application, dep.environment
+                ),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::{Expect, expect};
+
+    const TARGETS: &str = "targets:\n  - {name: web-1, host: 10.0.0.1, region: eu, az: eu-a}\n  - \
+                           {name: web-2, host: 10.0.0.2, region: us, az: us-a}\n";
+
+    /// Parses `text` as `ml/trainer`'s `prod` and renders the result (JSON) or its problems.
+    fn check(text: &str, expected: Expect) {
+        let actual = match parse_environment(text, "prod.yml", "ml/trainer", "prod") {
+            Ok(env) => serde_json::to_string(&env).unwrap(),
+            Err(e) => e.to_string(),
+        };
+        expected.assert_eq(&actual);
+    }
+
+    fn waves(text: &str) -> Waves {
+        parse_environment(text, "prod.yml", "ml/trainer", "prod")
+            .unwrap()
+            .rollout
+            .waves
+    }
+
+    #[test]
+    fn defaults() {
+        check(
+            "targets:\n  - name: local\n    host: local\n",
+            expect![[
+                r#"{"targets":[{"name":"local","host":"local","port":22}],"ssh":{"strict_host_key_checking":true},"deploy":{"plugin":"remote-copy","commands":[]},"rollout":{"waves":"all","max_parallel":5},"checks":[],"depends_on":[],"rollback":{"on_failure":"reactivate_previous"}}"#
+            ]],
+        );
+        check(
+            "targets:\n  - {name: a, host: a}\nssh:\ndeploy:\nrollout:\nchecks:\ndepends_on:\nrollback:\n",
+            expect![[
+                r#"{"targets":[{"name":"a","host":"a","port":22}],"ssh":{"strict_host_key_checking":true},"deploy":{"plugin":"remote-copy","commands":[]},"rollout":{"waves":"all","max_parallel":5},"checks":[],"depends_on":[],"rollback":{"on_failure":"reactivate_previous"}}"#
+            ]],
+        );
+        let env = parse_environment(
+            "targets: [{name: a, host: a}]\napproval: {approvers: [alice, bob]}\n",
+            "prod.yml",
+            "ml/trainer",
+            "prod",
+        )
+        .unwrap();
+        assert_eq!(
+            env.approval,
+            Some(Approval {
+                required: true,
+                approvers: vec!["alice".into(), "bob".into()],
+                count: 1,
+                timeout: None,
+                allow_self_approval: false,
+            })
+        );
+        assert!(!env.targets[0].is_local());
+    }
+
+    #[test]
+    fn complete_file() {
+        let text = format!(
+            "{TARGETS}  - name: web-3\n    host: web-3.example\n    port: 2222\n    user: deploy\n    \
+             labels: {{tier: 1}}\n    region: us\n    az: us-b\nssh:\n  user: ops\n  \
+             key: /etc/manent/id_ed25519\n  known_hosts: /etc/manent/known_hosts\n  \
+             strict_host_key_checking: false\ndeploy:\n  plugin: command\n  dest: \
+             /opt/{{application}}/{{version}}\n  activate: systemctl restart app\n  commands: [a, b]\n  \
+             params: {{x: 1}}\nrollout:\n  waves: by_az\n  max_parallel: 2\n  pause: 30s\napproval:\n  \
+             required: true\n  approvers: [alice]\n  timeout: 24h\n  allow_self_approval: true\n\
+             depends_on:\n  - application: ml/features\n    environment: prod\n    version: \"3\"\n\
+             rollback:\n  on_failure: none\n"
+        );
+        check(
+            &text,
+            expect![[
+                r#"{"targets":[{"name":"web-1","host":"10.0.0.1","port":22,"region":"eu","az":"eu-a"},{"name":"web-2","host":"10.0.0.2","port":22,"region":"us","az":"us-a"},{"name":"web-3","host":"web-3.example","port":2222,"user":"deploy","region":"us","az":"us-b","labels":{"tier":"1"}}],"ssh":{"user":"ops","key":"/etc/manent/id_ed25519","known_hosts":"/etc/manent/known_hosts","strict_host_key_checking":false},"deploy":{"plugin":"command","dest":"/opt/{application}/{version}","activate":"systemctl restart app","commands":["a","b"],"params":{"x":1}},"rollout":{"waves":"by_az","max_parallel":2,"pause":"30s"},"checks":[],"approval":{"required":true,"approvers":["alice"],"count":1,"timeout":"1day","allow_self_approval":true},"depends_on":[{"application":"ml/features","environment":"prod","version":"3"}],"rollback":{"on_failure":"none"}}"#
+            ]],
+        );
+    }
+
+    #[test]
+    fn each_kind_of_waves() {
+        assert_eq!(waves(TARGETS), Waves::All);
+        assert_eq!(
+            waves(&format!("{TARGETS}rollout: {{waves: all}}\n")),
+            Waves::All
+        );
+        assert_eq!(
+            waves(&format!("{TARGETS}rollout: {{waves: by_region}}\n")),
+            Waves::ByRegion
+        );
+        assert_eq!(
+            waves(&format!("{TARGETS}rollout: {{waves: by_az}}\n")),
+            Waves::ByAz
+        );
+        assert_eq!(
+            waves(&format!(
+                "{TARGETS}rollout:\n  waves:\n    - [web-2]\n    - [web-1]\n"
+            )),
+            Waves::Explicit(vec![vec!["web-2".into()], vec!["web-1".into()]])
+        );
+    }
+
+    #[test]
+    fn wave_errors() {
+        check(
+            &format!("{TARGETS}rollout: {{waves: by_zone}}\n"),
+            expect![[
+                r#"prod.yml:4: rollout.waves: unknown waves `by_zone`; write all, by_region, by_az, or a list of lists of target names, e.g. [[web-1], [web-2, web-3]]"#
+            ]],
+        );
+        check(
+            &format!("{TARGETS}rollout: {{waves: [web-1, web-2]}}\n"),
+            expect![[
+                r#"prod.yml:4: rollout.waves[0]: found the name `web-1` where a wave (a list of target names) was expected; waves is a list of lists, e.g. [[web-1], [web-2, web-3]]"#
+            ]],
+        );
+        check(
+            &format!(
+                "{TARGETS}  - {{name: db, host: db}}\nrollout:\n  waves:\n    - [web-1, nope]\n    - []\n    - [web-1]\n"
+            ),
+            expect![[r#"
+                prod.yml:7: rollout.waves[0][1]: `nope` is not a target of this environment; use a name from targets
+                prod.yml:8: rollout.waves[1]: is an empty wave; list its target names or remove it
+                prod.yml:9: rollout.waves[2][0]: target `web-1` is already in a wave; list it only once
+                prod.yml:6: rollout.waves: target(s) `web-2`, `db` are in no wave; add each to a wave (every target must be listed)"#]],
+        );
+        check(
+            "targets:\n  - {name: a, host: a, region: eu}\n  - {name: b, host: b}\nrollout:\n  waves: by_region\n  max_parallel: 0\n",
+            expect![[r#"
+                prod.yml:6: rollout.max_parallel: is 0; write how many targets are deployed at once (1 or more)
+                prod.yml:3: targets[1]: target `b` has no region, but rollout.waves is by_region; add its region"#]],
+        );
+        check(
+            "targets:\n  - {name: a, host: a, region: eu}\nrollout:\n  waves: by_az\n",
+            expect![[
+                r#"prod.yml:2: targets[0]: target `a` has no az, but rollout.waves is by_az; add its az"#
+            ]],
+        );
+    }
+
+    #[test]
+    fn checks_of_each_type() {
+        check(
+            "targets: [{name: a, host: a}]\nchecks:\n  - type: http\n    url: http://{host}:8080/health\n  \
+             - {name: port, type: tcp, host: \"{target}\", port: 80, retries: 0, interval: 2s, timeout: 1s}\n  \
+             - {type: command, command: systemctl is-active app, expect_exit: 3}\n",
+            expect![[
+                r#"{"targets":[{"name":"a","host":"a","port":22}],"ssh":{"strict_host_key_checking":true},"deploy":{"plugin":"remote-copy","commands":[]},"rollout":{"waves":"all","max_parallel":5},"checks":[{"type":"http","url":"http://{host}:8080/health","expect_status":200,"retries":3,"interval":"1s","timeout":"10s"},{"name":"port","type":"tcp","host":"{target}","port":80,"retries":0,"interval":"2s","timeout":"1s"},{"type":"command","command":"systemctl is-active app","expect_exit":3,"retries":3,"interval":"1s","timeout":"10s"}],"depends_on":[],"rollback":{"on_failure":"reactivate_previous"}}"#
+            ]],
+        );
+        let env = parse_environment(
+            "targets: [{name: web-1, host: 10.0.0.1}]\nchecks:\n  - {type: http, url: \"http://{host}/{target}\"}\n",
+            "prod.yml",
+            "ml/trainer",
+            "prod",
+        )
+        .unwrap();
+        assert_eq!(
+            env.checks[0].kind_for(&env.targets[0]),
+            CheckKind::Http {
+                url: "http://10.0.0.1/web-1".into(),
+                expect_status: 200
+            }
+        );
+        assert_eq!(env.checks[0].label(), "http http://{host}/{target}");
+    }
+
+    #[test]
+    fn check_errors() {
+        for (check_text, expected) in [
+            (
+                "{type: http}",
+                expect![[r#"prod.yml:3: checks[0]: a http check needs `url`; add it"#]],
+            ),
+            (
+                "{type: tcp, host: h, url: \"http://x\"}",
+                expect![[
+                    r#"prod.yml:3: checks[0]: `url` does not apply to a tcp check (its fields: host, port); remove it or change type"#
+                ]],
+            ),
+            (
+                "{type: smtp}",
+                expect![[
+                    r#"prod.yml:3: checks[0].type: unknown value `smtp`; use one of: http, tcp, command"#
+                ]],
+            ),
+            (
+                "{type: http, url: \"http://x\", colour: red}",
+                expect![[
+                    r#"prod.yml:3: checks[0].colour: unknown field `colour`; remove it or fix its spelling (fields allowed here: name, type, url, expect_status, host, port, command, expect_exit, retries, interval, timeout)"#
+                ]],
+            ),
+            (
+                "{type: http, url: \"ftp://{x}\", expect_status: 42, timeout: 0s}",
+                expect![[r#"
+                    prod.yml:3: checks[0].url: `ftp://{x}` must start with http:// or https://
+                    prod.yml:3: checks[0].expect_status: 42 is not an HTTP status; write one from 100 to 599
+                    prod.yml:3: checks[0].timeout: is 0; write a limit such as 10s"#]],
+            ),
+            (
+                "{type: tcp, host: \"{hostname}\", port: 0}",
+                expect![[r#"
+                    prod.yml:3: checks[0].host: unknown placeholder `{hostname}`; the placeholders allowed here are {target}, {host}
+                    prod.yml:3: checks[0].port: is 0; write the port to connect to"#]],
+            ),
+            (
+                "{type: command, command: \" \", expect_exit: 300}",
+                expect![[r#"
+                    prod.yml:3: checks[0].command: is empty; write the command to run
+                    prod.yml:3: checks[0].expect_exit: 300 is not an exit code; write one from 0 to 255"#]],
+            ),
+        ] {
+            check(
+                &format!("targets: [{{name: a, host: a}}]\nchecks:\n  - {check_text}\n"),
+                expected,
+            );
+        }
+    }
+
+    #[test]
+    fn target_and_other_errors() {
+        check(
+            "ssh: {user: ops}\n",
+            expect![[
+                r#"prod.yml: targets: no targets; list the hosts of this environment under targets (name, host; host: local for the worker's own machine)"#
+            ]],
+        );
+        check(
+            "",
+            expect![[
+                r#"prod.yml: targets: no targets; list the hosts of this environment under targets (name, host; host: local for the worker's own machine)"#
+            ]],
+        );
+        check(
+            "targets:\n  - {name: a, host: a, port: 0}\n  - {name: a, host: \"b c\", region: \"e u\", user: \"\"}\n",
+            expect![[r#"
+                prod.yml:2: targets[0].port: is 0; write the SSH port (default 22)
+                prod.yml:3: targets[1].name: `a` is the name of an earlier target; target names must be unique
+                prod.yml:3: targets[1].host: `b c` is not a host; write a host name or address, or local for the worker's own machine
+                prod.yml:3: targets[1].user: is empty; write a user name or remove it
+                prod.yml:3: targets[1].region: `e u` contains ' '; use only letters, digits, `-`, `_` and `.`"#]],
+        );
+        check(
+            "targets:\n  - {name: a, host: a, port: 70000}\n",
+            expect![
+                "prod.yml:2: targets[0].port: expected a whole number from 0 to 65535, found 70000; write a number in that range"
+            ],
+        );
+        check(
+            "targets: [{name: a, host: a}]\nsshh: {}\n",
+            expect![[
+                r#"prod.yml:2: sshh: unknown field `sshh`; remove it or fix its spelling (fields allowed here: targets, ssh, deploy, rollout, checks, approval, depends_on, rollback)"#
+            ]],
+        );
+        check(
+            "targets: [{name: a, host: a}]\nrollback: {on_failure: panic}\n",
+            expect![[
+                r#"prod.yml:2: rollback.on_failure: unknown value `panic`; use one of: reactivate_previous, none"#
+            ]],
+        );
+        check(
+            "targets: [{name: a, host: a}]\ndeploy:\n  plugin: \"\"\n  dest: /srv/{tenant}\n  commands: [\"\"]\n\
+             approval:\n  count: 3\n  approvers: [a, a]\n  timeout: 0s\ndepends_on:\n  - {application: ml/trainer, environment: prod}\n",
+            expect![[r#"
+                prod.yml:3: deploy.plugin: `` is empty; write a name of letters, digits, `-`, `_` or `.`
+                prod.yml:4: deploy.dest: unknown placeholder `{tenant}`; the placeholders allowed here are {version}, {target}, {application}, {environment}
+                prod.yml:5: deploy.commands[0]: is empty; write a command or remove the entry
+                prod.yml:8: approval.approvers[1]: `a` is listed twice; keep one entry
+                prod.yml:7: approval.count: needs 3 approvals but only 2 approver(s) are listed; lower count or add approvers
+                prod.yml:9: approval.timeout: is 0; write how long to wait, e.g. 24h, or remove it to wait forever
+                prod.yml:11: depends_on[0]: ml/trainer/prod depends on itself; remove this entry"#]],
+        );
+    }
+
+    #[test]
+    fn loading_tells_unavailable_from_invalid() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path();
+        std::fs::create_dir_all(source.join("ml/trainer")).unwrap();
+        std::fs::write(
+            source.join("ml/trainer/prod.yml"),
+            "targets: [{name: a, host: local}]\n",
+        )
+        .unwrap();
+        std::fs::write(source.join("ml/trainer/bad.yml"), "targets: 3\n").unwrap();
+        std::fs::create_dir_all(source.join("ml/trainer/dir.yml")).unwrap();
+
+        let env = load_environment(source, "ml/trainer", "prod").unwrap();
+        assert!(env.targets[0].is_local());
+
+        let missing = load_environment(source, "ml/trainer", "staging").unwrap_err();
+        assert!(missing.is_environment_unavailable(), "{missing}");
+        let ModelError::EnvironmentUnavailable { path, .. } = &missing else {
+            unreachable!()
+        };
+        assert_eq!(path, &source.join("ml/trainer/staging.yml"));
+
+        let dir_err = load_environment(source, "ml/trainer", "dir").unwrap_err();
+        assert!(dir_err.is_environment_unavailable(), "{dir_err}");
+
+        let bad = load_environment(source, "ml/trainer", "bad").unwrap_err();
+        let ModelError::EnvironmentInvalid {
+            file, line, field, ..
+        } = &bad
+        else {
+            panic!("{bad:?}")
+        };
+        assert!(file.ends_with("bad.yml"));
+        assert_eq!((*line, field.as_str()), (Some(1), "targets"));
+
+        for (app, env) in [
+            ("trainer", "prod"),
+            ("ml/../x", "prod"),
+            ("ml/trainer", "../x"),
+        ] {
+            let err = load_environment(source, app, env).unwrap_err();
+            assert!(matches!(err, ModelError::InvalidName { .. }), "{err}");
+        }
+    }
+}

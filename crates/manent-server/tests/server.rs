@@ -1,0 +1,402 @@
+//! manent-server as operators run it: real processes on SQLite and
+//! PostgreSQL, driven through the `manent` CLI. Crash and restart mid-deploy,
+//! drain on SIGTERM, the duplicate executor id, and the workers view.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use manent_testkit::{Children, Db, TestDb, eventually, signal};
+use serde_json::Value;
+
+const SERVER: &str = env!("CARGO_BIN_EXE_manent-server");
+const WAIT: Duration = Duration::from_secs(90);
+
+macro_rules! on_both_backends {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Sqlite).await } )+ }
+        mod postgres { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Postgres).await } )+ }
+    };
+}
+
+on_both_backends!(
+    a_deploy_killed_mid_way_resumes_after_restart_and_runs_each_completed_step_once,
+    sigterm_drains_short_work_and_leaves_long_work_pending_for_the_restart,
+    a_second_worker_with_a_live_id_exits_naming_the_host,
+    workers_lists_each_worker_with_state_and_heartbeat,
+);
+
+/// A manent installation in a temporary directory: config, environments, token.
+struct Site {
+    db: TestDb,
+    dir: PathBuf,
+    port: u16,
+    children: Children,
+}
+
+/// The `manent` CLI, built by `cargo test --workspace` next to this test's directory.
+fn cli_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe.parent().and_then(Path::parent).unwrap().join("manent");
+    assert!(
+        path.exists(),
+        "the manent CLI is not built at {}: run `cargo build -p manent-cli` (./scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Site {
+    async fn new(backend: Db, commands: &[&str]) -> Site {
+        let db = TestDb::new(backend).await;
+        let dir = db.path("site");
+        std::fs::create_dir_all(dir.join("environments/acme/web")).unwrap();
+        let port = free_port();
+        std::fs::write(
+            dir.join("manent.yml"),
+            format!(
+                "database: {{url: \"{}\"}}\napi: {{listen: \"127.0.0.1:{port}\"}}\nenvironments: {{source: environments}}\n\
+                 recovery: {{stale_after: 3s, heartbeat_interval: 300ms}}\ndbos: {{drain_timeout: 3s}}\n",
+                db.url
+            ),
+        )
+        .unwrap();
+        let commands: String = commands
+            .iter()
+            .map(|c| format!("    - {}\n", serde_json::to_string(c).unwrap()))
+            .collect();
+        std::fs::write(
+            dir.join("environments/acme/web/prod.yml"),
+            format!("targets:\n  - {{name: t1, host: local}}\ndeploy:\n  plugin: command\n  commands:\n{commands}"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("artifact.txt"), "payload").unwrap();
+        Site {
+            db,
+            dir,
+            port,
+            children: Children::default(),
+        }
+    }
+
+    fn command(&self, args: &[&str], executor: &str) -> Command {
+        let mut c = Command::new(SERVER);
+        c.arg("-c").arg(self.dir.join("manent.yml")).args(args);
+        c.env("DBOS__VMID", executor)
+            .env("MANENT_WORKDIR", self.dir.join(format!("work-{executor}")));
+        c.env("RUST_LOG", "info,sqlx=warn");
+        c
+    }
+
+    /// Starts `manent-server <role>`; returns its index in `children`.
+    fn start(&mut self, role: &str, executor: &str) -> usize {
+        let log = std::fs::File::create(self.dir.join(format!("{role}-{executor}.log"))).unwrap();
+        let child = self
+            .command(&[role], executor)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start manent-server");
+        self.children.push(child)
+    }
+
+    fn child(&mut self, i: usize) -> &mut Child {
+        &mut self.children.0[i]
+    }
+
+    fn token(&self) -> String {
+        let out = self
+            .command(
+                &[
+                    "admin", "token", "create", "--name", "ci", "--role", "admin",
+                ],
+                "admin",
+            )
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "token create: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    fn descriptor(&self, version: &str) -> PathBuf {
+        let sha = "239f59ed55e737c77147cf55ad0c1b030b6d7ee748a7426952f9b852d5a935e5"; // sha256("payload")
+        let path = self.dir.join(format!("deploy-{version}.yml"));
+        std::fs::write(
+            &path,
+            format!(
+                "application: acme/web\nenvironment: prod\nartifacts:\n  - {{name: artifact.txt, type: file, version: \"{version}\", \
+                 url: \"file://{}\", sha256: \"{sha}\"}}\n",
+                self.dir.join("artifact.txt").display()
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// Runs the `manent` CLI with `--output json`.
+    fn cli(&self, token: &str, args: &[&str]) -> (i32, Value) {
+        let out = Command::new(cli_binary())
+            .args([
+                "--server",
+                &format!("http://127.0.0.1:{}", self.port),
+                "--token",
+                token,
+                "--output",
+                "json",
+            ])
+            .args(args)
+            .output()
+            .expect("run manent");
+        let value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (out.status.code().unwrap_or(-1), value)
+    }
+
+    async fn wait_api(&self) {
+        let port = self.port;
+        eventually("the API accepts connections", WAIT, || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .ok()
+                .map(|_| ())
+        })
+        .await;
+    }
+
+    fn ledger(&self) -> String {
+        std::fs::read_to_string(self.dir.join("ledger")).unwrap_or_default()
+    }
+}
+
+fn ledger_path(site_dir: &Path) -> String {
+    site_dir.join("ledger").display().to_string()
+}
+
+async fn a_deploy_killed_mid_way_resumes_after_restart_and_runs_each_completed_step_once(db: Db) {
+    let mut site = Site::new(db, &[]).await;
+    let ledger = ledger_path(&site.dir);
+    let gate = site.dir.join("gate").display().to_string();
+    // Step 2 waits for a gate file, so the test can kill the worker inside it.
+    let commands = [
+        format!("echo one >> {ledger}"),
+        format!(
+            "echo two-start >> {ledger}; while [ ! -f {gate} ]; do sleep 0.05; done; echo two-done >> {ledger}"
+        ),
+        format!("echo three >> {ledger}"),
+    ];
+    std::fs::write(
+        site.dir.join("environments/acme/web/prod.yml"),
+        format!(
+            "targets:\n  - {{name: t1, host: local}}\ndeploy:\n  plugin: command\n  commands:\n{}",
+            commands
+                .iter()
+                .map(|c| format!("    - {}\n", serde_json::to_string(c).unwrap()))
+                .collect::<String>()
+        ),
+    )
+    .unwrap();
+    let token = site.token();
+    let serve = site.start("serve", "node-1");
+    site.wait_api().await;
+    let descriptor = site.descriptor("1.0");
+    let (code, submitted) = site.cli(&token, &["deploy", "-f", descriptor.to_str().unwrap()]);
+    assert_eq!(code, 0, "submission accepted: {submitted}");
+    let id = submitted["id"].as_str().unwrap().to_string();
+    eventually("step two has started", WAIT, || async {
+        site.ledger().contains("two-start").then_some(())
+    })
+    .await;
+    signal(site.child(serve), "KILL");
+    site.child(serve).wait().unwrap();
+    std::fs::write(&gate, "").unwrap();
+
+    site.start("serve", "node-1");
+    site.wait_api().await;
+    let done = eventually("the deploy finishes after the restart", WAIT, || async {
+        let (_, status) = site.cli(&token, &["status", &id]);
+        matches!(status["status"].as_str(), Some("SUCCESS" | "ERROR")).then_some(status)
+    })
+    .await;
+    assert_eq!(done["status"], "SUCCESS", "the deploy completes: {done}");
+    let text = site.ledger();
+    let lines: Vec<&str> = text.lines().collect();
+    let count = |l: &str| lines.iter().filter(|x| **x == l).count();
+    assert_eq!(count("one"), 1, "a completed step never reruns: {lines:?}");
+    assert_eq!(
+        count("two-start"),
+        2,
+        "the interrupted step restarts: {lines:?}"
+    );
+    // The killed worker's shell may outlive it and finish on its own: that is
+    // why steps must be idempotent. What the engine promises is that the
+    // recorded steps never run again.
+    assert!(
+        (1..=2).contains(&count("two-done")),
+        "the interrupted step completes: {lines:?}"
+    );
+    assert_eq!(count("three"), 1, "later steps run once: {lines:?}");
+    assert!(
+        done["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["executor_id"] == "node-1")
+    );
+}
+
+async fn sigterm_drains_short_work_and_leaves_long_work_pending_for_the_restart(db: Db) {
+    let mut site = Site::new(db, &[]).await;
+    let ledger = ledger_path(&site.dir);
+    let release = site.dir.join("release").display().to_string();
+    // One command that outlives drain_timeout (3 s) unless released.
+    std::fs::write(
+        site.dir.join("environments/acme/web/prod.yml"),
+        format!(
+            "targets:\n  - {{name: t1, host: local}}\ndeploy:\n  plugin: command\n  commands:\n    - {}\n",
+            serde_json::to_string(&format!(
+                "echo start >> {ledger}; while [ ! -f {release} ]; do sleep 0.05; done; echo end >> {ledger}"
+            ))
+            .unwrap()
+        ),
+    )
+    .unwrap();
+    let token = site.token();
+    let serve = site.start("serve", "node-1");
+    site.wait_api().await;
+    let (_, submitted) = site.cli(
+        &token,
+        &["deploy", "-f", site.descriptor("1").to_str().unwrap()],
+    );
+    let id = submitted["id"].as_str().unwrap().to_string();
+    eventually("the long step runs", WAIT, || async {
+        site.ledger().contains("start").then_some(())
+    })
+    .await;
+    signal(site.child(serve), "TERM");
+    let status = site.child(serve).wait().unwrap();
+    assert!(status.success(), "a drained shutdown exits 0");
+    assert!(
+        !site.ledger().contains("end"),
+        "the step was cut at the drain timeout"
+    );
+    // Read the store directly: no API runs now.
+    let store = manent_engine::store::open(&site.db.url).await.unwrap();
+    let record = store.get_workflow(&id).await.unwrap().unwrap();
+    assert_eq!(
+        record.status,
+        manent_engine::WorkflowStatus::Pending,
+        "left PENDING for the restart"
+    );
+    let executor = store.get_executor("node-1").await.unwrap().unwrap();
+    assert_eq!(
+        executor.state,
+        manent_engine::ExecutorState::Stopped,
+        "the worker recorded its stop"
+    );
+
+    std::fs::write(&release, "").unwrap();
+    site.start("serve", "node-1");
+    site.wait_api().await;
+    let done = eventually("the restart resumes it", WAIT, || async {
+        let (_, s) = site.cli(&token, &["status", &id]);
+        (s["status"] == "SUCCESS").then_some(s)
+    })
+    .await;
+    assert_eq!(done["executor_id"], "node-1");
+    assert_eq!(
+        site.ledger().matches("end").count(),
+        1,
+        "resumed once and finished"
+    );
+}
+
+async fn a_second_worker_with_a_live_id_exits_naming_the_host(db: Db) {
+    let mut site = Site::new(db, &["true"]).await;
+    site.start("worker", "same-id");
+    let url = site.db.url.clone();
+    eventually("the first worker registered", WAIT, || {
+        let url = url.clone();
+        async move {
+            let store = manent_engine::store::open(&url).await.ok()?;
+            store
+                .get_executor("same-id")
+                .await
+                .ok()
+                .flatten()
+                .map(|_| ())
+        }
+    })
+    .await;
+    let out = site.command(&["worker"], "same-id").output().unwrap();
+    assert!(!out.status.success(), "a duplicate id must not start");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let host = hostname();
+    assert!(
+        stderr.contains("same-id") && stderr.contains(&format!("host `{host}`")),
+        "the error names the id and host: {stderr}"
+    );
+}
+
+fn hostname() -> String {
+    String::from_utf8(Command::new("hostname").output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+async fn workers_lists_each_worker_with_state_and_heartbeat(db: Db) {
+    let mut site = Site::new(db, &["true"]).await;
+    let token = site.token();
+    site.start("api", "api-1");
+    let w = site.start("worker", "w-1");
+    site.start("worker", "w-2");
+    site.wait_api().await;
+    let workers = eventually("both workers are listed", WAIT, || async {
+        let (_, v) = site.cli(&token, &["workers"]);
+        (v.as_array().map_or(0, |a| a.len()) == 2).then_some(v)
+    })
+    .await;
+    for w in workers.as_array().unwrap() {
+        for field in [
+            "executor_id",
+            "host",
+            "region",
+            "state",
+            "heartbeat_at",
+            "running",
+        ] {
+            assert!(w.get(field).is_some(), "§11 field {field} present in {w}");
+        }
+        assert_eq!(w["state"], "running");
+    }
+    signal(site.child(w), "TERM");
+    site.child(w).wait().unwrap();
+    let (code, workers) = site.cli(&token, &["workers"]);
+    assert_eq!(code, 0);
+    let w1 = workers
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["executor_id"] == "w-1")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        w1["state"], "stopped",
+        "a cleanly stopped worker shows as stopped"
+    );
+    let (code, _) = site.cli("wrong-token", &["workers"]);
+    assert_eq!(code, 3, "a refused token exits 3");
+}

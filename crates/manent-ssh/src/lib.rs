@@ -1,0 +1,151 @@
+//! How manent reaches a target: the `Connection` trait, its two transports (SSH in-process,
+//! and `local` for the worker's own machine), `connect` and the per-pass `ConnectionPool`.
+//!
+//! SSH runs inside the process (russh, no `ssh` binary: the product image is distroless),
+//! authenticates with a private key file and checks the host key strictly against an
+//! OpenSSH `known_hosts` file. Commands run through `sh -c` on the target; files are
+//! uploaded over SFTP to `<dest>.part`, fsynced, then renamed to `<dest>`.
+//!
+//! Secrets never appear in errors or logs: errors name key *paths*, never key contents,
+//! and name commands without the values of the environment variables passed to them.
+
+use std::{
+    fmt,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+mod error;
+mod known_hosts;
+mod local;
+mod pool;
+mod shell;
+mod ssh;
+
+pub use error::TransportError;
+pub use local::{LocalConnection, sha256_file};
+pub use pool::ConnectionPool;
+
+/// The host name that designates the worker's own machine.
+pub const LOCAL_HOST: &str = "local";
+
+/// Where a target is reached. A `host` of `local` means the worker's own machine
+/// (port and user are then ignored).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Address {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+}
+
+impl Address {
+    pub fn new(host: impl Into<String>, port: u16, user: impl Into<String>) -> Self {
+        Address {
+            host: host.into(),
+            port,
+            user: user.into(),
+        }
+    }
+
+    /// The worker's own machine.
+    pub fn local() -> Self {
+        Address::new(LOCAL_HOST, 0, "")
+    }
+
+    pub fn is_local(&self) -> bool {
+        self.host == LOCAL_HOST
+    }
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_local() {
+            f.write_str(LOCAL_HOST)
+        } else {
+            write!(f, "{}@{}:{}", self.user, self.host, self.port)
+        }
+    }
+}
+
+/// How to authenticate to SSH targets and how to recognise them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshAuth {
+    /// The client's private key (OpenSSH format; ed25519, ECDSA or RSA; not encrypted).
+    pub key_path: PathBuf,
+    /// An OpenSSH `known_hosts` file (plain, `[host]:port` and hashed `|1|` entries).
+    pub known_hosts_path: PathBuf,
+    /// `true` (the default): a host whose key is not in `known_hosts` is refused.
+    /// `false`: such a host is accepted, with a warning naming its fingerprint.
+    /// A key that differs from the recorded one is refused either way.
+    pub strict_host_key_checking: bool,
+}
+
+impl SshAuth {
+    /// Key auth with strict host-key checking.
+    pub fn new(key_path: impl Into<PathBuf>, known_hosts_path: impl Into<PathBuf>) -> Self {
+        SshAuth {
+            key_path: key_path.into(),
+            known_hosts_path: known_hosts_path.into(),
+            strict_host_key_checking: true,
+        }
+    }
+}
+
+/// What a command printed and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    /// The exit status; 128 + the signal number when the command was killed by a signal.
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl ExecOutput {
+    pub fn success(&self) -> bool {
+        self.status == 0
+    }
+}
+
+/// A way to act on one target.
+#[async_trait::async_trait]
+pub trait Connection: Send + Sync {
+    /// Runs `command` through the target's `sh -c` with the given environment variables
+    /// (exported in the command line; sshd's `AcceptEnv` is not relied on). A non-zero
+    /// exit status is returned in the output, not as an error.
+    async fn exec(
+        &self,
+        command: &str,
+        env: &[(String, String)],
+    ) -> Result<ExecOutput, TransportError>;
+
+    /// Uploads `local` to `dest` atomically: creates the parent directory, writes
+    /// `<dest>.part`, fsyncs it, renames it to `dest`. Idempotent, streamed, and the file
+    /// keeps the permission bits of `local`.
+    async fn put_file_atomic(&self, local: &Path, dest: &str) -> Result<(), TransportError>;
+
+    /// The sha256 (lowercase hex) of a file on the target, `None` if it does not exist.
+    async fn sha256(&self, path: &str) -> Result<Option<String>, TransportError>;
+
+    /// Free bytes (for an unprivileged user) on the filesystem that holds `path`, or that
+    /// would hold it: the nearest existing ancestor is measured.
+    async fn free_space(&self, path: &str) -> Result<u64, TransportError>;
+
+    /// `user@host:port`, or `local`.
+    fn describe(&self) -> String;
+
+    /// Whether the connection is known to be unusable (the pool then opens a new one).
+    fn is_closed(&self) -> bool {
+        false
+    }
+}
+
+/// Opens a connection: the local transport for `host: local`, SSH otherwise.
+pub async fn connect(
+    addr: &Address,
+    auth: &SshAuth,
+) -> Result<Arc<dyn Connection>, TransportError> {
+    if addr.is_local() {
+        return Ok(Arc::new(LocalConnection::new()));
+    }
+    Ok(Arc::new(ssh::SshConnection::connect(addr, auth).await?))
+}

@@ -1,0 +1,207 @@
+//! The local transport (`host: local`): the worker's own machine, with the same semantics
+//! as SSH (commands through `sh -c`, uploads as `.part` + fsync + rename).
+
+use std::{
+    fs::{self, File, OpenOptions},
+    io::{self, Read},
+    os::unix::fs::{OpenOptionsExt, PermissionsExt},
+    path::{Path, PathBuf},
+    process::Stdio,
+};
+
+use sha2::{Digest, Sha256};
+
+use crate::{Connection, ExecOutput, TransportError, shell::check_env_names};
+
+/// The worker's own machine. Relative paths are relative to the worker's directory.
+#[derive(Debug, Default, Clone)]
+pub struct LocalConnection;
+
+impl LocalConnection {
+    pub fn new() -> Self {
+        LocalConnection
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, TransportError> + Send + 'static,
+) -> Result<T, TransportError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| TransportError::io("a file task of the local transport", e))?
+}
+
+fn put_file_atomic(local: &Path, dest: &Path) -> Result<(), TransportError> {
+    let part = PathBuf::from(format!("{}.part", dest.display()));
+    let err = |what: String| move |e: io::Error| TransportError::io(what, e);
+    if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::create_dir_all(parent).map_err(err(format!(
+            "cannot create the directory {}",
+            parent.display()
+        )))?;
+    }
+    let mut src = File::open(local).map_err(err(format!("cannot open {}", local.display())))?;
+    let mode = src
+        .metadata()
+        .map_err(err(format!("cannot stat {}", local.display())))?
+        .permissions()
+        .mode()
+        & 0o7777;
+    // A `.part` left by an interrupted upload may be read-only: start afresh.
+    match fs::remove_file(&part) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            return Err(err(format!(
+                "cannot remove the leftover {}",
+                part.display()
+            ))(e));
+        }
+        _ => {}
+    }
+    let mut out = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&part)
+        .map_err(err(format!("cannot create {}", part.display())))?;
+    // Streams (copy_file_range / sendfile on Linux), never the whole file in memory.
+    io::copy(&mut src, &mut out).map_err(err(format!(
+        "cannot copy {} to {}",
+        local.display(),
+        part.display()
+    )))?;
+    out.sync_all()
+        .map_err(err(format!("cannot fsync {}", part.display())))?;
+    drop(out);
+    if dest.is_dir() {
+        return Err(TransportError::io(
+            format!("cannot replace {}", dest.display()),
+            "it is a directory",
+        ));
+    }
+    fs::rename(&part, dest).map_err(err(format!(
+        "cannot rename {} to {}",
+        part.display(),
+        dest.display()
+    )))?;
+    // Makes the rename itself durable.
+    if let Some(parent) = dest.parent() {
+        let dir = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(err(format!("cannot fsync the directory {}", dir.display())))?;
+    }
+    Ok(())
+}
+
+/// The sha256 (lowercase hex) of a local file, streamed; `None` if it does not exist.
+pub fn sha256_file(path: &Path) -> Result<Option<String>, TransportError> {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(TransportError::io(
+                format!("cannot open {}", path.display()),
+                e,
+            ));
+        }
+    };
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| TransportError::io(format!("cannot read {}", path.display()), e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(Some(format!("{:x}", hasher.finalize())))
+}
+
+fn free_space(path: &Path) -> Result<u64, TransportError> {
+    let mut current = path;
+    loop {
+        let probe = if current.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            current
+        };
+        match rustix::fs::statvfs(probe) {
+            Ok(st) => return Ok(st.f_bavail.saturating_mul(st.f_frsize)),
+            Err(rustix::io::Errno::NOENT) => match current.parent() {
+                Some(parent) => current = parent,
+                None => {
+                    return Err(TransportError::io(
+                        format!("cannot measure free space at {}", path.display()),
+                        "no ancestor exists",
+                    ));
+                }
+            },
+            Err(e) => {
+                return Err(TransportError::io(
+                    format!("cannot measure free space at {}", probe.display()),
+                    e,
+                ));
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Connection for LocalConnection {
+    async fn exec(
+        &self,
+        command: &str,
+        env: &[(String, String)],
+    ) -> Result<ExecOutput, TransportError> {
+        check_env_names(env)?;
+        tracing::debug!(target = "local", command, "exec");
+        let output = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output()
+            .await
+            .map_err(|e| TransportError::io("cannot start sh", e))?;
+        let status = {
+            use std::os::unix::process::ExitStatusExt;
+            output
+                .status
+                .code()
+                .or_else(|| output.status.signal().map(|s| 128 + s))
+                .unwrap_or(-1)
+        };
+        Ok(ExecOutput {
+            status,
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })
+    }
+
+    async fn put_file_atomic(&self, local: &Path, dest: &str) -> Result<(), TransportError> {
+        let (local, dest) = (local.to_path_buf(), PathBuf::from(dest));
+        blocking(move || put_file_atomic(&local, &dest)).await
+    }
+
+    async fn sha256(&self, path: &str) -> Result<Option<String>, TransportError> {
+        let path = PathBuf::from(path);
+        blocking(move || sha256_file(&path)).await
+    }
+
+    async fn free_space(&self, path: &str) -> Result<u64, TransportError> {
+        let path = PathBuf::from(path);
+        blocking(move || free_space(&path)).await
+    }
+
+    fn describe(&self) -> String {
+        crate::LOCAL_HOST.to_string()
+    }
+}

@@ -1,0 +1,493 @@
+//! The SSH transport: one russh session per target (key auth, strict host-key checking),
+//! commands on session channels, files over one SFTP channel opened on first use.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use russh::{
+    ChannelMsg, Sig,
+    client::{self, AuthResult},
+    keys::{PrivateKeyWithHashAlg, PublicKeyOrCertificate, load_secret_key},
+};
+use russh_sftp::{
+    client::{SftpSession, error::Error as SftpError},
+    protocol::{FileAttributes, OpenFlags, StatusCode},
+};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::{
+    Address, Connection, ExecOutput, SshAuth, TransportError, known_hosts,
+    shell::{parent_dir, quote, sh_command_line},
+};
+
+/// TCP connect, SSH handshake and authentication together.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// A silent server is probed this often; three unanswered probes close the connection.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
+/// One SFTP request (a write, the fsync of a large file) may take this long.
+const SFTP_REQUEST_TIMEOUT_SECS: u64 = 120;
+/// Bytes read from the local file per SFTP write burst.
+const UPLOAD_CHUNK: usize = 256 * 1024;
+
+/// Why the handshake stopped: russh's own errors, or our verdict on the host key.
+#[derive(Debug)]
+enum HandlerError {
+    Russh(russh::Error),
+    HostKey(TransportError),
+}
+
+impl From<russh::Error> for HandlerError {
+    fn from(e: russh::Error) -> Self {
+        HandlerError::Russh(e)
+    }
+}
+
+struct Client {
+    host: String,
+    port: u16,
+    known_hosts: PathBuf,
+    strict: bool,
+}
+
+impl client::Handler for Client {
+    type Error = HandlerError;
+
+    async fn check_server_key(
+        &mut self,
+        server_key: &PublicKeyOrCertificate,
+    ) -> Result<bool, Self::Error> {
+        match server_key {
+            PublicKeyOrCertificate::PublicKey { key, .. } => known_hosts::check_host_key(
+                &self.host,
+                self.port,
+                key,
+                &self.known_hosts,
+                self.strict,
+            )
+            .map(|()| true)
+            .map_err(HandlerError::HostKey),
+            // Never asked for (no certificate algorithms are advertised).
+            PublicKeyOrCertificate::Certificate(_) => Err(HandlerError::HostKey(
+                TransportError::Protocol("the server presented a host certificate".into()),
+            )),
+        }
+    }
+}
+
+pub(crate) struct SshConnection {
+    addr: Address,
+    handle: client::Handle<Client>,
+    sftp: tokio::sync::OnceCell<SftpSession>,
+}
+
+fn connect_error(addr: &Address, message: impl ToString) -> TransportError {
+    TransportError::Connect {
+        host: addr.host.clone(),
+        port: addr.port,
+        message: message.to_string(),
+    }
+}
+
+fn sftp_error(what: String, e: SftpError) -> TransportError {
+    TransportError::io(what, e)
+}
+
+fn is_not_found(e: &SftpError) -> bool {
+    matches!(e, SftpError::Status(s) if s.status_code == StatusCode::NoSuchFile)
+}
+
+fn signal_number(sig: &Sig) -> i32 {
+    match sig {
+        Sig::HUP => 1,
+        Sig::INT => 2,
+        Sig::QUIT => 3,
+        Sig::ILL => 4,
+        Sig::ABRT => 6,
+        Sig::FPE => 8,
+        Sig::KILL => 9,
+        Sig::USR1 => 10,
+        Sig::SEGV => 11,
+        Sig::PIPE => 13,
+        Sig::ALRM => 14,
+        Sig::TERM => 15,
+        Sig::Custom(_) => 127,
+    }
+}
+
+impl SshConnection {
+    pub(crate) async fn connect(addr: &Address, auth: &SshAuth) -> Result<Self, TransportError> {
+        // Read the key first: a missing or unusable key is reported as such, not as a
+        // connection problem, and costs no round trip.
+        let key = load_secret_key(&auth.key_path, None).map_err(|e| TransportError::Key {
+            path: auth.key_path.clone(),
+            message: e.to_string(),
+        })?;
+        tokio::time::timeout(CONNECT_TIMEOUT, Self::handshake(addr, auth, key))
+            .await
+            .map_err(|_| {
+                connect_error(
+                    addr,
+                    format!("no answer within {}s", CONNECT_TIMEOUT.as_secs()),
+                )
+            })?
+    }
+
+    async fn handshake(
+        addr: &Address,
+        auth: &SshAuth,
+        key: russh::keys::PrivateKey,
+    ) -> Result<Self, TransportError> {
+        let preferred = russh::Preferred {
+            key: known_hosts::preferred_host_key_algorithms(
+                &addr.host,
+                addr.port,
+                &auth.known_hosts_path,
+            )
+            .into(),
+            ..Default::default()
+        };
+        let config = Arc::new(client::Config {
+            preferred,
+            keepalive_interval: Some(KEEPALIVE_INTERVAL),
+            keepalive_max: 3,
+            nodelay: true,
+            ..Default::default()
+        });
+        let client = Client {
+            host: addr.host.clone(),
+            port: addr.port,
+            known_hosts: auth.known_hosts_path.clone(),
+            strict: auth.strict_host_key_checking,
+        };
+        let mut handle = client::connect(config, (addr.host.as_str(), addr.port), client)
+            .await
+            .map_err(|e| match e {
+                HandlerError::HostKey(e) => e,
+                HandlerError::Russh(e) => connect_error(addr, e),
+            })?;
+
+        let hash_alg = handle
+            .best_supported_rsa_hash()
+            .await
+            .map_err(|e| connect_error(addr, e))?
+            .flatten();
+        let result = handle
+            .authenticate_publickey(
+                &addr.user,
+                PrivateKeyWithHashAlg::new(Arc::new(key), hash_alg),
+            )
+            .await
+            .map_err(|e| connect_error(addr, e))?;
+        match result {
+            AuthResult::Success => Ok(SshConnection {
+                addr: addr.clone(),
+                handle,
+                sftp: tokio::sync::OnceCell::new(),
+            }),
+            AuthResult::Failure { .. } => Err(TransportError::Auth {
+                user: addr.user.clone(),
+                host: addr.host.clone(),
+                port: addr.port,
+                key: auth.key_path.clone(),
+            }),
+        }
+    }
+
+    fn protocol(&self, what: &str, e: impl std::fmt::Display) -> TransportError {
+        TransportError::Protocol(format!("{what} on {}: {e}", self.describe()))
+    }
+
+    /// Runs an exact command line (already quoted) and collects its output.
+    async fn run(&self, command_line: String) -> Result<ExecOutput, TransportError> {
+        let mut channel = self
+            .handle
+            .channel_open_session()
+            .await
+            .map_err(|e| self.protocol("opening a session channel", e))?;
+        channel
+            .exec(true, command_line)
+            .await
+            .map_err(|e| self.protocol("starting a command", e))?;
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        let mut status = None;
+        while let Some(msg) = channel.wait().await {
+            match msg {
+                ChannelMsg::Data { data } => stdout.extend_from_slice(&data),
+                ChannelMsg::ExtendedData { data, ext: 1 } => stderr.extend_from_slice(&data),
+                ChannelMsg::ExitStatus { exit_status } => {
+                    status = Some(i32::try_from(exit_status).unwrap_or(i32::MAX));
+                }
+                ChannelMsg::ExitSignal { signal_name, .. } => {
+                    status = Some(128 + signal_number(&signal_name));
+                }
+                ChannelMsg::Failure => {
+                    return Err(self.protocol("running a command", "the server refused it"));
+                }
+                _ => {}
+            }
+        }
+        let status = status.ok_or_else(|| {
+            self.protocol(
+                "running a command",
+                "the channel closed without an exit status (connection lost?)",
+            )
+        })?;
+        Ok(ExecOutput {
+            status,
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        })
+    }
+
+    /// Runs one of our own commands, whose failure is an error.
+    async fn run_checked(&self, script: String) -> Result<ExecOutput, TransportError> {
+        let out = self.run(sh_command_line(&script, &[])?).await?;
+        if out.success() {
+            Ok(out)
+        } else {
+            Err(TransportError::Remote {
+                command: script,
+                status: out.status,
+                stderr: out.stderr.trim_end().to_string(),
+            })
+        }
+    }
+
+    async fn sftp(&self) -> Result<&SftpSession, TransportError> {
+        self.sftp
+            .get_or_try_init(|| async {
+                let channel = self
+                    .handle
+                    .channel_open_session()
+                    .await
+                    .map_err(|e| self.protocol("opening the SFTP channel", e))?;
+                channel
+                    .request_subsystem(true, "sftp")
+                    .await
+                    .map_err(|e| self.protocol("starting the SFTP subsystem", e))?;
+                let config = russh_sftp::client::Config {
+                    request_timeout_secs: SFTP_REQUEST_TIMEOUT_SECS,
+                    ..Default::default()
+                };
+                SftpSession::new_with_config(channel.into_stream(), config)
+                    .await
+                    .map_err(|e| self.protocol("starting SFTP", e))
+            })
+            .await
+    }
+
+    async fn upload(&self, local: &Path, part: &str) -> Result<(), TransportError> {
+        let what = |action: &str| format!("{action} {part} on {}", self.describe());
+        let mut file = tokio::fs::File::open(local)
+            .await
+            .map_err(|e| TransportError::io(format!("cannot open {}", local.display()), e))?;
+        let mode = {
+            use std::os::unix::fs::PermissionsExt;
+            let meta = file
+                .metadata()
+                .await
+                .map_err(|e| TransportError::io(format!("cannot stat {}", local.display()), e))?;
+            meta.permissions().mode() & 0o7777
+        };
+        let sftp = self.sftp().await?;
+        // A `.part` left by an interrupted upload may be read-only: start afresh.
+        match sftp.remove_file(part).await {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(sftp_error(what("cannot remove the leftover"), e)),
+        }
+        let attrs = FileAttributes {
+            permissions: Some(mode),
+            ..FileAttributes::empty()
+        };
+        let mut remote = sftp
+            .open_with_flags_and_attributes(
+                part,
+                OpenFlags::CREATE | OpenFlags::TRUNCATE | OpenFlags::WRITE,
+                attrs,
+            )
+            .await
+            .map_err(|e| sftp_error(what("cannot create"), e))?;
+        let mut buf = vec![0u8; UPLOAD_CHUNK];
+        loop {
+            let n = file
+                .read(&mut buf)
+                .await
+                .map_err(|e| TransportError::io(format!("cannot read {}", local.display()), e))?;
+            if n == 0 {
+                break;
+            }
+            remote
+                .write_all(&buf[..n])
+                .await
+                .map_err(|e| TransportError::io(what("cannot write"), e))?;
+        }
+        // Waits for every pending write, then fsyncs (fsync@openssh.com).
+        remote
+            .flush()
+            .await
+            .map_err(|e| TransportError::io(what("cannot fsync"), e))?;
+        remote
+            .shutdown()
+            .await
+            .map_err(|e| TransportError::io(what("cannot close"), e))?;
+        Ok(())
+    }
+
+    async fn sha256_over_sftp(&self, path: &str) -> Result<Option<String>, TransportError> {
+        let what = |action: &str| format!("{action} {path} on {}", self.describe());
+        let sftp = self.sftp().await?;
+        let mut file = match sftp.open(path).await {
+            Ok(f) => f,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(sftp_error(what("cannot open"), e)),
+        };
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; UPLOAD_CHUNK];
+        loop {
+            let n = file
+                .read(&mut buf)
+                .await
+                .map_err(|e| TransportError::io(what("cannot read"), e))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+        }
+        Ok(Some(format!("{:x}", hasher.finalize())))
+    }
+}
+
+/// `sha256sum`'s digest from its output line (`\` first when it escaped the file name).
+fn parse_sha256sum(stdout: &str) -> Option<String> {
+    let digest = stdout.split_whitespace().next()?.trim_start_matches('\\');
+    (digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| digest.to_ascii_lowercase())
+}
+
+/// Exit status of the sha256 script when the file does not exist.
+const ABSENT: i32 = 3;
+/// Exit status of the sha256 script when the target has no `sha256sum`.
+const NO_SHA256SUM: i32 = 127;
+
+#[async_trait::async_trait]
+impl Connection for SshConnection {
+    async fn exec(
+        &self,
+        command: &str,
+        env: &[(String, String)],
+    ) -> Result<ExecOutput, TransportError> {
+        tracing::debug!(target = %self.describe(), command, "exec");
+        self.run(sh_command_line(command, env)?).await
+    }
+
+    async fn put_file_atomic(&self, local: &Path, dest: &str) -> Result<(), TransportError> {
+        let part = format!("{dest}.part");
+        if let Some(parent) = parent_dir(dest) {
+            self.run_checked(format!("mkdir -p -- {}", quote(parent)))
+                .await?;
+        }
+        self.upload(local, &part).await?;
+        // rename(2) by `mv` on the same directory: atomic, and it replaces an existing
+        // file (SFTP's own rename refuses to).
+        let (part_q, dest_q) = (quote(&part), quote(dest));
+        self.run_checked(format!(
+            "if [ -d {dest_q} ]; then echo {dest_q} is a directory >&2; exit 1; fi; \
+             mv -f -- {part_q} {dest_q}"
+        ))
+        .await?;
+        Ok(())
+    }
+
+    async fn sha256(&self, path: &str) -> Result<Option<String>, TransportError> {
+        let p = quote(path);
+        let script = format!(
+            "[ -e {p} ] || exit {ABSENT}; \
+             command -v sha256sum >/dev/null 2>&1 || exit {NO_SHA256SUM}; \
+             sha256sum -- {p}"
+        );
+        let out = self.run(sh_command_line(&script, &[])?).await?;
+        match out.status {
+            0 => parse_sha256sum(&out.stdout).map(Some).ok_or_else(|| {
+                self.protocol(
+                    "reading sha256sum's output",
+                    format!("unexpected {:?}", out.stdout),
+                )
+            }),
+            ABSENT => Ok(None),
+            NO_SHA256SUM => self.sha256_over_sftp(path).await,
+            status => Err(TransportError::Remote {
+                command: format!("sha256sum -- {p}"),
+                status,
+                stderr: out.stderr.trim_end().to_string(),
+            }),
+        }
+    }
+
+    async fn free_space(&self, path: &str) -> Result<u64, TransportError> {
+        let sftp = self.sftp().await?;
+        let mut current = path.trim_end_matches('/').to_string();
+        loop {
+            let probe = if current.is_empty() { "/" } else { &current };
+            match sftp.fs_info(probe).await {
+                Ok(Some(st)) => return Ok(st.blocks_avail.saturating_mul(st.fragment_size)),
+                Ok(None) => {
+                    return Err(self.protocol(
+                        "measuring free space",
+                        "the SFTP server lacks the statvfs@openssh.com extension",
+                    ));
+                }
+                Err(e) if is_not_found(&e) && current != "." && !current.is_empty() => {
+                    current = match parent_dir(&current) {
+                        Some(parent) => parent.to_string(),
+                        // An absolute path's base is `/`, a relative one's the home directory.
+                        None if current.starts_with('/') => String::new(),
+                        None => ".".to_string(),
+                    };
+                }
+                Err(e) => {
+                    return Err(sftp_error(
+                        format!(
+                            "cannot measure free space at {probe} on {}",
+                            self.describe()
+                        ),
+                        e,
+                    ));
+                }
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.addr.to_string()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.handle.is_closed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha256sum_output_with_and_without_an_escaped_name() {
+        let d = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+        assert_eq!(
+            parse_sha256sum(&format!("{d}  /srv/a\n")).as_deref(),
+            Some(d),
+            "plain line"
+        );
+        assert_eq!(
+            parse_sha256sum(&format!("\\{d}  /srv/a\\nb\n")).as_deref(),
+            Some(d),
+            "a name with a newline makes sha256sum prefix the line with a backslash"
+        );
+        assert_eq!(parse_sha256sum("garbage"), None, "not a digest");
+    }
+}

@@ -1,0 +1,316 @@
+//! Real OpenSSH servers for tests: `SshHosts::start(n)` runs one `sshd` per loopback address
+//! (127.0.0.2, 127.0.0.3, …), each a "host" with its own host key, port and scratch
+//! directory, plus a client key they all accept and a `known_hosts` file that lists them.
+//! Everything lives in a temporary directory; the servers are killed on drop.
+//!
+//! Requires Debian's `openssh-server` (`/usr/sbin/sshd`, or `MANENT_TEST_SSHD`) and
+//! `ssh-keygen`. A test that cannot start sshd fails, it is never skipped in silence.
+//! Works as root (tests log in as root) and as an ordinary user (who logs in as itself).
+
+use std::{
+    fs,
+    net::{Ipv4Addr, TcpListener},
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+/// How long one sshd may take to accept connections.
+const READY_TIMEOUT: Duration = Duration::from_secs(15);
+/// Attempts per host when the port picked turns out to be taken by the time sshd binds it.
+const START_ATTEMPTS: usize = 5;
+
+/// One sshd, listening on `addr:port`.
+pub struct SshHost {
+    /// `127.0.0.N`, N ≥ 2.
+    pub addr: String,
+    pub port: u16,
+    /// A per-host scratch directory (exists, empty at start), e.g. a deploy destination.
+    pub root_dir: PathBuf,
+    /// The host's public key as a `known_hosts` key field: `ssh-ed25519 AAAA…`.
+    pub host_key: String,
+    /// sshd's log (its stderr), worth reading when a test fails.
+    pub log: PathBuf,
+}
+
+/// Running sshd servers and the files a client needs to reach them.
+pub struct SshHosts {
+    /// A private key (ed25519, no passphrase) that every host accepts.
+    pub client_key: PathBuf,
+    /// A private key that no host accepts.
+    pub unauthorized_key: PathBuf,
+    /// `[127.0.0.N]:port <host key>` for every host.
+    pub known_hosts: PathBuf,
+    /// The user to log in as: the current user (root in CI).
+    pub user: String,
+    pub hosts: Vec<SshHost>,
+    children: Vec<Child>,
+    dir: tempfile::TempDir,
+}
+
+fn sshd_path() -> PathBuf {
+    std::env::var_os("MANENT_TEST_SSHD")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/sbin/sshd"))
+}
+
+fn current_user() -> String {
+    let out = Command::new("id")
+        .arg("-un")
+        .output()
+        .expect("run `id -un` to learn the current user");
+    assert!(out.status.success(), "`id -un` failed: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn is_root() -> bool {
+    let out = Command::new("id").arg("-u").output().expect("run `id -u`");
+    String::from_utf8_lossy(&out.stdout).trim() == "0"
+}
+
+/// Generates an ed25519 key pair at `path` and `path.pub`; returns the public key's
+/// `type base64` fields.
+fn keygen(path: &Path) -> String {
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "", "-f"])
+        .arg(path)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("ssh-keygen is required for the sshd test harness (openssh-client): {e}")
+        });
+    assert!(
+        out.status.success(),
+        "ssh-keygen -f {} failed: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let public = fs::read_to_string(path.with_extension("pub")).expect("read the public key");
+    public
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn free_port(addr: Ipv4Addr) -> u16 {
+    TcpListener::bind((addr, 0))
+        .and_then(|l| l.local_addr())
+        .unwrap_or_else(|e| panic!("cannot bind a port on {addr} (loopback): {e}"))
+        .port()
+}
+
+fn write_config(
+    host_dir: &Path,
+    addr: Ipv4Addr,
+    port: u16,
+    authorized_keys: &Path,
+    extra: &str,
+) -> PathBuf {
+    let config = host_dir.join("sshd_config");
+    let text = format!(
+        "ListenAddress {addr}:{port}\n\
+         HostKey {host_key}\n\
+         PidFile {pid}\n\
+         AuthorizedKeysFile {authorized_keys}\n\
+         StrictModes no\n\
+         UsePAM no\n\
+         PubkeyAuthentication yes\n\
+         PasswordAuthentication no\n\
+         KbdInteractiveAuthentication no\n\
+         PermitRootLogin prohibit-password\n\
+         UseDNS no\n\
+         MaxStartups 64\n\
+         Subsystem sftp internal-sftp\n\
+         LogLevel VERBOSE\n\
+         {extra}\n",
+        host_key = host_dir.join("ssh_host_ed25519_key").display(),
+        pid = host_dir.join("sshd.pid").display(),
+        authorized_keys = authorized_keys.display(),
+    );
+    fs::write(&config, text).expect("write sshd_config");
+    config
+}
+
+impl SshHosts {
+    /// Starts `n` sshd servers on 127.0.0.2 … 127.0.0.(n+1) and waits until each accepts
+    /// TCP connections.
+    pub async fn start(n: usize) -> SshHosts {
+        SshHosts::start_with_config(n, "").await
+    }
+
+    /// Like `start`, with `extra` appended to every host's `sshd_config` (for example
+    /// `SetEnv PATH=/somewhere` or `MaxSessions 2`).
+    pub async fn start_with_config(n: usize, extra: &str) -> SshHosts {
+        assert!(
+            (1..=200).contains(&n),
+            "between 1 and 200 hosts, asked for {n}"
+        );
+        let sshd = sshd_path();
+        assert!(
+            sshd.exists(),
+            "OpenSSH's sshd is required at {} for this test: apt-get install openssh-server \
+             (./scripts/test does), or set MANENT_TEST_SSHD",
+            sshd.display()
+        );
+        if is_root() {
+            // sshd running as root insists on its privilege-separation directory.
+            fs::create_dir_all("/run/sshd").expect("create /run/sshd for sshd");
+        }
+        let dir = tempfile::tempdir().expect("a temporary directory for sshd");
+        let client_key = dir.path().join("client_key");
+        let client_public = keygen(&client_key);
+        let unauthorized_key = dir.path().join("unauthorized_key");
+        keygen(&unauthorized_key);
+        let authorized_keys = dir.path().join("authorized_keys");
+        fs::write(&authorized_keys, format!("{client_public}\n")).expect("write authorized_keys");
+
+        let mut hosts = SshHosts {
+            client_key,
+            unauthorized_key,
+            known_hosts: dir.path().join("known_hosts"),
+            user: current_user(),
+            hosts: Vec::new(),
+            children: Vec::new(),
+            dir,
+        };
+        for i in 0..n {
+            let octet = u8::try_from(i + 2).expect("at most 200 hosts");
+            let addr = Ipv4Addr::new(127, 0, 0, octet);
+            let host_dir = hosts.dir.path().join(format!("host{}", i + 1));
+            let root_dir = host_dir.join("root");
+            fs::create_dir_all(&root_dir).expect("create the host's directories");
+            let host_key = keygen(&host_dir.join("ssh_host_ed25519_key"));
+            let log = host_dir.join("sshd.log");
+            let (child, port) =
+                start_one(&sshd, &host_dir, addr, &authorized_keys, &log, extra).await;
+            hosts.children.push(child);
+            hosts.hosts.push(SshHost {
+                addr: addr.to_string(),
+                port,
+                root_dir,
+                host_key,
+                log,
+            });
+        }
+        let all = hosts.known_hosts_lines(|_, key| Some(key.to_string()));
+        fs::write(&hosts.known_hosts, all).expect("write known_hosts");
+        hosts
+    }
+
+    fn known_hosts_lines(&self, key_of: impl Fn(usize, &str) -> Option<String>) -> String {
+        self.hosts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| {
+                key_of(i, &h.host_key).map(|key| format!("[{}]:{} {key}\n", h.addr, h.port))
+            })
+            .collect()
+    }
+
+    /// A `known_hosts` file listing every host but `hosts[index]` (unknown-host tests).
+    pub fn known_hosts_without(&self, index: usize) -> PathBuf {
+        assert!(index < self.hosts.len(), "no host {index}");
+        let path = self.dir.path().join(format!("known_hosts_without_{index}"));
+        let text = self.known_hosts_lines(|i, key| (i != index).then(|| key.to_string()));
+        fs::write(&path, text).expect("write known_hosts");
+        path
+    }
+
+    /// A `known_hosts` file where `hosts[index]` is recorded with another (freshly
+    /// generated, same type) key (changed-key tests).
+    pub fn known_hosts_with_wrong_key(&self, index: usize) -> PathBuf {
+        assert!(index < self.hosts.len(), "no host {index}");
+        let wrong = keygen(&self.dir.path().join(format!("wrong_host_key_{index}")));
+        let path = self.dir.path().join(format!("known_hosts_wrong_{index}"));
+        let text = self.known_hosts_lines(|i, key| {
+            Some(if i == index {
+                wrong.clone()
+            } else {
+                key.to_string()
+            })
+        });
+        fs::write(&path, text).expect("write known_hosts");
+        path
+    }
+
+    /// A scratch path inside the harness's temporary directory (not on any host).
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The logs of every sshd, for a failing test's message.
+    pub fn logs(&self) -> String {
+        self.hosts
+            .iter()
+            .map(|h| {
+                let log = fs::read_to_string(&h.log).unwrap_or_default();
+                format!("--- sshd {}:{} ---\n{log}", h.addr, h.port)
+            })
+            .collect()
+    }
+}
+
+/// Starts one sshd on a free port of `addr`; picks another port if that one was taken.
+async fn start_one(
+    sshd: &Path,
+    host_dir: &Path,
+    addr: Ipv4Addr,
+    authorized_keys: &Path,
+    log: &Path,
+    extra: &str,
+) -> (Child, u16) {
+    let mut last_log = String::new();
+    for _ in 0..START_ATTEMPTS {
+        let port = free_port(addr);
+        let config = write_config(host_dir, addr, port, authorized_keys, extra);
+        let log_file = fs::File::create(log).expect("create the sshd log");
+        let mut child = Command::new(sshd)
+            .args(["-D", "-e", "-f"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            // Its own process group, so drop also ends the per-connection sshd processes.
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", sshd.display()));
+        if wait_until_listening(&mut child, addr, port).await {
+            return (child, port);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        last_log = fs::read_to_string(log).unwrap_or_default();
+    }
+    panic!("sshd did not start on {addr} after {START_ATTEMPTS} attempts; its log:\n{last_log}");
+}
+
+/// Polls a TCP connect to `addr:port` (sshd accepting is the event waited for); false if
+/// sshd exited or did not listen within `READY_TIMEOUT`.
+async fn wait_until_listening(child: &mut Child, addr: Ipv4Addr, port: u16) -> bool {
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    loop {
+        if tokio::net::TcpStream::connect((addr, port)).await.is_ok() {
+            return true;
+        }
+        if matches!(child.try_wait(), Ok(Some(_))) || tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+impl Drop for SshHosts {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            // The whole group: the listener and the processes serving open connections.
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .stderr(Stdio::null())
+                .status();
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
