@@ -26,6 +26,7 @@ on_both_backends!(
     sigterm_drains_short_work_and_leaves_long_work_pending_for_the_restart,
     a_second_worker_with_a_live_id_exits_naming_the_host,
     workers_lists_each_worker_with_state_and_heartbeat,
+    eight_workers_started_together_on_an_empty_database_all_come_up,
 );
 
 /// A manent installation in a temporary directory: config, environments, token.
@@ -399,4 +400,39 @@ async fn workers_lists_each_worker_with_state_and_heartbeat(db: Db) {
     );
     let (code, _) = site.cli("wrong-token", &["workers"]);
     assert_eq!(code, 3, "a refused token exits 3");
+}
+
+async fn eight_workers_started_together_on_an_empty_database_all_come_up(db: Db) {
+    // The database is empty: no schema until the workers create it, all at once.
+    let mut site = Site::new(db, &["true"]).await;
+    let workers: Vec<usize> = (0..8)
+        .map(|i| site.start("worker", &format!("manent-{i}")))
+        .collect();
+    let url = site.db.url.clone();
+    let executors = eventually("all eight workers register", WAIT, || {
+        let url = url.clone();
+        async move {
+            let store = manent_engine::store::open(&url).await.ok()?;
+            let executors = store.list_executors().await.ok()?;
+            (executors.len() == 8).then_some(executors)
+        }
+    })
+    .await;
+    assert!(
+        executors
+            .iter()
+            .all(|e| e.state == manent_engine::ExecutorState::Running),
+        "{executors:?}"
+    );
+    for i in workers {
+        assert!(
+            site.child(i).try_wait().unwrap().is_none(),
+            "worker {i} is still running after the others came up"
+        );
+        signal(site.child(i), "TERM");
+        assert!(
+            site.child(i).wait().unwrap().success(),
+            "worker {i} stops cleanly"
+        );
+    }
 }
