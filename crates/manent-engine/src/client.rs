@@ -115,11 +115,28 @@ impl Client {
             now_ms: now_ms(),
         };
         match self.store.enqueue(&new).await? {
-            EnqueueOutcome::Created => self
-                .store
-                .get_workflow(&id)
-                .await?
-                .ok_or_else(|| EngineError::NotFound(id.clone())),
+            // The record as written, without reading it back.
+            EnqueueOutcome::Created => Ok(WorkflowRecord {
+                id: new.id,
+                name: new.name,
+                status: WorkflowStatus::Enqueued,
+                queue: new.queue,
+                partition_key: new.partition_key,
+                priority: new.priority,
+                not_before_ms: new.not_before_ms,
+                dedup_key: new.dedup_key,
+                executor_id: None,
+                input: new.input,
+                output: None,
+                error: None,
+                parent_id: new.parent_id,
+                attempts: 0,
+                generation: 0,
+                created_at_ms: new.now_ms,
+                updated_at_ms: new.now_ms,
+                started_at_ms: None,
+                finished_at_ms: None,
+            }),
             EnqueueOutcome::Exists(existing) if existing.name == req.workflow => Ok(*existing),
             EnqueueOutcome::Exists(existing) => Err(EngineError::IdConflict {
                 id,

@@ -330,17 +330,19 @@ impl SqlStore {
         for w in wakeups {
             let _ = self.bus.send(w.clone());
         }
-        if let Pool::Postgres(pool) = &self.pool {
-            for w in wakeups {
-                // A lost notification only delays the other side until its fallback poll.
-                if let Err(e) = sqlx::query("SELECT pg_notify($1, $2)")
-                    .bind(postgres::CHANNEL)
-                    .bind(postgres::encode(w))
-                    .execute(pool)
-                    .await
-                {
-                    tracing::debug!(error = %e, "notify failed");
-                }
+        if let Pool::Postgres(pool) = &self.pool
+            && !wakeups.is_empty()
+        {
+            // One round trip for all of them.
+            let payloads: Vec<String> = wakeups.iter().map(postgres::encode).collect();
+            // A lost notification only delays the other side until its fallback poll.
+            if let Err(e) = sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
+                .bind(postgres::CHANNEL)
+                .bind(&payloads)
+                .execute(pool)
+                .await
+            {
+                tracing::debug!(error = %e, "notify failed");
             }
         }
     }
