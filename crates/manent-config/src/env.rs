@@ -9,7 +9,7 @@
 use serde_json::Value;
 
 use crate::error::humanize;
-use crate::locate::{Segment, join};
+use crate::yaml::{Segment, join};
 use crate::{Config, ConfigError, ENV_PREFIX, VMID_VAR};
 
 /// The process environment, for [`Config::load`]. Variables whose name or value is not

@@ -6,8 +6,8 @@ use std::fmt;
 use std::path::PathBuf;
 
 use crate::Config;
-use crate::locate;
 use crate::serde_util::DURATION_EXPECTED;
+use crate::yaml::{self, place};
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -52,13 +52,6 @@ pub enum ConfigError {
         file: String,
         issues: Vec<ConfigIssue>,
     },
-}
-
-fn place(file: &str, line: Option<usize>) -> String {
-    match line {
-        Some(line) => format!("{file}:{line}"),
-        None => file.to_owned(),
-    }
 }
 
 /// One problem found by validation.
@@ -113,7 +106,7 @@ impl Config {
 
     /// The line where `key` (or its nearest written parent) is in the file.
     pub(crate) fn line_of(&self, key: &str) -> Option<usize> {
-        locate::locate(self.origin.source.as_deref()?, key)
+        yaml::locate(self.origin.source.as_deref()?, key)
     }
 }
 
@@ -122,17 +115,12 @@ pub(crate) fn parse_yaml(text: &str, file: &str) -> Result<Config, ConfigError> 
     // Syntax first, so that a malformed file is reported as such, not as a wrong value.
     if let Err(err) = yaml_serde::from_str::<yaml_serde::Value>(text) {
         let line = err.location().map(|l| l.line());
-        let message = strip_location(&err.to_string(), &err);
-        if let Some((parent, key)) = duplicate_key(&message) {
-            let path = if parent == "." {
-                key.to_owned()
-            } else {
-                format!("{parent}.{key}")
-            };
+        let message = yaml::strip_location(&err.to_string(), &err);
+        if let Some((parent, key)) = yaml::duplicate_key(&message) {
             return Err(ConfigError::Parse {
                 file: file.to_owned(),
-                line: locate::locate_duplicate(text, parent, key).or(line),
-                key: path,
+                line: yaml::locate_duplicate(text, parent, key).or(line),
+                key: yaml::child(parent, key),
                 message: format!("key `{key}` is written twice; keep only one"),
             });
         }
@@ -146,12 +134,14 @@ pub(crate) fn parse_yaml(text: &str, file: &str) -> Result<Config, ConfigError> 
     serde_path_to_error::deserialize::<_, Config>(deserializer).map_err(|err| {
         let key = err.path().to_string();
         let inner = err.into_inner();
-        let message = strip_key(&strip_location(&inner.to_string(), &inner), &key);
+        let message = yaml::strip_path(&yaml::strip_location(&inner.to_string(), &inner), |p| {
+            yaml::path_contains(p, &key)
+        });
         let line = inner
             .location()
             .map(|l| l.line())
             .filter(|_| !(message.starts_with("duplicate") && key == "."))
-            .or_else(|| locate::locate(text, &key));
+            .or_else(|| yaml::locate(text, &key));
         ConfigError::Parse {
             file: file.to_owned(),
             line,
@@ -161,109 +151,25 @@ pub(crate) fn parse_yaml(text: &str, file: &str) -> Result<Config, ConfigError> 
     })
 }
 
-/// `dbos: duplicate entry with key "region"` → `("dbos", "region")`; `.` for the root.
-fn duplicate_key(message: &str) -> Option<(&str, &str)> {
-    const MARK: &str = "duplicate entry with key ";
-    let at = message.find(MARK)?;
-    let parent = message[..at].trim_end().trim_end_matches(':');
-    let key = message[at + MARK.len()..].trim().trim_matches('"');
-    Some((if parent.is_empty() { "." } else { parent }, key))
-}
-
-/// Removes yaml_serde's ` at line L column C` suffix (the line is reported separately).
-fn strip_location(message: &str, err: &yaml_serde::Error) -> String {
-    if let Some(location) = err.location() {
-        let suffix = format!(" at line {} column {}", location.line(), location.column());
-        if let Some(stripped) = message.strip_suffix(&suffix) {
-            return stripped.to_owned();
-        }
-    }
-    message.to_owned()
-}
-
-/// Removes yaml_serde's `path: ` prefix (the key is reported separately).
-fn strip_key(message: &str, key: &str) -> String {
-    if let Some((prefix, rest)) = message.split_once(": ")
-        && !prefix.contains(char::is_whitespace)
-        && (prefix == "." || locate::path_contains(prefix, key))
-    {
-        return rest.to_owned();
-    }
-    message.to_owned()
-}
-
 /// Rewrites a serde message (`invalid type: string "ten", expected u32`) into one for an
 /// operator (`expected an integer, found "ten"; write a whole number, without quotes`).
 pub(crate) fn humanize(message: &str) -> String {
-    for prefix in ["invalid type: ", "invalid value: "] {
-        if let Some(rest) = message.strip_prefix(prefix)
-            && let Some((found, expected)) = rest.split_once(", expected ")
-        {
-            let range = prefix == "invalid value: " || found.starts_with("integer `-");
-            let (expected, hint) = expected_and_hint(expected, range);
-            return format!("expected {expected}, found {}; {hint}", found_text(found));
-        }
-    }
-    if let Some(rest) = message.strip_prefix("unknown field ") {
-        let (field, known) = split_known(rest);
-        return match known {
-            Some(known) => format!(
-                "unknown key {field}; remove it or fix its spelling (keys allowed here: {known})"
-            ),
-            None => format!("unknown key {field}; remove it"),
-        };
-    }
-    if let Some(rest) = message.strip_prefix("unknown variant ") {
-        let (value, known) = split_known(rest);
-        return format!(
-            "unknown value {value}; use one of: {}",
-            known.unwrap_or_default()
-        );
-    }
-    if let Some(field) = message.strip_prefix("missing field ") {
-        return format!("missing key {field}; add it");
-    }
-    if let Some(field) = message.strip_prefix("duplicate field ") {
-        return format!("key {field} is written twice; keep only one");
-    }
-    message.to_owned()
+    yaml::humanize(message, &WORDING)
 }
 
-/// Splits "`x`, expected one of `a`, `b`" into ("`x`", Some("a, b")).
-fn split_known(rest: &str) -> (&str, Option<String>) {
-    let Some((name, known)) = rest.split_once(", ") else {
-        return (rest, None);
-    };
-    if known.starts_with("there are no") {
-        return (name, None);
-    }
-    let known = known
-        .trim_start_matches("expected one of ")
-        .trim_start_matches("expected ")
-        .replace(" or ", ", ")
-        .replace('`', "");
-    (name, Some(known))
-}
+/// How `manent.yml` messages word serde's: keys, integers, durations and enum values.
+const WORDING: yaml::Wording = yaml::Wording {
+    noun: "key",
+    expected: expected_and_hint,
+};
 
-fn found_text(found: &str) -> String {
-    if let Some(quoted) = found.strip_prefix("string ") {
-        return quoted.to_owned();
-    }
-    for kind in ["integer ", "floating point ", "boolean "] {
-        if let Some(value) = found.strip_prefix(kind) {
-            return value.trim_matches('`').to_owned();
-        }
-    }
-    match found {
-        "sequence" => "a list".to_owned(),
-        "map" => "a mapping".to_owned(),
-        "unit value" | "null" => "an empty value".to_owned(),
-        other => other.to_owned(),
-    }
-}
-
-fn expected_and_hint(expected: &str, range: bool) -> (String, &'static str) {
-    match expected {
+fn expected_and_hint(
+    expected: &str,
+    found: &str,
+    invalid_value: bool,
+) -> Option<(String, &'static str)> {
+    let range = invalid_value || found.starts_with("integer `-");
+    Some(match expected {
         "u8" | "u16" | "u32" | "u64" | "usize" if range => (
             "a whole number, 0 or more".to_owned(),
             "write a whole number, 0 or more",
@@ -272,22 +178,12 @@ fn expected_and_hint(expected: &str, range: bool) -> (String, &'static str) {
             "an integer".to_owned(),
             "write a whole number, without quotes",
         ),
-        "a boolean" => (
-            "true or false".to_owned(),
-            "write true or false, without quotes",
-        ),
-        "a sequence" => ("a list".to_owned(), "write a list, e.g. [a, b]"),
-        "a string" => ("a string".to_owned(), "put the value in quotes"),
         DURATION_EXPECTED => (expected.to_owned(), "add a unit, e.g. 30s"),
-        _ if expected.starts_with("struct ") || expected.starts_with("a map") => (
-            "a mapping".to_owned(),
-            "write indented `key: value` lines under this key",
-        ),
         _ if expected.starts_with("variant ") || expected.starts_with("enum ") => {
             (expected.to_owned(), "use one of the documented values")
         }
-        _ => (expected.to_owned(), "fix the value"),
-    }
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

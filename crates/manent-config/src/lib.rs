@@ -11,10 +11,10 @@
 
 mod env;
 mod error;
-mod locate;
 mod pattern;
 mod serde_util;
 mod validate;
+pub mod yaml;
 
 #[cfg(test)]
 mod tests;
@@ -45,31 +45,31 @@ pub const ENV_PREFIX: &str = "MANENT__";
 #[serde(default = "Config::unresolved", deny_unknown_fields)]
 pub struct Config {
     /// The database shared by every API and worker process.
-    #[serde(deserialize_with = "serde_util::nullable")]
+    #[serde(deserialize_with = "yaml::nullable")]
     pub database: DatabaseConfig,
     /// The HTTP API and the Platform page.
-    #[serde(deserialize_with = "serde_util::nullable")]
+    #[serde(deserialize_with = "yaml::nullable")]
     pub api: ApiConfig,
     /// The durable engine and this worker's share of the queues.
-    #[serde(deserialize_with = "serde_util::nullable")]
+    #[serde(deserialize_with = "yaml::nullable")]
     pub dbos: DbosConfig,
     /// Executor liveness and recovery of deploys left pending.
-    #[serde(deserialize_with = "serde_util::nullable")]
+    #[serde(deserialize_with = "yaml::nullable")]
     pub recovery: RecoveryConfig,
     /// Plugins by name (external executables, their artifact types and queue).
-    #[serde(deserialize_with = "serde_util::nullable")]
+    #[serde(deserialize_with = "yaml::nullable")]
     pub plugins: BTreeMap<String, PluginConfig>,
     /// Routed queues, in order: at submission the first whose `match` applies wins.
-    #[serde(deserialize_with = "serde_util::nullable")]
+    #[serde(deserialize_with = "yaml::nullable")]
     pub queues: Vec<RoutedQueue>,
     /// The tenant registry.
-    #[serde(deserialize_with = "serde_util::nullable")]
+    #[serde(deserialize_with = "yaml::nullable")]
     pub tenants: Vec<Tenant>,
     /// Where environment configurations are read.
-    #[serde(deserialize_with = "serde_util::nullable")]
+    #[serde(deserialize_with = "yaml::nullable")]
     pub environments: EnvironmentsConfig,
     /// Logging.
-    #[serde(deserialize_with = "serde_util::nullable")]
+    #[serde(deserialize_with = "yaml::nullable")]
     pub log: LogConfig,
     /// Where this configuration came from; used for messages and relative paths.
     #[serde(skip)]
@@ -124,10 +124,10 @@ pub struct DbosConfig {
     /// Run only the passes on this worker's region's targets, from `<queue>.<region>`.
     pub region_routing: bool,
     /// Plugins with their own queue that this worker serves.
-    #[serde(deserialize_with = "serde_util::nullable")]
+    #[serde(deserialize_with = "yaml::nullable")]
     pub plugins: Vec<String>,
     /// Routed queues (top-level `queues`) that this worker serves.
-    #[serde(deserialize_with = "serde_util::nullable")]
+    #[serde(deserialize_with = "yaml::nullable")]
     pub queues: Vec<String>,
     /// Serve only `dbos.queues` and `dbos.plugins` (and approvals), not the default and
     /// tenant queues.
@@ -192,7 +192,7 @@ pub struct PluginConfig {
     pub external: Option<ExternalPlugin>,
     /// Artifact types this plugin deploys (routes by type when the environment
     /// configuration cannot be read at submission).
-    #[serde(deserialize_with = "serde_util::nullable")]
+    #[serde(deserialize_with = "yaml::nullable")]
     pub artifact_types: Vec<String>,
     /// The plugin's own queue, served only by workers listing it in `dbos.plugins`.
     pub queue: Option<String>,
@@ -216,7 +216,7 @@ pub struct RoutedQueue {
     /// The queue's name.
     pub name: String,
     /// Which deploys go to this queue (`match` in YAML).
-    #[serde(rename = "match", default, deserialize_with = "serde_util::nullable")]
+    #[serde(rename = "match", default, deserialize_with = "yaml::nullable")]
     pub matcher: QueueMatch,
     /// Global limit of the queue, also the cap per worker (default: `dbos.global_concurrency`).
     #[serde(default)]
@@ -228,13 +228,13 @@ pub struct RoutedQueue {
 #[serde(default, deny_unknown_fields)]
 pub struct QueueMatch {
     /// Application patterns qualified with the tenant (`ml/*`, `ml/trainer`).
-    #[serde(deserialize_with = "serde_util::nullable")]
+    #[serde(deserialize_with = "yaml::nullable")]
     pub applications: Vec<String>,
     /// Artifact name patterns; a deploy matches when any of its artifacts does.
-    #[serde(deserialize_with = "serde_util::nullable")]
+    #[serde(deserialize_with = "yaml::nullable")]
     pub artifacts: Vec<String>,
     /// Environment patterns (`prod`, `staging-*`).
-    #[serde(deserialize_with = "serde_util::nullable")]
+    #[serde(deserialize_with = "yaml::nullable")]
     pub environments: Vec<String>,
 }
 
@@ -489,7 +489,7 @@ impl Config {
             .overrides
             .iter()
             .rev()
-            .find(|(path, _)| locate::path_contains(path, key))
+            .find(|(path, _)| yaml::path_contains(path, key))
             .map(|(_, var)| var.as_str())
     }
 

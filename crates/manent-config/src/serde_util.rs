@@ -1,67 +1,34 @@
-//! Owns the serde helpers of the configuration model: human durations (`30s`, `5m`, `1h`,
-//! `250ms`) and sections or lists written empty (`dbos:` with every key commented out).
+//! Owns how the configuration model writes durations (`30s`, `5m`, `1h`, `250ms`), over the
+//! shared helpers of [`crate::yaml`].
 
-use std::fmt;
 use std::time::Duration;
 
-use serde::de::{self, Deserializer, Unexpected, Visitor};
-use serde::{Deserialize, Serializer};
+#[cfg(test)]
+use serde::Deserialize;
+use serde::Deserializer;
 
-/// Deserializes `T`, reading an empty (null) value as `T::default()`.
-pub(crate) fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de> + Default,
-{
-    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
-}
+use crate::yaml;
 
 /// `#[serde(with = "serde_util::duration")]`: a `Duration` written `30s`, `5m`, `1h`, `250ms`.
 pub(crate) mod duration {
     use super::*;
 
-    pub(crate) fn serialize<S: Serializer>(
-        value: &Duration,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&humantime::format_duration(*value).to_string())
-    }
+    pub(crate) use crate::yaml::serialize_duration as serialize;
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Duration, D::Error> {
-        deserializer.deserialize_str(DurationVisitor)
+        yaml::deserialize_duration(deserializer, DURATIONS)
     }
 }
 
 /// The text of the `expected` part of duration type errors; [`crate::error`] recognises it.
 pub(crate) const DURATION_EXPECTED: &str = "a duration such as 30s, 5m, 1h or 250ms";
 
-struct DurationVisitor;
-
-impl Visitor<'_> for DurationVisitor {
-    type Value = Duration;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str(DURATION_EXPECTED)
-    }
-
-    fn visit_str<E: de::Error>(self, text: &str) -> Result<Duration, E> {
-        humantime::parse_duration(text.trim()).map_err(|err| {
-            E::custom(format_args!(
-                "invalid duration {text:?} ({err}); write it like 30s, 5m, 1h or 250ms"
-            ))
-        })
-    }
-
-    fn visit_u64<E: de::Error>(self, value: u64) -> Result<Duration, E> {
-        Err(E::invalid_type(Unexpected::Unsigned(value), &self))
-    }
-
-    fn visit_i64<E: de::Error>(self, value: i64) -> Result<Duration, E> {
-        Err(E::invalid_type(Unexpected::Signed(value), &self))
-    }
-}
+const DURATIONS: yaml::DurationText = yaml::DurationText {
+    expected: DURATION_EXPECTED,
+    examples: "30s, 5m, 1h or 250ms",
+};
 
 #[cfg(test)]
 mod tests {

@@ -66,11 +66,20 @@ impl Runtime {
 /// Registers manent's workflows on a worker's engine.
 pub fn register_workflows(engine: &Engine, config: &Config) {
     let runtime = Arc::new(Runtime::new(Arc::new(config.clone()), engine.client()));
+    let runtime_for_deploys = runtime.clone();
     engine.register(
         DEPLOY_WORKFLOW,
         move |ctx: WorkflowContext, request: DeployRequest| {
-            let runtime = runtime.clone();
+            let runtime = runtime_for_deploys.clone();
             async move { deploy(&ctx, &runtime, request).await }
+        },
+    );
+    let runtime_for_passes = runtime.clone();
+    engine.register(
+        PASS_WORKFLOW,
+        move |ctx: WorkflowContext, request: PassRequest| {
+            let runtime = runtime_for_passes.clone();
+            async move { pass(&ctx, &runtime, request).await }
         },
     );
 }
@@ -120,26 +129,11 @@ async fn deploy(
 
     phase(ctx, "fetching").await?;
     let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
-    let mut local = Vec::new();
-    for artifact in &eff.artifacts {
-        let a = artifact.clone();
-        let dir = dir.clone();
-        let fetched: LocalArtifact = ctx
-            .step_with(
-                &format!("fetch {}", artifact.name),
-                StepPolicy::retry(3, Duration::from_secs(1)),
-                || {
-                    let (a, dir) = (a.clone(), dir.clone());
-                    async move { artifacts::ensure_local(&a, &dir).await }
-                },
-            )
-            .await?;
-        local.push(fetched);
-    }
+    let local = fetch_all(ctx, &eff, &dir).await?;
 
-    let auth = ssh_auth(rt, &eff);
-    let pool = ConnectionPool::new(auth);
+    let pool = ConnectionPool::new(ssh_auth(rt, &eff));
     let waves = plan_waves(&eff);
+    let region_routing = rt.config.dbos.region_routing;
     let mut outcomes: Vec<TargetOutcome> = Vec::new();
     let mut failure: Option<String> = None;
     for (w, wave) in waves.iter().enumerate() {
@@ -148,22 +142,50 @@ async fn deploy(
             &format!("wave {}/{} ({})", w + 1, waves.len(), wave.name),
         )
         .await?;
-        let branches = ctx.branches(wave.targets.len());
-        let max_parallel = eff.rollout.max_parallel.max(1) as usize;
-        // Futures built in a plain loop (not a closure) keep the workflow future Send.
-        let mut pending = Vec::new();
-        for (b, target) in branches.into_iter().zip(&wave.targets) {
-            let (eff, local, pool, deploy_id, dir) = (&eff, &local, &pool, &deploy_id, &dir);
-            pending.push(async move {
-                deploy_target(&b, eff, target, local, pool, deploy_id, dir).await
-            });
+        let mut wave_outcomes = Vec::new();
+        if region_routing {
+            // Each region's targets are deployed by a pass on `<queue>.<region>`,
+            // run by a worker of that region (its network, its SSH).
+            let mut children = Vec::new();
+            let mut regionless = Vec::new();
+            for (region, targets) in wave.passes() {
+                match region {
+                    Some(region) => {
+                        let pass = PassRequest {
+                            effective: eff.clone(),
+                            targets: targets.iter().map(|t| t.name.clone()).collect(),
+                            mode: PassMode::Deploy,
+                        };
+                        let queue = manent_model::region_queue(&request.route.queue, &region);
+                        children.push(
+                            ctx.start_child(
+                                PASS_WORKFLOW,
+                                &queue,
+                                Some(&eff.partition_key()),
+                                pass,
+                            )
+                            .await?,
+                        );
+                    }
+                    None => regionless.extend(targets.into_iter().cloned()),
+                }
+            }
+            wave_outcomes.extend(
+                run_targets(ctx, &eff, &regionless, &local, &pool, &deploy_id, &dir).await?,
+            );
+            for child in &children {
+                let pass: Vec<TargetOutcome> = ctx.await_workflow(child).await?;
+                for outcome in &pass {
+                    ctx.set_event(&format!("target:{}", outcome.name), outcome)
+                        .await?;
+                }
+                wave_outcomes.extend(pass);
+            }
+        } else {
+            wave_outcomes =
+                run_targets(ctx, &eff, &wave.targets, &local, &pool, &deploy_id, &dir).await?;
         }
-        let results: Vec<Result<TargetOutcome, WorkflowError>> = futures::stream::iter(pending)
-            .buffer_unordered(max_parallel)
-            .collect()
-            .await;
-        for r in results {
-            let outcome = r?;
+        for outcome in wave_outcomes {
             if outcome.status == "failed" && failure.is_none() {
                 failure = Some(format!(
                     "target {}: {}",
@@ -188,7 +210,57 @@ async fn deploy(
     if let Some(reason) = failure {
         if !eff.dry_run && eff.rollback.on_failure == OnFailure::ReactivatePrevious {
             phase(ctx, "rolling back").await?;
-            roll_back(ctx, rt, &eff, &pool, &deploy_id, &outcomes).await?;
+            let previous: Option<EffectiveDescriptor> = ctx
+                .step("find previous version", || async {
+                    crate::service::previous_success(rt, &eff, &deploy_id).await
+                })
+                .await?;
+            let switched: Vec<TargetOutcome> =
+                outcomes.iter().filter(|o| o.switched).cloned().collect();
+            if region_routing {
+                let mut children = Vec::new();
+                let mut regionless = Vec::new();
+                for region in distinct_regions(&eff, &switched) {
+                    let mine: Vec<TargetOutcome> = switched
+                        .iter()
+                        .filter(|o| target_region(&eff, &o.name) == region)
+                        .cloned()
+                        .collect();
+                    match region {
+                        Some(region) => {
+                            let pass = PassRequest {
+                                effective: eff.clone(),
+                                targets: mine.iter().map(|o| o.name.clone()).collect(),
+                                mode: PassMode::Rollback {
+                                    previous: previous.clone().map(Box::new),
+                                    outcomes: mine,
+                                },
+                            };
+                            let queue = manent_model::region_queue(&request.route.queue, &region);
+                            children.push(
+                                ctx.start_child(
+                                    PASS_WORKFLOW,
+                                    &queue,
+                                    Some(&eff.partition_key()),
+                                    pass,
+                                )
+                                .await?,
+                            );
+                        }
+                        None => regionless = mine,
+                    }
+                }
+                roll_back(ctx, &eff, previous.as_ref(), &pool, &deploy_id, &regionless).await?;
+                for child in &children {
+                    let pass: Vec<TargetOutcome> = ctx.await_workflow(child).await?;
+                    for outcome in &pass {
+                        ctx.set_event(&format!("target:{}", outcome.name), outcome)
+                            .await?;
+                    }
+                }
+            } else {
+                roll_back(ctx, &eff, previous.as_ref(), &pool, &deploy_id, &switched).await?;
+            }
         }
         phase(ctx, "done").await?;
         return Err(WorkflowError::failed(format!(
@@ -375,26 +447,19 @@ async fn ensure_all(
 /// Re-activates the previous version on the targets this deploy switched.
 async fn roll_back(
     ctx: &WorkflowContext,
-    rt: &Runtime,
     eff: &EffectiveDescriptor,
+    previous: Option<&EffectiveDescriptor>,
     pool: &ConnectionPool,
     deploy_id: &str,
-    outcomes: &[TargetOutcome],
-) -> Result<(), WorkflowError> {
-    let previous: Option<EffectiveDescriptor> = ctx
-        .step("find previous version", || async {
-            crate::service::previous_success(rt, eff, deploy_id).await
-        })
-        .await?;
-    for outcome in outcomes.iter().filter(|o| o.switched) {
+    switched: &[TargetOutcome],
+) -> Result<Vec<TargetOutcome>, WorkflowError> {
+    let mut rolled_back = Vec::new();
+    for outcome in switched {
         let Some(target) = eff.targets.iter().find(|t| t.name == outcome.name) else {
             continue;
         };
         let key = format!("target:{}", target.name);
-        let detail = match previous
-            .as_ref()
-            .and_then(|p| p.activate.as_ref().map(|a| (p, a)))
-        {
+        let detail = match previous.and_then(|p| p.activate.as_ref().map(|a| (p, a))) {
             None => "no previous version to re-activate".to_string(),
             Some((prev, activate)) => {
                 let env = targets::command_env(prev, deploy_id, target, &[]);
@@ -422,6 +487,126 @@ async fn roll_back(
             ..TargetOutcome::new(&target.name, "rolled_back", None)
         };
         ctx.set_event(&key, &rolled).await?;
+        rolled_back.push(rolled);
     }
-    Ok(())
+    Ok(rolled_back)
+}
+
+fn target_region(eff: &EffectiveDescriptor, name: &str) -> Option<String> {
+    eff.targets
+        .iter()
+        .find(|t| t.name == name)
+        .and_then(|t| t.region.clone())
+}
+
+fn distinct_regions(eff: &EffectiveDescriptor, outcomes: &[TargetOutcome]) -> Vec<Option<String>> {
+    let mut regions: Vec<Option<String>> = Vec::new();
+    for o in outcomes {
+        let r = target_region(eff, &o.name);
+        if !regions.contains(&r) {
+            regions.push(r);
+        }
+    }
+    regions
+}
+
+/// Fetches and verifies every artifact into `dir`, one durable step each.
+async fn fetch_all(
+    ctx: &WorkflowContext,
+    eff: &EffectiveDescriptor,
+    dir: &std::path::Path,
+) -> Result<Vec<LocalArtifact>, WorkflowError> {
+    let mut local = Vec::new();
+    for artifact in &eff.artifacts {
+        let fetched: LocalArtifact = ctx
+            .step_with(
+                &format!("fetch {}", artifact.name),
+                StepPolicy::retry(3, Duration::from_secs(1)),
+                || async { artifacts::ensure_local(artifact, dir).await },
+            )
+            .await?;
+        local.push(fetched);
+    }
+    Ok(local)
+}
+
+/// Deploys `targets`, `max_parallel` at a time, each in a branch of its own.
+async fn run_targets(
+    ctx: &WorkflowContext,
+    eff: &EffectiveDescriptor,
+    targets: &[Target],
+    local: &[LocalArtifact],
+    pool: &ConnectionPool,
+    deploy_id: &str,
+    dir: &std::path::Path,
+) -> Result<Vec<TargetOutcome>, WorkflowError> {
+    if targets.is_empty() {
+        return Ok(Vec::new());
+    }
+    let branches = ctx.branches(targets.len());
+    let max_parallel = eff.rollout.max_parallel.max(1) as usize;
+    // Futures built in a plain loop (not a closure) keep the workflow future Send.
+    let mut pending = Vec::new();
+    for (b, target) in branches.into_iter().zip(targets) {
+        pending
+            .push(async move { deploy_target(&b, eff, target, local, pool, deploy_id, dir).await });
+    }
+    let results: Vec<Result<TargetOutcome, WorkflowError>> = futures::stream::iter(pending)
+        .buffer_unordered(max_parallel)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+/// The workflow of one region's pass under region routing.
+pub const PASS_WORKFLOW: &str = "manent.deploy.pass";
+
+/// What a region's pass does.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PassRequest {
+    pub effective: EffectiveDescriptor,
+    pub targets: Vec<String>,
+    pub mode: PassMode,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PassMode {
+    Deploy,
+    Rollback {
+        previous: Option<Box<EffectiveDescriptor>>,
+        outcomes: Vec<TargetOutcome>,
+    },
+}
+
+/// A region's pass, run by a worker of that region: fetch, then deploy or
+/// roll back its targets. The deploy's id names the working directory.
+async fn pass(
+    ctx: &WorkflowContext,
+    rt: &Runtime,
+    request: PassRequest,
+) -> Result<Vec<TargetOutcome>, WorkflowError> {
+    let eff = &request.effective;
+    let deploy_id = ctx
+        .workflow_id()
+        .rsplit_once('.')
+        .map_or(ctx.workflow_id(), |(parent, _)| parent)
+        .to_string();
+    let pool = ConnectionPool::new(ssh_auth(rt, eff));
+    match &request.mode {
+        PassMode::Deploy => {
+            let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
+            let local = fetch_all(ctx, eff, &dir).await?;
+            let targets: Vec<Target> = eff
+                .targets
+                .iter()
+                .filter(|t| request.targets.contains(&t.name))
+                .cloned()
+                .collect();
+            run_targets(ctx, eff, &targets, &local, &pool, &deploy_id, &dir).await
+        }
+        PassMode::Rollback { previous, outcomes } => {
+            roll_back(ctx, eff, previous.as_deref(), &pool, &deploy_id, outcomes).await
+        }
+    }
 }

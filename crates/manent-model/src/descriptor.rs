@@ -6,11 +6,11 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::environment::{Dependency, validate_dependencies};
+use crate::environment::{Dependency, validate_dependencies, validate_deploy_fields};
 use crate::error::ModelError;
+use crate::rules;
 use crate::serde_util::nullable;
 use crate::source::{Document, key_paths};
-use crate::{DEST_PLACEHOLDERS, rules};
 
 /// What a user submits to deploy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -227,44 +227,18 @@ fn validate(doc: &mut Document<'_>, d: &mut Descriptor) {
 }
 
 fn validate_overrides(doc: &mut Document<'_>, deploy: &DeployOverrides) {
-    if let Some(plugin) = &deploy.plugin
-        && let Err(e) = rules::name(plugin)
-    {
-        doc.issue("deploy.plugin", format!("`{plugin}` {e}"));
-    }
-    if let Some(dest) = &deploy.dest {
-        if dest.trim().is_empty() {
-            doc.issue(
-                "deploy.dest",
-                "is empty; write the directory on the targets, or remove it",
-            );
-        } else if let Err(e) = rules::placeholders(dest, DEST_PLACEHOLDERS) {
-            doc.issue("deploy.dest", e);
-        }
-    }
-    if let Some(activate) = &deploy.activate
-        && activate.trim().is_empty()
-    {
+    validate_deploy_fields(
+        doc,
+        deploy.plugin.as_deref(),
+        deploy.dest.as_deref(),
+        deploy.activate.as_deref(),
+        deploy.commands.as_deref().unwrap_or_default(),
+    );
+    if deploy.commands.as_ref().is_some_and(Vec::is_empty) {
         doc.issue(
-            "deploy.activate",
-            "is empty; write the command to run, or remove it",
+            "deploy.commands",
+            "is empty; list the commands to run, or remove it to use the environment's",
         );
-    }
-    if let Some(commands) = &deploy.commands {
-        if commands.is_empty() {
-            doc.issue(
-                "deploy.commands",
-                "is empty; list the commands to run, or remove it to use the environment's",
-            );
-        }
-        for (i, command) in commands.iter().enumerate() {
-            if command.trim().is_empty() {
-                doc.issue(
-                    format!("deploy.commands[{i}]"),
-                    "is empty; write a command or remove the entry",
-                );
-            }
-        }
     }
 }
 

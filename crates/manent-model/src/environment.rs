@@ -693,10 +693,31 @@ fn validate_targets(doc: &mut Document<'_>, env: &EnvironmentFile) {
 }
 
 fn validate_deploy(doc: &mut Document<'_>, deploy: &DeploySettings) {
-    if let Err(e) = rules::name(&deploy.plugin) {
-        doc.issue("deploy.plugin", format!("`{}` {e}", deploy.plugin));
+    validate_deploy_fields(
+        doc,
+        Some(&deploy.plugin),
+        deploy.dest.as_deref(),
+        deploy.activate.as_deref(),
+        &deploy.commands,
+    );
+}
+
+/// Checks the `deploy` fields an environment file sets and a descriptor may override: the
+/// plugin's name, `dest` (not empty, known placeholders), `activate` (not empty) and each of
+/// `commands` (not empty).
+pub(crate) fn validate_deploy_fields(
+    doc: &mut Document<'_>,
+    plugin: Option<&str>,
+    dest: Option<&str>,
+    activate: Option<&str>,
+    commands: &[String],
+) {
+    if let Some(plugin) = plugin
+        && let Err(e) = rules::name(plugin)
+    {
+        doc.issue("deploy.plugin", format!("`{plugin}` {e}"));
     }
-    if let Some(dest) = &deploy.dest {
+    if let Some(dest) = dest {
         if dest.trim().is_empty() {
             doc.issue(
                 "deploy.dest",
@@ -706,7 +727,7 @@ fn validate_deploy(doc: &mut Document<'_>, deploy: &DeploySettings) {
             doc.issue("deploy.dest", e);
         }
     }
-    if let Some(activate) = &deploy.activate
+    if let Some(activate) = activate
         && activate.trim().is_empty()
     {
         doc.issue(
@@ -714,7 +735,7 @@ fn validate_deploy(doc: &mut Document<'_>, deploy: &DeploySettings) {
             "is empty; write the command to run, or remove it",
         );
     }
-    for (i, command) in deploy.commands.iter().enumerate() {
+    for (i, command) in commands.iter().enumerate() {
         if command.trim().is_empty() {
             doc.issue(
                 format!("deploy.commands[{i}]"),

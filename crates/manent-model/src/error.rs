@@ -4,6 +4,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use manent_config::yaml::{self, place};
+
 /// One problem found in a descriptor or an environment file.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Issue {
@@ -26,13 +28,6 @@ impl fmt::Display for Issue {
             field_text(&self.field),
             self.message
         )
-    }
-}
-
-fn place(file: &str, line: Option<usize>) -> String {
-    match line {
-        Some(line) => format!("{file}:{line}"),
-        None => file.to_owned(),
     }
 }
 
@@ -159,75 +154,22 @@ impl ModelError {
 /// Rewrites a serde message (`invalid type: string "x", expected u16`) into one for a person
 /// (`expected a whole number, found "x"; write it without quotes`).
 pub(crate) fn humanize(message: &str) -> String {
-    for prefix in ["invalid type: ", "invalid value: "] {
-        if let Some(rest) = message.strip_prefix(prefix)
-            && let Some((found, expected)) = rest.split_once(", expected ")
-        {
-            let range = prefix == "invalid value: " && found.starts_with("integer");
-            let (expected, hint) = expected_and_hint(expected, range);
-            return format!("expected {expected}, found {}; {hint}", found_text(found));
-        }
-    }
-    if let Some(rest) = message.strip_prefix("unknown field ") {
-        let (field, known) = split_known(rest);
-        return match known {
-            Some(known) => format!(
-                "unknown field {field}; remove it or fix its spelling (fields allowed here: {known})"
-            ),
-            None => format!("unknown field {field}; remove it"),
-        };
-    }
-    if let Some(rest) = message.strip_prefix("unknown variant ") {
-        let (value, known) = split_known(rest);
-        return format!(
-            "unknown value {value}; use one of: {}",
-            known.unwrap_or_default()
-        );
-    }
-    if let Some(field) = message.strip_prefix("missing field ") {
-        return format!("missing field {field}; add it");
-    }
-    if let Some(field) = message.strip_prefix("duplicate field ") {
-        return format!("field {field} is written twice; keep only one");
-    }
-    message.to_owned()
+    yaml::humanize(message, &WORDING)
 }
 
-/// Splits "`x`, expected one of `a`, `b`" into ("`x`", Some("a, b")).
-fn split_known(rest: &str) -> (&str, Option<String>) {
-    let Some((name, known)) = rest.split_once(", ") else {
-        return (rest, None);
-    };
-    if known.starts_with("there are no") {
-        return (name, None);
-    }
-    let known = known
-        .trim_start_matches("expected one of ")
-        .trim_start_matches("expected ")
-        .replace(" or ", ", ")
-        .replace('`', "");
-    (name, Some(known))
-}
+/// How the model's messages word serde's: fields, and integers by their range.
+const WORDING: yaml::Wording = yaml::Wording {
+    noun: "field",
+    expected: expected_and_hint,
+};
 
-fn found_text(found: &str) -> String {
-    if let Some(quoted) = found.strip_prefix("string ") {
-        return quoted.to_owned();
-    }
-    for kind in ["integer ", "floating point ", "boolean "] {
-        if let Some(value) = found.strip_prefix(kind) {
-            return value.trim_matches('`').to_owned();
-        }
-    }
-    match found {
-        "sequence" => "a list".to_owned(),
-        "map" => "a mapping".to_owned(),
-        "unit value" | "null" => "an empty value".to_owned(),
-        other => other.to_owned(),
-    }
-}
-
-fn expected_and_hint(expected: &str, range: bool) -> (String, &'static str) {
-    match expected {
+fn expected_and_hint(
+    expected: &str,
+    found: &str,
+    invalid_value: bool,
+) -> Option<(String, &'static str)> {
+    let range = invalid_value && found.starts_with("integer");
+    Some(match expected {
         "u16" => (
             "a whole number from 0 to 65535".to_owned(),
             if range {
@@ -248,18 +190,8 @@ fn expected_and_hint(expected: &str, range: bool) -> (String, &'static str) {
             "a whole number".to_owned(),
             "write a whole number, without quotes",
         ),
-        "a boolean" => (
-            "true or false".to_owned(),
-            "write true or false, without quotes",
-        ),
-        "a sequence" => ("a list".to_owned(), "write a list, e.g. [a, b]"),
-        "a string" => ("a string".to_owned(), "put the value in quotes"),
-        _ if expected.starts_with("struct ") || expected.starts_with("a map") => (
-            "a mapping".to_owned(),
-            "write indented `key: value` lines under this field",
-        ),
-        _ => (expected.to_owned(), "fix the value"),
-    }
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

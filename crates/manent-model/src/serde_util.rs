@@ -1,39 +1,32 @@
-//! Owns the serde helpers of the model: human durations (`10s`, `5m`, `250ms`, also when
-//! optional) and values written empty (`checks:` with nothing under it) read as defaults.
+//! Owns how the model writes durations (`10s`, `5m`, `250ms`, also when optional), over the
+//! shared helpers of [`manent_config::yaml`], which also reads values written empty
+//! (`checks:` with nothing under it) as defaults.
 
-use std::fmt;
 use std::time::Duration;
 
-use serde::de::{self, Deserializer, Unexpected, Visitor};
-use serde::{Deserialize, Serializer};
+use manent_config::yaml;
+#[cfg(test)]
+use serde::Deserialize;
+use serde::Deserializer;
 
-/// Deserializes `T`, reading an empty (null) value as `T::default()`.
-pub(crate) fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de> + Default,
-{
-    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
-}
+pub(crate) use manent_config::yaml::nullable;
 
-/// What a duration looks like, in type errors.
-const DURATION_EXPECTED: &str = "a duration such as 10s, 5m, 1h or 250ms";
+/// What a duration looks like, in messages.
+const DURATIONS: yaml::DurationText = yaml::DurationText {
+    expected: "a duration such as 10s, 5m, 1h or 250ms",
+    examples: "10s, 5m, 1h or 250ms",
+};
 
 /// `#[serde(with = "serde_util::duration")]`: a `Duration` written `10s`.
 pub(crate) mod duration {
     use super::*;
 
-    pub(crate) fn serialize<S: Serializer>(
-        value: &Duration,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&humantime::format_duration(*value).to_string())
-    }
+    pub(crate) use manent_config::yaml::serialize_duration as serialize;
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Duration, D::Error> {
-        deserializer.deserialize_str(DurationVisitor)
+        yaml::deserialize_duration(deserializer, DURATIONS)
     }
 }
 
@@ -41,71 +34,12 @@ pub(crate) mod duration {
 pub(crate) mod opt_duration {
     use super::*;
 
-    pub(crate) fn serialize<S: Serializer>(
-        value: &Option<Duration>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        match value {
-            Some(value) => super::duration::serialize(value, serializer),
-            None => serializer.serialize_none(),
-        }
-    }
+    pub(crate) use manent_config::yaml::serialize_opt_duration as serialize;
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Option<Duration>, D::Error> {
-        deserializer.deserialize_option(OptionVisitor)
-    }
-
-    struct OptionVisitor;
-
-    impl<'de> Visitor<'de> for OptionVisitor {
-        type Value = Option<Duration>;
-
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str(DURATION_EXPECTED)
-        }
-
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-
-        fn visit_some<D: Deserializer<'de>>(
-            self,
-            deserializer: D,
-        ) -> Result<Self::Value, D::Error> {
-            super::duration::deserialize(deserializer).map(Some)
-        }
-    }
-}
-
-struct DurationVisitor;
-
-impl Visitor<'_> for DurationVisitor {
-    type Value = Duration;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str(DURATION_EXPECTED)
-    }
-
-    fn visit_str<E: de::Error>(self, text: &str) -> Result<Duration, E> {
-        humantime::parse_duration(text.trim()).map_err(|err| {
-            E::custom(format_args!(
-                "invalid duration {text:?} ({err}); write it like 10s, 5m, 1h or 250ms"
-            ))
-        })
-    }
-
-    fn visit_u64<E: de::Error>(self, value: u64) -> Result<Duration, E> {
-        Err(E::invalid_type(Unexpected::Unsigned(value), &self))
-    }
-
-    fn visit_i64<E: de::Error>(self, value: i64) -> Result<Duration, E> {
-        Err(E::invalid_type(Unexpected::Signed(value), &self))
+        yaml::deserialize_opt_duration(deserializer, DURATIONS)
     }
 }
 

@@ -6,46 +6,9 @@ use std::fmt;
 
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess};
 
+use manent_config::yaml::{self, Segment as Seg, child, segments};
+
 use crate::error::{Issue, humanize};
-
-/// One segment of a field path.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Seg {
-    Key(String),
-    Index(usize),
-}
-
-/// Splits `rollout.waves[1][0]` into its segments (`.` is the root: none).
-pub(crate) fn segments(path: &str) -> Vec<Seg> {
-    let mut out = Vec::new();
-    for part in path.split('.').filter(|p| !p.is_empty()) {
-        let (key, mut rest) = match part.find('[') {
-            Some(i) => (&part[..i], &part[i..]),
-            None => (part, ""),
-        };
-        if !key.is_empty() {
-            out.push(Seg::Key(key.to_owned()));
-        }
-        while let Some(stripped) = rest.strip_prefix('[') {
-            let Some(end) = stripped.find(']') else { break };
-            match stripped[..end].parse() {
-                Ok(index) => out.push(Seg::Index(index)),
-                Err(_) => out.push(Seg::Key(stripped[..end].to_owned())),
-            }
-            rest = &stripped[end + 1..];
-        }
-    }
-    out
-}
-
-/// Joins a parent path and a key (`.` is the root).
-pub(crate) fn child(parent: &str, key: &str) -> String {
-    if parent == "." || parent.is_empty() {
-        key.to_owned()
-    } else {
-        format!("{parent}.{key}")
-    }
-}
 
 /// A document being read: its text and file name, and the problems found so far.
 pub(crate) struct Document<'a> {
@@ -114,8 +77,8 @@ impl<'a> Document<'a> {
             );
         }
         let line = err.location().map(|l| l.line());
-        let message = strip_location(&err.to_string(), err);
-        if let Some((parent, key)) = duplicate_key(&message) {
+        let message = yaml::strip_location(&err.to_string(), err);
+        if let Some((parent, key)) = yaml::duplicate_key(&message) {
             let field = child(parent, key);
             return (
                 line_of_duplicate(self.text, &field).or(line),
@@ -138,7 +101,10 @@ impl<'a> Document<'a> {
             Err(err) => {
                 let path = err.path().to_string();
                 let inner = err.into_inner();
-                let message = strip_path(&strip_location(&inner.to_string(), &inner), &path);
+                let message = yaml::strip_path(
+                    &yaml::strip_location(&inner.to_string(), &inner),
+                    |prefix| path.starts_with(prefix) || prefix.contains(['.', '[']),
+                );
                 // The path names an unknown field already, but not a missing one.
                 let field = match quoted_name(&message, "missing field ") {
                     Some(name) => child(&path, name),
@@ -163,41 +129,10 @@ impl<'a> Document<'a> {
     }
 }
 
-/// `deploy: duplicate entry with key "plugin"` → `("deploy", "plugin")`; `.` for the root.
-fn duplicate_key(message: &str) -> Option<(&str, &str)> {
-    const MARK: &str = "duplicate entry with key ";
-    let at = message.find(MARK)?;
-    let parent = message[..at].trim_end().trim_end_matches(':');
-    let key = message[at + MARK.len()..].trim().trim_matches('"');
-    Some((if parent.is_empty() { "." } else { parent }, key))
-}
-
 /// `unknown field `x`, expected …` → `x`.
 fn quoted_name<'m>(message: &'m str, prefix: &str) -> Option<&'m str> {
     let rest = message.strip_prefix(prefix)?.strip_prefix('`')?;
     rest.split_once('`').map(|(name, _)| name)
-}
-
-/// Removes yaml_serde's ` at line L column C` suffix (the line is reported separately).
-fn strip_location(message: &str, err: &yaml_serde::Error) -> String {
-    if let Some(location) = err.location() {
-        let suffix = format!(" at line {} column {}", location.line(), location.column());
-        if let Some(stripped) = message.strip_suffix(&suffix) {
-            return stripped.to_owned();
-        }
-    }
-    message.to_owned()
-}
-
-/// Removes yaml_serde's `path: ` prefix (the field is reported separately).
-fn strip_path(message: &str, path: &str) -> String {
-    if let Some((prefix, rest)) = message.split_once(": ")
-        && !prefix.contains(char::is_whitespace)
-        && (prefix == "." || path.starts_with(prefix) || prefix.contains(['.', '[']))
-    {
-        return rest.to_owned();
-    }
-    message.to_owned()
 }
 
 /// The 1-based line where `path` (or, failing that, its nearest written parent) is written.

@@ -2,17 +2,12 @@
 //! PostgreSQL, driven through the `manent` CLI. Crash and restart mid-deploy,
 //! drain on SIGTERM, the duplicate executor id, and the workers view.
 
-use std::{
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    time::Duration,
-};
+mod common;
 
-use manent_testkit::{Children, Db, TestDb, eventually, signal};
-use serde_json::Value;
+use std::process::Command;
 
-const SERVER: &str = env!("CARGO_BIN_EXE_manent-server");
-const WAIT: Duration = Duration::from_secs(90);
+use common::{Site, WAIT, ledger_path};
+use manent_testkit::{Db, eventually, signal};
 
 macro_rules! on_both_backends {
     ($($name:ident),+ $(,)?) => {
@@ -28,163 +23,6 @@ on_both_backends!(
     workers_lists_each_worker_with_state_and_heartbeat,
     eight_workers_started_together_on_an_empty_database_all_come_up,
 );
-
-/// A manent installation in a temporary directory: config, environments, token.
-struct Site {
-    db: TestDb,
-    dir: PathBuf,
-    port: u16,
-    children: Children,
-}
-
-/// The `manent` CLI, built by `cargo test --workspace` next to this test's directory.
-fn cli_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().and_then(Path::parent).unwrap().join("manent");
-    assert!(
-        path.exists(),
-        "the manent CLI is not built at {}: run `cargo build -p manent-cli` (./scripts/test does)",
-        path.display()
-    );
-    path
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-impl Site {
-    async fn new(backend: Db, commands: &[&str]) -> Site {
-        let db = TestDb::new(backend).await;
-        let dir = db.path("site");
-        std::fs::create_dir_all(dir.join("environments/acme/web")).unwrap();
-        let port = free_port();
-        std::fs::write(
-            dir.join("manent.yml"),
-            format!(
-                "database: {{url: \"{}\"}}\napi: {{listen: \"127.0.0.1:{port}\"}}\nenvironments: {{source: environments}}\n\
-                 recovery: {{stale_after: 3s, heartbeat_interval: 300ms}}\ndbos: {{drain_timeout: 3s}}\n",
-                db.url
-            ),
-        )
-        .unwrap();
-        let commands: String = commands
-            .iter()
-            .map(|c| format!("    - {}\n", serde_json::to_string(c).unwrap()))
-            .collect();
-        std::fs::write(
-            dir.join("environments/acme/web/prod.yml"),
-            format!("targets:\n  - {{name: t1, host: local}}\ndeploy:\n  plugin: command\n  commands:\n{commands}"),
-        )
-        .unwrap();
-        std::fs::write(dir.join("artifact.txt"), "payload").unwrap();
-        Site {
-            db,
-            dir,
-            port,
-            children: Children::default(),
-        }
-    }
-
-    fn command(&self, args: &[&str], executor: &str) -> Command {
-        let mut c = Command::new(SERVER);
-        c.arg("-c").arg(self.dir.join("manent.yml")).args(args);
-        c.env("DBOS__VMID", executor)
-            .env("MANENT_WORKDIR", self.dir.join(format!("work-{executor}")));
-        c.env("RUST_LOG", "info,sqlx=warn");
-        c
-    }
-
-    /// Starts `manent-server <role>`; returns its index in `children`.
-    fn start(&mut self, role: &str, executor: &str) -> usize {
-        let log = std::fs::File::create(self.dir.join(format!("{role}-{executor}.log"))).unwrap();
-        let child = self
-            .command(&[role], executor)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start manent-server");
-        self.children.push(child)
-    }
-
-    fn child(&mut self, i: usize) -> &mut Child {
-        &mut self.children.0[i]
-    }
-
-    fn token(&self) -> String {
-        let out = self
-            .command(
-                &[
-                    "admin", "token", "create", "--name", "ci", "--role", "admin",
-                ],
-                "admin",
-            )
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "token create: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    }
-
-    fn descriptor(&self, version: &str) -> PathBuf {
-        let sha = "239f59ed55e737c77147cf55ad0c1b030b6d7ee748a7426952f9b852d5a935e5"; // sha256("payload")
-        let path = self.dir.join(format!("deploy-{version}.yml"));
-        std::fs::write(
-            &path,
-            format!(
-                "application: acme/web\nenvironment: prod\nartifacts:\n  - {{name: artifact.txt, type: file, version: \"{version}\", \
-                 url: \"file://{}\", sha256: \"{sha}\"}}\n",
-                self.dir.join("artifact.txt").display()
-            ),
-        )
-        .unwrap();
-        path
-    }
-
-    /// Runs the `manent` CLI with `--output json`.
-    fn cli(&self, token: &str, args: &[&str]) -> (i32, Value) {
-        let out = Command::new(cli_binary())
-            .args([
-                "--server",
-                &format!("http://127.0.0.1:{}", self.port),
-                "--token",
-                token,
-                "--output",
-                "json",
-            ])
-            .args(args)
-            .output()
-            .expect("run manent");
-        let value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        (out.status.code().unwrap_or(-1), value)
-    }
-
-    async fn wait_api(&self) {
-        let port = self.port;
-        eventually("the API accepts connections", WAIT, || async move {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .ok()
-                .map(|_| ())
-        })
-        .await;
-    }
-
-    fn ledger(&self) -> String {
-        std::fs::read_to_string(self.dir.join("ledger")).unwrap_or_default()
-    }
-}
-
-fn ledger_path(site_dir: &Path) -> String {
-    site_dir.join("ledger").display().to_string()
-}
 
 async fn a_deploy_killed_mid_way_resumes_after_restart_and_runs_each_completed_step_once(db: Db) {
     let mut site = Site::new(db, &[]).await;

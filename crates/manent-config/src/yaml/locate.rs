@@ -1,17 +1,19 @@
-//! Owns finding where a key path (`dbos.plugins`, `queues[1].match`) is written in the YAML
-//! text, so that validation messages can name a line. Best effort over block-style YAML:
-//! when a key is written in flow style (`{…}`, `[…]`) the line of its nearest written
-//! parent is returned.
+//! Owns key paths (`dbos.plugins`, `queues[1].match`: their segments, joining, nesting) and
+//! finding where one is written in the YAML text, so that messages can name a line. Best
+//! effort over block-style YAML: when a key is written in flow style (`{…}`, `[…]`) the line
+//! of its nearest written parent is returned.
 
 /// A segment of a key path.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Segment {
+pub enum Segment {
+    /// A mapping key: `match` in `queues[1].match`.
     Key(String),
+    /// A sequence index: `1` in `queues[1].match`.
     Index(usize),
 }
 
 /// Splits `queues[1].match.applications` into its segments. `.` (the root) has none.
-pub(crate) fn segments(path: &str) -> Vec<Segment> {
+pub fn segments(path: &str) -> Vec<Segment> {
     let mut out = Vec::new();
     for part in path.split('.').filter(|p| !p.is_empty()) {
         let (key, mut rest) = match part.find('[') {
@@ -34,7 +36,7 @@ pub(crate) fn segments(path: &str) -> Vec<Segment> {
 }
 
 /// Formats segments back into a key path (`.` for the root).
-pub(crate) fn join(segments: &[Segment]) -> String {
+pub fn join(segments: &[Segment]) -> String {
     let mut out = String::new();
     for segment in segments {
         match segment {
@@ -53,8 +55,17 @@ pub(crate) fn join(segments: &[Segment]) -> String {
     out
 }
 
+/// Joins a parent path and a key (`.` is the root): `child("a[0]", "b")` is `a[0].b`.
+pub fn child(parent: &str, key: &str) -> String {
+    if parent == "." || parent.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{parent}.{key}")
+    }
+}
+
 /// True when `ancestor` is `path` itself or one of its parents.
-pub(crate) fn path_contains(ancestor: &str, path: &str) -> bool {
+pub fn path_contains(ancestor: &str, path: &str) -> bool {
     let ancestor = segments(ancestor);
     let path = segments(path);
     path.len() >= ancestor.len() && path[..ancestor.len()] == ancestor[..]
@@ -126,7 +137,7 @@ fn entry_key(content: &str) -> Option<&str> {
 }
 
 /// The 1-based line where `path` (or, failing that, its nearest parent) is written.
-pub(crate) fn locate(text: &str, path: &str) -> Option<usize> {
+pub fn locate(text: &str, path: &str) -> Option<usize> {
     let lines = significant_lines(text);
     let mut range = 0..lines.len();
     let mut found = None;
@@ -149,7 +160,7 @@ pub(crate) fn locate(text: &str, path: &str) -> Option<usize> {
 type Found = (usize, std::ops::Range<usize>);
 
 /// The 1-based line of the second `key` in the mapping at `parent` (`.` for the root).
-pub(crate) fn locate_duplicate(text: &str, parent: &str, key: &str) -> Option<usize> {
+pub fn locate_duplicate(text: &str, parent: &str, key: &str) -> Option<usize> {
     let lines = significant_lines(text);
     let mut range = 0..lines.len();
     for segment in segments(parent) {

@@ -1,0 +1,541 @@
+//! The HTTP API driven in-process with `tower::ServiceExt::oneshot` (no socket): tokens and
+//! roles, bad input with the field named, unknown things, a submission, the status of a
+//! deploy with the fields of PRODUCT §11, health, readiness, queues and workers.
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use axum::{
+    Router,
+    body::Body,
+    http::{Method, Request, StatusCode, header},
+};
+use manent_api::{AppState, Role, app, auth};
+use manent_config::Config;
+use manent_engine::{Client, Engine, EngineConfig, WorkflowStatus, store};
+use manent_testkit::{Db, TestDb};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tower::ServiceExt;
+
+/// A safety net for waits that end on an event; never a measure of speed.
+const WAIT: Duration = Duration::from_secs(120);
+const ARTIFACT: &[u8] = b"the payload of web v1";
+
+/// An API over a fresh SQLite database, with `acme/web/prod` configured (one local
+/// target, the command plugin) and a valid artifact on disk.
+struct Api {
+    db: TestDb,
+    config: Arc<Config>,
+    client: Client,
+    router: Router,
+    /// Working directories of the workers started here, removed at the end.
+    work_dirs: Vec<PathBuf>,
+}
+
+impl Api {
+    async fn new() -> Api {
+        manent_testkit::init_tracing();
+        let db = TestDb::new(Db::Sqlite).await;
+        let source = db.path("environments");
+        std::fs::create_dir_all(source.join("acme/web")).unwrap();
+        std::fs::write(
+            source.join("acme/web/prod.yml"),
+            "targets:\n  - {name: t1, host: local}\ndeploy:\n  plugin: command\n  commands: [\"true\"]\n",
+        )
+        .unwrap();
+        std::fs::write(db.path("web-v1.bin"), ARTIFACT).unwrap();
+        let yaml = format!(
+            "database: {{url: {}}}\nenvironments: {{source: {}}}\n",
+            serde_json::to_string(&db.url).unwrap(),
+            serde_json::to_string(&source).unwrap(),
+        );
+        let config = Arc::new(
+            Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty())
+                .expect("the test configuration is valid"),
+        );
+        let store = store::open(&db.url).await.expect("open the test database");
+        let client = Client::new(store);
+        let router = app(AppState {
+            client: client.clone(),
+            config: config.clone(),
+        });
+        Api {
+            db,
+            config,
+            client,
+            router,
+            work_dirs: Vec::new(),
+        }
+    }
+
+    async fn token(&self, name: &str, role: Role) -> String {
+        auth::create_token(self.client.store(), name, role, None)
+            .await
+            .expect("create a token")
+    }
+
+    /// A descriptor deploying the artifact to `application`'s `prod`, with this sha256.
+    fn descriptor(&self, application: &str, sha256: &str) -> String {
+        format!(
+            "application: {application}\nenvironment: prod\nartifacts:\n  - {{name: web.bin, \
+             type: binary, version: v1, url: {}, sha256: {sha256}}}\n",
+            serde_json::to_string(&format!("file://{}", self.db.path("web-v1.bin").display()))
+                .unwrap()
+        )
+    }
+
+    fn good_descriptor(&self) -> String {
+        self.descriptor("acme/web", &hex::encode(Sha256::digest(ARTIFACT)))
+    }
+
+    /// Sends one request; returns the status and the body as JSON (`Null` when empty or
+    /// not JSON).
+    async fn call(
+        &self,
+        method: Method,
+        uri: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> (StatusCode, Value) {
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = request
+            .body(Body::from(body.to_string()))
+            .expect("a valid request");
+        let response = self
+            .router
+            .clone()
+            .oneshot(request)
+            .await
+            .expect("the router answers");
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("read the body");
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    async fn get(&self, uri: &str, token: Option<&str>) -> (StatusCode, Value) {
+        self.call(Method::GET, uri, token, "").await
+    }
+
+    async fn post_deploy(&self, token: &str, descriptor: &str) -> (StatusCode, Value) {
+        self.call(Method::POST, "/api/v1/deploys", Some(token), descriptor)
+            .await
+    }
+
+    /// A launched worker serving the configuration's queues with the deploy workflow.
+    async fn worker(&mut self) -> Engine {
+        let id = format!("api-test-{}", unique_suffix());
+        let yaml = format!(
+            "database: {{url: {}}}\ndbos: {{executor_id: {}}}\nenvironments: {{source: {}}}\n",
+            serde_json::to_string(&self.db.url).unwrap(),
+            serde_json::to_string(&id).unwrap(),
+            serde_json::to_string(&self.config.environments_source()).unwrap(),
+        );
+        let config = Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty()).unwrap();
+        let store = store::open(&self.db.url).await.unwrap();
+        let engine = Engine::new(store, EngineConfig::new(&id));
+        for queue in manent_deploy::worker_queues(&config) {
+            engine.listen(queue.spec());
+        }
+        manent_deploy::register_workflows(&engine, &config);
+        engine.launch().await.expect("launch the worker");
+        self.work_dirs
+            .push(manent_deploy::workflow::Runtime::new(Arc::new(config), engine.client()).workdir);
+        engine
+    }
+
+    /// How many deploys exist, whatever their status.
+    async fn deploy_count(&self) -> usize {
+        manent_deploy::service::list(&self.client, &Default::default())
+            .await
+            .expect("list deploys")
+            .len()
+    }
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        for dir in &self.work_dirs {
+            // Only a directory of this test's own worker id (MANENT_WORKDIR is left alone).
+            if dir.to_string_lossy().contains("api-test-") {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+}
+
+/// A unique suffix (time and a counter), so parallel tests never share a worker directory.
+fn unique_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        manent_engine::now_ms(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// `{"error": {"code", "message", ...}}`: the error body every failure has.
+fn error_of(body: &Value) -> (&str, &str) {
+    let code = body["error"]["code"].as_str();
+    let message = body["error"]["message"].as_str();
+    match (code, message) {
+        (Some(c), Some(m)) => (c, m),
+        _ => panic!("an error body is {{\"error\": {{\"code\", \"message\"}}}}, got {body}"),
+    }
+}
+
+fn assert_fields(value: &Value, fields: &[&str], what: &str) {
+    for field in fields {
+        assert!(
+            value.get(field).is_some(),
+            "{what} has the §11 field `{field}`: {value:#}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_a_token_is_refused_with_401_and_a_json_error() {
+    let api = Api::new().await;
+    let (status, body) = api.get("/api/v1/deploys", None).await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "every /api/v1 route needs a token"
+    );
+    let (code, message) = error_of(&body);
+    assert_eq!(code, "unauthorized", "the error code says what is wrong");
+    assert!(
+        message.contains("Authorization: Bearer"),
+        "the message says how to send a token: {message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_token_is_refused_with_401() {
+    let api = Api::new().await;
+    api.token("ci", Role::Admin).await;
+    let (status, body) = api
+        .get("/api/v1/deploys", Some("mnt_not-a-token-of-this-server"))
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "a token the server never issued is refused like no token"
+    );
+    assert_eq!(error_of(&body).0, "unauthorized", "the body says why");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_may_not_submit_a_deploy_and_nothing_is_enqueued() {
+    let api = Api::new().await;
+    let viewer = api.token("alice", Role::Viewer).await;
+    let (status, body) = api.post_deploy(&viewer, &api.good_descriptor()).await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "a viewer may read but not deploy: {body}"
+    );
+    let (code, message) = error_of(&body);
+    assert_eq!(
+        code, "forbidden",
+        "the error code says the token lacks the right"
+    );
+    assert!(
+        message.contains("alice") && message.contains("acme/web"),
+        "the message names the token and what it may not do: {message}"
+    );
+    assert_eq!(
+        api.deploy_count().await,
+        0,
+        "a refused submission enqueues nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_descriptor_without_environment_is_a_400_naming_the_field() {
+    let api = Api::new().await;
+    let deployer = api.token("ci", Role::Deployer).await;
+    let text = api.good_descriptor().replace("environment: prod\n", "");
+    let (status, body) = api.post_deploy(&deployer, &text).await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "a descriptor without its environment is bad input: {body}"
+    );
+    let (code, message) = error_of(&body);
+    assert_eq!(code, "bad_request", "the code says the input is bad");
+    assert_eq!(
+        body["error"]["field"], "environment",
+        "the error names the missing field: {body}"
+    );
+    assert!(
+        message.contains("environment"),
+        "the message mentions the field: {message}"
+    );
+    assert_eq!(api.deploy_count().await, 0, "bad input enqueues nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_sha256_is_a_400_naming_the_artifact_field() {
+    let api = Api::new().await;
+    let deployer = api.token("ci", Role::Deployer).await;
+    let text = api.descriptor("acme/web", "not-a-checksum");
+    let (status, body) = api.post_deploy(&deployer, &text).await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "a sha256 that is not 64 hex digits is bad input: {body}"
+    );
+    assert_eq!(
+        body["error"]["field"], "artifacts[0].sha256",
+        "the error names the artifact's sha256 field: {body}"
+    );
+    let message = error_of(&body).1;
+    assert!(
+        message.contains("sha256"),
+        "the message mentions the field: {message}"
+    );
+    assert_eq!(api.deploy_count().await, 0, "bad input enqueues nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_of_an_application_without_an_environment_file_is_a_404() {
+    let api = Api::new().await;
+    let deployer = api.token("ci", Role::Deployer).await;
+    let text = api.descriptor("acme/nope", &hex::encode(Sha256::digest(ARTIFACT)));
+    let (status, body) = api.post_deploy(&deployer, &text).await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "no environment file for acme/nope prod: the application is unknown: {body}"
+    );
+    let (code, message) = error_of(&body);
+    assert_eq!(code, "not_found", "the code says it");
+    assert!(
+        message.contains("acme/nope"),
+        "the message names the unknown application: {message}"
+    );
+    assert_eq!(api.deploy_count().await, 0, "nothing is enqueued");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valid_submission_is_201_with_id_status_and_the_default_queue() {
+    let api = Api::new().await;
+    let deployer = api.token("ci", Role::Deployer).await;
+    let (status, body) = api.post_deploy(&deployer, &api.good_descriptor()).await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "a valid descriptor is accepted: {body}"
+    );
+    let id = body["id"].as_str().expect("the answer has the deploy's id");
+    assert!(!id.is_empty(), "the id is not empty");
+    assert_eq!(
+        body["status"], "ENQUEUED",
+        "no worker runs here, so the deploy waits on its queue: {body}"
+    );
+    assert_eq!(
+        body["queue"], "default",
+        "with no routing configured, the deploy goes to the default queue: {body}"
+    );
+    let record = api
+        .client
+        .get(id)
+        .await
+        .unwrap()
+        .expect("the deploy is stored");
+    assert_eq!(
+        record.status,
+        WorkflowStatus::Enqueued,
+        "the stored deploy is the one answered"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_of_a_finished_deploy_has_the_fields_of_the_contract() {
+    let mut api = Api::new().await;
+    let worker = api.worker().await;
+    let deployer = api.token("ci", Role::Deployer).await;
+    let viewer = api.token("alice", Role::Viewer).await;
+    let (status, body) = api.post_deploy(&deployer, &api.good_descriptor()).await;
+    assert_eq!(status, StatusCode::CREATED, "submitted: {body}");
+    let id = body["id"].as_str().unwrap().to_string();
+    let record = api.client.wait(&id, WAIT).await.expect("the deploy ends");
+    assert_eq!(
+        record.status,
+        WorkflowStatus::Success,
+        "the local target runs `true`, so the deploy succeeds: {:?}",
+        record.error
+    );
+
+    let (status, view) = api
+        .get(&format!("/api/v1/deploys/{id}"), Some(&viewer))
+        .await;
+    assert_eq!(status, StatusCode::OK, "a viewer may read a deploy: {view}");
+    assert_fields(
+        &view,
+        &[
+            "id",
+            "application",
+            "environment",
+            "status",
+            "phase",
+            "queue",
+            "executor_id",
+            "dry_run",
+            "targets",
+            "steps",
+        ],
+        "a deploy's status",
+    );
+    assert_eq!(view["id"], id.as_str(), "it is the deploy asked for");
+    assert_eq!(view["application"], "acme/web", "from the descriptor");
+    assert_eq!(view["environment"], "prod", "from the descriptor");
+    assert_eq!(view["status"], "SUCCESS", "the final status");
+    assert_eq!(view["queue"], "default", "the queue it ran from");
+    assert_eq!(
+        view["executor_id"],
+        worker.executor_id(),
+        "the worker that ran it"
+    );
+    assert_eq!(view["dry_run"], false, "it was a real deploy");
+    let targets = view["targets"].as_array().expect("targets is an array");
+    assert_eq!(targets.len(), 1, "the environment has one target: {view:#}");
+    assert_fields(&targets[0], &["name", "status"], "a target");
+    assert_eq!(
+        (&targets[0]["name"], &targets[0]["status"]),
+        (&Value::from("t1"), &Value::from("deployed")),
+        "t1 ran the command and is deployed"
+    );
+    let steps = view["steps"].as_array().expect("steps is an array");
+    assert!(!steps.is_empty(), "a finished deploy has steps: {view:#}");
+    for s in steps {
+        assert_fields(
+            s,
+            &[
+                "name",
+                "status",
+                "attempts",
+                "started_at",
+                "finished_at",
+                "executor_id",
+            ],
+            "a step",
+        );
+    }
+    assert!(
+        steps.iter().any(|s| s["name"] == "t1: command 1"),
+        "the command plugin's command is a step of its own: {view:#}"
+    );
+    worker.shutdown(Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_of_an_unknown_deploy_is_a_404() {
+    let api = Api::new().await;
+    let viewer = api.token("alice", Role::Viewer).await;
+    let (status, body) = api
+        .get("/api/v1/deploys/no-such-deploy", Some(&viewer))
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "no deploy has that id: {body}"
+    );
+    let message = error_of(&body).1;
+    assert!(
+        message.contains("no-such-deploy"),
+        "the message names the id: {message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_readiness_answer_without_a_token() {
+    let api = Api::new().await;
+    let (status, _) = api.get("/healthz", None).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "/healthz says the process is up, without a token"
+    );
+    let (status, _) = api.get("/readyz", None).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "/readyz says the database is reachable and its schema current"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_and_workers_are_arrays_with_the_fields_of_the_contract() {
+    let mut api = Api::new().await;
+    let worker = api.worker().await;
+    let viewer = api.token("alice", Role::Viewer).await;
+
+    let (status, queues) = api.get("/api/v1/queues", Some(&viewer)).await;
+    assert_eq!(status, StatusCode::OK, "a viewer may list queues: {queues}");
+    let queues = queues.as_array().expect("queues is an array");
+    for q in queues {
+        assert_fields(
+            q,
+            &[
+                "name",
+                "kind",
+                "concurrency",
+                "environment_concurrency",
+                "global_concurrency",
+                "enqueued",
+                "running",
+                "workers",
+            ],
+            "a queue",
+        );
+    }
+    let default = queues
+        .iter()
+        .find(|q| q["name"] == "default")
+        .expect("the default queue is listed");
+    assert_eq!(default["kind"], "default", "its kind is default");
+    assert_eq!(
+        default["workers"],
+        serde_json::json!([worker.executor_id()]),
+        "the running worker serves the default queue"
+    );
+
+    let (status, workers) = api.get("/api/v1/workers", Some(&viewer)).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "a viewer may list workers: {workers}"
+    );
+    let workers = workers.as_array().expect("workers is an array");
+    assert_eq!(workers.len(), 1, "one worker is registered: {workers:?}");
+    assert_fields(
+        &workers[0],
+        &[
+            "executor_id",
+            "host",
+            "region",
+            "state",
+            "heartbeat_at",
+            "running",
+        ],
+        "a worker",
+    );
+    assert_eq!(
+        workers[0]["executor_id"],
+        worker.executor_id(),
+        "it is the worker started here"
+    );
+    assert_eq!(workers[0]["state"], "running", "the worker is running");
+    worker.shutdown(Duration::from_secs(10)).await;
+}

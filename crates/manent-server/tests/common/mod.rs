@@ -1,0 +1,219 @@
+//! Shared by manent-server's integration tests: a manent installation in a
+//! temporary directory, its processes, and the `manent` CLI.
+#![allow(dead_code)]
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use manent_testkit::{Children, Db, TestDb, eventually};
+use serde_json::Value;
+
+pub const SERVER: &str = env!("CARGO_BIN_EXE_manent-server");
+pub const WAIT: Duration = Duration::from_secs(90);
+
+/// A manent installation in a temporary directory: config, environments, token.
+pub struct Site {
+    pub db: TestDb,
+    pub dir: PathBuf,
+    pub port: u16,
+    pub children: Children,
+}
+
+/// The `manent` CLI, built by `cargo test --workspace` next to this test's directory.
+pub fn cli_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe.parent().and_then(Path::parent).unwrap().join("manent");
+    assert!(
+        path.exists(),
+        "the manent CLI is not built at {}: run `cargo build -p manent-cli` (./scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// The test site's manent.yml, with `extra` appended (top-level sections
+/// other than database, api, environments, recovery).
+pub fn base_config(url: &str, port: u16, extra: &str) -> String {
+    format!(
+        "database: {{url: \"{url}\"}}\napi: {{listen: \"127.0.0.1:{port}\"}}\nenvironments: {{source: environments}}\n\
+         recovery: {{stale_after: 3s, heartbeat_interval: 300ms}}\n{extra}\n"
+    )
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Site {
+    pub async fn new(backend: Db, commands: &[&str]) -> Site {
+        let db = TestDb::new(backend).await;
+        let dir = db.path("site");
+        std::fs::create_dir_all(dir.join("environments/acme/web")).unwrap();
+        let port = free_port();
+        std::fs::write(dir.join("manent.yml"), base_config(&db.url, port, "")).unwrap();
+        let commands: String = commands
+            .iter()
+            .map(|c| format!("    - {}\n", serde_json::to_string(c).unwrap()))
+            .collect();
+        std::fs::write(
+            dir.join("environments/acme/web/prod.yml"),
+            format!("targets:\n  - {{name: t1, host: local}}\ndeploy:\n  plugin: command\n  commands:\n{commands}"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("artifact.txt"), "payload").unwrap();
+        Site {
+            db,
+            dir,
+            port,
+            children: Children::default(),
+        }
+    }
+
+    /// Rewrites manent.yml with `extra` appended (e.g. `queues:` or `dbos:`).
+    pub fn set_config(&self, extra: &str) {
+        std::fs::write(
+            self.dir.join("manent.yml"),
+            base_config(&self.db.url, self.port, extra),
+        )
+        .unwrap();
+    }
+
+    /// Writes `environments/<application>/<environment>.yml`.
+    pub fn write_environment(&self, application: &str, environment: &str, yaml: &str) {
+        let path = self
+            .dir
+            .join("environments")
+            .join(application)
+            .join(format!("{environment}.yml"));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, yaml).unwrap();
+    }
+
+    /// Starts `manent-server <role>` with extra environment variables.
+    pub fn start_with(&mut self, role: &str, executor: &str, env: &[(&str, &str)]) -> usize {
+        let log = std::fs::File::create(self.dir.join(format!("{role}-{executor}.log"))).unwrap();
+        let mut command = self.command(&[role], executor);
+        command
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(log);
+        self.children
+            .push(command.spawn().expect("start manent-server"))
+    }
+
+    /// A descriptor of `application` in prod.
+    pub fn descriptor_for(&self, application: &str, version: &str) -> PathBuf {
+        let path = self.descriptor(version);
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("acme/web", application);
+        let path = self.dir.join(format!(
+            "deploy-{}-{version}.yml",
+            application.replace('/', "-")
+        ));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    pub fn command(&self, args: &[&str], executor: &str) -> Command {
+        let mut c = Command::new(SERVER);
+        c.arg("-c").arg(self.dir.join("manent.yml")).args(args);
+        c.env("DBOS__VMID", executor)
+            .env("MANENT_WORKDIR", self.dir.join(format!("work-{executor}")));
+        c.env("RUST_LOG", "info,sqlx=warn");
+        c
+    }
+
+    /// Starts `manent-server <role>`; returns its index in `children`.
+    pub fn start(&mut self, role: &str, executor: &str) -> usize {
+        let log = std::fs::File::create(self.dir.join(format!("{role}-{executor}.log"))).unwrap();
+        let child = self
+            .command(&[role], executor)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start manent-server");
+        self.children.push(child)
+    }
+
+    pub fn child(&mut self, i: usize) -> &mut Child {
+        &mut self.children.0[i]
+    }
+
+    pub fn token(&self) -> String {
+        let out = self
+            .command(
+                &[
+                    "admin", "token", "create", "--name", "ci", "--role", "admin",
+                ],
+                "admin",
+            )
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "token create: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    pub fn descriptor(&self, version: &str) -> PathBuf {
+        let sha = "239f59ed55e737c77147cf55ad0c1b030b6d7ee748a7426952f9b852d5a935e5"; // sha256("payload")
+        let path = self.dir.join(format!("deploy-{version}.yml"));
+        std::fs::write(
+            &path,
+            format!(
+                "application: acme/web\nenvironment: prod\nartifacts:\n  - {{name: artifact.txt, type: file, version: \"{version}\", \
+                 url: \"file://{}\", sha256: \"{sha}\"}}\n",
+                self.dir.join("artifact.txt").display()
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// Runs the `manent` CLI with `--output json`.
+    pub fn cli(&self, token: &str, args: &[&str]) -> (i32, Value) {
+        let out = Command::new(cli_binary())
+            .args([
+                "--server",
+                &format!("http://127.0.0.1:{}", self.port),
+                "--token",
+                token,
+                "--output",
+                "json",
+            ])
+            .args(args)
+            .output()
+            .expect("run manent");
+        let value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (out.status.code().unwrap_or(-1), value)
+    }
+
+    pub async fn wait_api(&self) {
+        let port = self.port;
+        eventually("the API accepts connections", WAIT, || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .ok()
+                .map(|_| ())
+        })
+        .await;
+    }
+
+    pub fn ledger(&self) -> String {
+        std::fs::read_to_string(self.dir.join("ledger")).unwrap_or_default()
+    }
+}
+
+pub fn ledger_path(site_dir: &Path) -> String {
+    site_dir.join("ledger").display().to_string()
+}

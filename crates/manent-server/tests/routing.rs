@@ -1,0 +1,278 @@
+//! Queue routing through real worker processes: routed queues served only by
+//! their pool, exclusive workers, region passes on their region's workers,
+//! routes kept through config changes, and the startup refusals.
+
+mod common;
+
+use common::{Site, WAIT};
+use manent_testkit::{Db, eventually};
+use serde_json::Value;
+
+macro_rules! on_both_backends {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Sqlite).await } )+ }
+        mod postgres { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Postgres).await } )+ }
+    };
+}
+
+on_both_backends!(
+    a_routed_deploy_waits_for_its_pool_and_plain_workers_never_take_it,
+    an_exclusive_worker_takes_only_its_queues,
+    region_passes_run_only_on_their_regions_workers,
+    environment_concurrency_serializes_one_environment_while_others_run,
+);
+
+const GPU: &str =
+    "queues:\n  - name: gpu\n    match: {applications: [\"ml/*\"]}\n    concurrency: 2\n";
+
+async fn status_of(site: &Site, token: &str, id: &str) -> Value {
+    site.cli(token, &["status", id]).1
+}
+
+async fn wait_status(site: &Site, token: &str, id: &str, want: &str) -> Value {
+    eventually(&format!("deploy {id} reaches {want}"), WAIT, || async {
+        let s = status_of(site, token, id).await;
+        (s["status"] == want).then_some(s)
+    })
+    .await
+}
+
+fn submit(site: &Site, token: &str, application: &str) -> (String, String) {
+    let path = site.descriptor_for(application, "1");
+    let (code, v) = site.cli(token, &["deploy", "-f", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "submission of {application}: {v}");
+    (
+        v["id"].as_str().unwrap().to_string(),
+        v["queue"].as_str().unwrap().to_string(),
+    )
+}
+
+async fn a_routed_deploy_waits_for_its_pool_and_plain_workers_never_take_it(db: Db) {
+    let mut site = Site::new(db, &["true"]).await;
+    site.set_config(GPU);
+    site.write_environment(
+        "ml/trainer",
+        "prod",
+        "targets: [{name: t1, host: local}]\ndeploy: {plugin: command, commands: [\"true\"]}\n",
+    );
+    let token = site.token();
+    site.start("api", "api");
+    site.start("worker", "plain");
+    site.wait_api().await;
+    let (routed, queue) = submit(&site, &token, "ml/trainer");
+    assert_eq!(queue, "gpu", "ml/* is routed to gpu");
+    // A deploy on the default queue completing proves the plain worker is up and claiming.
+    let (plain, queue) = submit(&site, &token, "acme/web");
+    assert_eq!(queue, "default");
+    wait_status(&site, &token, &plain, "SUCCESS").await;
+    assert_eq!(
+        status_of(&site, &token, &routed).await["status"],
+        "ENQUEUED",
+        "no pool worker: the routed deploy waits"
+    );
+    let (_, queues) = site.cli(&token, &["queues"]);
+    let gpu = queues
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "gpu")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (gpu["kind"].as_str(), gpu["enqueued"].as_i64()),
+        (Some("routed"), Some(1)),
+        "{gpu}"
+    );
+    assert_eq!(
+        gpu["workers"],
+        serde_json::json!([]),
+        "shown while no worker serves it"
+    );
+
+    // The route was recorded: a config change after submission does not move it.
+    site.set_config("");
+    site.start_with(
+        "worker",
+        "pool",
+        &[
+            (
+                "MANENT__QUEUES",
+                "[{\"name\":\"gpu\",\"match\":{\"applications\":[\"ml/*\"]}}]",
+            ),
+            ("MANENT__DBOS__QUEUES", "gpu"),
+        ],
+    );
+    let done = wait_status(&site, &token, &routed, "SUCCESS").await;
+    assert_eq!(done["executor_id"], "pool", "only the pool worker ran it");
+    assert_eq!(done["queue"], "gpu", "the recorded route is kept");
+}
+
+async fn an_exclusive_worker_takes_only_its_queues(db: Db) {
+    let mut site = Site::new(db, &["true"]).await;
+    site.set_config(&format!("{GPU}dbos: {{queues: [gpu], exclusive: true}}\n"));
+    site.write_environment(
+        "ml/trainer",
+        "prod",
+        "targets: [{name: t1, host: local}]\ndeploy: {plugin: command, commands: [\"true\"]}\n",
+    );
+    let token = site.token();
+    site.start("api", "api");
+    site.start("worker", "exclusive");
+    site.wait_api().await;
+    let (plain, _) = submit(&site, &token, "acme/web");
+    let (routed, _) = submit(&site, &token, "ml/trainer");
+    wait_status(&site, &token, &routed, "SUCCESS").await;
+    assert_eq!(
+        status_of(&site, &token, &plain).await["status"],
+        "ENQUEUED",
+        "an exclusive worker leaves the default queue alone"
+    );
+}
+
+async fn region_passes_run_only_on_their_regions_workers(db: Db) {
+    let mut site = Site::new(db, &[]).await;
+    site.set_config("dbos: {region_routing: true}\n");
+    let ledger = common::ledger_path(&site.dir);
+    site.write_environment(
+        "acme/web",
+        "prod",
+        &format!(
+            "targets:\n  - {{name: eu-1, host: local, region: eu}}\n  - {{name: us-1, host: local, region: us}}\n\
+             deploy: {{plugin: command, commands: [\"echo $MANENT_TARGET >> {ledger}\"]}}\nrollout: {{waves: by_region}}\n"
+        ),
+    );
+    let token = site.token();
+    site.start("api", "api");
+    site.start_with("worker", "worker-eu", &[("MANENT__DBOS__REGION", "eu")]);
+    site.start_with("worker", "worker-us", &[("MANENT__DBOS__REGION", "us")]);
+    site.wait_api().await;
+    let (id, _) = submit(&site, &token, "acme/web");
+    wait_status(&site, &token, &id, "SUCCESS").await;
+    let store = manent_engine::store::open(&site.db.url).await.unwrap();
+    let passes = store
+        .list_workflows(&manent_engine::WorkflowFilter {
+            parent_id: Some(id.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut seen: Vec<(String, String)> = passes
+        .iter()
+        .map(|p| (p.queue.clone(), p.executor_id.clone().unwrap_or_default()))
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            ("default.eu".into(), "worker-eu".into()),
+            ("default.us".into(), "worker-us".into())
+        ],
+        "each region's pass ran from its region's queue, on its region's worker"
+    );
+    let text = site.ledger();
+    assert_eq!(
+        (text.matches("eu-1").count(), text.matches("us-1").count()),
+        (1, 1),
+        "each target deployed once: {text}"
+    );
+}
+
+#[test]
+fn startup_refusals_stop_the_worker_with_their_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "plugins:\n  ansible: {artifact_types: [ansible], queue: ansible}\ndbos: {region_routing: true, plugins: [ansible]}\n",
+            "not supported together",
+        ),
+        (
+            &format!("{GPU}dbos: {{region_routing: true}}\n") as &str,
+            "not supported together",
+        ),
+        (
+            &format!("{GPU}tenants: [{{name: ml, queue: gpu}}]\n") as &str,
+            "tenant",
+        ),
+        (
+            "plugins:\n  a: {artifact_types: [x], queue: qa}\n  b: {artifact_types: [x], queue: qb}\n",
+            "x",
+        ),
+    ];
+    for (i, (yaml, needle)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("bad-{i}.yml"));
+        std::fs::write(
+            &path,
+            format!(
+                "database: {{url: \"sqlite://{}/m.db\"}}\n{yaml}",
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new(common::SERVER)
+            .arg("-c")
+            .arg(&path)
+            .arg("worker")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "case {i} must refuse to start:\n{yaml}"
+        );
+        assert!(
+            stderr.contains(needle),
+            "case {i}: the message says why ({needle}): {stderr}"
+        );
+    }
+}
+
+async fn environment_concurrency_serializes_one_environment_while_others_run(db: Db) {
+    let mut site = Site::new(db, &[]).await;
+    let ledger = common::ledger_path(&site.dir);
+    let gate = site.dir.join("other-started").display().to_string();
+    // acme/web waits until a deploy of another application has started: that
+    // can only happen if the other one runs while acme/web holds its slot.
+    site.write_environment(
+        "acme/web",
+        "prod",
+        &format!(
+            "targets: [{{name: t1, host: local}}]\ndeploy: {{plugin: command, commands: [{}]}}\n",
+            serde_json::to_string(&format!(
+                "echo start $MANENT_DEPLOY_ID >> {ledger}; while [ ! -f {gate} ]; do sleep 0.05; done; echo end $MANENT_DEPLOY_ID >> {ledger}"
+            ))
+            .unwrap()
+        ),
+    );
+    site.write_environment(
+        "acme/other",
+        "prod",
+        &format!("targets: [{{name: t1, host: local}}]\ndeploy: {{plugin: command, commands: [\"touch {gate}\"]}}\n"),
+    );
+    let token = site.token();
+    site.start("api", "api");
+    site.start("worker", "w1");
+    site.start("worker", "w2");
+    site.wait_api().await;
+    let (first, _) = submit(&site, &token, "acme/web");
+    eventually("the first acme/web deploy started", WAIT, || async {
+        site.ledger().contains(&first).then_some(())
+    })
+    .await;
+    let (second, _) = submit(&site, &token, "acme/web");
+    let (other, _) = submit(&site, &token, "acme/other");
+    for id in [&first, &second, &other] {
+        wait_status(&site, &token, id, "SUCCESS").await;
+    }
+    let text = site.ledger();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = |l: String| {
+        lines
+            .iter()
+            .position(|x| *x == l)
+            .unwrap_or_else(|| panic!("{l} missing: {lines:?}"))
+    };
+    assert!(
+        at(format!("end {first}")) < at(format!("start {second}")),
+        "environment_concurrency 1: the second deploy of acme/web/prod starts after the first ends: {lines:?}"
+    );
+}
