@@ -156,16 +156,7 @@ async fn deploy(
                             targets: targets.iter().map(|t| t.name.clone()).collect(),
                             mode: PassMode::Deploy,
                         };
-                        let queue = manent_model::region_queue(&request.route.queue, &region);
-                        children.push(
-                            ctx.start_child(
-                                PASS_WORKFLOW,
-                                &queue,
-                                Some(&eff.partition_key()),
-                                pass,
-                            )
-                            .await?,
-                        );
+                        children.push(start_pass(ctx, &request.route.queue, &region, pass).await?);
                     }
                     None => regionless.extend(targets.into_iter().cloned()),
                 }
@@ -173,14 +164,7 @@ async fn deploy(
             wave_outcomes.extend(
                 run_targets(ctx, &eff, &regionless, &local, &pool, &deploy_id, &dir).await?,
             );
-            for child in &children {
-                let pass: Vec<TargetOutcome> = ctx.await_workflow(child).await?;
-                for outcome in &pass {
-                    ctx.set_event(&format!("target:{}", outcome.name), outcome)
-                        .await?;
-                }
-                wave_outcomes.extend(pass);
-            }
+            wave_outcomes.extend(await_passes(ctx, &children).await?);
         } else {
             wave_outcomes =
                 run_targets(ctx, &eff, &wave.targets, &local, &pool, &deploy_id, &dir).await?;
@@ -236,28 +220,14 @@ async fn deploy(
                                     outcomes: mine,
                                 },
                             };
-                            let queue = manent_model::region_queue(&request.route.queue, &region);
-                            children.push(
-                                ctx.start_child(
-                                    PASS_WORKFLOW,
-                                    &queue,
-                                    Some(&eff.partition_key()),
-                                    pass,
-                                )
-                                .await?,
-                            );
+                            children
+                                .push(start_pass(ctx, &request.route.queue, &region, pass).await?);
                         }
                         None => regionless = mine,
                     }
                 }
                 roll_back(ctx, &eff, previous.as_ref(), &pool, &deploy_id, &regionless).await?;
-                for child in &children {
-                    let pass: Vec<TargetOutcome> = ctx.await_workflow(child).await?;
-                    for outcome in &pass {
-                        ctx.set_event(&format!("target:{}", outcome.name), outcome)
-                            .await?;
-                    }
-                }
+                await_passes(ctx, &children).await?;
             } else {
                 roll_back(ctx, &eff, previous.as_ref(), &pool, &deploy_id, &switched).await?;
             }
@@ -556,6 +526,40 @@ async fn run_targets(
         .collect()
         .await;
     results.into_iter().collect()
+}
+
+/// Starts a region's pass on `<queue>.<region>`.
+async fn start_pass(
+    ctx: &WorkflowContext,
+    queue: &str,
+    region: &str,
+    pass: PassRequest,
+) -> Result<String, WorkflowError> {
+    let partition = pass.effective.partition_key();
+    ctx.start_child(
+        PASS_WORKFLOW,
+        &manent_model::region_queue(queue, region),
+        Some(&partition),
+        pass,
+    )
+    .await
+}
+
+/// Waits for the passes and republishes their targets' outcomes on the deploy.
+async fn await_passes(
+    ctx: &WorkflowContext,
+    children: &[String],
+) -> Result<Vec<TargetOutcome>, WorkflowError> {
+    let mut all = Vec::new();
+    for child in children {
+        let pass: Vec<TargetOutcome> = ctx.await_workflow(child).await?;
+        for outcome in &pass {
+            ctx.set_event(&format!("target:{}", outcome.name), outcome)
+                .await?;
+        }
+        all.extend(pass);
+    }
+    Ok(all)
 }
 
 /// The workflow of one region's pass under region routing.

@@ -1,0 +1,838 @@
+//! Fan-out benchmark (issue 4): one artifact to N loopback OpenSSH targets (copy, verify
+//! sha256, rename into place, one check command), timed for manent (in-process engine on a
+//! fresh SQLite file, every step checkpointed), plain parallel `scp` + `ssh`, and
+//! `ansible-playbook`. A fourth, diagnostic row (`transport`) does manent's per-target work
+//! through `manent-ssh` alone, without the engine, to show what the engine adds.
+//!
+//! Every "host" shares this machine's filesystem, so each target writes under its own
+//! host scratch directory (`SshHost::root_dir`). See bench/README.md, "Fan-out over SSH".
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use manent_config::Config;
+use manent_engine::{Engine, EngineConfig, StepRecord, WorkflowStatus, store};
+use manent_ssh::{Address, ConnectionPool, SshAuth};
+use manent_testkit::sshd::SshHosts;
+use sha2::{Digest, Sha256};
+use tokio::process::Command;
+
+/// Longest one engine may take for one workload before the run is called failed.
+const RUN_TIMEOUT: Duration = Duration::from_secs(900);
+const ARTIFACT: &str = "app.bin";
+const ENGINES: [&str; 4] = ["manent", "scp", "ansible", "transport"];
+
+struct Args {
+    targets: usize,
+    sizes_mb: Vec<u64>,
+    engines: Vec<String>,
+    ansible_playbook: PathBuf,
+    json: Option<PathBuf>,
+}
+
+fn usage() -> &'static str {
+    "usage: manent-fanout-bench [--targets N] [--sizes-mb 50,1] \
+     [--engines manent,scp,ansible,transport] [--ansible-playbook PATH] [--json FILE]"
+}
+
+fn parse_args() -> Result<Args> {
+    let mut args = Args {
+        targets: 20,
+        sizes_mb: vec![50, 1],
+        engines: ENGINES.iter().map(|s| s.to_string()).collect(),
+        ansible_playbook: PathBuf::from("ansible-playbook"),
+        json: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| anyhow!("{flag} needs a value\n{}", usage()));
+        match flag.as_str() {
+            "--targets" => args.targets = value()?.parse().context("--targets")?,
+            "--sizes-mb" => {
+                args.sizes_mb = value()?
+                    .split(',')
+                    .map(|s| s.trim().parse::<u64>().context("--sizes-mb"))
+                    .collect::<Result<_>>()?
+            }
+            "--engines" => {
+                args.engines = value()?.split(',').map(|s| s.trim().to_string()).collect();
+                for e in &args.engines {
+                    ensure!(ENGINES.contains(&e.as_str()), "unknown engine {e}\n{}", usage());
+                }
+            }
+            "--ansible-playbook" => args.ansible_playbook = value()?.into(),
+            "--json" => args.json = Some(value()?.into()),
+            "-h" | "--help" => {
+                println!("{}", usage());
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other}\n{}", usage()),
+        }
+    }
+    ensure!((1..=200).contains(&args.targets), "--targets between 1 and 200");
+    Ok(args)
+}
+
+fn main() -> Result<()> {
+    let args = parse_args()?;
+    let scratch = tempfile::Builder::new()
+        .prefix("manent-fanout-")
+        .tempdir()
+        .context("a scratch directory")?;
+    // manent keeps fetched artifacts in MANENT_WORKDIR; keep them in our scratch directory.
+    // SAFETY: set before the runtime starts any thread; nothing else reads the environment yet.
+    unsafe { std::env::set_var("MANENT_WORKDIR", scratch.path().join("manent-work")) };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(args, scratch.path()))
+}
+
+/// The files and facts one workload needs.
+struct Workload {
+    label: String,
+    size: u64,
+    /// `<scratch>/<label>/app.bin`.
+    path: PathBuf,
+    sha256: String,
+    sha1: String,
+}
+
+/// The world every engine runs against.
+struct Site {
+    hosts: SshHosts,
+    scratch: PathBuf,
+    /// `<base>/t<i>` → host i's `root_dir` (manent's `deploy.dest` is `<base>/{target}/{version}`).
+    base: PathBuf,
+}
+
+struct Measurement {
+    workload: String,
+    engine: String,
+    seconds: Option<f64>,
+    note: String,
+}
+
+async fn run(args: Args, scratch: &Path) -> Result<()> {
+    eprintln!("starting {} sshd targets", args.targets);
+    let hosts = SshHosts::start(args.targets).await;
+    let base = scratch.join("targets");
+    std::fs::create_dir_all(&base)?;
+    for (i, h) in hosts.hosts.iter().enumerate() {
+        std::os::unix::fs::symlink(&h.root_dir, base.join(target_name(i)))?;
+    }
+    let site = Site {
+        hosts,
+        scratch: scratch.to_path_buf(),
+        base,
+    };
+    // Untimed: every host answers `ssh … true` (and first-touch costs are paid by nobody).
+    warm_up(&site).await?;
+
+    let mut results = Vec::new();
+    for (w, mb) in args.sizes_mb.iter().enumerate() {
+        let workload = make_workload(scratch, *mb).await?;
+        eprintln!(
+            "== workload {}: {} bytes, sha256 {}",
+            workload.label, workload.size, workload.sha256
+        );
+        for engine in &args.engines {
+            settle().await;
+            let run_id = format!("{engine}-{}-{}-{w}", workload.label, std::process::id());
+            eprintln!(
+                "-- {engine} {} (load {})",
+                workload.label,
+                loadavg().unwrap_or_default()
+            );
+            let outcome = match engine.as_str() {
+                "manent" => run_manent(&site, &workload, &run_id).await,
+                "scp" => run_scp(&site, &workload, &run_id).await,
+                "ansible" => run_ansible(&site, &workload, &run_id, &args.ansible_playbook).await,
+                "transport" => run_transport(&site, &workload, &run_id).await,
+                _ => unreachable!(),
+            };
+            let m = match outcome {
+                Ok((secs, note)) => match verify(&site, &workload, &run_id, engine).await {
+                    Ok(()) => Measurement {
+                        workload: workload.label.clone(),
+                        engine: engine.clone(),
+                        seconds: Some(secs),
+                        note,
+                    },
+                    Err(e) => Measurement {
+                        workload: workload.label.clone(),
+                        engine: engine.clone(),
+                        seconds: None,
+                        note: format!("verification failed: {e:#}"),
+                    },
+                },
+                Err(e) => Measurement {
+                    workload: workload.label.clone(),
+                    engine: engine.clone(),
+                    seconds: None,
+                    note: format!("failed: {e:#}"),
+                },
+            };
+            eprintln!(
+                "   {engine} {}: {} {}",
+                m.workload,
+                m.seconds
+                    .map(|s| format!("{s:.3} s"))
+                    .unwrap_or_else(|| "FAILED".into()),
+                m.note
+            );
+            results.push(m);
+            clean(&site, &run_id);
+        }
+        let _ = std::fs::remove_dir_all(workload.path.parent().unwrap());
+    }
+    report(&args, &results)?;
+    Ok(())
+}
+
+fn target_name(i: usize) -> String {
+    format!("t{}", i + 1)
+}
+
+fn loadavg() -> Option<String> {
+    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
+    Some(s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+}
+
+/// Flushes the previous run's writes and lets the machine calm down a little.
+async fn settle() {
+    let _ = Command::new("sync").status().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}
+
+async fn make_workload(scratch: &Path, mb: u64) -> Result<Workload> {
+    let label = format!("{mb}MB");
+    let dir = scratch.join(format!("artifact-{label}"));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(ARTIFACT);
+    let size = mb * 1024 * 1024;
+    let sha256 = {
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || -> Result<String> {
+            use std::io::{Read, Write};
+            let mut random = std::fs::File::open("/dev/urandom")?;
+            let mut out = std::fs::File::create(&path)?;
+            let mut hasher = Sha256::new();
+            let mut buf = vec![0u8; 1024 * 1024];
+            let mut left = size;
+            while left > 0 {
+                let n = left.min(buf.len() as u64) as usize;
+                random.read_exact(&mut buf[..n])?;
+                hasher.update(&buf[..n]);
+                out.write_all(&buf[..n])?;
+                left -= n as u64;
+            }
+            out.sync_all()?;
+            Ok(hex::encode(hasher.finalize()))
+        })
+        .await??
+    };
+    // ansible's copy module takes a SHA-1 (`checksum:`); sha1sum is coreutils.
+    let out = Command::new("sha1sum").arg(&path).output().await?;
+    ensure!(out.status.success(), "sha1sum failed");
+    let sha1 = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    Ok(Workload {
+        label,
+        size,
+        path,
+        sha256,
+        sha1,
+    })
+}
+
+/// OpenSSH client options shared by the scp and ssh peers.
+fn ssh_opts(site: &Site) -> Vec<String> {
+    [
+        "-i".to_string(),
+        site.hosts.client_key.display().to_string(),
+        "-o".into(),
+        format!("UserKnownHostsFile={}", site.hosts.known_hosts.display()),
+        "-o".into(),
+        "StrictHostKeyChecking=yes".into(),
+        "-o".into(),
+        "BatchMode=yes".into(),
+        "-o".into(),
+        "IdentitiesOnly=yes".into(),
+        "-o".into(),
+        "ControlMaster=no".into(),
+    ]
+    .into()
+}
+
+async fn checked(cmd: &mut Command, what: &str) -> Result<()> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("cannot run {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} exited {}: {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim_end(),
+            String::from_utf8_lossy(&out.stdout).trim_end()
+        );
+    }
+    Ok(())
+}
+
+async fn warm_up(site: &Site) -> Result<()> {
+    let mut tasks = Vec::new();
+    for h in &site.hosts.hosts {
+        let mut cmd = Command::new("ssh");
+        cmd.args(ssh_opts(site))
+            .args(["-p", &h.port.to_string()])
+            .arg(format!("{}@{}", site.hosts.user, h.addr))
+            .arg("true");
+        tasks.push(async move { checked(&mut cmd, "ssh warm-up").await });
+    }
+    for r in futures_join(tasks).await {
+        r?;
+    }
+    Ok(())
+}
+
+/// Runs every future at once and collects the results in order.
+async fn futures_join<F, T>(futures: Vec<F>) -> Vec<T>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("a benchmark task panicked"));
+    }
+    out
+}
+
+/// Where engine `engine`'s copy of the artifact must be on host `i` after run `run_id`.
+fn final_path(site: &Site, i: usize, run_id: &str) -> PathBuf {
+    site.hosts.hosts[i].root_dir.join(run_id).join(ARTIFACT)
+}
+
+/// Untimed: every target holds the artifact with the right sha256 and no `.part` is left.
+async fn verify(site: &Site, w: &Workload, run_id: &str, _engine: &str) -> Result<()> {
+    let paths: Vec<PathBuf> = (0..site.hosts.hosts.len())
+        .map(|i| final_path(site, i, run_id))
+        .collect();
+    let roots: Vec<PathBuf> = site.hosts.hosts.iter().map(|h| h.root_dir.clone()).collect();
+    let expected = w.sha256.clone();
+    tokio::task::spawn_blocking(move || -> Result<()> {
+        for p in &paths {
+            let bytes = std::fs::read(p).with_context(|| format!("{} missing", p.display()))?;
+            let sum = hex::encode(Sha256::digest(&bytes));
+            ensure!(sum == expected, "{}: sha256 {sum}", p.display());
+        }
+        for r in &roots {
+            for entry in walk(r) {
+                ensure!(
+                    !entry.to_string_lossy().ends_with(".part"),
+                    "{} left behind",
+                    entry.display()
+                );
+            }
+        }
+        Ok(())
+    })
+    .await?
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        if let Ok(entries) = std::fs::read_dir(&d) {
+            for e in entries.flatten() {
+                let p = e.path();
+                if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    stack.push(p.clone());
+                }
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+fn clean(site: &Site, run_id: &str) {
+    for h in &site.hosts.hosts {
+        let _ = std::fs::remove_dir_all(h.root_dir.join(run_id));
+        let _ = std::fs::remove_file(h.root_dir.join(format!(".{run_id}.part")));
+    }
+}
+
+// ---- manent ----
+
+fn q(s: impl AsRef<str>) -> String {
+    serde_json::to_string(s.as_ref()).expect("a string serialises")
+}
+
+/// Writes `bench/fanout/prod.yml` under `source`: every target, remote-copy to
+/// `<base>/{target}/{version}`, all in one wave, a command check.
+fn write_environment(site: &Site, source: &Path) -> Result<()> {
+    let targets: String = site
+        .hosts
+        .hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            format!(
+                "  - {{name: {}, host: {}, port: {}, user: {}}}\n",
+                target_name(i),
+                q(&h.addr),
+                h.port,
+                q(&site.hosts.user)
+            )
+        })
+        .collect();
+    let text = format!(
+        "targets:\n{targets}\
+         ssh: {{key: {key}, known_hosts: {known_hosts}}}\n\
+         deploy:\n  plugin: remote-copy\n  dest: {dest}\n\
+         rollout: {{max_parallel: {n}}}\n\
+         checks:\n  - {{type: command, command: {check}}}\n",
+        key = q(site.hosts.client_key.to_string_lossy()),
+        known_hosts = q(site.hosts.known_hosts.to_string_lossy()),
+        dest = q(format!("{}/{{target}}/{{version}}", site.base.display())),
+        n = site.hosts.hosts.len(),
+        check = q("test -s \"$MANENT_ARTIFACT_APP_BIN\""),
+    );
+    let dir = source.join("bench/fanout");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("prod.yml"), text)?;
+    Ok(())
+}
+
+async fn run_manent(site: &Site, w: &Workload, run_id: &str) -> Result<(f64, String)> {
+    let dir = site.scratch.join(format!("manent-{run_id}"));
+    let source = dir.join("environments");
+    write_environment(site, &source)?;
+    let db = dir.join("manent.db");
+    let url = format!("sqlite://{}", db.display());
+    let executor_id = format!("fanout-{run_id}");
+    let yaml = format!(
+        "database: {{url: {}}}\ndbos: {{executor_id: {}}}\nenvironments: {{source: {}}}\n",
+        q(&url),
+        q(&executor_id),
+        q(source.to_string_lossy()),
+    );
+    let config = Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty())
+        .map_err(|e| anyhow!("{e}"))?;
+    let store = store::open(&config.database.url)
+        .await
+        .map_err(|e| anyhow!("open {url}: {e}"))?;
+    let mut engine_config = EngineConfig::new(config.effective_executor_id());
+    engine_config.stale_after = config.recovery.stale_after;
+    engine_config.heartbeat_interval = config.recovery.heartbeat_interval;
+    let engine = Engine::new(store, engine_config);
+    let queues = manent_deploy::worker_queues(&config);
+    ensure!(!queues.is_empty(), "the worker serves no queue");
+    for queue in &queues {
+        engine.listen(queue.spec());
+    }
+    manent_deploy::register_workflows(&engine, &config);
+    engine
+        .launch()
+        .await
+        .map_err(|e| anyhow!("launch: {e}"))?;
+    let client = engine.client();
+
+    // The version names the destination directory: <root>/<run_id>/app.bin.
+    let descriptor = format!(
+        "application: bench/fanout\nenvironment: prod\nartifacts:\n  - \
+         {{name: {ARTIFACT}, type: binary, version: {}, url: {}, sha256: {}}}\n",
+        q(run_id),
+        q(format!("file://{}", w.path.display())),
+        q(&w.sha256),
+    );
+    let started = Instant::now();
+    let submitted_ms = manent_engine::now_ms();
+    let submitted =
+        manent_deploy::service::submit(&client, &config, &descriptor, "deploy.yml", false, "bench")
+            .await
+            .map_err(|e| anyhow!("submit: {e}"))?;
+    let record = client
+        .wait(&submitted.id, RUN_TIMEOUT)
+        .await
+        .map_err(|e| anyhow!("wait: {e}"))?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let result = if record.status == WorkflowStatus::Success {
+        let steps = client
+            .steps(&submitted.id)
+            .await
+            .map_err(|e| anyhow!("steps: {e}"))?;
+        Ok((elapsed, breakdown(&steps, submitted_ms, record.updated_at_ms)))
+    } else {
+        let status = manent_deploy::service::status(&client, &submitted.id)
+            .await
+            .ok()
+            .flatten();
+        Err(anyhow!(
+            "deploy ended {}: {:?}; targets: {:?}",
+            record.status,
+            record.error,
+            status.map(|s| s
+                .targets
+                .into_iter()
+                .filter(|t| t.status != "deployed")
+                .map(|t| format!("{} {} {:?}", t.name, t.status, t.detail))
+                .collect::<Vec<_>>())
+        ))
+    };
+    engine.shutdown(Duration::from_secs(10)).await;
+    let _ = std::fs::remove_dir_all(site.scratch.join("manent-work"));
+    result
+}
+
+/// Where manent's time went, from its own step records: claim (submit → first step),
+/// fetch, per-target upload (connect + mkdir + SFTP + fsync + rename + sha256sum) and check
+/// spans, and the tail (last step → SUCCESS).
+fn breakdown(steps: &[StepRecord], submitted_ms: i64, done_ms: i64) -> String {
+    let span = |s: &StepRecord| s.finished_at_ms.unwrap_or(s.started_at_ms) - s.started_at_ms;
+    let of = |kind: &str| -> Vec<i64> {
+        let mut v: Vec<i64> = steps
+            .iter()
+            .filter(|s| s.name.contains(kind))
+            .map(span)
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let stats = |v: &[i64]| -> String {
+        if v.is_empty() {
+            return "-".into();
+        }
+        format!("{}/{}/{}", v[0], v[v.len() / 2], v[v.len() - 1])
+    };
+    let first = steps.iter().map(|s| s.started_at_ms).min().unwrap_or(done_ms);
+    let last = steps
+        .iter()
+        .map(|s| s.finished_at_ms.unwrap_or(s.started_at_ms))
+        .max()
+        .unwrap_or(done_ms);
+    let fetch = of("fetch ");
+    format!(
+        "steps {}; claim {} ms; fetch {} ms; upload min/med/max {} ms; check {} ms; tail {} ms",
+        steps.len(),
+        first - submitted_ms,
+        fetch.iter().sum::<i64>(),
+        stats(&of(": upload ")),
+        stats(&of(": check ")),
+        done_ms - last
+    )
+}
+
+// ---- transport only (diagnostic) ----
+
+async fn run_transport(site: &Site, w: &Workload, run_id: &str) -> Result<(f64, String)> {
+    let auth = SshAuth::new(&site.hosts.client_key, &site.hosts.known_hosts);
+    let pool = Arc::new(ConnectionPool::new(auth));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, h) in site.hosts.hosts.iter().enumerate() {
+        let pool = pool.clone();
+        let addr = Address::new(&h.addr, h.port, &site.hosts.user);
+        let dest = site
+            .base
+            .join(target_name(i))
+            .join(run_id)
+            .join(ARTIFACT)
+            .display()
+            .to_string();
+        let (local, expected) = (w.path.clone(), w.sha256.clone());
+        tasks.push(async move {
+            let t0 = Instant::now();
+            let conn = pool.get(&addr).await.map_err(|e| anyhow!("connect: {e}"))?;
+            let connected = t0.elapsed();
+            conn.put_file_atomic(&local, &dest)
+                .await
+                .map_err(|e| anyhow!("upload: {e}"))?;
+            let uploaded = t0.elapsed();
+            let sum = conn.sha256(&dest).await.map_err(|e| anyhow!("sha256: {e}"))?;
+            ensure!(sum.as_deref() == Some(expected.as_str()), "sha256 {sum:?}");
+            let out = conn
+                .exec(&format!("test -s '{dest}'"), &[])
+                .await
+                .map_err(|e| anyhow!("check: {e}"))?;
+            ensure!(out.success(), "check exited {}", out.status);
+            Ok((connected, uploaded, t0.elapsed()))
+        });
+    }
+    let results = futures_join(tasks).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut connect = Vec::new();
+    let mut upload = Vec::new();
+    for r in results {
+        let (c, u, _) = r?;
+        connect.push(c.as_millis());
+        upload.push((u - c).as_millis());
+    }
+    connect.sort_unstable();
+    upload.sort_unstable();
+    let n = connect.len();
+    Ok((
+        elapsed,
+        format!(
+            "connect min/med/max {}/{}/{} ms; upload+rename min/med/max {}/{}/{} ms",
+            connect[0],
+            connect[n / 2],
+            connect[n - 1],
+            upload[0],
+            upload[n / 2],
+            upload[n - 1]
+        ),
+    ))
+}
+
+// ---- peer 1: scp + ssh ----
+
+async fn run_scp(site: &Site, w: &Workload, run_id: &str) -> Result<(f64, String)> {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for h in &site.hosts.hosts {
+        let opts = ssh_opts(site);
+        let login = format!("{}@{}", site.hosts.user, h.addr);
+        let port = h.port.to_string();
+        let root = h.root_dir.display().to_string();
+        // The .part sits in the (existing) host directory, on the same filesystem as the
+        // destination, so the `mv` is a rename.
+        let part = format!("{root}/.{run_id}.part");
+        let dir = format!("{root}/{run_id}");
+        let dest = format!("{dir}/{ARTIFACT}");
+        let local = w.path.clone();
+        let remote = format!(
+            "cd '{root}' && printf '%s  %s\\n' '{sha}' '.{run_id}.part' | sha256sum -c --quiet - \
+             && mkdir -p '{dir}' && mv -f '{part}' '{dest}' && test -s '{dest}'",
+            sha = w.sha256
+        );
+        tasks.push(async move {
+            let mut scp = Command::new("scp");
+            scp.args(&opts)
+                .args(["-q", "-P", &port])
+                .arg(&local)
+                .arg(format!("{login}:{part}"));
+            checked(&mut scp, "scp").await?;
+            let mut ssh = Command::new("ssh");
+            ssh.args(&opts).args(["-p", &port]).arg(&login).arg(remote);
+            checked(&mut ssh, "ssh").await
+        });
+    }
+    for r in futures_join(tasks).await {
+        r?;
+    }
+    Ok((started.elapsed().as_secs_f64(), String::new()))
+}
+
+// ---- peer 2: ansible-playbook ----
+
+async fn run_ansible(
+    site: &Site,
+    w: &Workload,
+    run_id: &str,
+    playbook_bin: &Path,
+) -> Result<(f64, String)> {
+    let dir = site.scratch.join(format!("ansible-{run_id}"));
+    std::fs::create_dir_all(&dir)?;
+    // A short control path directory of its own: no master from an earlier run is reused.
+    let cp = tempfile::Builder::new().prefix("fo-cp-").tempdir_in("/tmp")?;
+    let known = site.hosts.known_hosts.display();
+    let mut inventory = String::from("[targets]\n");
+    for (i, h) in site.hosts.hosts.iter().enumerate() {
+        inventory.push_str(&format!(
+            "{name} ansible_host={addr} ansible_port={port} ansible_user={user} \
+             ansible_ssh_private_key_file={key} \
+             ansible_ssh_common_args='-o UserKnownHostsFile={known} -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes' \
+             ansible_python_interpreter=/usr/bin/python3 root_dir={root}\n",
+            name = target_name(i),
+            addr = h.addr,
+            port = h.port,
+            user = site.hosts.user,
+            key = site.hosts.client_key.display(),
+            root = h.root_dir.display(),
+        ));
+    }
+    std::fs::write(dir.join("inventory.ini"), inventory)?;
+    let forks = site.hosts.hosts.len();
+    std::fs::write(
+        dir.join("ansible.cfg"),
+        format!(
+            "[defaults]\nforks = {forks}\nhost_key_checking = True\ngathering = explicit\n\
+             retry_files_enabled = False\nlocal_tmp = {tmp}/local\n\
+             [ssh_connection]\npipelining = True\n\
+             ssh_args = -o ControlMaster=auto -o ControlPersist=60s\n\
+             control_path_dir = {cp}\n",
+            tmp = dir.display(),
+            cp = cp.path().display(),
+        ),
+    )?;
+    std::fs::write(
+        dir.join("playbook.yml"),
+        format!(
+            "- hosts: targets\n  gather_facts: false\n  tasks:\n\
+             \x20   - name: copy the artifact (SHA-1 verified, atomic rename)\n\
+             \x20     ansible.builtin.copy:\n\
+             \x20       src: {src}\n\
+             \x20       dest: \"{{{{ root_dir }}}}/{run_id}/\"\n\
+             \x20       checksum: {sha1}\n\
+             \x20   - name: check\n\
+             \x20     ansible.builtin.command: test -s \"{{{{ root_dir }}}}/{run_id}/{ARTIFACT}\"\n",
+            src = q(w.path.to_string_lossy()),
+            sha1 = q(&w.sha1),
+        ),
+    )?;
+    let started = Instant::now();
+    let out = Command::new(playbook_bin)
+        .current_dir(&dir)
+        .env("ANSIBLE_CONFIG", dir.join("ansible.cfg"))
+        .args(["-i", "inventory.ini", "playbook.yml"])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("cannot run {}", playbook_bin.display()))?;
+    let elapsed = started.elapsed().as_secs_f64();
+    std::fs::write(dir.join("output.txt"), &out.stdout)?;
+    if !out.status.success() {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let tail: Vec<&str> = stdout.lines().rev().take(15).collect();
+        bail!(
+            "ansible-playbook exited {}: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim_end(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    // End the persisted masters (started by this run, one socket each) now rather than in 60 s.
+    for socket in std::fs::read_dir(cp.path())?.flatten() {
+        let _ = Command::new("ssh")
+            .arg("-o")
+            .arg(format!("ControlPath={}", socket.path().display()))
+            .args(["-O", "exit", "placeholder"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await;
+    }
+    Ok((elapsed, String::new()))
+}
+
+// ---- the report ----
+
+fn report(args: &Args, results: &[Measurement]) -> Result<()> {
+    let get = |w: &str, e: &str| {
+        results
+            .iter()
+            .find(|m| m.workload == w && m.engine == e)
+            .and_then(|m| m.seconds)
+    };
+    println!();
+    println!(
+        "Fan-out to {} loopback sshd targets ({} cores, load {})",
+        args.targets,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        loadavg().unwrap_or_default()
+    );
+    println!();
+    println!("| workload | engine | seconds | note |");
+    println!("| --- | --- | ---: | --- |");
+    for m in results {
+        println!(
+            "| {} | {} | {} | {} |",
+            m.workload,
+            m.engine,
+            m.seconds
+                .map(|s| format!("{s:.3}"))
+                .unwrap_or_else(|| "FAILED".into()),
+            m.note.replace('\n', " ").replace('|', "/")
+        );
+    }
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    };
+    let fmt = |r: Option<f64>| r.map(|r| format!("{r:.2}x")).unwrap_or_else(|| "n/a".into());
+    let verdict = |ok: Option<bool>| match ok {
+        Some(true) => "PASS",
+        Some(false) => "FAIL",
+        None => "n/a",
+    };
+    println!();
+    println!("| workload | manent/scp | ansible/manent | transport/scp |");
+    println!("| --- | ---: | ---: | ---: |");
+    let mut json = Vec::new();
+    for mb in &args.sizes_mb {
+        let w = format!("{mb}MB");
+        let (m, s, a, t) = (
+            get(&w, "manent"),
+            get(&w, "scp"),
+            get(&w, "ansible"),
+            get(&w, "transport"),
+        );
+        println!(
+            "| {w} | {} | {} | {} |",
+            fmt(ratio(m, s)),
+            fmt(ratio(a, m)),
+            fmt(ratio(t, s))
+        );
+        json.push(serde_json::json!({
+            "workload": w, "targets": args.targets, "manent_s": m, "scp_s": s,
+            "ansible_s": a, "transport_s": t,
+            "manent_over_scp": ratio(m, s), "ansible_over_manent": ratio(a, m),
+        }));
+    }
+    println!();
+    println!("Goals (informational):");
+    let (m50, s50) = (get("50MB", "manent"), get("50MB", "scp"));
+    println!(
+        "- {}: 50 MB, manent <= 0.85x scp ({})",
+        verdict(ratio(m50, s50).map(|r| r <= 0.85)),
+        fmt(ratio(m50, s50))
+    );
+    let (m1, s1, a1) = (get("1MB", "manent"), get("1MB", "scp"), get("1MB", "ansible"));
+    println!(
+        "- {}: 1 MB, manent >= 6x faster than ansible ({})",
+        verdict(ratio(a1, m1).map(|r| r >= 6.0)),
+        fmt(ratio(a1, m1))
+    );
+    println!(
+        "- {}: 1 MB, manent <= 0.6x scp ({})",
+        verdict(ratio(m1, s1).map(|r| r <= 0.6)),
+        fmt(ratio(m1, s1))
+    );
+    if let Some(path) = &args.json {
+        let lines: String = results
+            .iter()
+            .map(|m| {
+                serde_json::json!({"workload": m.workload, "engine": m.engine,
+                    "targets": args.targets, "seconds": m.seconds, "note": m.note})
+                .to_string()
+                    + "\n"
+            })
+            .chain(json.iter().map(|j| j.to_string() + "\n"))
+            .collect();
+        std::fs::write(path, lines)?;
+    }
+    Ok(())
+}

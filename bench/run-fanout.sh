@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Fan-out benchmark runner (issue 4): builds manent-fanout-bench (bench/fanout) in release mode,
+# sets up ansible-core in a virtualenv (bench/.venv) when missing, then deploys a 50 MB and a
+# 1 MB artifact to 20 loopback sshd targets with manent, parallel scp + ssh, and
+# ansible-playbook, and prints wall times, ratios and the goals' PASS/FAIL (informational: the
+# exit status is 0 unless something could not be built or set up). See bench/README.md,
+# "Fan-out over SSH".
+#
+# usage: bench/run-fanout.sh [--no-build] [--out DIR] [manent-fanout-bench flags...]
+#   flags: --targets N (20)  --sizes-mb 50,1  --engines manent,scp,ansible,transport
+#
+# Needs OpenSSH's sshd (/usr/sbin/sshd), ssh, scp, ssh-keygen, sha256sum, sha1sum, and
+# python3 with venv (pip reaches PyPI once, to install ansible-core). Results go to DIR
+# (default bench/target/results/fanout-<UTC timestamp>/): table.md, results.jsonl, run.log.
+set -euo pipefail
+
+bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export CARGO_TARGET_DIR="$bench/target"
+
+build=1
+out=""
+pass=()
+while (($#)); do
+    case "$1" in
+        --no-build) build=0; shift ;;
+        --out)
+            (($# >= 2)) || { echo "--out needs a value" >&2; exit 2; }
+            out=$2
+            shift 2
+            ;;
+        -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) pass+=("$1"); shift ;;
+    esac
+done
+out=${out:-$bench/target/results/fanout-$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$out"
+
+if ((build)); then
+    echo "== building bench/fanout (release, nice -n 19, -j 1)" >&2
+    (cd "$bench/fanout" && nice -n 19 cargo build --release -j 1)
+fi
+
+venv="$bench/.venv"
+if [[ ! -x $venv/bin/ansible-playbook ]]; then
+    echo "== installing ansible-core from PyPI into $venv" >&2
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet ansible-core
+fi
+
+{
+    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "host: $(uname -srm), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "commit: $(git -C "$bench" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "openssh: $(ssh -V 2>&1)"
+    echo "ansible: $("$venv/bin/ansible-playbook" --version 2>/dev/null | head -n 1)"
+} | tee "$out/table.md"
+
+# The ansible peer finds its python and tools in the venv.
+PATH="$venv/bin:$PATH" "$CARGO_TARGET_DIR/release/manent-fanout-bench" \
+    --ansible-playbook "$venv/bin/ansible-playbook" --json "$out/results.jsonl" "${pass[@]}" \
+    2> >(tee "$out/run.log" >&2) | tee -a "$out/table.md"
+echo "results: $out" >&2
