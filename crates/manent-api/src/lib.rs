@@ -17,6 +17,7 @@ use axum::{
 };
 use manent_config::Config;
 use manent_deploy::{
+    schedules::{self, ScheduleView},
     service::{self, DeployStatus, ListFilter, SubmitError, Submitted},
     views::{self, QueueView, WorkerView},
 };
@@ -40,6 +41,13 @@ pub fn app(state: AppState) -> Router {
         .route("/deploys/{id}", get(deploy_status))
         .route("/deploys/{id}/logs", get(deploy_logs))
         .route("/deploys/{id}/cancel", post(cancel_deploy))
+        .route("/schedules", get(list_schedules))
+        .route(
+            "/schedules/{id}",
+            get(schedule_status).delete(delete_schedule),
+        )
+        .route("/schedules/{id}/pause", post(pause_schedule))
+        .route("/schedules/{id}/resume", post(resume_schedule))
         .route("/activity", get(activity))
         .route("/workers", get(list_workers))
         .route("/queues", get(list_queues))
@@ -242,4 +250,74 @@ async fn cancel_deploy(
 
 async fn activity(State(state): State<AppState>) -> Result<Json<Vec<DeployStatus>>, AppError> {
     Ok(Json(service::activity(&state.client).await?))
+}
+
+async fn list_schedules(
+    State(state): State<AppState>,
+) -> Result<Json<Vec<ScheduleView>>, AppError> {
+    Ok(Json(schedules::list(&state.client).await?))
+}
+
+async fn schedule_status(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<ScheduleView>, AppError> {
+    schedules::show(&state.client, &id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| AppError::NotFound(format!("no schedule `{id}`")))
+}
+
+/// The schedule, once the caller may deploy its application.
+async fn schedule_for_deployer(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<schedules::ScheduleRecord, AppError> {
+    let record = schedules::get(&state.client, id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("no schedule `{id}`")))?;
+    require(caller, Action::Deploy, Some(&record.descriptor.application))?;
+    Ok(record)
+}
+
+async fn set_schedule_paused(
+    state: AppState,
+    caller: Caller,
+    id: String,
+    paused: bool,
+) -> Result<Json<ScheduleView>, AppError> {
+    schedule_for_deployer(&state, &caller, &id).await?;
+    let view = schedules::set_paused(&state.client, &id, paused)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("no schedule `{id}`")))?;
+    tracing::info!(schedule = %id, paused, by = %caller.token.name, "schedule paused or resumed");
+    Ok(Json(view))
+}
+
+async fn pause_schedule(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<ScheduleView>, AppError> {
+    set_schedule_paused(state, caller, id, true).await
+}
+
+async fn resume_schedule(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<ScheduleView>, AppError> {
+    set_schedule_paused(state, caller, id, false).await
+}
+
+async fn delete_schedule(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, AppError> {
+    schedule_for_deployer(&state, &caller, &id).await?;
+    let deleted = schedules::delete(&state.client, &id).await?;
+    tracing::info!(schedule = %id, by = %caller.token.name, "schedule deleted");
+    Ok(Json(json!({ "id": id, "deleted": deleted })))
 }

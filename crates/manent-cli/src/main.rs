@@ -83,6 +83,21 @@ enum Command {
         #[arg(long)]
         executor: String,
     },
+    /// Recurring deploys (`schedule.cron`) with their next tick.
+    Schedules,
+    /// Pauses, resumes or deletes a recurring deploy.
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
+}
+
+#[derive(Subcommand)]
+enum ScheduleCommand {
+    /// No new tick until resumed (the ticks during the pause are not run).
+    Pause { id: String },
+    /// Ticks again from the next one.
+    Resume { id: String },
+    /// Deletes it; deploys it already started are left as they are.
+    Delete { id: String },
 }
 
 fn main() -> ExitCode {
@@ -119,7 +134,8 @@ async fn run(args: Args) -> Result<u8, CliError> {
                 .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", file.display())))?;
             let created = api.submit(&text, &file, dry_run).await?;
             let id = created["id"].as_str().unwrap_or_default().to_string();
-            if !wait {
+            // A recurring schedule has no single deploy to wait for: `manent schedules` shows it.
+            if !wait || created["status"] == "SCHEDULED" {
                 render::print(json, &created, render::submitted);
                 return Ok(0);
             }
@@ -183,7 +199,62 @@ async fn run(args: Args) -> Result<u8, CliError> {
             render::print(json, &out, |v| format!("recovered: {}", v["recovered"]));
             Ok(0)
         }
+        Command::Schedules => {
+            let list = api.get("/api/v1/schedules").await?;
+            render::print(json, &list, render::schedules);
+            Ok(0)
+        }
+        Command::Schedule(ScheduleCommand::Pause { id }) => {
+            let out = api
+                .post(&format!("/api/v1/schedules/{id}/pause"), &Value::Null)
+                .await?;
+            render::print(json, &out, render::schedule);
+            Ok(0)
+        }
+        Command::Schedule(ScheduleCommand::Resume { id }) => {
+            let out = api
+                .post(&format!("/api/v1/schedules/{id}/resume"), &Value::Null)
+                .await?;
+            render::print(json, &out, render::schedule);
+            Ok(0)
+        }
+        Command::Schedule(ScheduleCommand::Delete { id }) => {
+            let out = delete(
+                &args.server,
+                args.token.as_deref(),
+                &format!("/api/v1/schedules/{id}"),
+            )
+            .await?;
+            render::print(json, &out, render::schedule);
+            Ok(0)
+        }
     }
+}
+
+/// `DELETE path`, with the same errors and exit codes as the other requests.
+async fn delete(server: &str, token: Option<&str>, path: &str) -> Result<Value, CliError> {
+    let base = server.trim_end_matches('/');
+    let mut request = reqwest::Client::new().delete(format!("{base}{path}"));
+    if let Some(t) = token {
+        request = request.bearer_auth(t);
+    }
+    let response = request
+        .send()
+        .await
+        .map_err(|e| CliError::Unreachable(format!("cannot reach the server at {base}: {e}")))?;
+    let status = response.status();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    if status.is_success() {
+        return Ok(body);
+    }
+    let message = body["error"]["message"]
+        .as_str()
+        .map_or_else(|| format!("HTTP {status}"), str::to_string);
+    Err(match status.as_u16() {
+        401 | 403 => CliError::Unreachable(format!("refused: {message}")),
+        400 | 404 | 409 | 422 => CliError::Rejected(message),
+        _ => CliError::Failed(message),
+    })
 }
 
 /// Polls the deploy until it ends, printing a line whenever its phase or a

@@ -164,3 +164,48 @@ pub fn activity(v: &Value) -> String {
         ],
     )
 }
+
+pub fn schedules(v: &Value) -> String {
+    table(
+        v,
+        &[
+            "id",
+            "application",
+            "environment",
+            "cron",
+            "timezone",
+            "next_tick",
+            "last_tick",
+            "paused",
+            "queue",
+        ],
+    )
+}
+
+pub fn schedule(v: &Value) -> String {
+    if v.get("deleted").is_some() {
+        return format!(
+            "schedule {} {}",
+            text(&v["id"]),
+            if v["deleted"] == true {
+                "deleted"
+            } else {
+                "was already gone"
+            }
+        );
+    }
+    format!(
+        "schedule {}  {} / {}  cron {} ({})  {}  next tick {}",
+        text(&v["id"]),
+        text(&v["application"]),
+        text(&v["environment"]),
+        text(&v["cron"]),
+        text(&v["timezone"]),
+        if v["paused"] == true {
+            "paused"
+        } else {
+            "active"
+        },
+        text(&v["next_tick"]),
+    )
+}

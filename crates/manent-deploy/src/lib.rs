@@ -4,6 +4,7 @@
 
 pub mod artifacts;
 pub mod queues;
+pub mod schedules;
 pub mod service;
 pub mod targets;
 pub mod views;

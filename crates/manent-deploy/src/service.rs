@@ -12,6 +12,7 @@ use manent_model::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    schedules,
     targets::TargetOutcome,
     views::rfc3339,
     workflow::{DEPLOY_WORKFLOW, DeployRequest, Runtime},
@@ -80,6 +81,45 @@ pub async fn submit(
         Ok(env) => Some(EffectiveDescriptor::build(&descriptor, env).map_err(invalid)?),
         Err(_) => None,
     };
+    let schedule = descriptor.schedule.clone().unwrap_or_default();
+    if let Some(cron) = &schedule.cron {
+        let timezone = schedule.timezone.as_deref().unwrap_or("UTC");
+        if let Err(message) = schedules::parse_cron(cron) {
+            return Err(SubmitError::Invalid {
+                field: Some("schedule.cron".into()),
+                message: format!("schedule.cron: `{cron}` {message}"),
+            });
+        }
+        if let Err(message) = schedules::parse_timezone(timezone) {
+            return Err(SubmitError::Invalid {
+                field: Some("schedule.timezone".into()),
+                message: format!("schedule.timezone: {message}"),
+            });
+        }
+        let record = schedules::create(
+            client,
+            descriptor,
+            effective,
+            route,
+            cron,
+            timezone,
+            schedule.missed_policy(),
+            submitted_by,
+        )
+        .await?;
+        return Ok(Submitted {
+            id: record.id,
+            status: "SCHEDULED".into(),
+            queue: record.route.queue,
+        });
+    }
+    let not_before = match &schedule.at {
+        Some(at) => Some(parse_at(at).map_err(|message| SubmitError::Invalid {
+            field: Some("schedule.at".into()),
+            message: format!("schedule.at: `{at}` {message}"),
+        })?),
+        None => None,
+    };
     let partition = manent_model::partition_key(&descriptor.application, &descriptor.environment);
     let request = DeployRequest {
         descriptor,
@@ -88,14 +128,26 @@ pub async fn submit(
         submitted_by: submitted_by.to_string(),
         submitted_at_ms: now_ms(),
     };
-    let record = client
-        .enqueue(EnqueueRequest::new(DEPLOY_WORKFLOW, &route.queue, &request).partition(partition))
-        .await?;
+    let mut enqueue =
+        EnqueueRequest::new(DEPLOY_WORKFLOW, &route.queue, &request).partition(partition);
+    if let Some(at_ms) = not_before {
+        // ENQUEUED (phase `scheduled`) until then, then started through the same queue and limits.
+        enqueue = enqueue.not_before(at_ms);
+    }
+    let record = client.enqueue(enqueue).await?;
     Ok(Submitted {
         id: record.id,
         status: record.status.to_string(),
         queue: record.queue,
     })
+}
+
+/// `schedule.at` (RFC 3339, already validated by the model) in unix milliseconds.
+fn parse_at(at: &str) -> Result<i64, String> {
+    let normalised = at.replacen(['t', ' '], "T", 1);
+    chrono::DateTime::parse_from_rfc3339(&normalised)
+        .map(|t| t.timestamp_millis())
+        .map_err(|e| format!("is not a date-time ({e}); write e.g. 2025-03-01T02:00:00Z"))
 }
 
 fn invalid(e: ModelError) -> SubmitError {
@@ -397,4 +449,21 @@ pub async fn previous_success(
         .find(|p| {
             p.application == eff.application && p.environment == eff.environment && !p.dry_run
         }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_at;
+
+    #[test]
+    fn schedule_at_is_read_with_its_offset() {
+        assert_eq!(parse_at("2030-01-01T00:00:00Z"), Ok(1_893_456_000_000));
+        assert_eq!(parse_at("2030-01-01T01:00:00+01:00"), Ok(1_893_456_000_000));
+        assert_eq!(
+            parse_at("2030-01-01 01:00:00.250+01:00"),
+            Ok(1_893_456_000_250)
+        );
+        assert_eq!(parse_at("2030-01-01t00:00:00z"), Ok(1_893_456_000_000));
+        assert!(parse_at("tomorrow").is_err());
+    }
 }

@@ -89,12 +89,41 @@ pub struct Schedule {
     /// The IANA time zone `cron` is read in (UTC when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
+    /// What a recurring schedule does with ticks missed while no worker ran:
+    /// `run_once` (the default) runs the latest of them once, `skip` runs none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missed: Option<Missed>,
+}
+
+/// `schedule.missed`: the ticks of a recurring schedule that passed while no worker ran.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Missed {
+    /// Run the latest missed tick once, at start.
+    #[default]
+    RunOnce,
+    /// Run none of them; resume at the next tick.
+    Skip,
+}
+
+impl Missed {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Missed::RunOnce => "run_once",
+            Missed::Skip => "skip",
+        }
+    }
 }
 
 impl Schedule {
     /// True for a recurring schedule (`cron`).
     pub fn is_recurring(&self) -> bool {
         self.cron.is_some()
+    }
+
+    /// The missed-tick policy, `run_once` when not written.
+    pub fn missed_policy(&self) -> Missed {
+        self.missed.unwrap_or_default()
     }
 }
 
@@ -265,9 +294,15 @@ fn validate_schedule(doc: &mut Document<'_>, schedule: &Schedule) {
                 "applies to cron only (at carries its own offset); remove it",
             );
         }
+        if schedule.missed.is_some() && schedule.cron.is_none() {
+            doc.issue(
+                "schedule.missed",
+                "applies to cron only (a deploy at a time runs once, however late); remove it",
+            );
+        }
     }
     if let Some(cron) = &schedule.cron
-        && let Err(e) = rules::cron(cron)
+        && let Err(e) = cron_with_seconds(cron)
     {
         doc.issue("schedule.cron", format!("`{cron}` {e}"));
     }
@@ -276,6 +311,18 @@ fn validate_schedule(doc: &mut Document<'_>, schedule: &Schedule) {
     {
         doc.issue("schedule.timezone", format!("`{timezone}` {e}"));
     }
+}
+
+/// Five cron fields, or six whose first is the second (0-59), for ticks closer than a minute.
+fn cron_with_seconds(cron: &str) -> Result<(), String> {
+    let fields: Vec<&str> = cron.split_whitespace().collect();
+    if fields.len() != 6 {
+        return rules::cron(cron);
+    }
+    // The second field has the minute's range and syntax.
+    rules::cron(&format!("{} * * * *", fields[0]))
+        .map_err(|e| e.replacen("minute field", "second field", 1))?;
+    rules::cron(&fields[1..].join(" "))
 }
 
 #[cfg(test)]
@@ -579,6 +626,50 @@ mod tests {
             expect![[r#"
                 d.yml:10: schedule.cron: `61 * * * *` minute field `61` has 61, out of range 0-59
                 d.yml:11: schedule.timezone: `Mars Base` is not a time zone name; write an IANA name such as UTC or Europe/Paris"#]],
+        );
+        check(
+            &yaml("schedule:\n  at: 2030-01-01T00:00:00Z\n  missed: skip\n"),
+            expect![[
+                r#"d.yml:11: schedule.missed: applies to cron only (a deploy at a time runs once, however late); remove it"#
+            ]],
+        );
+        check(
+            &yaml("schedule:\n  cron: \"*/2 * * * * *\"\n  missed: sometimes\n"),
+            expect![
+                "d.yml:11: schedule.missed: unknown value `sometimes`; use one of: run_once, skip"
+            ],
+        );
+        check(
+            &yaml("schedule:\n  cron: \"60 * * * * *\"\n"),
+            expect![
+                "d.yml:10: schedule.cron: `60 * * * * *` second field `60` has 60, out of range 0-59"
+            ],
+        );
+        check(
+            &yaml(
+                "schedule:\n  cron: \"*/5 0 2 * * 1-5\"\n  timezone: Europe/Paris\n  missed: skip\n",
+            ),
+            expect![[r#"
+                {
+                  "application": "ml/trainer",
+                  "environment": "prod",
+                  "artifacts": [
+                    {
+                      "name": "model.tgz",
+                      "type": "tarball",
+                      "version": "1.4.2",
+                      "url": "https://repo.example/model-1.4.2.tgz",
+                      "sha256": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+                    }
+                  ],
+                  "schedule": {
+                    "cron": "*/5 0 2 * * 1-5",
+                    "timezone": "Europe/Paris",
+                    "missed": "skip"
+                  },
+                  "dry_run": false,
+                  "depends_on": []
+                }"#]],
         );
         check(
             &yaml(

@@ -32,7 +32,7 @@ mod serde_util;
 mod source;
 mod waves;
 
-pub use descriptor::{Artifact, DeployOverrides, Descriptor, Schedule, parse_descriptor};
+pub use descriptor::{Artifact, DeployOverrides, Descriptor, Missed, Schedule, parse_descriptor};
 pub use effective::{EffectiveDescriptor, expand_dest};
 pub use environment::{
     Approval, Check, CheckKind, Dependency, DeploySettings, EnvironmentFile, OnFailure,

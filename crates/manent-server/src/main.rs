@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use manent_api::{AppState, Role};
 use manent_config::{Config, LogFormat};
+use manent_deploy::schedules::Ticker;
 use manent_engine::{Client, Engine, EngineConfig, Store, store};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -177,7 +178,7 @@ async fn serve(
     let mut sigint = signal(SignalKind::interrupt()).context("install the SIGINT handler")?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
-    let engine = if with_worker {
+    let worker = if with_worker {
         Some(start_worker(&config, store.clone()).await?)
     } else {
         None
@@ -210,7 +211,9 @@ async fn serve(
         _ = sigint.recv() => tracing::info!("SIGINT: shutting down"),
     }
     let _ = stop_tx.send(true);
-    if let Some(engine) = engine {
+    if let Some((engine, ticker)) = worker {
+        // No new tick once shutting down; the deploys already enqueued wait for any worker.
+        ticker.stop().await;
         let report = engine.shutdown(config.dbos.drain_timeout).await;
         tracing::info!(
             drained = report.drained,
@@ -224,13 +227,17 @@ async fn serve(
     Ok(())
 }
 
-async fn start_worker(config: &Config, store: Arc<dyn Store>) -> Result<Engine> {
+/// How often a worker's ticker looks for due schedule ticks.
+const TICK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Starts the engine on this worker's queues, and the schedule ticker.
+async fn start_worker(config: &Config, store: Arc<dyn Store>) -> Result<(Engine, Ticker)> {
     let mut engine_config = EngineConfig::new(config.effective_executor_id());
     engine_config.region = config.dbos.region.clone();
     engine_config.stale_after = config.recovery.stale_after;
     engine_config.heartbeat_interval = config.recovery.heartbeat_interval;
     engine_config.automatic_recovery = config.recovery.automatic;
-    let engine = Engine::new(store, engine_config);
+    let engine = Engine::new(store.clone(), engine_config);
     let queues = manent_deploy::worker_queues(config);
     if queues.is_empty() {
         bail!("this worker serves no queue: check dbos.exclusive, dbos.queues and dbos.plugins");
@@ -240,5 +247,6 @@ async fn start_worker(config: &Config, store: Arc<dyn Store>) -> Result<Engine> 
     }
     manent_deploy::register_workflows(&engine, config);
     engine.launch().await.context("the worker did not start")?;
-    Ok(engine)
+    let ticker = Ticker::start(Client::new(store), TICK_INTERVAL);
+    Ok((engine, ticker))
 }

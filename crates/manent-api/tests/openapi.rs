@@ -1,0 +1,600 @@
+//! The OpenAPI document served at `/api/v1/openapi.json` (PRODUCT §6) against the router
+//! it describes, driven in-process with `tower::ServiceExt::oneshot` over a fresh SQLite
+//! store: it is OpenAPI 3, documents every route the router serves (and no other), puts
+//! every `/api/v1` operation behind the bearer token, and real responses (workers, queues,
+//! a deploy's submission, status, logs, list and activity, errors) fit its schemas.
+
+use std::{collections::BTreeSet, path::PathBuf, sync::Arc, time::Duration};
+
+use axum::{
+    Router,
+    body::Body,
+    http::{Method, Request, StatusCode, header},
+};
+use manent_api::{AppState, Role, app, auth};
+use manent_config::Config;
+use manent_engine::{Client, Engine, EngineConfig, WorkflowStatus, store};
+use manent_testkit::{Db, TestDb};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tower::ServiceExt;
+
+/// Every route `manent_api::app` serves, as (method, path template). Keep in step with
+/// `app()`: a route listed here and missing from the document fails the test, and so does
+/// a documented operation missing here.
+const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/api/v1/openapi.json"),
+    ("POST", "/api/v1/deploys"),
+    ("GET", "/api/v1/deploys"),
+    ("GET", "/api/v1/deploys/{id}"),
+    ("GET", "/api/v1/deploys/{id}/logs"),
+    ("POST", "/api/v1/deploys/{id}/cancel"),
+    ("GET", "/api/v1/schedules"),
+    ("GET", "/api/v1/schedules/{id}"),
+    ("DELETE", "/api/v1/schedules/{id}"),
+    ("POST", "/api/v1/schedules/{id}/pause"),
+    ("POST", "/api/v1/schedules/{id}/resume"),
+    ("GET", "/api/v1/activity"),
+    ("GET", "/api/v1/workers"),
+    ("GET", "/api/v1/queues"),
+    ("POST", "/api/v1/executors/{id}/recover"),
+];
+
+/// The one `/api/v1` route served without a token.
+const UNAUTHENTICATED_V1: &str = "/api/v1/openapi.json";
+
+/// A safety net for waits that end on an event; never a measure of speed.
+const WAIT: Duration = Duration::from_secs(120);
+const ARTIFACT: &[u8] = b"the payload of web v1";
+
+/// An API over a fresh SQLite database, with `acme/web/prod` configured (one local
+/// target, the command plugin) and a valid artifact on disk (as in `tests/api.rs`).
+struct Api {
+    db: TestDb,
+    config: Arc<Config>,
+    client: Client,
+    router: Router,
+    /// Working directories of the workers started here, removed at the end.
+    work_dirs: Vec<PathBuf>,
+}
+
+impl Api {
+    async fn new() -> Api {
+        manent_testkit::init_tracing();
+        let db = TestDb::new(Db::Sqlite).await;
+        let source = db.path("environments");
+        std::fs::create_dir_all(source.join("acme/web")).unwrap();
+        std::fs::write(
+            source.join("acme/web/prod.yml"),
+            "targets:\n  - {name: t1, host: local}\ndeploy:\n  plugin: command\n  commands: [\"true\"]\n",
+        )
+        .unwrap();
+        std::fs::write(db.path("web-v1.bin"), ARTIFACT).unwrap();
+        let yaml = format!(
+            "database: {{url: {}}}\nenvironments: {{source: {}}}\n",
+            serde_json::to_string(&db.url).unwrap(),
+            serde_json::to_string(&source).unwrap(),
+        );
+        let config = Arc::new(
+            Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty())
+                .expect("the test configuration is valid"),
+        );
+        let store = store::open(&db.url).await.expect("open the test database");
+        let client = Client::new(store);
+        let router = app(AppState {
+            client: client.clone(),
+            config: config.clone(),
+        });
+        Api {
+            db,
+            config,
+            client,
+            router,
+            work_dirs: Vec::new(),
+        }
+    }
+
+    async fn token(&self, name: &str, role: Role) -> String {
+        auth::create_token(self.client.store(), name, role, None)
+            .await
+            .expect("create a token")
+    }
+
+    /// A descriptor deploying the artifact to `acme/web`'s `prod`, with this sha256.
+    fn descriptor(&self, sha256: &str) -> String {
+        format!(
+            "application: acme/web\nenvironment: prod\nartifacts:\n  - {{name: web.bin, \
+             type: binary, version: v1, url: {}, sha256: {sha256}}}\n",
+            serde_json::to_string(&format!("file://{}", self.db.path("web-v1.bin").display()))
+                .unwrap()
+        )
+    }
+
+    /// Sends one request; returns the status and the body as JSON (`Null` when empty or
+    /// not JSON).
+    async fn call(
+        &self,
+        method: &str,
+        uri: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> (StatusCode, Value) {
+        let method = Method::from_bytes(method.as_bytes()).expect("a method");
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = request
+            .body(Body::from(body.to_string()))
+            .expect("a valid request");
+        let response = self
+            .router
+            .clone()
+            .oneshot(request)
+            .await
+            .expect("the router answers");
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("read the body");
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    async fn get(&self, uri: &str, token: &str) -> (StatusCode, Value) {
+        self.call("GET", uri, Some(token), "").await
+    }
+
+    /// The served document, fetched without a token.
+    async fn document(&self) -> Value {
+        let (status, doc) = self.call("GET", UNAUTHENTICATED_V1, None, "").await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "the document is served without a token"
+        );
+        assert!(
+            doc.is_object(),
+            "the served document parses as a JSON object: {doc}"
+        );
+        doc
+    }
+
+    /// A launched worker serving the configuration's queues with the deploy workflow.
+    async fn worker(&mut self) -> Engine {
+        let id = format!("openapi-test-{}", std::process::id());
+        let yaml = format!(
+            "database: {{url: {}}}\ndbos: {{executor_id: {}}}\nenvironments: {{source: {}}}\n",
+            serde_json::to_string(&self.db.url).unwrap(),
+            serde_json::to_string(&id).unwrap(),
+            serde_json::to_string(&self.config.environments_source()).unwrap(),
+        );
+        let config = Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty()).unwrap();
+        let store = store::open(&self.db.url).await.unwrap();
+        let engine = Engine::new(store, EngineConfig::new(&id));
+        for queue in manent_deploy::worker_queues(&config) {
+            engine.listen(queue.spec());
+        }
+        manent_deploy::register_workflows(&engine, &config);
+        engine.launch().await.expect("launch the worker");
+        self.work_dirs
+            .push(manent_deploy::workflow::Runtime::new(Arc::new(config), engine.client()).workdir);
+        engine
+    }
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        for dir in &self.work_dirs {
+            // Only a directory of this test's own worker id (MANENT_WORKDIR is left alone).
+            if dir.to_string_lossy().contains("openapi-test-") {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+}
+
+/// `$ref`s followed to the schema (or response, or parameter) they name.
+fn resolve<'a>(doc: &'a Value, mut node: &'a Value) -> &'a Value {
+    while let Some(reference) = node.get("$ref").and_then(Value::as_str) {
+        let pointer = reference
+            .strip_prefix('#')
+            .unwrap_or_else(|| panic!("only local references are used: {reference}"));
+        node = doc
+            .pointer(pointer)
+            .unwrap_or_else(|| panic!("the reference {reference} resolves in the document"));
+    }
+    node
+}
+
+/// The JSON schema the document gives the `status` answer of `method path`.
+fn response_schema<'a>(doc: &'a Value, method: &str, path: &str, status: &str) -> &'a Value {
+    let operation = &doc["paths"][path][method.to_ascii_lowercase()];
+    let response = resolve(doc, &operation["responses"][status]);
+    let schema = &response["content"]["application/json"]["schema"];
+    assert!(
+        !schema.is_null(),
+        "{method} {path} documents a JSON {status} answer"
+    );
+    schema
+}
+
+fn type_matches(value: &Value, ty: &str) -> bool {
+    match ty {
+        "null" => value.is_null(),
+        "boolean" => value.is_boolean(),
+        "string" => value.is_string(),
+        "integer" => value.is_i64() || value.is_u64(),
+        "number" => value.is_number(),
+        "array" => value.is_array(),
+        "object" => value.is_object(),
+        other => panic!("unknown schema type `{other}`"),
+    }
+}
+
+/// Checks `value` against `schema` (the subset of JSON Schema the document uses: `$ref`,
+/// `type`, `enum`, `const`, `properties`, `required`, `items`). Every field of an object
+/// must be a documented property. Problems are pushed to `problems`, with their JSON path.
+fn check(doc: &Value, value: &Value, schema: &Value, at: &str, problems: &mut Vec<String>) {
+    let schema = resolve(doc, schema);
+    if let Some(ty) = schema.get("type") {
+        let types: Vec<&str> = match ty {
+            Value::String(t) => vec![t.as_str()],
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+            other => panic!("a schema type is a string or a list: {other}"),
+        };
+        if !types.iter().any(|t| type_matches(value, t)) {
+            problems.push(format!("{at}: {value} is not of type {ty}"));
+            return;
+        }
+    }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(value)
+    {
+        problems.push(format!("{at}: {value} is not one of {allowed:?}"));
+    }
+    if let Some(constant) = schema.get("const")
+        && constant != value
+    {
+        problems.push(format!("{at}: {value} is not {constant}"));
+    }
+    if let Some(object) = value.as_object() {
+        let properties = schema.get("properties").and_then(Value::as_object);
+        for (key, field) in object {
+            match properties.and_then(|p| p.get(key)) {
+                Some(property) => check(doc, field, property, &format!("{at}.{key}"), problems),
+                None => problems.push(format!(
+                    "{at}.{key}: answered but not a documented property"
+                )),
+            }
+        }
+        for required in schema
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            if !object.contains_key(required) {
+                problems.push(format!("{at}.{required}: documented as required, absent"));
+            }
+        }
+    }
+    if let (Some(items), Some(schema)) = (value.as_array(), schema.get("items")) {
+        for (i, item) in items.iter().enumerate() {
+            check(doc, item, schema, &format!("{at}[{i}]"), problems);
+        }
+    }
+}
+
+/// Asserts that the `status` answer `body` of `method path` fits its documented schema.
+fn assert_fits(doc: &Value, method: &str, path: &str, status: StatusCode, body: &Value) {
+    let schema = response_schema(doc, method, path, status.as_str());
+    let mut problems = Vec::new();
+    check(doc, body, schema, "$", &mut problems);
+    assert!(
+        problems.is_empty(),
+        "the {status} answer of {method} {path} fits its documented schema:\n{}\nbody: {body:#}",
+        problems.join("\n")
+    );
+}
+
+/// Every `$ref` anywhere in `node`.
+fn references<'a>(node: &'a Value, out: &mut Vec<&'a str>) {
+    match node {
+        Value::Object(map) => {
+            if let Some(r) = map.get("$ref").and_then(Value::as_str) {
+                out.push(r);
+            }
+            map.values().for_each(|v| references(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| references(v, out)),
+        _ => {}
+    }
+}
+
+/// A concrete URI of a path template (`{id}` → `x`).
+fn concrete(path: &str) -> String {
+    path.replace("{id}", "x")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_document_is_openapi_3_and_documents_every_route_of_the_router() {
+    let api = Api::new().await;
+    let doc = api.document().await;
+
+    let version = doc["openapi"].as_str().unwrap_or_default();
+    assert!(
+        version.starts_with("3."),
+        "`openapi` names an OpenAPI 3 version, got {:?}",
+        doc["openapi"]
+    );
+    assert!(
+        doc["info"]["title"].is_string() && doc["info"]["version"].is_string(),
+        "info has its title and version"
+    );
+
+    // Documented operations, as (METHOD, path).
+    let paths = doc["paths"].as_object().expect("the document has paths");
+    let documented: BTreeSet<(String, String)> = paths
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object()
+                .expect("a path item is an object")
+                .keys()
+                .filter(|k| {
+                    matches!(
+                        k.as_str(),
+                        "get" | "put" | "post" | "delete" | "options" | "head" | "patch" | "trace"
+                    )
+                })
+                .map(move |m| (m.to_ascii_uppercase(), path.clone()))
+        })
+        .collect();
+    let served: BTreeSet<(String, String)> = ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    let missing: Vec<_> = served.difference(&documented).collect();
+    assert!(
+        missing.is_empty(),
+        "every route the router serves is documented; missing: {missing:?}"
+    );
+    let extra: Vec<_> = documented.difference(&served).collect();
+    assert!(
+        extra.is_empty(),
+        "the document describes only routes the router serves (update ROUTES with app()); \
+         extra: {extra:?}"
+    );
+
+    // The bearer scheme, and on every /api/v1 operation (but the document itself).
+    let scheme = &doc["components"]["securitySchemes"]["bearerAuth"];
+    assert_eq!(
+        (scheme["type"].as_str(), scheme["scheme"].as_str()),
+        (Some("http"), Some("bearer")),
+        "bearerAuth is an HTTP bearer scheme: {scheme}"
+    );
+    let bearer = serde_json::json!({ "bearerAuth": [] });
+    for (method, path) in &served {
+        let operation = &doc["paths"][path][method.to_ascii_lowercase()];
+        let security = operation["security"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{method} {path} states its security"));
+        let protected = path.starts_with("/api/v1/") && path != UNAUTHENTICATED_V1;
+        if protected {
+            assert!(
+                security.contains(&bearer),
+                "{method} {path} requires the bearer token: {security:?}"
+            );
+        } else {
+            assert!(
+                security.is_empty(),
+                "{method} {path} is served without a token, and documented so: {security:?}"
+            );
+        }
+        assert!(
+            operation["responses"]
+                .as_object()
+                .is_some_and(|r| !r.is_empty()),
+            "{method} {path} documents its responses"
+        );
+        if protected {
+            for status in ["401", "503"] {
+                response_schema(&doc, method, path, status);
+            }
+        }
+    }
+
+    // Every reference resolves.
+    let mut refs = Vec::new();
+    references(&doc, &mut refs);
+    assert!(!refs.is_empty(), "schemas are shared through references");
+    for r in refs {
+        resolve(&doc, &serde_json::json!({ "$ref": r }));
+    }
+
+    // The list is the router's. Without a token each listed /api/v1 route answers 401
+    // with the documented error and the others answer 200; with a token, each listed route
+    // is matched (no 405, no empty 404 of an unknown path), while an unserved method or
+    // path is refused. (The token layer covers a whole path, so a wrong method is only
+    // told apart with a token.)
+    let admin = api.token("root", Role::Admin).await;
+    for (method, path) in ROUTES {
+        let (status, body) = api.call(method, &concrete(path), None, "").await;
+        if path.starts_with("/api/v1/") && *path != UNAUTHENTICATED_V1 {
+            assert_eq!(
+                status,
+                StatusCode::UNAUTHORIZED,
+                "{method} {path} is served, behind the token: {body}"
+            );
+            assert_fits(&doc, method, path, status, &body);
+        } else {
+            assert_eq!(status, StatusCode::OK, "{method} {path} is served: {body}");
+        }
+        let (status, body) = api.call(method, &concrete(path), Some(&admin), "").await;
+        assert!(
+            status != StatusCode::METHOD_NOT_ALLOWED
+                && !(status == StatusCode::NOT_FOUND && body.is_null()),
+            "{method} {path} is a route of the router: {status} {body}"
+        );
+    }
+    let (status, _) = api
+        .call("GET", "/api/v1/nothing-here", Some(&admin), "")
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "an unknown path is a 404");
+    let (status, _) = api.call("PUT", "/api/v1/deploys", Some(&admin), "").await;
+    assert_eq!(
+        status,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "a method the router does not serve is a 405"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_answers_fit_the_documented_schemas() {
+    let mut api = Api::new().await;
+    let doc = api.document().await;
+    let worker = api.worker().await;
+    let viewer = api.token("alice", Role::Viewer).await;
+    let deployer = api.token("ci", Role::Deployer).await;
+
+    for path in ["/api/v1/workers", "/api/v1/queues"] {
+        let (status, body) = api.get(path, &viewer).await;
+        assert_eq!(status, StatusCode::OK, "a viewer may read {path}: {body}");
+        assert!(
+            body.as_array().is_some_and(|a| !a.is_empty()),
+            "with a worker running, {path} lists something to check: {body}"
+        );
+        assert_fits(&doc, "GET", path, status, &body);
+    }
+
+    // Errors: a 400 naming its field, a 403, a 404.
+    let bad = api.descriptor("not-a-checksum");
+    let (status, body) = api
+        .call("POST", "/api/v1/deploys", Some(&deployer), &bad)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "a bad sha256: {body}");
+    assert!(body["error"]["field"].is_string(), "it names the field");
+    assert_fits(&doc, "POST", "/api/v1/deploys", status, &body);
+    let (status, body) = api
+        .call("POST", "/api/v1/executors/x/recover", Some(&viewer), "")
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "a viewer may not recover");
+    assert_fits(
+        &doc,
+        "POST",
+        "/api/v1/executors/{id}/recover",
+        status,
+        &body,
+    );
+    let (status, body) = api.get("/api/v1/deploys/no-such-deploy", &viewer).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "no such deploy: {body}");
+    assert_fits(&doc, "GET", "/api/v1/deploys/{id}", status, &body);
+
+    // A deploy, from submission to its logs.
+    let good = api.descriptor(&hex::encode(Sha256::digest(ARTIFACT)));
+    let (status, body) = api
+        .call("POST", "/api/v1/deploys", Some(&deployer), &good)
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "submitted: {body}");
+    assert_fits(&doc, "POST", "/api/v1/deploys", status, &body);
+    let id = body["id"].as_str().expect("an id").to_string();
+    let record = api.client.wait(&id, WAIT).await.expect("the deploy ends");
+    assert_eq!(
+        record.status,
+        WorkflowStatus::Success,
+        "the deploy succeeds: {:?}",
+        record.error
+    );
+    let (status, body) = api.get(&format!("/api/v1/deploys/{id}"), &viewer).await;
+    assert_eq!(status, StatusCode::OK, "its status: {body}");
+    assert!(
+        body["steps"].as_array().is_some_and(|s| !s.is_empty())
+            && body["targets"].as_array().is_some_and(|t| !t.is_empty()),
+        "a finished deploy has steps and targets to check: {body:#}"
+    );
+    assert_fits(&doc, "GET", "/api/v1/deploys/{id}", status, &body);
+    let (status, body) = api
+        .get(&format!("/api/v1/deploys/{id}/logs"), &viewer)
+        .await;
+    assert_eq!(status, StatusCode::OK, "its logs: {body}");
+    assert_fits(&doc, "GET", "/api/v1/deploys/{id}/logs", status, &body);
+    for path in ["/api/v1/deploys", "/api/v1/activity"] {
+        let (status, body) = api.get(path, &viewer).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+        assert!(
+            body.as_array().is_some_and(|a| !a.is_empty()),
+            "{path} lists the deploy: {body}"
+        );
+        assert_fits(&doc, "GET", path, status, &body);
+    }
+    let (status, body) = api
+        .call(
+            "POST",
+            &format!("/api/v1/deploys/{id}/cancel"),
+            Some(&deployer),
+            "",
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "a finished deploy: {body}");
+    assert_fits(&doc, "POST", "/api/v1/deploys/{id}/cancel", status, &body);
+
+    // A recurring schedule: its creation, list, view, pause and deletion.
+    let cron = format!("{good}schedule:\n  cron: \"0 0 1 1 *\"\n");
+    let (status, body) = api
+        .call("POST", "/api/v1/deploys", Some(&deployer), &cron)
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "a schedule is created: {body}");
+    assert_fits(&doc, "POST", "/api/v1/deploys", status, &body);
+    let schedule = body["id"].as_str().expect("an id").to_string();
+    let (status, body) = api.get("/api/v1/schedules", &viewer).await;
+    assert_eq!(status, StatusCode::OK, "the schedules: {body}");
+    assert!(
+        body.as_array().is_some_and(|a| !a.is_empty()),
+        "it lists the schedule: {body}"
+    );
+    assert_fits(&doc, "GET", "/api/v1/schedules", status, &body);
+    let (status, body) = api
+        .get(&format!("/api/v1/schedules/{schedule}"), &viewer)
+        .await;
+    assert_eq!(status, StatusCode::OK, "the schedule: {body}");
+    assert_fits(&doc, "GET", "/api/v1/schedules/{id}", status, &body);
+    let (status, body) = api
+        .call(
+            "POST",
+            &format!("/api/v1/schedules/{schedule}/pause"),
+            Some(&deployer),
+            "",
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "paused: {body}");
+    assert_fits(&doc, "POST", "/api/v1/schedules/{id}/pause", status, &body);
+    let (status, body) = api
+        .call(
+            "DELETE",
+            &format!("/api/v1/schedules/{schedule}"),
+            Some(&deployer),
+            "",
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "deleted: {body}");
+    assert_fits(&doc, "DELETE", "/api/v1/schedules/{id}", status, &body);
+
+    let admin = api.token("root", Role::Admin).await;
+    let (status, body) = api
+        .call("POST", "/api/v1/executors/gone/recover", Some(&admin), "")
+        .await;
+    assert_eq!(status, StatusCode::OK, "an admin may recover: {body}");
+    assert_fits(
+        &doc,
+        "POST",
+        "/api/v1/executors/{id}/recover",
+        status,
+        &body,
+    );
+    worker.shutdown(Duration::from_secs(10)).await;
+}

@@ -1,0 +1,716 @@
+//! Recurring deploys (`schedule.cron`): the schedule records, the tick
+//! computation (cron in a time zone, DST-correct) and the ticker that every
+//! worker runs.
+//!
+//! A schedule is a record of kind [`SCHEDULE_KIND`], written only by the API
+//! (create, pause, resume, delete). The tickers write only the tick state
+//! (kind [`TICK_KIND`], same key), so a ticker can never undo a pause. Each
+//! tick is enqueued as the deploy `<schedule id>@<tick unix seconds>`: the
+//! engine starts an id once, so any number of tickers racing, or a lost
+//! update of the tick state, yield one deploy per tick.
+
+use std::{collections::HashMap, time::Duration};
+
+use chrono::{DateTime, TimeZone, Utc};
+use chrono_tz::Tz;
+use croner::{
+    Cron,
+    parser::{CronParser, Seconds},
+};
+use manent_engine::{Client, EngineError, EnqueueRequest, now_ms};
+use manent_model::{Descriptor, EffectiveDescriptor, Missed, Route};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    views::rfc3339,
+    workflow::{DEPLOY_WORKFLOW, DeployRequest},
+};
+
+/// Record kind of a schedule (written by the API only).
+pub const SCHEDULE_KIND: &str = "schedule";
+/// Record kind of a schedule's tick state (written by the tickers only).
+pub const TICK_KIND: &str = "schedule-tick";
+/// A tick more than this late (in seconds) was missed: no worker ran when it
+/// was due. Later ticks are on time and each gets its deploy.
+pub const MISSED_AFTER_SECS: i64 = 60;
+/// At most this many on-time ticks are enqueued for one schedule in one pass.
+const MAX_TICKS_PER_PASS: usize = 120;
+
+/// A recurring deploy, as recorded at submission.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleRecord {
+    pub id: String,
+    pub descriptor: Descriptor,
+    /// Decided at submission: every tick goes to this queue, also after a `queues` change.
+    pub route: Route,
+    pub effective: Option<EffectiveDescriptor>,
+    pub cron: String,
+    /// IANA name; UTC when the descriptor gave none.
+    pub timezone: String,
+    pub missed: Missed,
+    pub paused: bool,
+    pub created_by: String,
+    pub created_at_ms: i64,
+    /// Ticks at or before this time are not run (set on resume: a pause drops its ticks).
+    #[serde(default)]
+    pub resumed_at_ms: Option<i64>,
+    /// The first tick after creation (unix seconds), as computed then.
+    pub next_tick: Option<i64>,
+}
+
+impl ScheduleRecord {
+    /// Ticks at or before this time (unix ms) are never enqueued.
+    fn floor_ms(&self, state: &TickState) -> i64 {
+        let mut floor = self.created_at_ms.max(self.resumed_at_ms.unwrap_or(0));
+        if let Some(t) = state.last_tick {
+            floor = floor.max(t * 1000);
+        }
+        floor
+    }
+}
+
+/// What the tickers record of a schedule.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TickState {
+    /// The latest tick (unix seconds) enqueued, or passed over as missed.
+    pub last_tick: Option<i64>,
+    /// The deploy of `last_tick`, if it was enqueued.
+    pub last_deploy: Option<String>,
+}
+
+/// A schedule as `manent schedules` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleView {
+    pub id: String,
+    pub application: String,
+    pub environment: String,
+    pub version: String,
+    pub cron: String,
+    pub timezone: String,
+    pub missed: String,
+    pub paused: bool,
+    pub queue: String,
+    /// RFC 3339; none when paused or when the expression never matches again.
+    pub next_tick: Option<String>,
+    pub last_tick: Option<String>,
+    pub last_deploy: Option<String>,
+    pub created_by: String,
+    pub created_at: String,
+}
+
+/// The deploy id of one tick.
+pub fn tick_id(schedule_id: &str, tick_secs: i64) -> String {
+    format!("{schedule_id}@{tick_secs}")
+}
+
+/// Parses a cron expression: five fields, or six with a leading seconds field.
+pub fn parse_cron(expr: &str) -> Result<Cron, String> {
+    CronParser::builder()
+        .seconds(Seconds::Optional)
+        .build()
+        .parse(expr)
+        .map_err(|e| e.to_string())
+}
+
+/// Parses an IANA time-zone name.
+pub fn parse_timezone(name: &str) -> Result<Tz, String> {
+    name.parse::<Tz>().map_err(|_| {
+        format!("`{name}` is not a known time zone; write an IANA name such as UTC or Europe/Paris")
+    })
+}
+
+fn at(tz: Tz, secs: i64) -> Option<DateTime<Tz>> {
+    tz.timestamp_opt(secs, 0).single()
+}
+
+/// The first tick strictly after `after_secs`.
+pub fn next_tick(cron: &Cron, tz: Tz, after_secs: i64) -> Option<i64> {
+    cron.find_next_occurrence(&at(tz, after_secs)?, false)
+        .ok()
+        .map(|t| t.timestamp())
+}
+
+/// The last tick at or before `secs`.
+fn previous_tick(cron: &Cron, tz: Tz, secs: i64) -> Option<i64> {
+    cron.find_previous_occurrence(&at(tz, secs)?, true)
+        .ok()
+        .map(|t| t.timestamp())
+}
+
+/// What one ticker pass does for one schedule.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TickPlan {
+    /// Ticks (unix seconds) to enqueue, oldest first.
+    pub enqueue: Vec<i64>,
+    /// The new `last_tick`: the latest tick due, enqueued or passed over.
+    pub last_tick: Option<i64>,
+}
+
+/// The ticks due in `(floor_secs, now_secs]`. Those at most
+/// [`MISSED_AFTER_SECS`] late are each enqueued; older ones were missed
+/// (nothing ran): `run_once` enqueues the latest of them, unless an on-time
+/// tick runs anyway, and `skip` none.
+pub fn plan(cron: &Cron, tz: Tz, missed: Missed, floor_secs: i64, now_secs: i64) -> TickPlan {
+    let on_time_from = floor_secs.max(now_secs - MISSED_AFTER_SECS);
+    let mut on_time = Vec::new();
+    let mut cursor = on_time_from;
+    while let Some(t) = next_tick(cron, tz, cursor) {
+        if t > now_secs {
+            break;
+        }
+        on_time.push(t);
+        cursor = t;
+    }
+    if on_time.len() > MAX_TICKS_PER_PASS {
+        on_time.drain(..on_time.len() - MAX_TICKS_PER_PASS);
+    }
+    let late = if floor_secs < now_secs - MISSED_AFTER_SECS {
+        previous_tick(cron, tz, now_secs - MISSED_AFTER_SECS).filter(|t| *t > floor_secs)
+    } else {
+        None
+    };
+    let last_tick = on_time.last().copied().or(late);
+    let enqueue = match (on_time.is_empty(), late, missed) {
+        (true, Some(t), Missed::RunOnce) => vec![t],
+        _ => on_time,
+    };
+    TickPlan { enqueue, last_tick }
+}
+
+/// Creates the schedule record; returns it.
+#[allow(clippy::too_many_arguments)]
+pub async fn create(
+    client: &Client,
+    descriptor: Descriptor,
+    effective: Option<EffectiveDescriptor>,
+    route: Route,
+    cron: &str,
+    timezone: &str,
+    missed: Missed,
+    created_by: &str,
+) -> Result<ScheduleRecord, EngineError> {
+    let parsed = parse_cron(cron).map_err(EngineError::InvalidInput)?;
+    let tz = parse_timezone(timezone).map_err(EngineError::InvalidInput)?;
+    let now = now_ms();
+    let record = ScheduleRecord {
+        id: format!("sch-{}", uuid::Uuid::new_v4().simple()),
+        descriptor,
+        route,
+        effective,
+        cron: cron.to_string(),
+        timezone: timezone.to_string(),
+        missed,
+        paused: false,
+        created_by: created_by.to_string(),
+        created_at_ms: now,
+        resumed_at_ms: None,
+        next_tick: next_tick(&parsed, tz, now.div_euclid(1000)),
+    };
+    let value =
+        serde_json::to_string(&record).map_err(|e| EngineError::InvalidInput(e.to_string()))?;
+    client
+        .store()
+        .insert_record(SCHEDULE_KIND, &record.id, &value, now)
+        .await?;
+    Ok(record)
+}
+
+pub async fn get(client: &Client, id: &str) -> Result<Option<ScheduleRecord>, EngineError> {
+    Ok(client
+        .store()
+        .get_record(SCHEDULE_KIND, id)
+        .await?
+        .and_then(|v| serde_json::from_str(&v).ok()))
+}
+
+async fn put(client: &Client, record: &ScheduleRecord) -> Result<(), EngineError> {
+    let value =
+        serde_json::to_string(record).map_err(|e| EngineError::InvalidInput(e.to_string()))?;
+    Ok(client
+        .store()
+        .put_record(SCHEDULE_KIND, &record.id, &value, now_ms())
+        .await?)
+}
+
+async fn tick_states(client: &Client) -> Result<HashMap<String, TickState>, EngineError> {
+    Ok(client
+        .store()
+        .list_records(TICK_KIND)
+        .await?
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, serde_json::from_str(&v).ok()?)))
+        .collect())
+}
+
+async fn records(client: &Client) -> Result<Vec<ScheduleRecord>, EngineError> {
+    Ok(client
+        .store()
+        .list_records(SCHEDULE_KIND)
+        .await?
+        .into_iter()
+        .filter_map(|(_, v)| serde_json::from_str(&v).ok())
+        .collect())
+}
+
+/// Every schedule, with its next tick.
+pub async fn list(client: &Client) -> Result<Vec<ScheduleView>, EngineError> {
+    let states = tick_states(client).await?;
+    let now = now_ms();
+    Ok(records(client)
+        .await?
+        .into_iter()
+        .map(|r| {
+            let state = states.get(&r.id).cloned().unwrap_or_default();
+            view(&r, &state, now)
+        })
+        .collect())
+}
+
+/// One schedule, with its next tick.
+pub async fn show(client: &Client, id: &str) -> Result<Option<ScheduleView>, EngineError> {
+    let Some(record) = get(client, id).await? else {
+        return Ok(None);
+    };
+    let state = client
+        .store()
+        .get_record(TICK_KIND, id)
+        .await?
+        .and_then(|v| serde_json::from_str(&v).ok())
+        .unwrap_or_default();
+    Ok(Some(view(&record, &state, now_ms())))
+}
+
+fn view(r: &ScheduleRecord, state: &TickState, now: i64) -> ScheduleView {
+    let next = if r.paused {
+        None
+    } else {
+        match (parse_cron(&r.cron), parse_timezone(&r.timezone)) {
+            (Ok(cron), Ok(tz)) => {
+                let after = r.floor_ms(state).max(now).div_euclid(1000);
+                next_tick(&cron, tz, after)
+            }
+            _ => None,
+        }
+    };
+    let d = &r.descriptor;
+    ScheduleView {
+        id: r.id.clone(),
+        application: d.application.clone(),
+        environment: d.environment.clone(),
+        version: d
+            .artifacts
+            .first()
+            .map(|a| a.version.clone())
+            .unwrap_or_default(),
+        cron: r.cron.clone(),
+        timezone: r.timezone.clone(),
+        missed: r.missed.as_str().to_string(),
+        paused: r.paused,
+        queue: r.route.queue.clone(),
+        next_tick: next.map(|s| rfc3339_secs(s, &r.timezone)),
+        last_tick: state.last_tick.map(|s| rfc3339_secs(s, &r.timezone)),
+        last_deploy: state.last_deploy.clone(),
+        created_by: r.created_by.clone(),
+        created_at: rfc3339(r.created_at_ms),
+    }
+}
+
+/// A tick as RFC 3339 in the schedule's time zone (its offset shown).
+fn rfc3339_secs(secs: i64, timezone: &str) -> String {
+    match parse_timezone(timezone).ok().and_then(|tz| at(tz, secs)) {
+        Some(t) => t.to_rfc3339(),
+        None => Utc
+            .timestamp_opt(secs, 0)
+            .single()
+            .map(|t| t.to_rfc3339())
+            .unwrap_or_default(),
+    }
+}
+
+/// Pauses (`true`) or resumes (`false`) a schedule; `None` if there is none.
+/// Resuming drops the ticks that fell during the pause.
+pub async fn set_paused(
+    client: &Client,
+    id: &str,
+    paused: bool,
+) -> Result<Option<ScheduleView>, EngineError> {
+    let Some(mut record) = get(client, id).await? else {
+        return Ok(None);
+    };
+    if record.paused != paused {
+        record.paused = paused;
+        if !paused {
+            record.resumed_at_ms = Some(now_ms());
+        }
+        put(client, &record).await?;
+    }
+    show(client, id).await
+}
+
+/// Deletes a schedule; returns whether there was one. Deploys already
+/// enqueued by it are left as they are.
+pub async fn delete(client: &Client, id: &str) -> Result<bool, EngineError> {
+    let deleted = client.store().delete_record(SCHEDULE_KIND, id).await?;
+    client.store().delete_record(TICK_KIND, id).await?;
+    Ok(deleted)
+}
+
+/// One pass over every schedule: enqueues the deploys of the ticks due.
+/// Returns the ids enqueued (or found already enqueued).
+pub async fn tick_once(client: &Client, now: i64) -> Result<Vec<String>, EngineError> {
+    // Tick states first: one whose schedule is gone after that was deleted.
+    let states = tick_states(client).await?;
+    let schedules = records(client).await?;
+    for id in states.keys() {
+        if !schedules.iter().any(|s| &s.id == id) {
+            client.store().delete_record(TICK_KIND, id).await?;
+        }
+    }
+    let mut out = Vec::new();
+    for schedule in schedules.iter().filter(|s| !s.paused) {
+        let state = states.get(&schedule.id).cloned().unwrap_or_default();
+        // One schedule failing (a bad record, a refused enqueue) does not stop the others.
+        match tick_schedule(client, schedule, state, now).await {
+            Ok(ids) => out.extend(ids),
+            Err(e) => {
+                tracing::warn!(schedule = %schedule.id, error = %e, "schedule tick failed");
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn tick_schedule(
+    client: &Client,
+    schedule: &ScheduleRecord,
+    state: TickState,
+    now: i64,
+) -> Result<Vec<String>, EngineError> {
+    let cron = parse_cron(&schedule.cron).map_err(EngineError::InvalidInput)?;
+    let tz = parse_timezone(&schedule.timezone).map_err(EngineError::InvalidInput)?;
+    let floor = schedule.floor_ms(&state).div_euclid(1000);
+    let plan = plan(&cron, tz, schedule.missed, floor, now.div_euclid(1000));
+    let Some(last_tick) = plan.last_tick else {
+        return Ok(Vec::new());
+    };
+    let mut ids = Vec::new();
+    for tick in &plan.enqueue {
+        ids.push(enqueue_tick(client, schedule, *tick).await?);
+    }
+    if ids.is_empty() {
+        tracing::info!(schedule = %schedule.id, tick = last_tick, "missed ticks skipped (missed: skip)");
+    }
+    let state = TickState {
+        last_tick: Some(last_tick),
+        last_deploy: ids.last().cloned().or(state.last_deploy),
+    };
+    let value =
+        serde_json::to_string(&state).map_err(|e| EngineError::InvalidInput(e.to_string()))?;
+    // A lost update (another ticker, a stale read) only re-enqueues existing ids.
+    client
+        .store()
+        .put_record(TICK_KIND, &schedule.id, &value, now_ms())
+        .await?;
+    Ok(ids)
+}
+
+/// Enqueues the deploy of one tick, idempotently, on the schedule's recorded route.
+async fn enqueue_tick(
+    client: &Client,
+    schedule: &ScheduleRecord,
+    tick: i64,
+) -> Result<String, EngineError> {
+    let id = tick_id(&schedule.id, tick);
+    let request = DeployRequest {
+        descriptor: schedule.descriptor.clone(),
+        effective: schedule.effective.clone(),
+        route: schedule.route.clone(),
+        submitted_by: schedule.created_by.clone(),
+        submitted_at_ms: tick * 1000,
+    };
+    let partition = manent_model::partition_key(
+        &schedule.descriptor.application,
+        &schedule.descriptor.environment,
+    );
+    // Idempotent on the id: a tick already enqueued (by another ticker) is returned as it is.
+    client
+        .enqueue(
+            EnqueueRequest::new(DEPLOY_WORKFLOW, &schedule.route.queue, &request)
+                .id(&id)
+                .partition(partition),
+        )
+        .await?;
+    tracing::debug!(schedule = %schedule.id, deploy = %id, "tick enqueued");
+    Ok(id)
+}
+
+/// The ticker of a worker process: a pass every `interval` until stopped.
+pub struct Ticker {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Ticker {
+    pub fn start(client: Client, interval: Duration) -> Ticker {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut every = tokio::time::interval(interval);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = every.tick() => {}
+                    _ = stopped.wait_for(|s| *s) => return,
+                }
+                match tick_once(&client, now_ms()).await {
+                    Ok(ids) if !ids.is_empty() => {
+                        tracing::debug!(count = ids.len(), "schedule ticks enqueued");
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "schedule ticker pass failed"),
+                }
+            }
+        });
+        Ticker { stop, task }
+    }
+
+    /// Stops the ticker after its current pass.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    fn secs(tz: Tz, local: &str) -> i64 {
+        let naive = chrono::NaiveDateTime::parse_from_str(local, "%Y-%m-%d %H:%M:%S").unwrap();
+        tz.from_local_datetime(&naive)
+            .earliest()
+            .unwrap()
+            .timestamp()
+    }
+
+    fn show(tz: Tz, ticks: &[i64]) -> Vec<String> {
+        ticks
+            .iter()
+            .map(|t| at(tz, *t).unwrap().to_rfc3339())
+            .collect()
+    }
+
+    /// Every tick in `(from, to]`.
+    fn ticks(cron: &str, tz: Tz, from: i64, to: i64) -> Vec<i64> {
+        let cron = parse_cron(cron).unwrap();
+        let mut out = Vec::new();
+        let mut cursor = from;
+        while let Some(t) = next_tick(&cron, tz, cursor) {
+            if t > to {
+                break;
+            }
+            out.push(t);
+            cursor = t;
+        }
+        out
+    }
+
+    #[test]
+    fn spring_forward_in_paris_runs_the_skipped_hour_once() {
+        let tz = chrono_tz::Europe::Paris;
+        // 2025-03-30: 02:00 CET becomes 03:00 CEST; 02:30 does not exist that day.
+        let from = secs(tz, "2025-03-29 00:00:00");
+        let to = secs(tz, "2025-03-31 23:59:00");
+        assert_eq!(
+            show(tz, &ticks("30 2 * * *", tz, from, to)),
+            [
+                "2025-03-29T02:30:00+01:00",
+                "2025-03-30T03:00:00+02:00",
+                "2025-03-31T02:30:00+02:00"
+            ]
+        );
+        // Hourly: 02:xx is skipped on the wall clock, never doubled.
+        let hourly = ticks(
+            "0 * * * *",
+            tz,
+            secs(tz, "2025-03-30 00:30:00"),
+            secs(tz, "2025-03-30 04:30:00"),
+        );
+        assert_eq!(
+            show(tz, &hourly),
+            [
+                "2025-03-30T01:00:00+01:00",
+                "2025-03-30T03:00:00+02:00",
+                "2025-03-30T04:00:00+02:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn fall_back_in_paris_runs_the_repeated_hour_once() {
+        let tz = chrono_tz::Europe::Paris;
+        // 2025-10-26: 03:00 CEST becomes 02:00 CET; 02:30 happens twice.
+        let from = secs(tz, "2025-10-25 00:00:00");
+        let to = secs(tz, "2025-10-27 23:59:00");
+        assert_eq!(
+            show(tz, &ticks("30 2 * * *", tz, from, to)),
+            [
+                "2025-10-25T02:30:00+02:00",
+                "2025-10-26T02:30:00+02:00",
+                "2025-10-27T02:30:00+01:00"
+            ]
+        );
+        // A daily tick is 25 hours after the one before across the change.
+        let daily = ticks("0 9 * * *", tz, from, to);
+        assert_eq!(daily[1] - daily[0], 25 * 3600);
+        assert_eq!(daily[2] - daily[1], 24 * 3600);
+    }
+
+    #[test]
+    fn on_time_ticks_each_run_and_nothing_runs_twice() {
+        let tz = chrono_tz::UTC;
+        let cron = parse_cron("*/2 * * * * *").unwrap();
+        let now = 1_000_000; // even
+        let p = plan(&cron, tz, Missed::Skip, now - 5, now);
+        assert_eq!(p.enqueue, [now - 4, now - 2, now]);
+        assert_eq!(p.last_tick, Some(now));
+        // The next pass from the recorded last tick finds nothing new.
+        let p = plan(&cron, tz, Missed::Skip, now, now + 1);
+        assert_eq!(p, TickPlan::default());
+        // A tick at the floor itself is not due again.
+        let p = plan(&cron, tz, Missed::RunOnce, now, now);
+        assert!(p.enqueue.is_empty());
+    }
+
+    #[test]
+    fn missed_ticks_run_once_or_are_skipped() {
+        let tz = chrono_tz::Europe::Paris;
+        let cron = parse_cron("0 * * * *").unwrap();
+        // Down from 10:30 to 15:20: the 11:00 … 15:00 ticks were missed.
+        let floor = secs(tz, "2025-06-02 10:30:00");
+        let now = secs(tz, "2025-06-02 15:20:00");
+        let p = plan(&cron, tz, Missed::RunOnce, floor, now);
+        assert_eq!(show(tz, &p.enqueue), ["2025-06-02T15:00:00+02:00"]);
+        assert_eq!(p.last_tick, Some(secs(tz, "2025-06-02 15:00:00")));
+        let p = plan(&cron, tz, Missed::Skip, floor, now);
+        assert!(p.enqueue.is_empty());
+        assert_eq!(p.last_tick, Some(secs(tz, "2025-06-02 15:00:00")));
+        // The next pass resumes at 16:00 either way.
+        let p = plan(
+            &cron,
+            tz,
+            Missed::Skip,
+            secs(tz, "2025-06-02 15:00:00"),
+            secs(tz, "2025-06-02 16:00:10"),
+        );
+        assert_eq!(show(tz, &p.enqueue), ["2025-06-02T16:00:00+02:00"]);
+        // Nothing due: nothing to do.
+        let p = plan(
+            &cron,
+            tz,
+            Missed::RunOnce,
+            floor,
+            secs(tz, "2025-06-02 10:59:59"),
+        );
+        assert_eq!(p, TickPlan::default());
+    }
+
+    #[test]
+    fn a_missed_tick_is_not_run_when_an_on_time_one_runs() {
+        let tz = chrono_tz::UTC;
+        let cron = parse_cron("*/30 * * * * *").unwrap();
+        // Ticks every 30 s from a floor 200 s back: the ones within a minute run, the late ones do not.
+        let now = 1_000_020; // a multiple of 30
+        let p = plan(&cron, tz, Missed::RunOnce, now - 200, now);
+        assert_eq!(p.enqueue, [now - 60 + 30, now]);
+        assert_eq!(p.last_tick, Some(now));
+    }
+
+    #[test]
+    fn tick_ids_and_timezones() {
+        assert_eq!(tick_id("sch-1", 1_700_000_000), "sch-1@1700000000");
+        assert!(parse_timezone("Mars/Base").is_err());
+        assert!(parse_cron("* * * * *").is_ok());
+        assert!(parse_cron("*/5 * * * * *").is_ok());
+    }
+    /// Tickers racing, a stale tick state, a pause and a long outage, on a real store.
+    #[tokio::test]
+    async fn tickers_enqueue_each_tick_once_and_respect_pause() {
+        let db = manent_testkit::TestDb::new(manent_testkit::Db::Sqlite).await;
+        let client = Client::new(manent_engine::store::open(&db.url).await.unwrap());
+        let sha = "0".repeat(64);
+        let text = format!(
+            "application: acme/web\nenvironment: prod\nartifacts:\n  - {{name: a, type: file, \
+             version: \"1\", url: \"file:///a\", sha256: \"{sha}\"}}\n"
+        );
+        let descriptor = manent_model::parse_descriptor(&text, "d.yml").unwrap();
+        let route: Route = serde_json::from_value(
+            serde_json::json!({"queue": "default", "kind": "default", "plugin": null}),
+        )
+        .unwrap();
+        let s = create(
+            &client,
+            descriptor,
+            None,
+            route,
+            "*/2 * * * * *",
+            "UTC",
+            Missed::RunOnce,
+            "ci",
+        )
+        .await
+        .unwrap();
+        let deploys = || async {
+            client
+                .list(&manent_engine::WorkflowFilter::default())
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|w| w.id)
+                .collect::<BTreeSet<_>>()
+        };
+        let t0 = s.created_at_ms + 7_000;
+        // Two tickers at the same instant: the same ids, enqueued once.
+        let first = tick_once(&client, t0).await.unwrap();
+        let second = tick_once(&client, t0).await.unwrap();
+        assert!(first.len() >= 3, "{first:?}");
+        assert!(second.is_empty(), "already recorded: {second:?}");
+        assert_eq!(deploys().await, first.iter().cloned().collect());
+        // A lost update of the tick state re-enqueues existing ids only.
+        client
+            .store()
+            .delete_record(TICK_KIND, &s.id)
+            .await
+            .unwrap();
+        let again = tick_once(&client, t0).await.unwrap();
+        assert_eq!(again, first);
+        assert_eq!(deploys().await.len(), first.len());
+        // Paused: nothing, however much time passes.
+        set_paused(&client, &s.id, true).await.unwrap();
+        assert!(tick_once(&client, t0 + 10_000).await.unwrap().is_empty());
+        set_paused(&client, &s.id, false).await.unwrap();
+        // Down for ten minutes: the ticks of the last minute are on time and run each; the
+        // older ones were missed, and are not run on top of them.
+        let late = t0 + 600_000;
+        let after_outage = tick_once(&client, late).await.unwrap();
+        let on_time_from = late / 1000 - MISSED_AFTER_SECS;
+        assert_eq!(after_outage.len(), 30, "{after_outage:?}");
+        assert!(
+            after_outage
+                .iter()
+                .all(|id| id > &tick_id(&s.id, on_time_from)),
+            "{after_outage:?}"
+        );
+        assert_eq!(deploys().await.len(), first.len() + after_outage.len());
+        let view = super::show(&client, &s.id).await.unwrap().unwrap();
+        assert!(
+            view.next_tick.is_some() && view.last_deploy.is_some(),
+            "{view:?}"
+        );
+        // Deleted: gone, and never ticked again.
+        assert!(delete(&client, &s.id).await.unwrap());
+        assert!(tick_once(&client, late + 10_000).await.unwrap().is_empty());
+        assert!(list(&client).await.unwrap().is_empty());
+    }
+}
