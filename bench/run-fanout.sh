@@ -7,10 +7,13 @@
 # "Fan-out over SSH".
 #
 # usage: bench/run-fanout.sh [--no-build] [--out DIR] [manent-fanout-bench flags...]
-#   flags: --targets N (20)  --sizes-mb 50,1  --engines manent,scp,ansible,transport
+#   flags: --targets N (20)  --sizes-mb 50,1  --engines manent,manent-pg,scp,ansible,transport
+#          --postgres-url ADMIN_URL (manent-pg: fresh database per run; default
+#          $MANENT_TEST_POSTGRES, else postgres://postgres@127.0.0.1:5432/postgres)
 #
 # Needs OpenSSH's sshd (/usr/sbin/sshd), ssh, scp, ssh-keygen, sha256sum, sha1sum, and
-# python3 with venv (pip reaches PyPI once, to install ansible-core). Results go to DIR
+# python3 with venv (pip reaches PyPI once, to install ansible-core), and a reachable
+# PostgreSQL for manent-pg. Results go to DIR
 # (default bench/target/results/fanout-<UTC timestamp>/): table.md, results.jsonl, run.log.
 set -euo pipefail
 
@@ -28,7 +31,7 @@ while (($#)); do
             out=$2
             shift 2
             ;;
-        -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) pass+=("$1"); shift ;;
     esac
 done

@@ -1,6 +1,7 @@
 //! Fan-out benchmark (issue 4): one artifact to N loopback OpenSSH targets (copy, verify
 //! sha256, rename into place, one check command), timed for manent (in-process engine on a
-//! fresh SQLite file, every step checkpointed), plain parallel `scp` + `ssh`, and
+//! fresh SQLite file — `manent` — or a fresh PostgreSQL database — `manent-pg` —, every step
+//! checkpointed), plain parallel `scp` + `ssh`, and
 //! `ansible-playbook`. A fourth, diagnostic row (`transport`) does manent's per-target work
 //! through `manent-ssh` alone, without the engine, to show what the engine adds.
 //!
@@ -18,14 +19,14 @@ use anyhow::{Context, Result, anyhow, bail, ensure};
 use manent_config::Config;
 use manent_engine::{Engine, EngineConfig, StepRecord, WorkflowStatus, store};
 use manent_ssh::{Address, ConnectionPool, SshAuth};
-use manent_testkit::sshd::SshHosts;
+use manent_testkit::{Db, TestDb, sshd::SshHosts};
 use sha2::{Digest, Sha256};
 use tokio::process::Command;
 
 /// Longest one engine may take for one workload before the run is called failed.
 const RUN_TIMEOUT: Duration = Duration::from_secs(900);
 const ARTIFACT: &str = "app.bin";
-const ENGINES: [&str; 4] = ["manent", "scp", "ansible", "transport"];
+const ENGINES: [&str; 5] = ["manent", "manent-pg", "scp", "ansible", "transport"];
 
 struct Args {
     targets: usize,
@@ -33,11 +34,16 @@ struct Args {
     engines: Vec<String>,
     ansible_playbook: PathBuf,
     json: Option<PathBuf>,
+    postgres_url: Option<String>,
 }
 
 fn usage() -> &'static str {
     "usage: manent-fanout-bench [--targets N] [--sizes-mb 50,1] \
-     [--engines manent,scp,ansible,transport] [--ansible-playbook PATH] [--json FILE]"
+     [--engines manent,manent-pg,scp,ansible,transport] [--postgres-url ADMIN_URL] \
+     [--ansible-playbook PATH] [--json FILE]\n\
+     manent runs on a fresh SQLite file, manent-pg on a fresh PostgreSQL database created \
+     (and dropped) through ADMIN_URL (default $MANENT_TEST_POSTGRES, else \
+     postgres://postgres@127.0.0.1:5432/postgres)"
 }
 
 fn parse_args() -> Result<Args> {
@@ -47,10 +53,14 @@ fn parse_args() -> Result<Args> {
         engines: ENGINES.iter().map(|s| s.to_string()).collect(),
         ansible_playbook: PathBuf::from("ansible-playbook"),
         json: None,
+        postgres_url: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| anyhow!("{flag} needs a value\n{}", usage()));
+        let mut value = || {
+            it.next()
+                .ok_or_else(|| anyhow!("{flag} needs a value\n{}", usage()))
+        };
         match flag.as_str() {
             "--targets" => args.targets = value()?.parse().context("--targets")?,
             "--sizes-mb" => {
@@ -62,11 +72,16 @@ fn parse_args() -> Result<Args> {
             "--engines" => {
                 args.engines = value()?.split(',').map(|s| s.trim().to_string()).collect();
                 for e in &args.engines {
-                    ensure!(ENGINES.contains(&e.as_str()), "unknown engine {e}\n{}", usage());
+                    ensure!(
+                        ENGINES.contains(&e.as_str()),
+                        "unknown engine {e}\n{}",
+                        usage()
+                    );
                 }
             }
             "--ansible-playbook" => args.ansible_playbook = value()?.into(),
             "--json" => args.json = Some(value()?.into()),
+            "--postgres-url" => args.postgres_url = Some(value()?),
             "-h" | "--help" => {
                 println!("{}", usage());
                 std::process::exit(0);
@@ -74,7 +89,10 @@ fn parse_args() -> Result<Args> {
             other => bail!("unknown argument {other}\n{}", usage()),
         }
     }
-    ensure!((1..=200).contains(&args.targets), "--targets between 1 and 200");
+    ensure!(
+        (1..=200).contains(&args.targets),
+        "--targets between 1 and 200"
+    );
     Ok(args)
 }
 
@@ -87,6 +105,11 @@ fn main() -> Result<()> {
     // manent keeps fetched artifacts in MANENT_WORKDIR; keep them in our scratch directory.
     // SAFETY: set before the runtime starts any thread; nothing else reads the environment yet.
     unsafe { std::env::set_var("MANENT_WORKDIR", scratch.path().join("manent-work")) };
+    // The testkit creates manent-pg's fresh databases through this admin URL.
+    if let Some(url) = &args.postgres_url {
+        // SAFETY: as above.
+        unsafe { std::env::set_var("MANENT_TEST_POSTGRES", url) };
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -157,7 +180,8 @@ async fn run(args: Args, scratch: &Path) -> Result<()> {
                 loadavg().unwrap_or_default()
             );
             let outcome = match engine.as_str() {
-                "manent" => run_manent(&site, &workload, &run_id).await,
+                "manent" => run_manent(&site, &workload, &run_id, Db::Sqlite).await,
+                "manent-pg" => run_manent(&site, &workload, &run_id, Db::Postgres).await,
                 "scp" => run_scp(&site, &workload, &run_id).await,
                 "ansible" => run_ansible(&site, &workload, &run_id, &args.ansible_playbook).await,
                 "transport" => run_transport(&site, &workload, &run_id).await,
@@ -337,7 +361,12 @@ async fn verify(site: &Site, w: &Workload, run_id: &str, _engine: &str) -> Resul
     let paths: Vec<PathBuf> = (0..site.hosts.hosts.len())
         .map(|i| final_path(site, i, run_id))
         .collect();
-    let roots: Vec<PathBuf> = site.hosts.hosts.iter().map(|h| h.root_dir.clone()).collect();
+    let roots: Vec<PathBuf> = site
+        .hosts
+        .hosts
+        .iter()
+        .map(|h| h.root_dir.clone())
+        .collect();
     let expected = w.sha256.clone();
     tokio::task::spawn_blocking(move || -> Result<()> {
         for p in &paths {
@@ -425,12 +454,21 @@ fn write_environment(site: &Site, source: &Path) -> Result<()> {
     Ok(())
 }
 
-async fn run_manent(site: &Site, w: &Workload, run_id: &str) -> Result<(f64, String)> {
+async fn run_manent(site: &Site, w: &Workload, run_id: &str, backend: Db) -> Result<(f64, String)> {
     let dir = site.scratch.join(format!("manent-{run_id}"));
     let source = dir.join("environments");
     write_environment(site, &source)?;
-    let db = dir.join("manent.db");
-    let url = format!("sqlite://{}", db.display());
+    // A fresh database: a SQLite file in `dir`, or a PostgreSQL database dropped with `_db`.
+    let (url, _db) = match backend {
+        Db::Sqlite => (
+            format!("sqlite://{}", dir.join("manent.db").display()),
+            None,
+        ),
+        Db::Postgres => {
+            let db = TestDb::new(Db::Postgres).await;
+            (db.url.clone(), Some(db))
+        }
+    };
     let executor_id = format!("fanout-{run_id}");
     let yaml = format!(
         "database: {{url: {}}}\ndbos: {{executor_id: {}}}\nenvironments: {{source: {}}}\n",
@@ -453,10 +491,7 @@ async fn run_manent(site: &Site, w: &Workload, run_id: &str) -> Result<(f64, Str
         engine.listen(queue.spec());
     }
     manent_deploy::register_workflows(&engine, &config);
-    engine
-        .launch()
-        .await
-        .map_err(|e| anyhow!("launch: {e}"))?;
+    engine.launch().await.map_err(|e| anyhow!("launch: {e}"))?;
     let client = engine.client();
 
     // The version names the destination directory: <root>/<run_id>/app.bin.
@@ -483,7 +518,10 @@ async fn run_manent(site: &Site, w: &Workload, run_id: &str) -> Result<(f64, Str
             .steps(&submitted.id)
             .await
             .map_err(|e| anyhow!("steps: {e}"))?;
-        Ok((elapsed, breakdown(&steps, submitted_ms, record.updated_at_ms)))
+        Ok((
+            elapsed,
+            breakdown(&steps, submitted_ms, record.updated_at_ms),
+        ))
     } else {
         let status = manent_deploy::service::status(&client, &submitted.id)
             .await
@@ -507,8 +545,8 @@ async fn run_manent(site: &Site, w: &Workload, run_id: &str) -> Result<(f64, Str
 }
 
 /// Where manent's time went, from its own step records: claim (submit → first step),
-/// fetch, per-target upload (connect + mkdir + SFTP + fsync + rename + sha256sum) and check
-/// spans, and the tail (last step → SUCCESS).
+/// fetch, per-target upload (connect + SFTP mkdir + SFTP write + fsync + sha256sum + rename)
+/// and check spans, and the tail (last step → SUCCESS).
 fn breakdown(steps: &[StepRecord], submitted_ms: i64, done_ms: i64) -> String {
     let span = |s: &StepRecord| s.finished_at_ms.unwrap_or(s.started_at_ms) - s.started_at_ms;
     let of = |kind: &str| -> Vec<i64> {
@@ -526,7 +564,11 @@ fn breakdown(steps: &[StepRecord], submitted_ms: i64, done_ms: i64) -> String {
         }
         format!("{}/{}/{}", v[0], v[v.len() / 2], v[v.len() - 1])
     };
-    let first = steps.iter().map(|s| s.started_at_ms).min().unwrap_or(done_ms);
+    let first = steps
+        .iter()
+        .map(|s| s.started_at_ms)
+        .min()
+        .unwrap_or(done_ms);
     let last = steps
         .iter()
         .map(|s| s.finished_at_ms.unwrap_or(s.started_at_ms))
@@ -566,12 +608,10 @@ async fn run_transport(site: &Site, w: &Workload, run_id: &str) -> Result<(f64, 
             let t0 = Instant::now();
             let conn = pool.get(&addr).await.map_err(|e| anyhow!("connect: {e}"))?;
             let connected = t0.elapsed();
-            conn.put_file_atomic(&local, &dest)
+            conn.put_file_verified(&local, &dest, &expected)
                 .await
                 .map_err(|e| anyhow!("upload: {e}"))?;
             let uploaded = t0.elapsed();
-            let sum = conn.sha256(&dest).await.map_err(|e| anyhow!("sha256: {e}"))?;
-            ensure!(sum.as_deref() == Some(expected.as_str()), "sha256 {sum:?}");
             let out = conn
                 .exec(&format!("test -s '{dest}'"), &[])
                 .await
@@ -656,7 +696,9 @@ async fn run_ansible(
     let dir = site.scratch.join(format!("ansible-{run_id}"));
     std::fs::create_dir_all(&dir)?;
     // A short control path directory of its own: no master from an earlier run is reused.
-    let cp = tempfile::Builder::new().prefix("fo-cp-").tempdir_in("/tmp")?;
+    let cp = tempfile::Builder::new()
+        .prefix("fo-cp-")
+        .tempdir_in("/tmp")?;
     let known = site.hosts.known_hosts.display();
     let mut inventory = String::from("[targets]\n");
     for (i, h) in site.hosts.hosts.iter().enumerate() {
@@ -772,55 +814,69 @@ fn report(args: &Args, results: &[Measurement]) -> Result<()> {
         (Some(a), Some(b)) if b > 0.0 => Some(a / b),
         _ => None,
     };
-    let fmt = |r: Option<f64>| r.map(|r| format!("{r:.2}x")).unwrap_or_else(|| "n/a".into());
+    let fmt = |r: Option<f64>| {
+        r.map(|r| format!("{r:.2}x"))
+            .unwrap_or_else(|| "n/a".into())
+    };
     let verdict = |ok: Option<bool>| match ok {
         Some(true) => "PASS",
         Some(false) => "FAIL",
         None => "n/a",
     };
     println!();
-    println!("| workload | manent/scp | ansible/manent | transport/scp |");
-    println!("| --- | ---: | ---: | ---: |");
+    println!(
+        "| workload | manent/scp | ansible/manent | manent-pg/scp | ansible/manent-pg | transport/scp |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
     let mut json = Vec::new();
     for mb in &args.sizes_mb {
         let w = format!("{mb}MB");
-        let (m, s, a, t) = (
+        let (m, p, s, a, t) = (
             get(&w, "manent"),
+            get(&w, "manent-pg"),
             get(&w, "scp"),
             get(&w, "ansible"),
             get(&w, "transport"),
         );
         println!(
-            "| {w} | {} | {} | {} |",
+            "| {w} | {} | {} | {} | {} | {} |",
             fmt(ratio(m, s)),
             fmt(ratio(a, m)),
+            fmt(ratio(p, s)),
+            fmt(ratio(a, p)),
             fmt(ratio(t, s))
         );
         json.push(serde_json::json!({
-            "workload": w, "targets": args.targets, "manent_s": m, "scp_s": s,
-            "ansible_s": a, "transport_s": t,
+            "workload": w, "targets": args.targets, "manent_s": m, "manent_pg_s": p,
+            "scp_s": s, "ansible_s": a, "transport_s": t,
             "manent_over_scp": ratio(m, s), "ansible_over_manent": ratio(a, m),
+            "manent_pg_over_scp": ratio(p, s), "ansible_over_manent_pg": ratio(a, p),
         }));
     }
     println!();
     println!("Goals (informational):");
-    let (m50, s50) = (get("50MB", "manent"), get("50MB", "scp"));
-    println!(
-        "- {}: 50 MB, manent <= 0.85x scp ({})",
-        verdict(ratio(m50, s50).map(|r| r <= 0.85)),
-        fmt(ratio(m50, s50))
-    );
-    let (m1, s1, a1) = (get("1MB", "manent"), get("1MB", "scp"), get("1MB", "ansible"));
-    println!(
-        "- {}: 1 MB, manent >= 6x faster than ansible ({})",
-        verdict(ratio(a1, m1).map(|r| r >= 6.0)),
-        fmt(ratio(a1, m1))
-    );
-    println!(
-        "- {}: 1 MB, manent <= 0.6x scp ({})",
-        verdict(ratio(m1, s1).map(|r| r <= 0.6)),
-        fmt(ratio(m1, s1))
-    );
+    for engine in ["manent", "manent-pg"] {
+        if !args.engines.iter().any(|e| e == engine) {
+            continue;
+        }
+        let (m50, s50) = (get("50MB", engine), get("50MB", "scp"));
+        println!(
+            "- {}: 50 MB, {engine} <= 0.85x scp ({})",
+            verdict(ratio(m50, s50).map(|r| r <= 0.85)),
+            fmt(ratio(m50, s50))
+        );
+        let (m1, s1, a1) = (get("1MB", engine), get("1MB", "scp"), get("1MB", "ansible"));
+        println!(
+            "- {}: 1 MB, {engine} >= 6x faster than ansible ({})",
+            verdict(ratio(a1, m1).map(|r| r >= 6.0)),
+            fmt(ratio(a1, m1))
+        );
+        println!(
+            "- {}: 1 MB, {engine} <= 0.6x scp ({})",
+            verdict(ratio(m1, s1).map(|r| r <= 0.6)),
+            fmt(ratio(m1, s1))
+        );
+    }
     if let Some(path) = &args.json {
         let lines: String = results
             .iter()

@@ -114,18 +114,12 @@ pub async fn upload(
         .ok_or("remote-copy needs deploy.dest")?;
     let remote = format!("{}/{}", dest.trim_end_matches('/'), artifact.name);
     let conn = connection(pool, eff, target).await?;
-    conn.put_file_atomic(&artifact.path, &remote)
+    // The `.part` is verified against the artifact's sha256 before the rename, so a bad
+    // copy never lands under the real name.
+    conn.put_file_verified(&artifact.path, &remote, &artifact.sha256)
         .await
         .map_err(|e| format!("upload to {remote}: {e}"))?;
-    // Verify what landed: a target that rewrites or truncates is caught here.
-    match conn.sha256(&remote).await.map_err(|e| e.to_string())? {
-        Some(sum) if sum == artifact.sha256 => Ok(remote),
-        Some(sum) => Err(format!(
-            "{remote}: sha256 {sum} after upload, expected {}",
-            artifact.sha256
-        )),
-        None => Err(format!("{remote}: missing after upload")),
-    }
+    Ok(remote)
 }
 
 /// Runs a shell command on the target; a non-zero exit is an error with its stderr.

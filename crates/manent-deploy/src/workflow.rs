@@ -341,14 +341,8 @@ async fn deploy_target(
                 lines.push("activated".into());
             }
         }
-        ctx.set_event(
-            &key,
-            &TargetOutcome {
-                switched: true,
-                ..TargetOutcome::new(name, "checking", None)
-            },
-        )
-        .await?;
+        // No intermediate "checking" event: the target stays "deploying" until its outcome
+        // (one checkpoint less per target); a failed check's outcome says it was switched.
         for check in &eff.checks {
             let kind = check.kind_for(target);
             let policy = StepPolicy {

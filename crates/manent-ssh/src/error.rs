@@ -57,6 +57,17 @@ pub enum TransportError {
         status: i32,
         stderr: String,
     },
+    #[error(
+        "{path} on {target}: sha256 {}, expected {expected}",
+        actual.as_deref().unwrap_or("(missing)")
+    )]
+    Mismatch {
+        path: String,
+        target: String,
+        expected: String,
+        /// `None` when the file is missing.
+        actual: Option<String>,
+    },
     #[error("SSH protocol error: {0}")]
     Protocol(String),
 }

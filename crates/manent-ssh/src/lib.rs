@@ -123,6 +123,35 @@ pub trait Connection: Send + Sync {
     /// keeps the permission bits of `local`.
     async fn put_file_atomic(&self, local: &Path, dest: &str) -> Result<(), TransportError>;
 
+    /// Uploads `local` to `dest` like [`Connection::put_file_atomic`], and makes sure the
+    /// file that lands there has the sha256 `sha256` (hex, either case). A mismatch is an
+    /// error. Transports that can check `<dest>.part` before the rename (SSH, local) leave
+    /// `dest` untouched and remove the `.part` on a mismatch; this default implementation
+    /// checks after the rename.
+    async fn put_file_verified(
+        &self,
+        local: &Path,
+        dest: &str,
+        sha256: &str,
+    ) -> Result<(), TransportError> {
+        self.put_file_atomic(local, dest).await?;
+        match self.sha256(dest).await? {
+            Some(sum) if sum.eq_ignore_ascii_case(sha256) => Ok(()),
+            Some(sum) => Err(TransportError::Mismatch {
+                path: dest.to_string(),
+                target: self.describe(),
+                expected: sha256.to_ascii_lowercase(),
+                actual: Some(sum),
+            }),
+            None => Err(TransportError::Mismatch {
+                path: dest.to_string(),
+                target: self.describe(),
+                expected: sha256.to_ascii_lowercase(),
+                actual: None,
+            }),
+        }
+    }
+
     /// The sha256 (lowercase hex) of a file on the target, `None` if it does not exist.
     async fn sha256(&self, path: &str) -> Result<Option<String>, TransportError>;
 

@@ -31,7 +31,13 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| TransportError::io("a file task of the local transport", e))?
 }
 
-fn put_file_atomic(local: &Path, dest: &Path) -> Result<(), TransportError> {
+/// `expected`: the sha256 the `.part` must have before it is renamed; on a mismatch the
+/// `.part` is removed and `dest` left as it was.
+fn put_file_atomic(
+    local: &Path,
+    dest: &Path,
+    expected: Option<&str>,
+) -> Result<(), TransportError> {
     let part = PathBuf::from(format!("{}.part", dest.display()));
     let err = |what: String| move |e: io::Error| TransportError::io(what, e);
     if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -73,6 +79,21 @@ fn put_file_atomic(local: &Path, dest: &Path) -> Result<(), TransportError> {
     out.sync_all()
         .map_err(err(format!("cannot fsync {}", part.display())))?;
     drop(out);
+    if let Some(expected) = expected {
+        let actual = sha256_file(&part)?;
+        if !actual
+            .as_deref()
+            .is_some_and(|a| a.eq_ignore_ascii_case(expected))
+        {
+            let _ = fs::remove_file(&part);
+            return Err(TransportError::Mismatch {
+                path: part.display().to_string(),
+                target: crate::LOCAL_HOST.to_string(),
+                expected: expected.to_ascii_lowercase(),
+                actual,
+            });
+        }
+    }
     if dest.is_dir() {
         return Err(TransportError::io(
             format!("cannot replace {}", dest.display()),
@@ -188,7 +209,17 @@ impl Connection for LocalConnection {
 
     async fn put_file_atomic(&self, local: &Path, dest: &str) -> Result<(), TransportError> {
         let (local, dest) = (local.to_path_buf(), PathBuf::from(dest));
-        blocking(move || put_file_atomic(&local, &dest)).await
+        blocking(move || put_file_atomic(&local, &dest, None)).await
+    }
+
+    async fn put_file_verified(
+        &self,
+        local: &Path,
+        dest: &str,
+        sha256: &str,
+    ) -> Result<(), TransportError> {
+        let (local, dest, sha256) = (local.to_path_buf(), PathBuf::from(dest), sha256.to_string());
+        blocking(move || put_file_atomic(&local, &dest, Some(&sha256))).await
     }
 
     async fn sha256(&self, path: &str) -> Result<Option<String>, TransportError> {

@@ -146,6 +146,70 @@ async fn put_file_atomic_uploads_and_rewrites_idempotently(
     assert!(!part.exists(), "the leftover `.part` was consumed");
 }
 
+async fn put_file_verified_renames_only_a_matching_copy(
+    conn: &dyn Connection,
+    local_dir: &Path,
+    dest_dir: &Path,
+) {
+    let local = random_file(&local_dir.join("verified.bin"), 3 * 1024 * 1024 + 17);
+    let expected = sha256_file(&local).unwrap().expect("the local file exists");
+    let dest = dest_dir.join("verified/v 1/it's.bin");
+    let part = PathBuf::from(format!("{}.part", dest.display()));
+
+    conn.put_file_verified(&local, path_str(&dest), &expected.to_ascii_uppercase())
+        .await
+        .expect("upload with the right sha256 (either case)");
+    assert_eq!(
+        sha256_file(&dest).unwrap().as_deref(),
+        Some(expected.as_str()),
+        "the file is in place with the local file's content"
+    );
+    assert!(!part.exists(), "no `.part` is left after a verified upload");
+
+    // Again over a leftover read-only `.part`.
+    std::fs::write(&part, b"half").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&part, std::fs::Permissions::from_mode(0o444)).unwrap();
+    }
+    conn.put_file_verified(&local, path_str(&dest), &expected)
+        .await
+        .expect("a verified upload over a leftover read-only .part");
+    assert!(!part.exists(), "the leftover `.part` was consumed");
+
+    // A wrong sha256: an error, the old file stays, no `.part`.
+    let other = local_dir.join("other.txt");
+    std::fs::write(&other, b"version 2\n").unwrap();
+    let wrong = "0".repeat(64);
+    let err = conn
+        .put_file_verified(&other, path_str(&dest), &wrong)
+        .await
+        .expect_err("a copy with another sha256 is refused");
+    assert!(
+        matches!(&err, TransportError::Mismatch { expected: e, actual: Some(_), .. } if *e == wrong),
+        "the error is a sha256 mismatch: {err}"
+    );
+    assert_eq!(
+        sha256_file(&dest).unwrap().as_deref(),
+        Some(expected.as_str()),
+        "the file in place is unchanged"
+    );
+    assert!(!part.exists(), "the bad `.part` was removed");
+
+    // A wrong sha256 for a file not there yet: nothing lands.
+    let fresh = dest_dir.join("verified/fresh.bin");
+    let err = conn
+        .put_file_verified(&other, path_str(&fresh), &wrong)
+        .await
+        .expect_err("a copy with another sha256 is refused");
+    assert!(matches!(err, TransportError::Mismatch { .. }), "{err}");
+    assert!(!fresh.exists(), "no file lands under the real name");
+    assert!(
+        !PathBuf::from(format!("{}.part", fresh.display())).exists(),
+        "and no `.part` is left"
+    );
+}
+
 async fn sha256_of_existing_and_missing_files(conn: &dyn Connection, dir: &Path) {
     let file = dir.join("hello.txt");
     std::fs::write(&file, b"hello\n").unwrap();
@@ -205,6 +269,48 @@ async fn ssh_put_file_atomic_streams_a_5_mb_file_and_rewriting_is_idempotent() {
     let conn = ssh(&hosts).await;
     let local_dir = tempfile::tempdir().unwrap();
     put_file_atomic_uploads_and_rewrites_idempotently(
+        conn.as_ref(),
+        local_dir.path(),
+        &hosts.hosts[0].root_dir,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn ssh_put_file_verified_renames_only_a_matching_copy() {
+    let hosts = SshHosts::start(1).await;
+    let conn = ssh(&hosts).await;
+    let local_dir = tempfile::tempdir().unwrap();
+    put_file_verified_renames_only_a_matching_copy(
+        conn.as_ref(),
+        local_dir.path(),
+        &hosts.hosts[0].root_dir,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn ssh_put_file_verified_hashes_over_sftp_when_the_target_has_no_sha256sum() {
+    // The target's PATH holds `sh`, `mkdir`, `rm` and `mv`, and no `sha256sum`.
+    let bin = tempfile::tempdir().unwrap();
+    for tool in ["sh", "mkdir", "rm", "mv"] {
+        let real = ["/bin", "/usr/bin"]
+            .iter()
+            .map(|d| Path::new(d).join(tool))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("{tool} is installed"));
+        std::os::unix::fs::symlink(real, bin.path().join(tool)).unwrap();
+    }
+    let hosts =
+        SshHosts::start_with_config(1, &format!("SetEnv PATH={}", bin.path().display())).await;
+    let conn = ssh(&hosts).await;
+    let probe = conn.exec("command -v sha256sum", &[]).await.unwrap();
+    assert_ne!(
+        probe.status, 0,
+        "the test needs a target without sha256sum: {probe:?}"
+    );
+    let local_dir = tempfile::tempdir().unwrap();
+    put_file_verified_renames_only_a_matching_copy(
         conn.as_ref(),
         local_dir.path(),
         &hosts.hosts[0].root_dir,
@@ -504,6 +610,21 @@ async fn local_put_file_atomic_copies_a_5_mb_file_and_rewriting_is_idempotent() 
         .await
         .unwrap();
     put_file_atomic_uploads_and_rewrites_idempotently(
+        conn.as_ref(),
+        local_dir.path(),
+        dest_dir.path(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn local_put_file_verified_renames_only_a_matching_copy() {
+    let local_dir = tempfile::tempdir().unwrap();
+    let dest_dir = tempfile::tempdir().unwrap();
+    let conn = connect(&Address::local(), &SshAuth::new("unused", "unused"))
+        .await
+        .unwrap();
+    put_file_verified_renames_only_a_matching_copy(
         conn.as_ref(),
         local_dir.path(),
         dest_dir.path(),
