@@ -4,20 +4,15 @@
 //! every `/api/v1` operation behind the bearer token, and real responses (workers, queues,
 //! a deploy's submission, status, logs, list and activity, errors) fit its schemas.
 
-use std::{collections::BTreeSet, path::PathBuf, sync::Arc, time::Duration};
+mod common;
 
-use axum::{
-    Router,
-    body::Body,
-    http::{Method, Request, StatusCode, header},
-};
-use manent_api::{AppState, Role, app, auth};
-use manent_config::Config;
-use manent_engine::{Client, Engine, EngineConfig, WorkflowStatus, store};
-use manent_testkit::{Db, TestDb};
+use std::{collections::BTreeSet, time::Duration};
+
+use axum::http::StatusCode;
+use common::{Api, WAIT};
+use manent_api::Role;
+use manent_engine::WorkflowStatus;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
-use tower::ServiceExt;
 
 /// Every route `manent_api::app` serves, as (method, path template). Keep in step with
 /// `app()`: a route listed here and missing from the document fails the test, and so does
@@ -45,157 +40,19 @@ const ROUTES: &[(&str, &str)] = &[
 /// The one `/api/v1` route served without a token.
 const UNAUTHENTICATED_V1: &str = "/api/v1/openapi.json";
 
-/// A safety net for waits that end on an event; never a measure of speed.
-const WAIT: Duration = Duration::from_secs(120);
-const ARTIFACT: &[u8] = b"the payload of web v1";
-
-/// An API over a fresh SQLite database, with `acme/web/prod` configured (one local
-/// target, the command plugin) and a valid artifact on disk (as in `tests/api.rs`).
-struct Api {
-    db: TestDb,
-    config: Arc<Config>,
-    client: Client,
-    router: Router,
-    /// Working directories of the workers started here, removed at the end.
-    work_dirs: Vec<PathBuf>,
-}
-
-impl Api {
-    async fn new() -> Api {
-        manent_testkit::init_tracing();
-        let db = TestDb::new(Db::Sqlite).await;
-        let source = db.path("environments");
-        std::fs::create_dir_all(source.join("acme/web")).unwrap();
-        std::fs::write(
-            source.join("acme/web/prod.yml"),
-            "targets:\n  - {name: t1, host: local}\ndeploy:\n  plugin: command\n  commands: [\"true\"]\n",
-        )
-        .unwrap();
-        std::fs::write(db.path("web-v1.bin"), ARTIFACT).unwrap();
-        let yaml = format!(
-            "database: {{url: {}}}\nenvironments: {{source: {}}}\n",
-            serde_json::to_string(&db.url).unwrap(),
-            serde_json::to_string(&source).unwrap(),
-        );
-        let config = Arc::new(
-            Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty())
-                .expect("the test configuration is valid"),
-        );
-        let store = store::open(&db.url).await.expect("open the test database");
-        let client = Client::new(store);
-        let router = app(AppState {
-            client: client.clone(),
-            config: config.clone(),
-        });
-        Api {
-            db,
-            config,
-            client,
-            router,
-            work_dirs: Vec::new(),
-        }
-    }
-
-    async fn token(&self, name: &str, role: Role) -> String {
-        auth::create_token(self.client.store(), name, role, None)
-            .await
-            .expect("create a token")
-    }
-
-    /// A descriptor deploying the artifact to `acme/web`'s `prod`, with this sha256.
-    fn descriptor(&self, sha256: &str) -> String {
-        format!(
-            "application: acme/web\nenvironment: prod\nartifacts:\n  - {{name: web.bin, \
-             type: binary, version: v1, url: {}, sha256: {sha256}}}\n",
-            serde_json::to_string(&format!("file://{}", self.db.path("web-v1.bin").display()))
-                .unwrap()
-        )
-    }
-
-    /// Sends one request; returns the status and the body as JSON (`Null` when empty or
-    /// not JSON).
-    async fn call(
-        &self,
-        method: &str,
-        uri: &str,
-        token: Option<&str>,
-        body: &str,
-    ) -> (StatusCode, Value) {
-        let method = Method::from_bytes(method.as_bytes()).expect("a method");
-        let mut request = Request::builder().method(method).uri(uri);
-        if let Some(token) = token {
-            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
-        }
-        let request = request
-            .body(Body::from(body.to_string()))
-            .expect("a valid request");
-        let response = self
-            .router
-            .clone()
-            .oneshot(request)
-            .await
-            .expect("the router answers");
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .expect("read the body");
-        (
-            status,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        )
-    }
-
-    async fn get(&self, uri: &str, token: &str) -> (StatusCode, Value) {
-        self.call("GET", uri, Some(token), "").await
-    }
-
-    /// The served document, fetched without a token.
-    async fn document(&self) -> Value {
-        let (status, doc) = self.call("GET", UNAUTHENTICATED_V1, None, "").await;
-        assert_eq!(
-            status,
-            StatusCode::OK,
-            "the document is served without a token"
-        );
-        assert!(
-            doc.is_object(),
-            "the served document parses as a JSON object: {doc}"
-        );
-        doc
-    }
-
-    /// A launched worker serving the configuration's queues with the deploy workflow.
-    async fn worker(&mut self) -> Engine {
-        let id = format!("openapi-test-{}", std::process::id());
-        let yaml = format!(
-            "database: {{url: {}}}\ndbos: {{executor_id: {}}}\nenvironments: {{source: {}}}\n",
-            serde_json::to_string(&self.db.url).unwrap(),
-            serde_json::to_string(&id).unwrap(),
-            serde_json::to_string(&self.config.environments_source()).unwrap(),
-        );
-        let config = Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty()).unwrap();
-        let store = store::open(&self.db.url).await.unwrap();
-        let engine = Engine::new(store, EngineConfig::new(&id));
-        for queue in manent_deploy::worker_queues(&config) {
-            engine.listen(queue.spec());
-        }
-        manent_deploy::register_workflows(&engine, &config);
-        engine.launch().await.expect("launch the worker");
-        self.work_dirs
-            .push(manent_deploy::workflow::Runtime::new(Arc::new(config), engine.client()).workdir);
-        engine
-    }
-}
-
-impl Drop for Api {
-    fn drop(&mut self) {
-        for dir in &self.work_dirs {
-            // Only a directory of this test's own worker id (MANENT_WORKDIR is left alone).
-            if dir.to_string_lossy().contains("openapi-test-") {
-                let _ = std::fs::remove_dir_all(dir);
-            }
-        }
-    }
+/// The served document, fetched without a token.
+async fn document(api: &Api) -> Value {
+    let (status, doc) = api.call("GET", UNAUTHENTICATED_V1, None, "").await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the document is served without a token"
+    );
+    assert!(
+        doc.is_object(),
+        "the served document parses as a JSON object: {doc}"
+    );
+    doc
 }
 
 /// `$ref`s followed to the schema (or response, or parameter) they name.
@@ -325,7 +182,7 @@ fn concrete(path: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_document_is_openapi_3_and_documents_every_route_of_the_router() {
     let api = Api::new().await;
-    let doc = api.document().await;
+    let doc = document(&api).await;
 
     let version = doc["openapi"].as_str().unwrap_or_default();
     assert!(
@@ -457,13 +314,13 @@ async fn the_document_is_openapi_3_and_documents_every_route_of_the_router() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_answers_fit_the_documented_schemas() {
     let mut api = Api::new().await;
-    let doc = api.document().await;
+    let doc = document(&api).await;
     let worker = api.worker().await;
     let viewer = api.token("alice", Role::Viewer).await;
     let deployer = api.token("ci", Role::Deployer).await;
 
     for path in ["/api/v1/workers", "/api/v1/queues"] {
-        let (status, body) = api.get(path, &viewer).await;
+        let (status, body) = api.get(path, Some(&viewer)).await;
         assert_eq!(status, StatusCode::OK, "a viewer may read {path}: {body}");
         assert!(
             body.as_array().is_some_and(|a| !a.is_empty()),
@@ -473,7 +330,7 @@ async fn real_answers_fit_the_documented_schemas() {
     }
 
     // Errors: a 400 naming its field, a 403, a 404.
-    let bad = api.descriptor("not-a-checksum");
+    let bad = api.descriptor("acme/web", "not-a-checksum");
     let (status, body) = api
         .call("POST", "/api/v1/deploys", Some(&deployer), &bad)
         .await;
@@ -491,12 +348,14 @@ async fn real_answers_fit_the_documented_schemas() {
         status,
         &body,
     );
-    let (status, body) = api.get("/api/v1/deploys/no-such-deploy", &viewer).await;
+    let (status, body) = api
+        .get("/api/v1/deploys/no-such-deploy", Some(&viewer))
+        .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "no such deploy: {body}");
     assert_fits(&doc, "GET", "/api/v1/deploys/{id}", status, &body);
 
     // A deploy, from submission to its logs.
-    let good = api.descriptor(&hex::encode(Sha256::digest(ARTIFACT)));
+    let good = api.good_descriptor();
     let (status, body) = api
         .call("POST", "/api/v1/deploys", Some(&deployer), &good)
         .await;
@@ -510,7 +369,9 @@ async fn real_answers_fit_the_documented_schemas() {
         "the deploy succeeds: {:?}",
         record.error
     );
-    let (status, body) = api.get(&format!("/api/v1/deploys/{id}"), &viewer).await;
+    let (status, body) = api
+        .get(&format!("/api/v1/deploys/{id}"), Some(&viewer))
+        .await;
     assert_eq!(status, StatusCode::OK, "its status: {body}");
     assert!(
         body["steps"].as_array().is_some_and(|s| !s.is_empty())
@@ -519,12 +380,12 @@ async fn real_answers_fit_the_documented_schemas() {
     );
     assert_fits(&doc, "GET", "/api/v1/deploys/{id}", status, &body);
     let (status, body) = api
-        .get(&format!("/api/v1/deploys/{id}/logs"), &viewer)
+        .get(&format!("/api/v1/deploys/{id}/logs"), Some(&viewer))
         .await;
     assert_eq!(status, StatusCode::OK, "its logs: {body}");
     assert_fits(&doc, "GET", "/api/v1/deploys/{id}/logs", status, &body);
     for path in ["/api/v1/deploys", "/api/v1/activity"] {
-        let (status, body) = api.get(path, &viewer).await;
+        let (status, body) = api.get(path, Some(&viewer)).await;
         assert_eq!(status, StatusCode::OK, "{path}: {body}");
         assert!(
             body.as_array().is_some_and(|a| !a.is_empty()),
@@ -551,7 +412,7 @@ async fn real_answers_fit_the_documented_schemas() {
     assert_eq!(status, StatusCode::CREATED, "a schedule is created: {body}");
     assert_fits(&doc, "POST", "/api/v1/deploys", status, &body);
     let schedule = body["id"].as_str().expect("an id").to_string();
-    let (status, body) = api.get("/api/v1/schedules", &viewer).await;
+    let (status, body) = api.get("/api/v1/schedules", Some(&viewer)).await;
     assert_eq!(status, StatusCode::OK, "the schedules: {body}");
     assert!(
         body.as_array().is_some_and(|a| !a.is_empty()),
@@ -559,7 +420,7 @@ async fn real_answers_fit_the_documented_schemas() {
     );
     assert_fits(&doc, "GET", "/api/v1/schedules", status, &body);
     let (status, body) = api
-        .get(&format!("/api/v1/schedules/{schedule}"), &viewer)
+        .get(&format!("/api/v1/schedules/{schedule}"), Some(&viewer))
         .await;
     assert_eq!(status, StatusCode::OK, "the schedule: {body}");
     assert_fits(&doc, "GET", "/api/v1/schedules/{id}", status, &body);

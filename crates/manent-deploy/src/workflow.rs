@@ -286,7 +286,10 @@ async fn deploy_target(
     ctx.set_event(&key, &TargetOutcome::new(name, "deploying", None))
         .await?;
     let env = targets::command_env(eff, deploy_id, target, local);
-    let result: Result<(bool, Vec<String>), WorkflowError> = async {
+    // Set once the new version is in place: a later failure (a check) leaves
+    // the target switched, for the rollback.
+    let mut switched = false;
+    let result: Result<Vec<String>, WorkflowError> = async {
         if eff.dry_run {
             let lines: Vec<String> = ctx
                 .step(&format!("{name}: plan"), || async {
@@ -294,7 +297,7 @@ async fn deploy_target(
                     targets::plan(pool, eff, target, &present).await
                 })
                 .await?;
-            return Ok((false, lines));
+            return Ok(lines);
         }
         let mut lines = Vec::new();
         if eff.plugin == manent_model::COMMAND_PLUGIN {
@@ -341,6 +344,7 @@ async fn deploy_target(
                 lines.push("activated".into());
             }
         }
+        switched = true;
         // No intermediate "checking" event: the target stays "deploying" until its outcome
         // (one checkpoint less per target); a failed check's outcome says it was switched.
         for check in &eff.checks {
@@ -357,22 +361,14 @@ async fn deploy_target(
                         targets::check_once(pool, eff, target, &kind, check.timeout, &env).await
                     },
                 )
-                .await
-                .map_err(|e| match e {
-                    // The check failed after the target was switched: keep that fact for the rollback.
-                    WorkflowError::Step { name, message } => WorkflowError::Step {
-                        name,
-                        message: format!("switched; {message}"),
-                    },
-                    other => other,
-                })?;
+                .await?;
             lines.push(out);
         }
-        Ok((true, lines))
+        Ok(lines)
     }
     .await;
     let outcome = match result {
-        Ok((switched, lines)) => TargetOutcome {
+        Ok(lines) => TargetOutcome {
             switched,
             ..TargetOutcome::new(
                 name,
@@ -383,14 +379,10 @@ async fn deploy_target(
         Err(WorkflowError::Step {
             name: step,
             message,
-        }) => {
-            let switched = message.starts_with("switched; ");
-            let message = message.trim_start_matches("switched; ").to_string();
-            TargetOutcome {
-                switched,
-                ..TargetOutcome::new(name, "failed", Some(format!("{step}: {message}")))
-            }
-        }
+        }) => TargetOutcome {
+            switched,
+            ..TargetOutcome::new(name, "failed", Some(format!("{step}: {message}")))
+        },
         Err(other) => return Err(other),
     };
     ctx.set_event(&key, &outcome).await?;

@@ -432,6 +432,37 @@ impl SqlStore {
         Ok(())
     }
 
+    /// Inserts a record, replacing an existing one only if `replace`;
+    /// returns whether a row was written.
+    async fn write_record(
+        &self,
+        kind: &str,
+        key: &str,
+        value: &str,
+        now_ms: i64,
+        replace: bool,
+    ) -> Result<bool, StoreError> {
+        let on_conflict = if replace {
+            "DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at"
+        } else {
+            "DO NOTHING"
+        };
+        let sql = format!(
+            "INSERT INTO manent_records (kind, record_key, value, updated_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (kind, record_key) {on_conflict}"
+        );
+        let written = with_pool!(self, pool => sqlx::query(&sql)
+            .bind(kind)
+            .bind(key)
+            .bind(value)
+            .bind(now_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(map_err))?;
+        Ok(written == 1)
+    }
+
     async fn lookup_dedup(
         &self,
         queue: &str,
@@ -1115,18 +1146,9 @@ impl Store for SqlStore {
         value: &str,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        with_pool!(self, pool => sqlx::query(
-            "INSERT INTO manent_records (kind, record_key, value, updated_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (kind, record_key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at")
-            .bind(kind)
-            .bind(key)
-            .bind(value)
-            .bind(now_ms)
-            .execute(pool)
+        self.write_record(kind, key, value, now_ms, true)
             .await
-            .map(|r| r.rows_affected())
-            .map_err(map_err))?;
-        Ok(())
+            .map(|_| ())
     }
 
     async fn insert_record(
@@ -1136,18 +1158,7 @@ impl Store for SqlStore {
         value: &str,
         now_ms: i64,
     ) -> Result<bool, StoreError> {
-        let inserted = with_pool!(self, pool => sqlx::query(
-            "INSERT INTO manent_records (kind, record_key, value, updated_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (kind, record_key) DO NOTHING")
-            .bind(kind)
-            .bind(key)
-            .bind(value)
-            .bind(now_ms)
-            .execute(pool)
-            .await
-            .map(|r| r.rows_affected())
-            .map_err(map_err))?;
-        Ok(inserted == 1)
+        self.write_record(kind, key, value, now_ms, false).await
     }
 
     async fn get_record(&self, kind: &str, key: &str) -> Result<Option<String>, StoreError> {
