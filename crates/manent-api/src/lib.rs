@@ -18,7 +18,7 @@ use axum::{
 use manent_config::Config;
 use manent_deploy::{
     schedules::{self, ScheduleView},
-    service::{self, DeployStatus, ListFilter, SubmitError, Submitted},
+    service::{self, Approver, DecideError, DeployStatus, ListFilter, SubmitError, Submitted},
     views::{self, QueueView, WorkerView},
 };
 use manent_engine::{Client, store};
@@ -41,6 +41,8 @@ pub fn app(state: AppState) -> Router {
         .route("/deploys/{id}", get(deploy_status))
         .route("/deploys/{id}/logs", get(deploy_logs))
         .route("/deploys/{id}/cancel", post(cancel_deploy))
+        .route("/deploys/{id}/approve", post(approve_deploy))
+        .route("/deploys/{id}/reject", post(reject_deploy))
         .route("/schedules", get(list_schedules))
         .route(
             "/schedules/{id}",
@@ -246,6 +248,80 @@ async fn cancel_deploy(
         status: status.to_string(),
         queue: deploy.queue,
     }))
+}
+
+/// Body of approve / reject (optional): `{"reason": "…"}`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecisionBody {
+    reason: Option<String>,
+}
+
+/// `POST /deploys/{id}/approve` and `/reject`: an approver's decision on a
+/// deploy waiting for approval. 403 if the caller is not one of the policy's
+/// approvers (or approves their own deploy), 409 if it does not wait.
+async fn decide_deploy(
+    state: AppState,
+    caller: Caller,
+    id: String,
+    body: String,
+    approve: bool,
+) -> Result<Json<DeployStatus>, AppError> {
+    let body: DecisionBody = if body.trim().is_empty() {
+        DecisionBody::default()
+    } else {
+        serde_json::from_str(&body).map_err(|e| {
+            AppError::bad_request(
+                "reason",
+                format!("body: {e}; send {{\"reason\": \"…\"}} or nothing"),
+            )
+        })?
+    };
+    let deploy = service::status(&state.client, &id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))?;
+    require(&caller, Action::Approve, Some(&deploy.application))?;
+    let approver = Approver {
+        name: caller.token.name.clone(),
+        role: caller.token.role.to_string(),
+    };
+    match service::decide(&state.client, &id, &approver, approve, body.reason).await {
+        Ok(()) => {}
+        Err(DecideError::NotFound(m)) => {
+            return Err(AppError::NotFound(format!("no deploy `{m}`")));
+        }
+        Err(DecideError::NotWaiting(m)) => return Err(AppError::Conflict(m)),
+        Err(DecideError::Forbidden(m)) => {
+            return Err(AppError::Forbidden {
+                token: caller.token.name.clone(),
+                action: m,
+            });
+        }
+        Err(DecideError::Engine(e)) => return Err(e.into()),
+    }
+    tracing::info!(deploy = %id, by = %caller.token.name, approve, "approval decision");
+    service::status(&state.client, &id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))
+}
+
+async fn approve_deploy(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(id): Path<String>,
+    body: String,
+) -> Result<Json<DeployStatus>, AppError> {
+    decide_deploy(state, caller, id, body, true).await
+}
+
+async fn reject_deploy(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(id): Path<String>,
+    body: String,
+) -> Result<Json<DeployStatus>, AppError> {
+    decide_deploy(state, caller, id, body, false).await
 }
 
 async fn activity(State(state): State<AppState>) -> Result<Json<Vec<DeployStatus>>, AppError> {

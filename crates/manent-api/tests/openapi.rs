@@ -26,6 +26,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/deploys/{id}"),
     ("GET", "/api/v1/deploys/{id}/logs"),
     ("POST", "/api/v1/deploys/{id}/cancel"),
+    ("POST", "/api/v1/deploys/{id}/approve"),
+    ("POST", "/api/v1/deploys/{id}/reject"),
     ("GET", "/api/v1/schedules"),
     ("GET", "/api/v1/schedules/{id}"),
     ("DELETE", "/api/v1/schedules/{id}"),

@@ -72,6 +72,19 @@ enum Command {
     },
     /// Cancels a deploy.
     Cancel { id: String },
+    /// Approves a deploy waiting for approval (counts once per approver).
+    Approve {
+        id: String,
+        /// A comment recorded with the approval.
+        #[arg(long)]
+        comment: Option<String>,
+    },
+    /// Rejects a deploy waiting for approval: it fails with the reason.
+    Reject {
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
     /// Queues with their kinds, limits, depths and workers.
     Queues,
     /// Workers with their state, last heartbeat and running deploys.
@@ -172,6 +185,22 @@ async fn run(args: Args) -> Result<u8, CliError> {
                 .post(&format!("/api/v1/deploys/{id}/cancel"), &Value::Null)
                 .await?;
             render::print(json, &out, render::submitted);
+            Ok(0)
+        }
+        Command::Approve { id, comment } => {
+            let body = serde_json::json!({ "reason": comment });
+            let out = api
+                .post(&format!("/api/v1/deploys/{id}/approve"), &body)
+                .await?;
+            render::print(json, &out, render::status);
+            Ok(0)
+        }
+        Command::Reject { id, reason } => {
+            let body = serde_json::json!({ "reason": reason });
+            let out = api
+                .post(&format!("/api/v1/deploys/{id}/reject"), &body)
+                .await?;
+            render::print(json, &out, render::status);
             Ok(0)
         }
         Command::Queues => {

@@ -61,6 +61,10 @@ pub fn status(v: &Value) -> String {
     if let Some(error) = v["error"].as_str() {
         out.push_str(&format!("  error: {error}\n"));
     }
+    if let Some(waiting) = v["waiting_for"].as_str() {
+        out.push_str(&format!("  waiting for {waiting}\n"));
+    }
+    out.push_str(&approvals(&v["approvals"]));
     out.push_str(&table(&v["targets"], &["name", "status", "detail"]));
     out.push('\n');
     out.push_str(&table(
@@ -77,6 +81,26 @@ pub fn status(v: &Value) -> String {
     out
 }
 
+/// `  approved by alice at … (comment)` lines, one per decision.
+fn approvals(v: &Value) -> String {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| {
+            format!(
+                "  {} by {} at {}{}\n",
+                text(&a["decision"]),
+                text(&a["by"]),
+                text(&a["at"]),
+                a["reason"]
+                    .as_str()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
 pub fn progress_line(v: &Value) -> String {
     let targets: Vec<String> = v["targets"]
         .as_array()
@@ -84,8 +108,12 @@ pub fn progress_line(v: &Value) -> String {
         .flatten()
         .map(|t| format!("{}={}", text(&t["name"]), text(&t["status"])))
         .collect();
+    let waiting = v["waiting_for"]
+        .as_str()
+        .map(|w| format!(" (waiting for {w})"))
+        .unwrap_or_default();
     format!(
-        "{} {} phase={} {}",
+        "{} {} phase={}{waiting} {}",
         text(&v["id"]),
         text(&v["status"]),
         text(&v["phase"]),

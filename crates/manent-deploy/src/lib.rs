@@ -3,6 +3,7 @@
 //! views (JSON shapes of PRODUCT §11) that the API and the CLI show.
 
 pub mod artifacts;
+pub mod gate;
 pub mod queues;
 pub mod schedules;
 pub mod service;

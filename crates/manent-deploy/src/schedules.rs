@@ -17,14 +17,11 @@ use croner::{
     Cron,
     parser::{CronParser, Seconds},
 };
-use manent_engine::{Client, EngineError, EnqueueRequest, now_ms};
+use manent_engine::{Client, EngineError, now_ms};
 use manent_model::{Descriptor, EffectiveDescriptor, Missed, Route};
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    views::rfc3339,
-    workflow::{DEPLOY_WORKFLOW, DeployRequest},
-};
+use crate::{views::rfc3339, workflow::DeployRequest};
 
 /// Record kind of a schedule (written by the API only).
 pub const SCHEDULE_KIND: &str = "schedule";
@@ -421,25 +418,15 @@ async fn enqueue_tick(
     tick: i64,
 ) -> Result<String, EngineError> {
     let id = tick_id(&schedule.id, tick);
-    let request = DeployRequest {
-        descriptor: schedule.descriptor.clone(),
-        effective: schedule.effective.clone(),
-        route: schedule.route.clone(),
-        submitted_by: schedule.created_by.clone(),
-        submitted_at_ms: tick * 1000,
-    };
-    let partition = manent_model::partition_key(
-        &schedule.descriptor.application,
-        &schedule.descriptor.environment,
+    let request = DeployRequest::new(
+        schedule.descriptor.clone(),
+        schedule.effective.clone(),
+        schedule.route.clone(),
+        &schedule.created_by,
+        tick * 1000,
     );
     // Idempotent on the id: a tick already enqueued (by another ticker) is returned as it is.
-    client
-        .enqueue(
-            EnqueueRequest::new(DEPLOY_WORKFLOW, &schedule.route.queue, &request)
-                .id(&id)
-                .partition(partition),
-        )
-        .await?;
+    client.enqueue(request.enqueue().id(&id)).await?;
     tracing::debug!(schedule = %schedule.id, deploy = %id, "tick enqueued");
     Ok(id)
 }

@@ -3,8 +3,8 @@
 
 use manent_config::Config;
 use manent_engine::{
-    Client, EngineError, EnqueueRequest, StepRecord, WorkflowFilter, WorkflowRecord,
-    WorkflowStatus, now_ms,
+    Client, EngineError, EventRecord, StepRecord, WorkflowFilter, WorkflowRecord, WorkflowStatus,
+    now_ms,
 };
 use manent_model::{
     EffectiveDescriptor, ModelError, Route, load_environment, parse_descriptor, route,
@@ -12,6 +12,7 @@ use manent_model::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    gate::{self, Decision},
     schedules,
     targets::TargetOutcome,
     views::rfc3339,
@@ -81,6 +82,9 @@ pub async fn submit(
         Ok(env) => Some(EffectiveDescriptor::build(&descriptor, env).map_err(invalid)?),
         Err(_) => None,
     };
+    if let Some(eff) = &effective {
+        refuse_dependency_cycle(config, eff)?;
+    }
     let schedule = descriptor.schedule.clone().unwrap_or_default();
     if let Some(cron) = &schedule.cron {
         let timezone = schedule.timezone.as_deref().unwrap_or("UTC");
@@ -120,16 +124,8 @@ pub async fn submit(
         })?),
         None => None,
     };
-    let partition = manent_model::partition_key(&descriptor.application, &descriptor.environment);
-    let request = DeployRequest {
-        descriptor,
-        effective,
-        route: route.clone(),
-        submitted_by: submitted_by.to_string(),
-        submitted_at_ms: now_ms(),
-    };
-    let mut enqueue =
-        EnqueueRequest::new(DEPLOY_WORKFLOW, &route.queue, &request).partition(partition);
+    let request = DeployRequest::new(descriptor, effective, route, submitted_by, now_ms());
+    let mut enqueue = request.enqueue();
     if let Some(at_ms) = not_before {
         // ENQUEUED (phase `scheduled`) until then, then started through the same queue and limits.
         enqueue = enqueue.not_before(at_ms);
@@ -138,7 +134,7 @@ pub async fn submit(
     Ok(Submitted {
         id: record.id,
         status: record.status.to_string(),
-        queue: record.queue,
+        queue: request.route.queue,
     })
 }
 
@@ -202,15 +198,68 @@ pub struct DeployStatus {
     pub submitted_by: String,
     pub created_at: String,
     pub updated_at: String,
+    /// Why the deploy waits, while it waits (approval, dependency); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+    /// Approvals (and a rejection) received, in order: who, when, why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<ApprovalView>,
+}
+
+/// One approval or rejection, as status and activity show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalView {
+    pub by: String,
+    /// `approved` or `rejected`.
+    pub decision: String,
+    pub reason: Option<String>,
+    pub at: String,
+}
+
+impl From<Decision> for ApprovalView {
+    fn from(d: Decision) -> Self {
+        ApprovalView {
+            by: d.by,
+            decision: if d.approve { "approved" } else { "rejected" }.into(),
+            reason: d.reason,
+            at: rfc3339(d.at_ms),
+        }
+    }
+}
+
+fn event<T: serde::de::DeserializeOwned>(events: &[EventRecord], key: &str) -> Option<T> {
+    events
+        .iter()
+        .find(|e| e.key == key)
+        .and_then(|e| serde_json::from_str(&e.value).ok())
 }
 
 fn request_of(record: &WorkflowRecord) -> Option<DeployRequest> {
     serde_json::from_str(&record.input).ok()
 }
 
-fn summary(record: &WorkflowRecord, phase_event: Option<String>) -> Option<DeployStatus> {
+fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStatus> {
     let request = request_of(record)?;
     let d = &request.descriptor;
+    let phase_event: Option<String> = event(events, "phase");
+    let waiting_for = match record.status {
+        WorkflowStatus::Enqueued if record.not_before_ms > now_ms() => {
+            Some(format!("its start time, {}", rfc3339(record.not_before_ms)))
+        }
+        WorkflowStatus::Enqueued => Some(format!(
+            "a free slot on queue {} (its limits, or no worker serving it)",
+            request.route.queue
+        )),
+        WorkflowStatus::Pending => {
+            event::<String>(events, gate::EVENT_WAITING).filter(|w| !w.is_empty())
+        }
+        _ => None,
+    };
+    let approvals: Vec<ApprovalView> = event::<Vec<Decision>>(events, gate::EVENT_APPROVALS)
+        .unwrap_or_default()
+        .into_iter()
+        .map(ApprovalView::from)
+        .collect();
     let phase = match record.status {
         WorkflowStatus::Enqueued if record.not_before_ms > now_ms() => "scheduled".to_string(),
         WorkflowStatus::Enqueued => "queued".to_string(),
@@ -228,7 +277,8 @@ fn summary(record: &WorkflowRecord, phase_event: Option<String>) -> Option<Deplo
             .unwrap_or_default(),
         status: record.status.to_string(),
         phase,
-        queue: record.queue.clone(),
+        // The route's queue, also while the deploy waits on the gate queue.
+        queue: request.route.queue.clone(),
         route_kind: request.route.kind.as_str().to_string(),
         executor_id: record.executor_id.clone(),
         dry_run: request.effective.as_ref().map_or(d.dry_run, |e| e.dry_run),
@@ -251,6 +301,8 @@ fn summary(record: &WorkflowRecord, phase_event: Option<String>) -> Option<Deplo
         submitted_by: request.submitted_by.clone(),
         created_at: rfc3339(record.created_at_ms),
         updated_at: rfc3339(record.updated_at_ms),
+        waiting_for,
+        approvals,
     })
 }
 
@@ -275,11 +327,7 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
         return Ok(None);
     }
     let events = client.events(id).await?;
-    let phase = events
-        .iter()
-        .find(|e| e.key == "phase")
-        .and_then(|e| serde_json::from_str(&e.value).ok());
-    let Some(mut view) = summary(&record, phase) else {
+    let Some(mut view) = summary(&record, &events) else {
         return Ok(None);
     };
     for e in events.iter().filter(|e| e.key.starts_with("target:")) {
@@ -336,9 +384,18 @@ pub async fn list(client: &Client, filter: &ListFilter) -> Result<Vec<DeployStat
             ..Default::default()
         })
         .await?;
-    Ok(records
-        .iter()
-        .filter_map(|r| summary(r, None))
+    let mut views = Vec::new();
+    for r in &records {
+        // A running deploy's phase (waiting for approval, a wave) lives in its events.
+        let events = if r.status == WorkflowStatus::Pending {
+            client.events(&r.id).await.unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        views.extend(summary(r, &events));
+    }
+    Ok(views
+        .into_iter()
         .filter(|d| {
             filter
                 .application
@@ -407,8 +464,8 @@ pub async fn activity(client: &Client) -> Result<Vec<DeployStatus>, EngineError>
             })
             .await?;
         for r in &records {
-            let phase = client.event::<String>(&r.id, "phase").await.ok().flatten();
-            out.extend(summary(r, phase));
+            let events = client.events(&r.id).await.unwrap_or_default();
+            out.extend(summary(r, &events));
         }
     }
     let recent = client
@@ -419,20 +476,142 @@ pub async fn activity(client: &Client) -> Result<Vec<DeployStatus>, EngineError>
         })
         .await?;
     for r in recent.iter().filter(|r| r.status.is_terminal()) {
-        out.extend(summary(r, None));
+        // Who approved a finished deploy stays part of its activity.
+        let events = client.events(&r.id).await.unwrap_or_default();
+        out.extend(summary(r, &events));
     }
     Ok(out)
 }
 
-/// The effective descriptor of the last successful (not dry-run) deploy of
-/// the same application and environment, other than `deploy_id`.
-pub async fn previous_success(
-    rt: &Runtime,
-    eff: &EffectiveDescriptor,
-    deploy_id: &str,
-) -> Result<Option<EffectiveDescriptor>, String> {
-    let records = rt
-        .client
+/// Who asks to approve or reject a deploy: the API token's name and role.
+#[derive(Debug, Clone)]
+pub struct Approver {
+    pub name: String,
+    pub role: String,
+}
+
+/// Why an approval or rejection was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DecideError {
+    #[error("no deploy `{0}`")]
+    NotFound(String),
+    /// The deploy does not wait for approval (any more).
+    #[error("{0}")]
+    NotWaiting(String),
+    /// This approver may not decide on this deploy; says what it may not do.
+    #[error("may not {0}")]
+    Forbidden(String),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// Approves (`approve`) or rejects a deploy waiting for approval: checks that it
+/// waits, that `approver` is one of the policy's approvers (by name or role)
+/// and not its submitter (unless the policy allows it), then sends the decision.
+pub async fn decide(
+    client: &Client,
+    id: &str,
+    approver: &Approver,
+    approve: bool,
+    reason: Option<String>,
+) -> Result<(), DecideError> {
+    let Some(record) = client.get(id).await?.filter(|r| r.name == DEPLOY_WORKFLOW) else {
+        return Err(DecideError::NotFound(id.to_string()));
+    };
+    let request = request_of(&record).ok_or_else(|| DecideError::NotFound(id.to_string()))?;
+    let events = client.events(id).await?;
+    let phase: Option<String> = event(&events, "phase");
+    let policy: Option<manent_model::Approval> = event(&events, gate::EVENT_APPROVAL_POLICY);
+    let (WorkflowStatus::Pending, Some("waiting_approval"), Some(policy)) =
+        (record.status, phase.as_deref(), policy)
+    else {
+        return Err(DecideError::NotWaiting(format!(
+            "deploy {id} is not waiting for approval (status {}, phase {}); nothing to {}",
+            record.status,
+            phase.as_deref().unwrap_or("none"),
+            if approve { "approve" } else { "reject" }
+        )));
+    };
+    if !policy.approvers.is_empty()
+        && !policy
+            .approvers
+            .iter()
+            .any(|a| a == &approver.name || a == &approver.role)
+    {
+        return Err(DecideError::Forbidden(format!(
+            "decide on deploys of {}/{}: its approval policy names {} (by token name or role)",
+            request.descriptor.application,
+            request.descriptor.environment,
+            policy.approvers.join(", ")
+        )));
+    }
+    if approve && approver.name == request.submitted_by && !policy.allow_self_approval {
+        return Err(DecideError::Forbidden(format!(
+            "approve deploy {id}, which it submitted (the policy's allow_self_approval is false); ask another approver"
+        )));
+    }
+    let decision = Decision {
+        by: approver.name.clone(),
+        approve,
+        reason,
+        at_ms: now_ms(),
+    };
+    client.send(id, gate::APPROVAL_TOPIC, &decision).await?;
+    Ok(())
+}
+
+/// `(application, environment)`.
+type AppEnv = (String, String);
+
+/// Refuses a deploy whose dependencies lead back to its own application and
+/// environment, following the environment files of the dependencies.
+fn refuse_dependency_cycle(config: &Config, eff: &EffectiveDescriptor) -> Result<(), SubmitError> {
+    let source = config.environments_source();
+    let start = (eff.application.clone(), eff.environment.clone());
+    // Depth-first over (application, environment), keeping the path for the message.
+    let mut stack: Vec<(Vec<AppEnv>, AppEnv)> = eff
+        .depends_on
+        .iter()
+        .map(|d| {
+            (
+                vec![start.clone()],
+                (d.application.clone(), d.environment.clone()),
+            )
+        })
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    while let Some((path, node)) = stack.pop() {
+        if node == start {
+            let mut names: Vec<String> = path.iter().map(|(a, e)| format!("{a}/{e}")).collect();
+            names.push(format!("{}/{}", node.0, node.1));
+            return Err(SubmitError::Invalid {
+                field: Some("depends_on".into()),
+                message: format!(
+                    "depends_on: dependency cycle {}; a deploy would wait for itself. Remove one of these dependencies",
+                    names.join(" -> ")
+                ),
+            });
+        }
+        if !seen.insert(node.clone()) {
+            continue;
+        }
+        // A dependency whose environment cannot be read has no known dependencies.
+        if let Ok(env) = load_environment(&source, &node.0, &node.1) {
+            for d in &env.depends_on {
+                let mut next_path = path.clone();
+                next_path.push(node.clone());
+                stack.push((next_path, (d.application.clone(), d.environment.clone())));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The requests of the latest successful deploys, newest first, with their ids.
+pub(crate) async fn successful_requests(
+    client: &Client,
+) -> Result<Vec<(String, DeployRequest)>, String> {
+    let records = client
         .list(&WorkflowFilter {
             status: Some(WorkflowStatus::Success),
             name: Some(DEPLOY_WORKFLOW.into()),
@@ -443,9 +622,22 @@ pub async fn previous_success(
         .map_err(|e| e.to_string())?;
     Ok(records
         .iter()
-        .filter(|r| r.id != deploy_id)
-        .filter_map(request_of)
-        .filter_map(|r| r.effective)
+        .filter_map(|r| Some((r.id.clone(), request_of(r)?)))
+        .collect())
+}
+
+/// The effective descriptor of the last successful (not dry-run) deploy of
+/// the same application and environment, other than `deploy_id`.
+pub async fn previous_success(
+    rt: &Runtime,
+    eff: &EffectiveDescriptor,
+    deploy_id: &str,
+) -> Result<Option<EffectiveDescriptor>, String> {
+    Ok(successful_requests(&rt.client)
+        .await?
+        .into_iter()
+        .filter(|(id, _)| id != deploy_id)
+        .filter_map(|(_, r)| r.effective)
         .find(|p| {
             p.application == eff.application && p.environment == eff.environment && !p.dry_run
         }))

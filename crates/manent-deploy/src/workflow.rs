@@ -7,13 +7,14 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use manent_config::Config;
-use manent_engine::{Engine, StepPolicy, WorkflowContext, WorkflowError};
+use manent_engine::{Engine, EnqueueRequest, StepPolicy, WorkflowContext, WorkflowError};
 use manent_model::{Descriptor, EffectiveDescriptor, OnFailure, Route, Target, plan_waves};
 use manent_ssh::{ConnectionPool, SshAuth};
 use serde::{Deserialize, Serialize};
 
 use crate::{
     artifacts::{self, LocalArtifact},
+    gate,
     targets::{self, TargetOutcome},
 };
 
@@ -30,6 +31,42 @@ pub struct DeployRequest {
     pub route: Route,
     pub submitted_by: String,
     pub submitted_at_ms: i64,
+    /// Whether the deploy first waits on the gate queue (approval, dependencies),
+    /// holding no deploy slot, before it moves to `route.queue`. Decided at submission.
+    #[serde(default)]
+    pub gated: bool,
+}
+
+impl DeployRequest {
+    pub fn new(
+        descriptor: Descriptor,
+        effective: Option<EffectiveDescriptor>,
+        route: Route,
+        submitted_by: &str,
+        submitted_at_ms: i64,
+    ) -> Self {
+        DeployRequest {
+            gated: gate::needs_gate(effective.as_ref()),
+            descriptor,
+            effective,
+            route,
+            submitted_by: submitted_by.to_string(),
+            submitted_at_ms,
+        }
+    }
+
+    /// How this deploy is enqueued: on the gate queue when it must wait first,
+    /// else on its route's queue; partitioned by `<application>/<environment>`.
+    pub fn enqueue(&self) -> EnqueueRequest {
+        let queue = if self.gated {
+            gate::GATE_QUEUE
+        } else {
+            self.route.queue.as_str()
+        };
+        let partition =
+            manent_model::partition_key(&self.descriptor.application, &self.descriptor.environment);
+        EnqueueRequest::new(DEPLOY_WORKFLOW, queue, self).partition(partition)
+    }
 }
 
 /// The final output of a successful deploy.
@@ -63,8 +100,10 @@ impl Runtime {
     }
 }
 
-/// Registers manent's workflows on a worker's engine.
+/// Registers manent's workflows on a worker's engine, and the gate queue
+/// every worker serves (deploys waiting for approval or dependencies).
 pub fn register_workflows(engine: &Engine, config: &Config) {
+    engine.listen(gate::gate_queue_spec());
     let runtime = Arc::new(Runtime::new(Arc::new(config.clone()), engine.client()));
     let runtime_for_deploys = runtime.clone();
     engine.register(
@@ -118,6 +157,11 @@ async fn deploy(
             .await?
         }
     };
+    if request.gated {
+        // Approval and dependency waits, then the move to the route's queue: what
+        // follows runs on a worker of that queue, under its limits.
+        gate::pass_gate(ctx, &rt.client, &request, &eff).await?;
+    }
     if eff.plugin != manent_model::DEFAULT_PLUGIN && eff.plugin != manent_model::COMMAND_PLUGIN {
         // A plugin this worker does not run (external plugins are served by their own pools).
         return Err(WorkflowError::failed(format!(
@@ -236,6 +280,13 @@ async fn deploy(
         return Err(WorkflowError::failed(format!(
             "deploy failed: {reason}; later waves were not started"
         )));
+    }
+    if !eff.dry_run {
+        // Deploys waiting for this application/environment check again now.
+        ctx.step("wake dependents", || async {
+            gate::wake_dependents(&rt.client, &eff.application, &eff.environment).await
+        })
+        .await?;
     }
     phase(ctx, "done").await?;
     Ok(DeployResult { targets: outcomes })

@@ -7,7 +7,7 @@ use std::{
     fmt::Display,
     sync::{
         Arc,
-        atomic::{AtomicI64, Ordering},
+        atomic::{AtomicI64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -44,6 +44,26 @@ struct Inner {
     partition_key: String,
     recorded: Arc<HashMap<i64, StepRecord>>,
     next_index: AtomicI64,
+    /// Durable waits in progress in this run (all branches).
+    waits: Arc<AtomicUsize>,
+}
+
+/// Counts a durable wait for as long as it lasts and tells a draining engine
+/// that this run now only waits.
+struct WaitGuard<'a>(&'a Inner);
+
+impl<'a> WaitGuard<'a> {
+    fn enter(inner: &'a Inner) -> Self {
+        inner.waits.fetch_add(1, Ordering::SeqCst);
+        inner.shared.run_finished.notify_waiters();
+        WaitGuard(inner)
+    }
+}
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        self.0.waits.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl WorkflowContext {
@@ -52,6 +72,7 @@ impl WorkflowContext {
         lease: Lease,
         record: &WorkflowRecord,
         steps: Vec<StepRecord>,
+        waits: Arc<AtomicUsize>,
     ) -> Self {
         WorkflowContext {
             inner: Arc::new(Inner {
@@ -62,6 +83,7 @@ impl WorkflowContext {
                 partition_key: record.partition_key.clone(),
                 recorded: Arc::new(steps.into_iter().map(|s| (s.index, s)).collect()),
                 next_index: AtomicI64::new(0),
+                waits,
             }),
         }
     }
@@ -112,6 +134,7 @@ impl WorkflowContext {
                         partition_key: self.inner.partition_key.clone(),
                         recorded: self.inner.recorded.clone(),
                         next_index: AtomicI64::new(base),
+                        waits: self.inner.waits.clone(),
                     }),
                 }
             })
@@ -296,7 +319,10 @@ impl WorkflowContext {
                 }
             };
             let left = u64::try_from((deadline - now_ms()).max(0)).unwrap_or(0);
-            tokio::time::sleep(Duration::from_millis(left)).await;
+            {
+                let _waiting = WaitGuard::enter(&self.inner);
+                tokio::time::sleep(Duration::from_millis(left)).await;
+            }
             let mut rec = self.record(index, NAME, StepStatus::Success, 1, now_ms());
             rec.output = Some(deadline.to_string());
             self.write(&rec).await
@@ -335,6 +361,7 @@ impl WorkflowContext {
             let store = &self.inner.shared.store;
             let mut wakeups = store.subscribe();
             let done = self.record(index, &name, StepStatus::Success, 1, started_at);
+            let _waiting = WaitGuard::enter(&self.inner);
             loop {
                 match store
                     .consume_message(&self.inner.lease, &topic, &done)
@@ -355,6 +382,40 @@ impl WorkflowContext {
                 let until =
                     tokio::time::Instant::now() + left.min(self.inner.shared.poll_interval());
                 wait_for_workflow(&mut wakeups, self.workflow_id(), until).await;
+            }
+        }
+    }
+
+    /// Moves this workflow to `queue` (partitioned by `partition_key`): the move is
+    /// recorded and the workflow becomes ENQUEUED there in one transaction, and this run
+    /// stops with [`WorkflowError::Moved`] (return it with `?`). A worker serving `queue`
+    /// claims it under that queue's limits and replays it: this call then returns `Ok`.
+    /// What ran before the move held no slot of `queue` (approval and dependency waits).
+    pub fn move_to_queue<'a>(
+        &'a self,
+        queue: &str,
+        partition_key: &str,
+    ) -> impl Future<Output = Result<(), WorkflowError>> + Send + 'a {
+        let index = self.take_index();
+        let name = format!("manent.move:{queue}");
+        let queue = queue.to_string();
+        let partition_key = partition_key.to_string();
+        async move {
+            if let Some(r) = self.recorded(index, &name)?
+                && r.status == StepStatus::Success
+            {
+                return Ok(());
+            }
+            let rec = self.record(index, &name, StepStatus::Success, 1, now_ms());
+            match self
+                .inner
+                .shared
+                .store
+                .move_to_queue(&self.inner.lease, &rec, &queue, &partition_key, now_ms())
+                .await?
+            {
+                Checkpoint::Written => Err(WorkflowError::Moved { queue }),
+                Checkpoint::Fenced => Err(self.why_fenced().await),
             }
         }
     }

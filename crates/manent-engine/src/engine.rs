@@ -7,7 +7,7 @@ use std::{
     panic::AssertUnwindSafe,
     sync::{
         Arc, Mutex, RwLock,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -123,6 +123,8 @@ impl QueueSpec {
 pub struct ShutdownReport {
     /// Workflows that finished while draining.
     pub drained: usize,
+    /// Workflows in a durable wait handed back to their queue for another worker.
+    pub released: usize,
     /// Workflows stopped at the drain timeout; they stay PENDING for the restart.
     pub left_pending: Vec<String>,
 }
@@ -136,6 +138,10 @@ pub(crate) type WorkflowFn = Arc<
 struct Running {
     token: u64,
     handle: JoinHandle<()>,
+    lease: Lease,
+    /// Durable waits (`recv`, `sleep`) this run is blocked in right now; a
+    /// draining executor hands such runs back to their queue at once.
+    waits: Arc<AtomicUsize>,
 }
 
 pub(crate) struct Shared {
@@ -144,7 +150,8 @@ pub(crate) struct Shared {
     registry: RwLock<HashMap<String, WorkflowFn>>,
     queues: RwLock<Vec<QueueSpec>>,
     running: Mutex<HashMap<String, Running>>,
-    run_finished: Notify,
+    /// Notified when a run ends or enters a durable wait (drain watches both).
+    pub(crate) run_finished: Notify,
     next_token: AtomicU64,
     launched: AtomicBool,
     stopping: watch::Sender<bool>,
@@ -362,6 +369,7 @@ impl Engine {
         if !shared.launched.load(Ordering::SeqCst) {
             return ShutdownReport {
                 drained: 0,
+                released: 0,
                 left_pending: Vec::new(),
             };
         }
@@ -378,16 +386,37 @@ impl Engine {
         let deadline = Instant::now() + drain_timeout;
         loop {
             let notified = shared.run_finished.notified();
-            if lock(&shared.running).is_empty() || Instant::now() >= deadline {
+            // Runs blocked in a durable wait (an approval, a timer) are not waited for:
+            // they are handed back below, so no drain lasts as long as an approval.
+            let only_waits = lock(&shared.running)
+                .values()
+                .all(|run| run.waits.load(Ordering::SeqCst) > 0);
+            if only_waits || Instant::now() >= deadline {
                 break;
             }
             let _ = tokio::time::timeout_at(deadline, notified).await;
         }
         let left: Vec<(String, Running)> = lock(&shared.running).drain().collect();
-        for (_, run) in &left {
+        let mut left_pending = Vec::new();
+        let mut released = 0;
+        for (workflow_id, run) in left {
+            // Read before the abort: dropping the aborted run ends its waits.
+            let waiting = run.waits.load(Ordering::SeqCst) > 0;
             run.handle.abort();
+            // A run in a durable wait goes back to its queue, so a live worker
+            // takes it over now rather than at this executor's restart.
+            let handed_back = waiting
+                && matches!(
+                    shared.store.release(&run.lease, now_ms()).await,
+                    Ok(Checkpoint::Written)
+                );
+            if handed_back {
+                tracing::info!(workflow_id = %workflow_id, "released a durable wait to its queue");
+                released += 1;
+            } else {
+                left_pending.push(workflow_id);
+            }
         }
-        let left_pending: Vec<String> = left.into_iter().map(|(id, _)| id).collect();
         for task in lock(&shared.background).drain(..) {
             task.abort();
         }
@@ -404,7 +433,8 @@ impl Engine {
             tracing::warn!(executor_id = %id, workflows = ?left_pending, "drain timeout: left pending for the restart");
         }
         ShutdownReport {
-            drained: before.saturating_sub(left_pending.len()),
+            drained: before.saturating_sub(left_pending.len() + released),
+            released,
             left_pending,
         }
     }
@@ -424,13 +454,34 @@ fn spawn_run(shared: &Arc<Shared>, record: WorkflowRecord) {
         old.handle.abort();
     }
     let id = record.id.clone();
-    let handle = tokio::spawn(run_workflow(shared.clone(), record, lease, token));
-    running.insert(id, Running { token, handle });
+    let waits = Arc::new(AtomicUsize::new(0));
+    let handle = tokio::spawn(run_workflow(
+        shared.clone(),
+        record,
+        lease.clone(),
+        token,
+        waits.clone(),
+    ));
+    running.insert(
+        id,
+        Running {
+            token,
+            handle,
+            lease,
+            waits,
+        },
+    );
 }
 
-async fn run_workflow(shared: Arc<Shared>, record: WorkflowRecord, lease: Lease, token: u64) {
+async fn run_workflow(
+    shared: Arc<Shared>,
+    record: WorkflowRecord,
+    lease: Lease,
+    token: u64,
+    waits: Arc<AtomicUsize>,
+) {
     let id = record.id.clone();
-    run_to_outcome(&shared, record, lease).await;
+    run_to_outcome(&shared, record, lease, waits).await;
     let mut running = lock(&shared.running);
     if running.get(&id).is_some_and(|r| r.token == token) {
         running.remove(&id);
@@ -439,7 +490,12 @@ async fn run_workflow(shared: Arc<Shared>, record: WorkflowRecord, lease: Lease,
     shared.run_finished.notify_waiters();
 }
 
-async fn run_to_outcome(shared: &Arc<Shared>, record: WorkflowRecord, lease: Lease) {
+async fn run_to_outcome(
+    shared: &Arc<Shared>,
+    record: WorkflowRecord,
+    lease: Lease,
+    waits: Arc<AtomicUsize>,
+) {
     let function = read(&shared.registry).get(&record.name).cloned();
     let Some(function) = function else {
         let message = format!(
@@ -465,7 +521,8 @@ async fn run_to_outcome(shared: &Arc<Shared>, record: WorkflowRecord, lease: Lea
                 return;
             }
         };
-        let ctx = WorkflowContext::new(shared.clone(), lease.clone(), &record, steps);
+        let ctx =
+            WorkflowContext::new(shared.clone(), lease.clone(), &record, steps, waits.clone());
         let outcome = AssertUnwindSafe(function(ctx, record.input.clone()))
             .catch_unwind()
             .await;

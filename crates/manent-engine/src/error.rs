@@ -78,9 +78,9 @@ pub enum EngineError {
 
 /// The outcome of a workflow function that did not succeed.
 ///
-/// `Failed`, `Step` and `NonDeterminism` end the workflow in ERROR. `Fenced`
-/// and `Cancelled` stop this run without touching the workflow's record: the
-/// workflow belongs to another runner now, or was cancelled. `Store` means a
+/// `Failed`, `Step` and `NonDeterminism` end the workflow in ERROR. `Fenced`,
+/// `Cancelled` and `Moved` stop this run without touching the workflow's record: the
+/// workflow belongs to another runner now, was cancelled, or waits on another queue. `Store` means a
 /// checkpoint could not be written; the engine replays the workflow later.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkflowError {
@@ -101,6 +101,8 @@ pub enum WorkflowError {
     Fenced,
     #[error("the workflow was cancelled")]
     Cancelled,
+    #[error("the workflow moved to queue `{queue}`; a worker of that queue goes on with it")]
+    Moved { queue: String },
     #[error("child workflow `{id}` ended in {status}: {message}")]
     Child {
         id: String,
@@ -119,7 +121,10 @@ impl WorkflowError {
 
     /// Whether this run stops without recording an outcome.
     pub(crate) fn stops_silently(&self) -> bool {
-        matches!(self, WorkflowError::Fenced | WorkflowError::Cancelled)
+        matches!(
+            self,
+            WorkflowError::Fenced | WorkflowError::Cancelled | WorkflowError::Moved { .. }
+        )
     }
 }
 

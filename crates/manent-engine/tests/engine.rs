@@ -50,6 +50,8 @@ on_both_backends!(
     a_panicking_workflow_ends_in_error,
     records_are_kept_replaced_listed_and_deleted,
     branches_replay_whatever_order_they_completed_in,
+    a_workflow_moved_to_another_queue_goes_on_there_under_its_limits,
+    a_draining_executor_hands_its_durable_waits_back_to_the_queue,
 );
 
 async fn open(db: &TestDb) -> Arc<dyn Store> {
@@ -1124,5 +1126,135 @@ async fn branches_replay_whatever_order_they_completed_in(db: Db) {
             "branch {i}'s step ran once, replayed after"
         );
     }
+    second.shutdown(WAIT).await;
+}
+
+async fn a_workflow_moved_to_another_queue_goes_on_there_under_its_limits(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let ledger = Ledger::default();
+    // Two engines: `gate` serves only the gate queue, `runner` only the limited queue.
+    let register = |e: &Engine, ledger: Ledger| {
+        e.register("moving", move |ctx: WorkflowContext, _: ()| {
+            let ledger = ledger.clone();
+            async move {
+                let before: String = ctx
+                    .step("before", || async {
+                        ledger.hit("before");
+                        Ok::<_, String>(ctx.executor_id().to_string())
+                    })
+                    .await?;
+                ctx.move_to_queue("limited", "app/env").await?;
+                let after: String = ctx
+                    .step("after", || async {
+                        ledger.hit("after");
+                        Ok::<_, String>(ctx.executor_id().to_string())
+                    })
+                    .await?;
+                Ok(format!("{before}->{after}@{}", ctx.queue()))
+            }
+        });
+    };
+    let gate = engine(&db, "gate").await;
+    register(&gate, ledger.clone());
+    gate.listen(QueueSpec::new("gate"));
+    gate.launch().await.unwrap();
+    let client = gate.client();
+    let wf = client
+        .enqueue(EnqueueRequest::new("moving", "gate", ()).partition("app/env"))
+        .await
+        .unwrap();
+    manent_testkit::eventually("the workflow moves to `limited`", WAIT, || async {
+        let w = client.get(&wf.id).await.unwrap().unwrap();
+        (w.queue == "limited" && w.status == WorkflowStatus::Enqueued).then_some(())
+    })
+    .await;
+    assert_eq!(
+        ledger.count("after"),
+        0,
+        "no worker of `limited` runs yet: the rest waits"
+    );
+
+    let runner = engine(&db, "runner").await;
+    register(&runner, ledger.clone());
+    runner.listen(QueueSpec::new("limited").partition_concurrency(1));
+    runner.launch().await.unwrap();
+    let done = wait_success(&client, &wf.id).await;
+    assert_eq!(
+        done.output.as_deref(),
+        Some("\"gate->runner@limited\""),
+        "the first step ran on the gate's worker, the rest on the runner, on `limited`"
+    );
+    assert_eq!(
+        ledger.count("before"),
+        1,
+        "the step before the move is not rerun by the replay"
+    );
+    assert_eq!(
+        ledger.count("after"),
+        1,
+        "the step after the move runs once"
+    );
+    gate.shutdown(WAIT).await;
+    runner.shutdown(WAIT).await;
+}
+
+async fn a_draining_executor_hands_its_durable_waits_back_to_the_queue(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let register = |e: &Engine| {
+        e.register("waiter", |ctx: WorkflowContext, _: ()| async move {
+            ctx.set_event("phase", &"waiting").await?;
+            let who: Option<String> = ctx.recv("approve", Duration::from_secs(3600)).await?;
+            Ok(format!("{}:{}", who.unwrap_or_default(), ctx.executor_id()))
+        });
+    };
+    let first = engine(&db, "first").await;
+    register(&first);
+    first.listen(QueueSpec::new("q"));
+    first.launch().await.unwrap();
+    let client = first.client();
+    let wf = client
+        .enqueue(EnqueueRequest::new("waiter", "q", ()))
+        .await
+        .unwrap();
+    manent_testkit::eventually("the workflow waits for its message", WAIT, || async {
+        (client
+            .event::<String>(&wf.id, "phase")
+            .await
+            .unwrap()
+            .as_deref()
+            == Some("waiting"))
+        .then_some(())
+    })
+    .await;
+    // An hour-long drain timeout: the shutdown must not wait for the message.
+    let report = first.shutdown(Duration::from_secs(3600)).await;
+    assert_eq!(
+        report.released, 1,
+        "the waiting run is handed back: {report:?}"
+    );
+    assert!(
+        report.left_pending.is_empty(),
+        "nothing is left pending: {report:?}"
+    );
+    let w = client.get(&wf.id).await.unwrap().unwrap();
+    assert_eq!(
+        w.status,
+        WorkflowStatus::Enqueued,
+        "the workflow is back on its queue"
+    );
+
+    let second = engine(&db, "second").await;
+    register(&second);
+    second.listen(QueueSpec::new("q"));
+    second.launch().await.unwrap();
+    client.send(&wf.id, "approve", "alice").await.unwrap();
+    let done = wait_success(&client, &wf.id).await;
+    assert_eq!(
+        done.output.as_deref(),
+        Some("\"alice:second\""),
+        "another executor takes the wait over and receives the message"
+    );
     second.shutdown(WAIT).await;
 }

@@ -6,7 +6,6 @@ mod common;
 
 use common::{Site, WAIT};
 use manent_testkit::{Db, eventually};
-use serde_json::Value;
 
 macro_rules! on_both_backends {
     ($($name:ident),+ $(,)?) => {
@@ -25,28 +24,6 @@ on_both_backends!(
 const GPU: &str =
     "queues:\n  - name: gpu\n    match: {applications: [\"ml/*\"]}\n    concurrency: 2\n";
 
-async fn status_of(site: &Site, token: &str, id: &str) -> Value {
-    site.cli(token, &["status", id]).1
-}
-
-async fn wait_status(site: &Site, token: &str, id: &str, want: &str) -> Value {
-    eventually(&format!("deploy {id} reaches {want}"), WAIT, || async {
-        let s = status_of(site, token, id).await;
-        (s["status"] == want).then_some(s)
-    })
-    .await
-}
-
-fn submit(site: &Site, token: &str, application: &str) -> (String, String) {
-    let path = site.descriptor_for(application, "1");
-    let (code, v) = site.cli(token, &["deploy", "-f", path.to_str().unwrap()]);
-    assert_eq!(code, 0, "submission of {application}: {v}");
-    (
-        v["id"].as_str().unwrap().to_string(),
-        v["queue"].as_str().unwrap().to_string(),
-    )
-}
-
 async fn a_routed_deploy_waits_for_its_pool_and_plain_workers_never_take_it(db: Db) {
     let mut site = Site::new(db, &["true"]).await;
     site.set_config(GPU);
@@ -59,14 +36,14 @@ async fn a_routed_deploy_waits_for_its_pool_and_plain_workers_never_take_it(db: 
     site.start("api", "api");
     site.start("worker", "plain");
     site.wait_api().await;
-    let (routed, queue) = submit(&site, &token, "ml/trainer");
+    let (routed, queue) = site.submit(&token, "ml/trainer");
     assert_eq!(queue, "gpu", "ml/* is routed to gpu");
     // A deploy on the default queue completing proves the plain worker is up and claiming.
-    let (plain, queue) = submit(&site, &token, "acme/web");
+    let (plain, queue) = site.submit(&token, "acme/web");
     assert_eq!(queue, "default");
-    wait_status(&site, &token, &plain, "SUCCESS").await;
+    site.wait_status(&token, &plain, "SUCCESS").await;
     assert_eq!(
-        status_of(&site, &token, &routed).await["status"],
+        site.status(&token, &routed)["status"],
         "ENQUEUED",
         "no pool worker: the routed deploy waits"
     );
@@ -102,7 +79,7 @@ async fn a_routed_deploy_waits_for_its_pool_and_plain_workers_never_take_it(db: 
             ("MANENT__DBOS__QUEUES", "gpu"),
         ],
     );
-    let done = wait_status(&site, &token, &routed, "SUCCESS").await;
+    let done = site.wait_status(&token, &routed, "SUCCESS").await;
     assert_eq!(done["executor_id"], "pool", "only the pool worker ran it");
     assert_eq!(done["queue"], "gpu", "the recorded route is kept");
 }
@@ -119,11 +96,11 @@ async fn an_exclusive_worker_takes_only_its_queues(db: Db) {
     site.start("api", "api");
     site.start("worker", "exclusive");
     site.wait_api().await;
-    let (plain, _) = submit(&site, &token, "acme/web");
-    let (routed, _) = submit(&site, &token, "ml/trainer");
-    wait_status(&site, &token, &routed, "SUCCESS").await;
+    let (plain, _) = site.submit(&token, "acme/web");
+    let (routed, _) = site.submit(&token, "ml/trainer");
+    site.wait_status(&token, &routed, "SUCCESS").await;
     assert_eq!(
-        status_of(&site, &token, &plain).await["status"],
+        site.status(&token, &plain)["status"],
         "ENQUEUED",
         "an exclusive worker leaves the default queue alone"
     );
@@ -146,8 +123,8 @@ async fn region_passes_run_only_on_their_regions_workers(db: Db) {
     site.start_with("worker", "worker-eu", &[("MANENT__DBOS__REGION", "eu")]);
     site.start_with("worker", "worker-us", &[("MANENT__DBOS__REGION", "us")]);
     site.wait_api().await;
-    let (id, _) = submit(&site, &token, "acme/web");
-    wait_status(&site, &token, &id, "SUCCESS").await;
+    let (id, _) = site.submit(&token, "acme/web");
+    site.wait_status(&token, &id, "SUCCESS").await;
     let store = manent_engine::store::open(&site.db.url).await.unwrap();
     let passes = store
         .list_workflows(&manent_engine::WorkflowFilter {
@@ -253,15 +230,15 @@ async fn environment_concurrency_serializes_one_environment_while_others_run(db:
     site.start("worker", "w1");
     site.start("worker", "w2");
     site.wait_api().await;
-    let (first, _) = submit(&site, &token, "acme/web");
+    let (first, _) = site.submit(&token, "acme/web");
     eventually("the first acme/web deploy started", WAIT, || async {
         site.ledger().contains(&first).then_some(())
     })
     .await;
-    let (second, _) = submit(&site, &token, "acme/web");
-    let (other, _) = submit(&site, &token, "acme/other");
+    let (second, _) = site.submit(&token, "acme/web");
+    let (other, _) = site.submit(&token, "acme/other");
     for id in [&first, &second, &other] {
-        wait_status(&site, &token, id, "SUCCESS").await;
+        site.wait_status(&token, id, "SUCCESS").await;
     }
     let text = site.ledger();
     let lines: Vec<&str> = text.lines().collect();

@@ -399,6 +399,21 @@ pub trait Store: Send + Sync + 'static {
     async fn record_step(&self, lease: &Lease, step: &StepRecord)
     -> Result<Checkpoint, StoreError>;
 
+    /// Moves the lease's workflow to `queue` (and partition): records `step`, then
+    /// makes the workflow ENQUEUED there with a new generation, in one
+    /// transaction, if the lease holds. The next claim on `queue` replays it.
+    async fn move_to_queue(
+        &self,
+        lease: &Lease,
+        step: &StepRecord,
+        queue: &str,
+        partition_key: &str,
+        now_ms: i64,
+    ) -> Result<Checkpoint, StoreError>;
+    /// Hands the lease's workflow back to its queue (ENQUEUED, new generation)
+    /// if the lease holds: a draining executor gives up its durable waits.
+    async fn release(&self, lease: &Lease, now_ms: i64) -> Result<Checkpoint, StoreError>;
+
     // --- messages and events ---
     async fn send_message(
         &self,

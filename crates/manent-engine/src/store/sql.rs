@@ -942,6 +942,73 @@ impl Store for SqlStore {
         })
     }
 
+    async fn move_to_queue(
+        &self,
+        lease: &Lease,
+        step: &StepRecord,
+        queue: &str,
+        partition_key: &str,
+        now_ms: i64,
+    ) -> Result<Checkpoint, StoreError> {
+        let step_sql = RECORD_STEP.replace("{LOCK}", self.lock_clause());
+        let moved = write_tx!(self, tx => {
+            let written = bind_step(sqlx::query(&step_sql), step, lease)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?
+                .rows_affected();
+            if written == 1 {
+                sqlx::query(
+                    "UPDATE manent_workflows SET status = 'ENQUEUED', queue_name = $1, partition_key = $2, \
+                     executor_id = NULL, generation = generation + 1, updated_at = $3 \
+                     WHERE id = $4 AND executor_id = $5 AND generation = $6 AND status = 'PENDING'")
+                    .bind(queue)
+                    .bind(partition_key)
+                    .bind(now_ms)
+                    .bind(&lease.workflow_id)
+                    .bind(&lease.executor_id)
+                    .bind(lease.generation)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?
+                    .rows_affected()
+                    == 1
+            } else {
+                false
+            }
+        });
+        if !moved {
+            return Ok(Checkpoint::Fenced);
+        }
+        self.wake(&[
+            Wakeup::Queue(queue.to_string()),
+            Wakeup::Workflow(lease.workflow_id.clone()),
+        ])
+        .await;
+        Ok(Checkpoint::Written)
+    }
+
+    async fn release(&self, lease: &Lease, now_ms: i64) -> Result<Checkpoint, StoreError> {
+        let queue: Option<String> = with_pool!(self, pool => sqlx::query_scalar(
+            "UPDATE manent_workflows SET status = 'ENQUEUED', executor_id = NULL, generation = generation + 1, \
+             updated_at = $1 WHERE id = $2 AND executor_id = $3 AND generation = $4 AND status = 'PENDING' \
+             RETURNING queue_name")
+            .bind(now_ms)
+            .bind(&lease.workflow_id)
+            .bind(&lease.executor_id)
+            .bind(lease.generation)
+            .fetch_optional(pool)
+            .await
+            .map_err(map_err))?;
+        match queue {
+            Some(queue) => {
+                self.wake(&[Wakeup::Queue(queue)]).await;
+                Ok(Checkpoint::Written)
+            }
+            None => Ok(Checkpoint::Fenced),
+        }
+    }
+
     async fn send_message(
         &self,
         workflow_id: &str,

@@ -147,12 +147,16 @@ impl Site {
         &mut self.children.0[i]
     }
 
+    /// An admin token named `ci`.
     pub fn token(&self) -> String {
+        self.token_named("ci", "admin")
+    }
+
+    /// A new token named `name` with `role` on every application.
+    pub fn token_named(&self, name: &str, role: &str) -> String {
         let out = self
             .command(
-                &[
-                    "admin", "token", "create", "--name", "ci", "--role", "admin",
-                ],
+                &["admin", "token", "create", "--name", name, "--role", role],
                 "admin",
             )
             .output()
@@ -196,6 +200,52 @@ impl Site {
             .expect("run manent");
         let value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
         (out.status.code().unwrap_or(-1), value)
+    }
+
+    /// `manent status ID` as JSON.
+    pub fn status(&self, token: &str, id: &str) -> Value {
+        self.cli(token, &["status", id]).1
+    }
+
+    /// Waits until the deploy's status satisfies `done`; returns that status.
+    pub async fn wait_until(
+        &self,
+        token: &str,
+        id: &str,
+        what: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        // The last status seen is printed when it changes: a timeout shows where it stopped.
+        let last = std::sync::Mutex::new(Value::Null);
+        eventually(&format!("deploy {id}: {what}"), WAIT, || async {
+            let s = self.status(token, id);
+            let mut seen = last.lock().unwrap();
+            if *seen != s {
+                eprintln!("deploy {id}: {s}");
+                *seen = s.clone();
+            }
+            done(&s).then_some(s)
+        })
+        .await
+    }
+
+    /// Waits until the deploy's status is `want` (SUCCESS, ERROR, …).
+    pub async fn wait_status(&self, token: &str, id: &str, want: &str) -> Value {
+        self.wait_until(token, id, &format!("reaches {want}"), |s| {
+            s["status"] == want
+        })
+        .await
+    }
+
+    /// Submits version 1 of `application` in prod; returns its id and queue.
+    pub fn submit(&self, token: &str, application: &str) -> (String, String) {
+        let path = self.descriptor_for(application, "1");
+        let (code, v) = self.cli(token, &["deploy", "-f", path.to_str().unwrap()]);
+        assert_eq!(code, 0, "submission of {application}: {v}");
+        (
+            v["id"].as_str().unwrap().to_string(),
+            v["queue"].as_str().unwrap().to_string(),
+        )
     }
 
     pub async fn wait_api(&self) {

@@ -1,0 +1,322 @@
+//! What a deploy waits for before it takes a deploy slot: approvals and
+//! dependencies. A deploy that must wait is enqueued on the gate queue (no
+//! limits, served by every worker, exclusive ones too), waits there durably,
+//! then moves to the queue of its recorded route, where the claim counts it
+//! against that queue's limits. While it waits it holds no deploy slot.
+
+use std::time::Duration;
+
+use manent_engine::{Client, QueueSpec, StepPolicy, WorkflowContext, WorkflowError, now_ms};
+use manent_model::{Approval, Dependency, EffectiveDescriptor};
+use serde::{Deserialize, Serialize};
+
+use crate::workflow::DeployRequest;
+
+/// The queue deploys wait on. Not one of the configuration's queues: it has no
+/// limits and never appears in `manent queues`.
+pub const GATE_QUEUE: &str = "manent.gate";
+
+/// The gate queue as every worker serves it: no limit that a waiting deploy could exhaust.
+pub fn gate_queue_spec() -> QueueSpec {
+    QueueSpec::new(GATE_QUEUE)
+        .kind("gate")
+        .worker_concurrency(100_000)
+}
+
+/// Message topic of approvals and rejections.
+pub const APPROVAL_TOPIC: &str = "approval";
+/// Message topic that nudges a deploy waiting for a dependency.
+const DEPENDENCY_TOPIC: &str = "dependency";
+/// Record kind: `<application>/<environment>/<waiting deploy id>` of a dependency wait.
+const DEPENDENCY_WAITER_KIND: &str = "dependency-waiter";
+
+/// Event keys published by the gate.
+pub const EVENT_APPROVAL_POLICY: &str = "approval_policy";
+pub const EVENT_APPROVALS: &str = "approvals";
+pub const EVENT_WAITING: &str = "waiting";
+
+/// A "forever" that still fits the engine's millisecond deadlines.
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// One approver's decision, as sent to the deploy and recorded in its events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    /// The approver (the API token's name).
+    pub by: String,
+    pub approve: bool,
+    /// The comment of an approval or the reason of a rejection.
+    #[serde(default)]
+    pub reason: Option<String>,
+    pub at_ms: i64,
+}
+
+/// Whether a deploy must wait on the gate queue before taking a slot.
+/// Decided at submission and recorded with the request.
+pub fn needs_gate(effective: Option<&EffectiveDescriptor>) -> bool {
+    match effective {
+        // The environment could not be read at submission: its approval policy and
+        // dependencies are known only once a worker reads it, so the deploy waits to know.
+        None => true,
+        Some(eff) => approval_required(eff).is_some() || !eff.depends_on.is_empty(),
+    }
+}
+
+/// The approval policy that applies, if approval is required. A dry-run changes
+/// nothing and needs no approval.
+fn approval_required(eff: &EffectiveDescriptor) -> Option<&Approval> {
+    eff.approval
+        .as_ref()
+        .filter(|a| a.required && a.count > 0 && !eff.dry_run)
+}
+
+/// Runs the waits of a gated deploy, then moves it to its route's queue.
+/// On replay (on the route's worker) every wait returns its record at once.
+pub async fn pass_gate(
+    ctx: &WorkflowContext,
+    client: &Client,
+    request: &DeployRequest,
+    eff: &EffectiveDescriptor,
+) -> Result<(), WorkflowError> {
+    if let Some(policy) = approval_required(eff) {
+        wait_for_approval(ctx, request, policy).await?;
+    }
+    for dep in &eff.depends_on {
+        wait_for_dependency(ctx, client, dep).await?;
+    }
+    ctx.set_event(EVENT_WAITING, &String::new()).await?;
+    ctx.set_event("phase", &"queued".to_string()).await?;
+    ctx.move_to_queue(&request.route.queue, &eff.partition_key())
+        .await
+}
+
+fn approvers_text(policy: &Approval) -> String {
+    if policy.approvers.is_empty() {
+        "anyone with the approver role".into()
+    } else {
+        policy.approvers.join(", ")
+    }
+}
+
+async fn wait_for_approval(
+    ctx: &WorkflowContext,
+    request: &DeployRequest,
+    policy: &Approval,
+) -> Result<(), WorkflowError> {
+    ctx.set_event(EVENT_APPROVAL_POLICY, policy).await?;
+    // The deadline is recorded once, so every replay and every worker agrees on it.
+    let timeout = policy.timeout;
+    let deadline: Option<i64> = ctx
+        .step("approval deadline", || async move {
+            Ok::<_, String>(timeout.map(|t| now_ms() + duration_ms(t)))
+        })
+        .await?;
+    let mut approvals: Vec<Decision> = Vec::new();
+    while approvals.len() < policy.count as usize {
+        ctx.set_event(
+            EVENT_WAITING,
+            &format!(
+                "approval: {} of {} (approvers: {}{})",
+                approvals.len(),
+                policy.count,
+                approvers_text(policy),
+                deadline.map_or(String::new(), |d| format!(
+                    "; expires at {}",
+                    crate::views::rfc3339(d)
+                ))
+            ),
+        )
+        .await?;
+        if approvals.is_empty() {
+            // After `waiting_for`, so a reader never sees the phase without its reason.
+            ctx.set_event("phase", &"waiting_approval".to_string())
+                .await?;
+        }
+        let left = deadline.map_or(FOREVER, |d| {
+            Duration::from_millis(u64::try_from(d - now_ms()).unwrap_or(0))
+        });
+        let decision: Option<Decision> = ctx.recv(APPROVAL_TOPIC, left).await?;
+        let Some(decision) = decision else {
+            return Err(WorkflowError::failed(format!(
+                "approval expired after {}: {} of {} approvals (approvers: {}); submit the deploy again",
+                humantime::format_duration(timeout.unwrap_or_default()),
+                approvals.len(),
+                policy.count,
+                approvers_text(policy)
+            )));
+        };
+        if !decision.approve {
+            let reason = decision
+                .reason
+                .clone()
+                .unwrap_or_else(|| "no reason given".into());
+            approvals.push(decision.clone());
+            ctx.set_event(EVENT_APPROVALS, &approvals).await?;
+            return Err(WorkflowError::failed(format!(
+                "rejected by {}: {reason}",
+                decision.by
+            )));
+        }
+        // The API refuses ineligible approvers; one approver counts once.
+        if approvals.iter().any(|a| a.by == decision.by)
+            || (decision.by == request.submitted_by && !policy.allow_self_approval)
+        {
+            continue;
+        }
+        approvals.push(decision);
+        ctx.set_event(EVENT_APPROVALS, &approvals).await?;
+    }
+    Ok(())
+}
+
+/// What a dependency check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+enum DependencyState {
+    Met,
+    NotYet,
+    Expired,
+}
+
+fn dependency_label(dep: &Dependency) -> String {
+    match &dep.version {
+        Some(v) => format!("{}/{} at version {v}", dep.application, dep.environment),
+        None => format!("{}/{}", dep.application, dep.environment),
+    }
+}
+
+async fn wait_for_dependency(
+    ctx: &WorkflowContext,
+    client: &Client,
+    dep: &Dependency,
+) -> Result<(), WorkflowError> {
+    let label = dependency_label(dep);
+    ctx.set_event(
+        EVENT_WAITING,
+        &format!("dependency: a successful deploy of {label}"),
+    )
+    .await?;
+    ctx.set_event("phase", &"waiting_dependency".to_string())
+        .await?;
+    let timeout = dep.timeout;
+    let deadline: Option<i64> = ctx
+        .step(&format!("dependency deadline {label}"), || async move {
+            Ok::<_, String>(timeout.map(|t| now_ms() + duration_ms(t)))
+        })
+        .await?;
+    let waiter_key = format!(
+        "{}/{}/{}",
+        dep.application,
+        dep.environment,
+        ctx.workflow_id()
+    );
+    ctx.step(&format!("watch {label}"), || async {
+        client
+            .store()
+            .put_record(DEPENDENCY_WAITER_KIND, &waiter_key, "{}", now_ms())
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await?;
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        // Met / not yet / expired is decided inside the step, so a replay after the
+        // deadline still follows the recorded path.
+        let state: DependencyState = ctx
+            .step_with(
+                &format!("check {label}"),
+                StepPolicy::retry(5, Duration::from_secs(1)),
+                || async {
+                    if dependency_met(client, dep).await? {
+                        Ok::<_, String>(DependencyState::Met)
+                    } else if deadline.is_some_and(|d| now_ms() >= d) {
+                        Ok(DependencyState::Expired)
+                    } else {
+                        Ok(DependencyState::NotYet)
+                    }
+                },
+            )
+            .await?;
+        match state {
+            DependencyState::Met => break,
+            DependencyState::Expired => {
+                return Err(WorkflowError::failed(format!(
+                    "dependency not met: no successful deploy of {label} within {}",
+                    humantime::format_duration(timeout.unwrap_or_default())
+                )));
+            }
+            DependencyState::NotYet => {}
+        }
+        let left = deadline.map_or(FOREVER, |d| {
+            Duration::from_millis(u64::try_from(d - now_ms()).unwrap_or(0))
+        });
+        // A successful deploy of the dependency nudges its waiters; the growing
+        // timeout is only the fallback for a nudge that was missed.
+        let nudged: Option<serde_json::Value> =
+            ctx.recv(DEPENDENCY_TOPIC, backoff.min(left)).await?;
+        backoff = if nudged.is_some() {
+            Duration::from_millis(500)
+        } else {
+            (backoff * 2).min(Duration::from_secs(60))
+        };
+    }
+    ctx.step(&format!("unwatch {label}"), || async {
+        client
+            .store()
+            .delete_record(DEPENDENCY_WAITER_KIND, &waiter_key)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await?;
+    Ok(())
+}
+
+/// Whether `dep` is met: the latest successful (not dry-run) deploy of its
+/// application and environment exists and, if a version is named, runs that version.
+pub async fn dependency_met(client: &Client, dep: &Dependency) -> Result<bool, String> {
+    let latest = crate::service::successful_requests(client)
+        .await?
+        .into_iter()
+        .map(|(_, r)| r)
+        .find(|r| {
+            let d = &r.descriptor;
+            let dry_run = r.effective.as_ref().map_or(d.dry_run, |e| e.dry_run);
+            d.application == dep.application && d.environment == dep.environment && !dry_run
+        });
+    Ok(match (latest, &dep.version) {
+        (None, _) => false,
+        (Some(_), None) => true,
+        (Some(r), Some(version)) => r.descriptor.artifacts.iter().any(|a| &a.version == version),
+    })
+}
+
+/// Nudges the deploys waiting for `application/environment` after a success.
+pub async fn wake_dependents(
+    client: &Client,
+    application: &str,
+    environment: &str,
+) -> Result<usize, String> {
+    let prefix = format!("{application}/{environment}/");
+    let waiters = client
+        .store()
+        .list_records(DEPENDENCY_WAITER_KIND)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut woken = 0;
+    for (key, _) in waiters {
+        if let Some(waiting_deploy) = key.strip_prefix(&prefix) {
+            // A waiter that is gone (finished, deleted) is no reason to fail this deploy.
+            if client
+                .send(waiting_deploy, DEPENDENCY_TOPIC, &now_ms())
+                .await
+                .is_ok()
+            {
+                woken += 1;
+            }
+        }
+    }
+    Ok(woken)
+}
+
+fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
+}
