@@ -19,6 +19,7 @@ on_both_backends!(
     an_exclusive_worker_takes_only_its_queues,
     region_passes_run_only_on_their_regions_workers,
     environment_concurrency_serializes_one_environment_while_others_run,
+    global_and_per_worker_concurrency_are_never_exceeded,
 );
 
 const GPU: &str =
@@ -251,5 +252,103 @@ async fn environment_concurrency_serializes_one_environment_while_others_run(db:
     assert!(
         at(format!("end {first}")) < at(format!("start {second}")),
         "environment_concurrency 1: the second deploy of acme/web/prod starts after the first ends: {lines:?}"
+    );
+}
+
+/// The most deploys running at once in `lines` of `start|end <worker> <deploy>`,
+/// overall and on any one worker.
+fn max_running(lines: &[&str]) -> (usize, usize) {
+    let mut running: std::collections::HashMap<&str, usize> = Default::default();
+    let (mut overall, mut per_worker) = (0, 0);
+    for line in lines {
+        let mut fields = line.split(' ');
+        let (Some(edge), Some(worker)) = (fields.next(), fields.next()) else {
+            panic!("ledger line {line:?}");
+        };
+        let n = running.entry(worker).or_default();
+        match edge {
+            "start" => *n += 1,
+            "end" => *n -= 1,
+            _ => panic!("ledger line {line:?}"),
+        }
+        per_worker = per_worker.max(*n);
+        overall = overall.max(running.values().sum());
+    }
+    (overall, per_worker)
+}
+
+#[test]
+fn max_running_counts_overlaps_overall_and_per_worker() {
+    let lines = [
+        "start w1 a",
+        "start w1 b",
+        "start w2 c",
+        "end w1 a",
+        "start w2 d",
+        "end w2 c",
+        "end w1 b",
+        "end w2 d",
+    ];
+    assert_eq!(
+        max_running(&lines),
+        (3, 2),
+        "three at once; two on w1, then two on w2"
+    );
+}
+
+async fn global_and_per_worker_concurrency_are_never_exceeded(db: Db) {
+    let mut site = Site::new(db, &[]).await;
+    // Per worker 2, overall 3, with 3 workers (6 slots without the global limit)
+    // and every deploy in a partition of its own.
+    site.set_config("dbos: {concurrency: 2, global_concurrency: 3}\n");
+    let ledger = common::ledger_path(&site.dir);
+    // Each deploy records when it starts and ends, and on which worker ($DBOS__VMID
+    // of the worker process it runs in); it lasts long enough to overlap others.
+    let command = serde_json::to_string(&format!(
+        "echo start $DBOS__VMID $MANENT_DEPLOY_ID >> {ledger}; sleep 0.3; echo end $DBOS__VMID $MANENT_DEPLOY_ID >> {ledger}"
+    ))
+    .unwrap();
+    let applications: Vec<String> = (0..12).map(|i| format!("acme/app{i}")).collect();
+    for application in &applications {
+        site.write_environment(
+            application,
+            "prod",
+            &format!("targets: [{{name: t1, host: local}}]\ndeploy: {{plugin: command, commands: [{command}]}}\n"),
+        );
+    }
+    let token = site.token();
+    site.start("api", "api");
+    for worker in ["w1", "w2", "w3"] {
+        site.start("worker", worker);
+    }
+    site.wait_api().await;
+    let ids: Vec<String> = applications
+        .iter()
+        .map(|a| site.submit(&token, a).0)
+        .collect();
+    for id in &ids {
+        site.wait_status(&token, id, "SUCCESS").await;
+    }
+    let text = site.ledger();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.len(),
+        24,
+        "every deploy started and ended once: {lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| ["w1", "w2", "w3"].contains(&l.split(' ').nth(1).unwrap_or(""))),
+        "each line names the worker that ran it: {lines:?}"
+    );
+    let (overall, per_worker) = max_running(&lines);
+    assert!(
+        overall <= 3,
+        "global_concurrency 3 is never exceeded: {overall} at once: {lines:?}"
+    );
+    assert!(
+        per_worker <= 2,
+        "concurrency 2 per worker is never exceeded: {per_worker}: {lines:?}"
     );
 }
