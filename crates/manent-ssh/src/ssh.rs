@@ -35,10 +35,11 @@ const SFTP_WRITES_IN_FLIGHT: usize = 64;
 /// Bytes read from the local file per SFTP write burst.
 const UPLOAD_CHUNK: usize = 256 * 1024;
 
-/// The ciphers offered, most preferred first: russh's defaults with AES-GCM moved ahead.
+/// The ciphers offered, most preferred first: russh's defaults with AES-GCM moved ahead,
+/// 128-bit first (10 AES rounds instead of 14: ~25% faster on the fan-out benchmark).
 const PREFERRED_CIPHERS: &[russh::cipher::Name] = &[
-    russh::cipher::AES_256_GCM,
     russh::cipher::AES_128_GCM,
+    russh::cipher::AES_256_GCM,
     russh::cipher::CHACHA20_POLY1305,
     russh::cipher::AES_256_CTR,
     russh::cipher::AES_192_CTR,
