@@ -19,7 +19,7 @@ use manent_config::Config;
 use manent_deploy::{
     schedules::{self, ScheduleView},
     service::{self, Approver, DecideError, DeployStatus, ListFilter, SubmitError, Submitted},
-    views::{self, QueueView, WorkerView},
+    views::{self, ApplicationView, QueueView, TenantView, WorkerView},
 };
 use manent_engine::{Client, store};
 use serde_json::json;
@@ -51,6 +51,8 @@ pub fn app(state: AppState) -> Router {
         .route("/schedules/{id}/pause", post(pause_schedule))
         .route("/schedules/{id}/resume", post(resume_schedule))
         .route("/activity", get(activity))
+        .route("/tenants", get(list_tenants))
+        .route("/apps", get(list_applications))
         .route("/workers", get(list_workers))
         .route("/queues", get(list_queues))
         .route("/executors/{id}/recover", post(recover_executor))
@@ -122,6 +124,14 @@ async fn readyz(State(state): State<AppState>) -> Response {
 
 async fn list_workers(State(state): State<AppState>) -> Result<Json<Vec<WorkerView>>, AppError> {
     Ok(Json(views::workers(&state.client, &state.config).await?))
+}
+
+async fn list_tenants(State(state): State<AppState>) -> Json<Vec<TenantView>> {
+    Json(views::tenants(&state.config))
+}
+
+async fn list_applications(State(state): State<AppState>) -> Json<Vec<ApplicationView>> {
+    Json(views::applications(&state.config))
 }
 
 async fn list_queues(State(state): State<AppState>) -> Result<Json<Vec<QueueView>>, AppError> {

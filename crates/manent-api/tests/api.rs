@@ -369,3 +369,32 @@ async fn queues_and_workers_are_arrays_with_the_fields_of_the_contract() {
     assert_eq!(workers[0]["state"], "running", "the worker is running");
     worker.shutdown(Duration::from_secs(10)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_and_applications_come_from_the_environments_source() {
+    let api = Api::new().await;
+    let source = api.config.environments_source();
+    std::fs::create_dir_all(source.join("acme/api")).unwrap();
+    std::fs::write(source.join("acme/api/staging.yml"), "targets: []\n").unwrap();
+    std::fs::write(source.join("acme/api/notes.txt"), "not an environment").unwrap();
+    let token = api.token("viewer", Role::Viewer).await;
+    let (status, apps) = api.get("/api/v1/apps", Some(&token)).await;
+    assert_eq!(status, StatusCode::OK, "{apps}");
+    assert_eq!(
+        apps,
+        serde_json::json!([
+            {"application": "acme/api", "tenant": "acme", "environments": ["staging"]},
+            {"application": "acme/web", "tenant": "acme", "environments": ["prod"]},
+        ]),
+        "each <tenant>/<app>/<env>.yml is an environment; other files are not"
+    );
+    let (status, tenants) = api.get("/api/v1/tenants", Some(&token)).await;
+    assert_eq!(status, StatusCode::OK, "{tenants}");
+    assert_eq!(
+        tenants,
+        serde_json::json!([
+            {"name": "acme", "queue": null, "declared": false, "applications": ["acme/api", "acme/web"]},
+        ]),
+        "a tenant with environment files is listed even if manent.yml does not declare it"
+    );
+}

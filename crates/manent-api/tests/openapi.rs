@@ -34,6 +34,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/v1/schedules/{id}/pause"),
     ("POST", "/api/v1/schedules/{id}/resume"),
     ("GET", "/api/v1/activity"),
+    ("GET", "/api/v1/tenants"),
+    ("GET", "/api/v1/apps"),
     ("GET", "/api/v1/workers"),
     ("GET", "/api/v1/queues"),
     ("POST", "/api/v1/executors/{id}/recover"),

@@ -98,6 +98,10 @@ enum Command {
     },
     /// Recurring deploys (`schedule.cron`) with their next tick.
     Schedules,
+    /// Tenants, their queues and applications.
+    Tenants,
+    /// Applications (`tenant/app`) and their environments.
+    Apps,
     /// Pauses, resumes or deletes a recurring deploy.
     #[command(subcommand)]
     Schedule(ScheduleCommand),
@@ -226,6 +230,16 @@ async fn run(args: Args) -> Result<u8, CliError> {
                 )
                 .await?;
             render::print(json, &out, |v| format!("recovered: {}", v["recovered"]));
+            Ok(0)
+        }
+        Command::Tenants => {
+            let list = api.get("/api/v1/tenants").await?;
+            render::print(json, &list, render::tenants);
+            Ok(0)
+        }
+        Command::Apps => {
+            let list = api.get("/api/v1/apps").await?;
+            render::print(json, &list, render::applications);
             Ok(0)
         }
         Command::Schedules => {

@@ -237,3 +237,11 @@ pub fn schedule(v: &Value) -> String {
         text(&v["next_tick"]),
     )
 }
+
+pub fn tenants(v: &Value) -> String {
+    table(v, &["name", "queue", "declared", "applications"])
+}
+
+pub fn applications(v: &Value) -> String {
+    table(v, &["application", "tenant", "environments"])
+}

@@ -130,3 +130,63 @@ pub async fn queues(client: &Client, config: &Config) -> Result<Vec<QueueView>, 
     }
     Ok(views)
 }
+
+/// One application, as `manent apps` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApplicationView {
+    /// `tenant/app`.
+    pub application: String,
+    pub tenant: String,
+    pub environments: Vec<String>,
+}
+
+/// One tenant, as `manent tenants` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantView {
+    pub name: String,
+    /// Its dedicated queue (`tenants[].queue`), if any.
+    pub queue: Option<String>,
+    /// Whether `manent.yml` declares it (else it only has environment files).
+    pub declared: bool,
+    pub applications: Vec<String>,
+}
+
+/// The applications of the environments source, with their environments.
+pub fn applications(config: &Config) -> Vec<ApplicationView> {
+    manent_model::list_applications(&config.environments_source())
+        .into_iter()
+        .map(|(application, environments)| ApplicationView {
+            tenant: application
+                .split_once('/')
+                .map_or("", |(t, _)| t)
+                .to_string(),
+            application,
+            environments,
+        })
+        .collect()
+}
+
+/// The tenants of `manent.yml` and of the environments source, with their applications.
+pub fn tenants(config: &Config) -> Vec<TenantView> {
+    let apps = applications(config);
+    let mut names: Vec<String> = config.tenants.iter().map(|t| t.name.clone()).collect();
+    names.extend(apps.iter().map(|a| a.tenant.clone()));
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| {
+            let declared = config.tenants.iter().find(|t| t.name == name);
+            TenantView {
+                queue: declared.and_then(|t| t.queue.clone()),
+                declared: declared.is_some(),
+                applications: apps
+                    .iter()
+                    .filter(|a| a.tenant == name)
+                    .map(|a| a.application.clone())
+                    .collect(),
+                name,
+            }
+        })
+        .collect()
+}

@@ -555,6 +555,48 @@ pub fn environment_path(source: &Path, application: &str, environment: &str) -> 
         .join(format!("{environment}.yml"))
 }
 
+/// The applications (`tenant/app`) of the environments source, each with its
+/// environments, sorted: the names of `<source>/<tenant>/<app>/<environment>.yml`
+/// that are valid names. Unreadable directories are skipped (the source may be
+/// mounted late); their deploys still get a clear error at submission.
+pub fn list_applications(source: &Path) -> Vec<(String, Vec<String>)> {
+    fn dirs(path: &Path) -> Vec<(String, PathBuf)> {
+        let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(path)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path())))
+            .collect();
+        out.sort();
+        out
+    }
+    let mut apps = Vec::new();
+    for (tenant, tenant_dir) in dirs(source) {
+        for (app, app_dir) in dirs(&tenant_dir) {
+            let application = format!("{tenant}/{app}");
+            if rules::application(&application).is_err() {
+                continue;
+            }
+            let mut environments: Vec<String> = std::fs::read_dir(&app_dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().into_string().ok()?;
+                    let env = name.strip_suffix(".yml")?.to_owned();
+                    rules::name(&env).is_ok().then_some(env)
+                })
+                .collect();
+            environments.sort();
+            if !environments.is_empty() {
+                apps.push((application, environments));
+            }
+        }
+    }
+    apps
+}
+
 /// Reads and validates `<source>/<tenant>/<app>/<environment>.yml`. A missing or unreadable
 /// file is [`ModelError::EnvironmentUnavailable`]; bad content is
 /// [`ModelError::EnvironmentInvalid`].
