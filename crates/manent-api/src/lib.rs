@@ -60,6 +60,7 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .route("/api/v1/openapi.json", get(openapi))
         .nest("/api/v1", v1)
         .with_state(state)
@@ -120,6 +121,19 @@ async fn readyz(State(state): State<AppState>) -> Response {
         )
             .into_response(),
     }
+}
+
+/// `/metrics`: Prometheus text, without a token (PRODUCT §7: health and metrics only).
+async fn metrics(State(state): State<AppState>) -> Result<Response, AppError> {
+    let text = manent_deploy::metrics::render(&state.client, &state.config).await?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
 }
 
 async fn list_workers(State(state): State<AppState>) -> Result<Json<Vec<WorkerView>>, AppError> {

@@ -12,6 +12,7 @@ use manent_api::Role;
 use manent_engine::WorkflowStatus;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use tower::ServiceExt;
 
 /// `{"error": {"code", "message", ...}}`: the error body every failure has.
 fn error_of(body: &Value) -> (&str, &str) {
@@ -397,4 +398,40 @@ async fn tenants_and_applications_come_from_the_environments_source() {
         ]),
         "a tenant with environment files is listed even if manent.yml does not declare it"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_answer_without_a_token_with_deploys_queues_and_workers() {
+    let mut api = Api::new().await;
+    let worker = api.worker().await;
+    let token = api.token("deployer", Role::Deployer).await;
+    let (status, created) = api.post_deploy(&token, &api.good_descriptor()).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    api.client.wait(&id, WAIT).await.expect("the deploy ends");
+    let response = api
+        .router
+        .clone()
+        .oneshot(
+            axum::http::Request::get("/metrics")
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "no token needed");
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    for line in [
+        "manent_deploys{status=\"SUCCESS\"} 1",
+        "manent_queue_enqueued{queue=\"default\",kind=\"default\"} 0",
+        "manent_step_duration_seconds_count ",
+        "manent_claim_latency_seconds{quantile=\"0.5\"} ",
+        "manent_worker_up{executor_id=\"",
+    ] {
+        assert!(text.contains(line), "the metrics have `{line}`:\n{text}");
+    }
+    worker.shutdown(WAIT).await;
 }

@@ -20,6 +20,7 @@ use serde_json::Value;
 const ROUTES: &[(&str, &str)] = &[
     ("GET", "/healthz"),
     ("GET", "/readyz"),
+    ("GET", "/metrics"),
     ("GET", "/api/v1/openapi.json"),
     ("POST", "/api/v1/deploys"),
     ("GET", "/api/v1/deploys"),

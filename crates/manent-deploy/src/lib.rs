@@ -4,6 +4,7 @@
 
 pub mod artifacts;
 pub mod gate;
+pub mod metrics;
 pub mod queues;
 pub mod schedules;
 pub mod service;

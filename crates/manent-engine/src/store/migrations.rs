@@ -107,6 +107,14 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             updated_at BIGINT NOT NULL,
             PRIMARY KEY (kind, record_key))"],
     },
+    Migration {
+        version: 3,
+        name: "indexes for the metrics of recent steps and claims",
+        statements: &[
+            "CREATE INDEX manent_steps_finished ON manent_steps (finished_at)",
+            "CREATE INDEX manent_workflows_started ON manent_workflows (started_at)",
+        ],
+    },
 ];
 
 /// The version a fully migrated schema has.

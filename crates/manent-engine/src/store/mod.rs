@@ -414,6 +414,16 @@ pub trait Store: Send + Sync + 'static {
     /// if the lease holds: a draining executor gives up its durable waits.
     async fn release(&self, lease: &Lease, now_ms: i64) -> Result<Checkpoint, StoreError>;
 
+    // --- metrics ---
+    /// How many workflows named `name` are in each status.
+    async fn count_by_status(&self, name: &str) -> Result<Vec<(WorkflowStatus, i64)>, StoreError>;
+    /// Durations (ms) of the `limit` most recently finished steps (the engine's own
+    /// bookkeeping — `manent.*` — left out).
+    async fn recent_step_durations(&self, limit: i64) -> Result<Vec<i64>, StoreError>;
+    /// Claim latencies (ms from ready — created, or its not-before time — to first
+    /// claim) of the `limit` most recently started workflows.
+    async fn recent_claim_latencies(&self, limit: i64) -> Result<Vec<i64>, StoreError>;
+
     // --- messages and events ---
     async fn send_message(
         &self,

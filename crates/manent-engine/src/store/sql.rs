@@ -1009,6 +1009,38 @@ impl Store for SqlStore {
         }
     }
 
+    async fn count_by_status(&self, name: &str) -> Result<Vec<(WorkflowStatus, i64)>, StoreError> {
+        let rows: Vec<(String, i64)> = with_pool!(self, pool => sqlx::query_as(
+            "SELECT status, COUNT(*) FROM manent_workflows WHERE name = $1 GROUP BY status ORDER BY status")
+            .bind(name)
+            .fetch_all(pool)
+            .await
+            .map_err(map_err))?;
+        rows.into_iter()
+            .map(|(status, n)| Ok((status.parse()?, n)))
+            .collect()
+    }
+
+    async fn recent_step_durations(&self, limit: i64) -> Result<Vec<i64>, StoreError> {
+        with_pool!(self, pool => sqlx::query_scalar(
+            "SELECT finished_at - started_at FROM manent_steps WHERE finished_at IS NOT NULL \
+             AND name NOT LIKE 'manent.%' ORDER BY finished_at DESC LIMIT $1")
+            .bind(limit)
+            .fetch_all(pool)
+            .await
+            .map_err(map_err))
+    }
+
+    async fn recent_claim_latencies(&self, limit: i64) -> Result<Vec<i64>, StoreError> {
+        with_pool!(self, pool => sqlx::query_scalar(
+            "SELECT started_at - (CASE WHEN COALESCE(not_before, 0) > created_at THEN not_before ELSE created_at END) \
+             FROM manent_workflows WHERE started_at IS NOT NULL ORDER BY started_at DESC LIMIT $1")
+            .bind(limit)
+            .fetch_all(pool)
+            .await
+            .map_err(map_err))
+    }
+
     async fn send_message(
         &self,
         workflow_id: &str,
