@@ -2,7 +2,12 @@
 //! working directory with a streaming sha256 check, and fetched again when a
 //! deploy resumes on a machine that lacks them (the seed's recovery point 3).
 
-use std::path::{Path, PathBuf};
+use std::{
+    collections::HashMap,
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+    sync::{Mutex, OnceLock},
+};
 
 use manent_model::Artifact;
 use serde::{Deserialize, Serialize};
@@ -23,27 +28,86 @@ pub fn deploy_dir(workdir: &Path, deploy_id: &str) -> PathBuf {
     workdir.join(deploy_id.replace(['/', '\\'], "_"))
 }
 
+/// What identifies a file's content without reading it: a file whose identity is
+/// unchanged since this process hashed it is not hashed again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileIdentity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+}
+
+impl FileIdentity {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        FileIdentity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: meta.mtime(),
+            mtime_nsec: meta.mtime_nsec(),
+        }
+    }
+}
+
+/// The artifacts this process verified: path → (identity when hashed, sha256).
+/// Every target's upload step makes sure its artifact is present; without this
+/// each of them would hash the whole file again (20 targets × 50 MB = 1 GB).
+fn verified() -> &'static Mutex<HashMap<PathBuf, (FileIdentity, String)>> {
+    static VERIFIED: OnceLock<Mutex<HashMap<PathBuf, (FileIdentity, String)>>> = OnceLock::new();
+    VERIFIED.get_or_init(Default::default)
+}
+
+fn remember(path: &Path, meta: &std::fs::Metadata, sha256: &str) {
+    if let Ok(mut map) = verified().lock() {
+        map.insert(
+            path.to_path_buf(),
+            (FileIdentity::of(meta), sha256.to_string()),
+        );
+    }
+}
+
+/// The sha256 of the file at `path` if this process hashed it and it has not changed since.
+fn known_sha256(path: &Path, meta: &std::fs::Metadata) -> Option<String> {
+    let map = verified().lock().ok()?;
+    let (identity, sha256) = map.get(path)?;
+    (*identity == FileIdentity::of(meta)).then(|| sha256.clone())
+}
+
 /// Makes sure `artifact` is in `dir` with the right sha256: does nothing when
 /// it already is, downloads (again) otherwise. A mismatch is an error and
-/// leaves no file behind under the artifact's name.
+/// leaves no file behind under the artifact's name. A file this process already
+/// verified and that has not changed since (same inode, size and mtime) is not
+/// hashed again; on another machine, or after any change, it is.
 pub async fn ensure_local(artifact: &Artifact, dir: &Path) -> Result<LocalArtifact, String> {
     let path = dir.join(&artifact.name);
     let expected = artifact.sha256.to_ascii_lowercase();
     if let Ok(meta) = tokio::fs::metadata(&path).await
         && meta.is_file()
-        && let Ok(Ok(Some(actual))) = tokio::task::spawn_blocking({
-            let path = path.clone();
-            move || manent_ssh::sha256_file(&path)
-        })
-        .await
-        && actual == expected
     {
-        return Ok(LocalArtifact {
-            name: artifact.name.clone(),
-            path,
-            sha256: actual,
-            size: meta.len(),
-        });
+        let actual = match known_sha256(&path, &meta) {
+            Some(known) => Some(known),
+            None => tokio::task::spawn_blocking({
+                let path = path.clone();
+                move || manent_ssh::sha256_file(&path)
+            })
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten(),
+        };
+        if let Some(actual) = actual
+            && actual == expected
+        {
+            remember(&path, &meta, &actual);
+            return Ok(LocalArtifact {
+                name: artifact.name.clone(),
+                path,
+                sha256: actual,
+                size: meta.len(),
+            });
+        }
     }
     tokio::fs::create_dir_all(dir)
         .await
@@ -60,6 +124,9 @@ pub async fn ensure_local(artifact: &Artifact, dir: &Path) -> Result<LocalArtifa
     tokio::fs::rename(&part, &path)
         .await
         .map_err(|e| format!("cannot move {} into place: {e}", part.display()))?;
+    if let Ok(meta) = tokio::fs::metadata(&path).await {
+        remember(&path, &meta, &actual);
+    }
     Ok(LocalArtifact {
         name: artifact.name.clone(),
         path,
@@ -167,5 +234,26 @@ mod tests {
             "nothing under the artifact's name after a mismatch"
         );
         assert!(!other.join("app.tar.part").exists(), "no partial file left");
+    }
+
+    #[tokio::test]
+    async fn a_local_copy_changed_after_its_verification_is_verified_and_fetched_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src.tar");
+        std::fs::write(&src, b"hello").unwrap();
+        let a = artifact(
+            format!("file://{}", src.display()),
+            &hex::encode(Sha256::digest(b"hello")),
+        );
+        let work = dir.path().join("work");
+        let local = ensure_local(&a, &work).await.expect("fetch");
+        // Same size, other bytes: only a re-hash can tell.
+        std::fs::write(&local.path, b"jello").unwrap();
+        let again = ensure_local(&a, &work).await.expect("fetched again");
+        assert_eq!(
+            std::fs::read(&again.path).unwrap(),
+            b"hello",
+            "the changed copy is not trusted from memory: it is replaced by a verified fetch"
+        );
     }
 }
