@@ -73,6 +73,9 @@ struct Process {
     stderr_tail: Arc<StdMutex<VecDeque<String>>>,
     stderr_task: JoinHandle<()>,
     next_id: u64,
+    /// Set while a request waits for its answer. Still set at the next request: the caller
+    /// of the last one gave up (a cancelled deploy), and its answer may still come.
+    in_flight: bool,
 }
 
 impl ExternalPlugin {
@@ -151,6 +154,11 @@ impl ExternalPlugin {
             return Err(self.shutting_down());
         }
         let mut guard = self.process.lock().await;
+        if guard.as_ref().is_some_and(|p| p.in_flight)
+            && let Some(abandoned) = guard.take()
+        {
+            self.discard(abandoned).await;
+        }
         if guard.is_none() {
             *guard = Some(self.spawn().await?);
         }
@@ -219,6 +227,7 @@ impl ExternalPlugin {
             stderr_tail,
             stderr_task,
             next_id: 1,
+            in_flight: false,
         };
         match self.handshake(&mut process).await {
             Ok(info) => {
@@ -293,6 +302,22 @@ impl ExternalPlugin {
     ) -> Result<Value, PluginError> {
         let id = process.next_id;
         process.next_id += 1;
+        process.in_flight = true;
+        let result = self
+            .exchange_inner(process, id, operation, body, timeout)
+            .await;
+        process.in_flight = false;
+        result
+    }
+
+    async fn exchange_inner(
+        &self,
+        process: &mut Process,
+        id: u64,
+        operation: &str,
+        body: RequestBody,
+        timeout: Duration,
+    ) -> Result<Value, PluginError> {
         let mut line = serde_json::to_string(&Request { id, body }).expect("requests serialize");
         line.push('\n');
         let written = match process.stdin.as_mut() {

@@ -340,3 +340,32 @@ async fn a_stub_knows_its_name_and_types_and_fails_every_request_without_retries
         "the worker can tell before calling"
     );
 }
+
+#[tokio::test]
+async fn a_request_whose_caller_gave_up_does_not_confuse_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = plugin();
+    host.start().await.unwrap();
+    let first = host.pid().unwrap();
+    // A cancelled deploy drops its pass while the plugin is still working on it.
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(300),
+        host.call(Operation::Deploy, &pass(dir.path(), "1", Some("hang"))),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the caller gave up on the hanging pass");
+    let deploy = host
+        .call(Operation::Deploy, &pass(dir.path(), "1", None))
+        .await
+        .expect("the next request gets its own answer");
+    assert_eq!(
+        statuses(&deploy),
+        all(TargetStatus::Changed),
+        "and it works"
+    );
+    assert!(
+        !pid_alive(first) && host.pid() != Some(first),
+        "the process that owed an answer was replaced"
+    );
+    host.shutdown().await;
+}
