@@ -3,6 +3,7 @@
 //! views (JSON shapes of PRODUCT §11) that the API and the CLI show.
 
 pub mod artifacts;
+pub mod plugins;
 pub mod queues;
 pub mod schedules;
 pub mod service;
@@ -10,5 +11,6 @@ pub mod targets;
 pub mod views;
 pub mod workflow;
 
+pub use plugins::{Plugin, Plugins};
 pub use queues::{DEFAULT_QUEUE, DeclaredQueue, QueueKind, declared_queues, worker_queues};
 pub use workflow::{DEPLOY_WORKFLOW, DeployRequest, register_workflows};
