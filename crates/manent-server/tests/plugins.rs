@@ -29,22 +29,8 @@ fn ansible_playbook() -> Option<PathBuf> {
     }
 }
 
-/// The `manent-plugin-ansible` binary, built by the workspace build next to this test's
-/// directory (like the CLI).
 fn plugin_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .join("manent-plugin-ansible");
-    assert!(
-        path.exists(),
-        "manent-plugin-ansible is not built at {}: run `cargo build -p manent-plugin-ansible` \
-         (./scripts/test does)",
-        path.display()
-    );
-    path
+    manent_testkit::workspace_binary("manent-plugin-ansible", "manent-plugin-ansible")
 }
 
 /// The pids of the running processes whose executable is `exe`.

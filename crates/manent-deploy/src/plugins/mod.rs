@@ -72,15 +72,18 @@ pub struct Plugins {
 }
 
 impl Plugins {
-    /// External plugins listed in `dbos.plugins` get a real host (nothing starts before
-    /// their first pass); every other configured plugin is a stub.
+    /// External plugins get a real host (nothing starts before their first pass) where they
+    /// run: on the workers listing them in `dbos.plugins` when they have a queue, on every
+    /// worker when they have none. Everywhere else a configured plugin is a stub.
     pub fn from_config(config: &Config) -> Self {
         let configured = config
             .plugins
             .iter()
             .map(|(name, plugin)| {
                 let host = match &plugin.external {
-                    Some(external) if config.dbos.plugins.contains(name) => {
+                    Some(external)
+                        if plugin.queue.is_none() || config.dbos.plugins.contains(name) =>
+                    {
                         PluginHost::External(Box::new(ExternalPlugin::new(
                             name.clone(),
                             config.resolve_path(&external.command),
