@@ -88,10 +88,21 @@ impl Site {
     }
 
     async fn deploy(&self, config: &Config, worker: &Worker, dry_run: bool) -> DeployStatus {
+        self.deploy_with(config, worker, dry_run, "").await
+    }
+
+    /// A deploy whose descriptor ends with `extra` (e.g. `deploy:` overrides).
+    async fn deploy_with(
+        &self,
+        config: &Config,
+        worker: &Worker,
+        dry_run: bool,
+        extra: &str,
+    ) -> DeployStatus {
         let sha = manent_plugin::host::file_sha256(&self.db.path("site.yml")).unwrap();
         let text = format!(
             "application: acme/web\nenvironment: prod\ndry_run: {dry_run}\nartifacts:\n  - \
-             {{name: site.yml, type: test, version: \"3\", url: \"file://{}\", sha256: {sha}}}\n",
+             {{name: site.yml, type: test, version: \"3\", url: \"file://{}\", sha256: {sha}}}\n{extra}",
             self.db.path("site.yml").display()
         );
         let client = worker.engine.client();
@@ -247,5 +258,29 @@ async fn a_deploy_reaching_a_worker_where_the_plugin_is_a_stub_fails_without_ret
         [],
         "nothing was tried: no fetch, no pass: {done:?}"
     );
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_keeps_crashing_fails_the_deploy_with_its_exit_and_stderr() {
+    let site = Site::new().await;
+    let sum = manent_plugin::host::file_sha256(&test_plugin()).unwrap();
+    let (config, worker) = site.worker(&sum, true).await;
+    let done = site
+        .deploy_with(&config, &worker, false, "deploy: {params: {mode: crash}}\n")
+        .await;
+    assert_eq!(
+        done.status, "ERROR",
+        "the deploy fails, it does not hang: {done:?}"
+    );
+    let error = done.error.clone().unwrap_or_default();
+    assert!(
+        error.contains("exited with exit status: 3") && error.contains("crashing on purpose"),
+        "the deploy says how the plugin died: {error}"
+    );
+    // The crash is retryable: the plugin was restarted for each attempt, and the worker
+    // still serves the next deploy with a fresh process.
+    let next = site.deploy(&config, &worker, false).await;
+    assert_eq!(next.status, "SUCCESS", "the next deploy works: {next:?}");
     worker.stop().await;
 }
