@@ -278,8 +278,16 @@ async fn a_plugin_that_keeps_crashing_fails_the_deploy_with_its_exit_and_stderr(
         error.contains("exited with exit status: 3") && error.contains("crashing on purpose"),
         "the deploy says how the plugin died: {error}"
     );
-    // The crash is retryable: the plugin was restarted for each attempt, and the worker
-    // still serves the next deploy with a fresh process.
+    let pass = steps(&done)
+        .into_iter()
+        .find(|s| s.0 == "test: deploy 2 targets")
+        .expect("the pass step ran");
+    assert_eq!(
+        (pass.1.as_str(), pass.2),
+        ("ERROR", 3),
+        "a crash is retryable: the pass was tried with a fresh process each time: {done:?}"
+    );
+    // The worker still serves the next deploy, with a fresh process.
     let next = site.deploy(&config, &worker, false).await;
     assert_eq!(next.status, "SUCCESS", "the next deploy works: {next:?}");
     worker.stop().await;

@@ -33,8 +33,9 @@ impl External {
         &self.host
     }
 
-    /// One durable step running `operation` on `targets`. The plugin is called again on
-    /// retryable errors only; any other error fails the step at once, with its message.
+    /// One durable step running `operation` on `targets`, tried again (with a fresh plugin
+    /// process if it died) only when the error is retryable; any other error fails the step
+    /// at once, with its message.
     async fn pass_step(
         &self,
         ctx: &WorkflowContext,
@@ -49,27 +50,40 @@ impl External {
             self.host.name(),
             if n == 1 { "" } else { "s" }
         );
-        ctx.step_with(&name, StepPolicy::default().recording_start(), || async {
+        let policy = StepPolicy::retry(PASS_ATTEMPTS, PASS_BACKOFF).recording_start();
+        ctx.step_retrying_if(&name, policy, PassError::retryable, || async {
             // After a recovery on another machine the artifacts may be missing here.
             let (source, artifacts) = match previous {
-                Some(prev) => (prev, ensure_all(prev, &pass.dir.join("previous")).await?),
-                None => (pass.eff, ensure_all(pass.eff, pass.dir).await?),
+                Some(prev) => (prev, ensure_all(prev, &pass.dir.join("previous")).await),
+                None => (pass.eff, ensure_all(pass.eff, pass.dir).await),
             };
+            let artifacts = artifacts.map_err(PassError::Artifacts)?;
             let request = build_pass(pass, targets, source, previous, &artifacts);
-            let mut attempt = 1;
-            loop {
-                match self.host.call(operation, &request).await {
-                    Ok(result) => return Ok(result),
-                    Err(e) if e.retryable() && attempt < PASS_ATTEMPTS => {
-                        tracing::warn!(plugin = %self.host.name(), attempt, error = %e, "plugin pass failed; retrying");
-                        tokio::time::sleep(PASS_BACKOFF * attempt).await;
-                        attempt += 1;
-                    }
-                    Err(e) => return Err(e.to_string()),
-                }
-            }
+            self.host
+                .call(operation, &request)
+                .await
+                .map_err(PassError::Plugin)
         })
         .await
+    }
+}
+
+/// Why a pass step failed.
+#[derive(Debug, thiserror::Error)]
+enum PassError {
+    #[error("{0}")]
+    Artifacts(String),
+    #[error(transparent)]
+    Plugin(manent_plugin::PluginError),
+}
+
+impl PassError {
+    fn retryable(&self) -> bool {
+        match self {
+            // A download may pass the next time.
+            PassError::Artifacts(_) => true,
+            PassError::Plugin(e) => e.retryable(),
+        }
     }
 }
 
