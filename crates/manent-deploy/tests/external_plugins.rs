@@ -151,6 +151,15 @@ fn targets(status: &DeployStatus) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Status and attempts of the plugin's deploy step.
+fn pass_step(status: &DeployStatus) -> (String, i64) {
+    steps(status)
+        .into_iter()
+        .find(|s| s.0 == "test: deploy 2 targets")
+        .map(|s| (s.1, s.2))
+        .expect("the pass step ran")
+}
+
 fn steps(status: &DeployStatus) -> Vec<(String, String, i64)> {
     status
         .steps
@@ -227,13 +236,9 @@ async fn a_wrong_sha256_fails_the_deploy_at_once_and_says_why() {
         error.contains("sha256") && error.contains(&wrong) && error.contains("refusing to start"),
         "the deploy says why: {error}"
     );
-    let pass = steps(&done)
-        .into_iter()
-        .find(|s| s.0 == "test: deploy 2 targets")
-        .expect("the pass step ran");
     assert_eq!(
-        (pass.1.as_str(), pass.2),
-        ("ERROR", 1),
+        pass_step(&done),
+        ("ERROR".to_string(), 1),
         "a wrong sum is not retried: {done:?}"
     );
     assert_eq!(site.version_of("t1"), None, "nothing was deployed");
@@ -278,13 +283,9 @@ async fn a_plugin_that_keeps_crashing_fails_the_deploy_with_its_exit_and_stderr(
         error.contains("exited with exit status: 3") && error.contains("crashing on purpose"),
         "the deploy says how the plugin died: {error}"
     );
-    let pass = steps(&done)
-        .into_iter()
-        .find(|s| s.0 == "test: deploy 2 targets")
-        .expect("the pass step ran");
     assert_eq!(
-        (pass.1.as_str(), pass.2),
-        ("ERROR", 3),
+        pass_step(&done),
+        ("ERROR".to_string(), 3),
         "a crash is retryable: the pass was tried with a fresh process each time: {done:?}"
     );
     // The worker still serves the next deploy, with a fresh process.
