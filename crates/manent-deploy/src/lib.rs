@@ -5,6 +5,7 @@
 pub mod artifacts;
 pub mod gate;
 pub mod metrics;
+pub mod plugins;
 pub mod queues;
 pub mod schedules;
 pub mod service;
@@ -12,5 +13,6 @@ pub mod targets;
 pub mod views;
 pub mod workflow;
 
+pub use plugins::{Plugin, Plugins};
 pub use queues::{DEFAULT_QUEUE, DeclaredQueue, QueueKind, declared_queues, worker_queues};
 pub use workflow::{DEPLOY_WORKFLOW, DeployRequest, register_workflows};

@@ -5,7 +5,6 @@
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use futures::StreamExt;
 use manent_config::Config;
 use manent_engine::{Engine, EnqueueRequest, StepPolicy, WorkflowContext, WorkflowError};
 use manent_model::{Descriptor, EffectiveDescriptor, OnFailure, Route, Target, plan_waves};
@@ -15,7 +14,8 @@ use serde::{Deserialize, Serialize};
 use crate::{
     artifacts::{self, LocalArtifact},
     gate,
-    targets::{self, TargetOutcome},
+    plugins::{PassContext, Plugin, Plugins},
+    targets::TargetOutcome,
 };
 
 /// The workflow's registered name.
@@ -81,6 +81,8 @@ pub struct Runtime {
     pub client: manent_engine::Client,
     /// Where artifacts are kept on this worker (`MANENT_WORKDIR`).
     pub workdir: PathBuf,
+    /// The plugins: built in, external ones this worker runs, stubs for the others.
+    pub plugins: Arc<Plugins>,
 }
 
 impl Runtime {
@@ -92,19 +94,23 @@ impl Runtime {
                     .join("manent-work")
                     .join(config.effective_executor_id())
             });
+        let plugins = Arc::new(Plugins::from_config(&config));
         Runtime {
             config,
             client,
             workdir,
+            plugins,
         }
     }
 }
 
-/// Registers manent's workflows on a worker's engine, and the gate queue
-/// every worker serves (deploys waiting for approval or dependencies).
-pub fn register_workflows(engine: &Engine, config: &Config) {
+/// Registers manent's workflows on a worker's engine, and the gate queue every
+/// worker serves (deploys waiting for approval or dependencies). Returns the
+/// worker's plugins: stop them with [`Plugins::shutdown`] once the engine has stopped.
+pub fn register_workflows(engine: &Engine, config: &Config) -> Arc<Plugins> {
     engine.listen(gate::gate_queue_spec());
     let runtime = Arc::new(Runtime::new(Arc::new(config.clone()), engine.client()));
+    let plugins = runtime.plugins.clone();
     let runtime_for_deploys = runtime.clone();
     engine.register(
         DEPLOY_WORKFLOW,
@@ -121,6 +127,7 @@ pub fn register_workflows(engine: &Engine, config: &Config) {
             async move { pass(&ctx, &runtime, request).await }
         },
     );
+    plugins
 }
 
 async fn phase(ctx: &WorkflowContext, phase: &str) -> Result<(), WorkflowError> {
@@ -159,23 +166,25 @@ async fn deploy(
     };
     if request.gated {
         // Approval and dependency waits, then the move to the route's queue: what
-        // follows runs on a worker of that queue, under its limits.
+        // follows runs on a worker of that queue (its plugins), under its limits.
         gate::pass_gate(ctx, &rt.client, &request, &eff).await?;
     }
-    if eff.plugin != manent_model::DEFAULT_PLUGIN && eff.plugin != manent_model::COMMAND_PLUGIN {
-        // A plugin this worker does not run (external plugins are served by their own pools).
-        return Err(WorkflowError::failed(format!(
-            "plugin `{}` is not available on worker `{}`; it runs only on the workers of its queue",
-            eff.plugin,
-            ctx.executor_id()
-        )));
-    }
+    let plugin = plugin_for(ctx, rt, &eff)?;
 
     phase(ctx, "fetching").await?;
     let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
     let local = fetch_all(ctx, &eff, &dir).await?;
 
-    let pool = ConnectionPool::new(ssh_auth(rt, &eff));
+    let auth = ssh_auth(rt, &eff);
+    let pool = ConnectionPool::new(auth.clone());
+    let pc = PassContext {
+        eff: &eff,
+        deploy_id: &deploy_id,
+        local: &local,
+        pool: &pool,
+        auth: &auth,
+        dir: &dir,
+    };
     let waves = plan_waves(&eff);
     let region_routing = rt.config.dbos.region_routing;
     let mut outcomes: Vec<TargetOutcome> = Vec::new();
@@ -205,13 +214,10 @@ async fn deploy(
                     None => regionless.extend(targets.into_iter().cloned()),
                 }
             }
-            wave_outcomes.extend(
-                run_targets(ctx, &eff, &regionless, &local, &pool, &deploy_id, &dir).await?,
-            );
+            wave_outcomes.extend(plugin.deploy_pass(ctx, &pc, &regionless).await?);
             wave_outcomes.extend(await_passes(ctx, &children).await?);
         } else {
-            wave_outcomes =
-                run_targets(ctx, &eff, &wave.targets, &local, &pool, &deploy_id, &dir).await?;
+            wave_outcomes = plugin.deploy_pass(ctx, &pc, &wave.targets).await?;
         }
         for outcome in wave_outcomes {
             if outcome.status == "failed" && failure.is_none() {
@@ -270,10 +276,14 @@ async fn deploy(
                         None => regionless = mine,
                     }
                 }
-                roll_back(ctx, &eff, previous.as_ref(), &pool, &deploy_id, &regionless).await?;
+                plugin
+                    .rollback_pass(ctx, &pc, previous.as_ref(), &regionless)
+                    .await?;
                 await_passes(ctx, &children).await?;
             } else {
-                roll_back(ctx, &eff, previous.as_ref(), &pool, &deploy_id, &switched).await?;
+                plugin
+                    .rollback_pass(ctx, &pc, previous.as_ref(), &switched)
+                    .await?;
             }
         }
         phase(ctx, "done").await?;
@@ -290,6 +300,30 @@ async fn deploy(
     }
     phase(ctx, "done").await?;
     Ok(DeployResult { targets: outcomes })
+}
+
+/// The plugin of the deploy; fails the workflow at once (no retries) when it is unknown or
+/// does not run on this worker.
+fn plugin_for<'r>(
+    ctx: &WorkflowContext,
+    rt: &'r Runtime,
+    eff: &EffectiveDescriptor,
+) -> Result<&'r dyn Plugin, WorkflowError> {
+    let plugin = rt.plugins.get(&eff.plugin).ok_or_else(|| {
+        WorkflowError::failed(format!(
+            "plugin `{}` is not available on worker `{}`: it is neither built in nor \
+             configured under plugins",
+            eff.plugin,
+            ctx.executor_id()
+        ))
+    })?;
+    if let Some(why) = plugin.unavailable() {
+        return Err(WorkflowError::failed(format!(
+            "{why} (this is worker `{}`)",
+            ctx.executor_id()
+        )));
+    }
+    Ok(plugin)
 }
 
 fn ssh_auth(rt: &Runtime, eff: &EffectiveDescriptor) -> SshAuth {
@@ -318,185 +352,6 @@ fn ssh_auth(rt: &Runtime, eff: &EffectiveDescriptor) -> SshAuth {
     let mut auth = SshAuth::new(key, known_hosts);
     auth.strict_host_key_checking = eff.ssh.strict_host_key_checking;
     auth
-}
-
-/// Deploys one target in its own branch of the workflow and publishes its
-/// outcome. A failed step is the target's failure; fencing, cancellation and
-/// database errors stop the whole workflow.
-async fn deploy_target(
-    ctx: &WorkflowContext,
-    eff: &EffectiveDescriptor,
-    target: &Target,
-    local: &[LocalArtifact],
-    pool: &ConnectionPool,
-    deploy_id: &str,
-    dir: &std::path::Path,
-) -> Result<TargetOutcome, WorkflowError> {
-    let key = format!("target:{}", target.name);
-    let name = &target.name;
-    ctx.set_event(&key, &TargetOutcome::new(name, "deploying", None))
-        .await?;
-    let env = targets::command_env(eff, deploy_id, target, local);
-    // Set once the new version is in place: a later failure (a check) leaves
-    // the target switched, for the rollback.
-    let mut switched = false;
-    let result: Result<Vec<String>, WorkflowError> = async {
-        if eff.dry_run {
-            let lines: Vec<String> = ctx
-                .step(&format!("{name}: plan"), || async {
-                    let present = ensure_all(eff, dir).await?;
-                    targets::plan(pool, eff, target, &present).await
-                })
-                .await?;
-            return Ok(lines);
-        }
-        let mut lines = Vec::new();
-        if eff.plugin == manent_model::COMMAND_PLUGIN {
-            for (i, command) in eff.commands.iter().enumerate() {
-                let out: String = ctx
-                    .step(&format!("{name}: command {}", i + 1), || async {
-                        targets::run(pool, eff, target, command, &env).await
-                    })
-                    .await?;
-                lines.push(format!(
-                    "command {}: ok{}",
-                    i + 1,
-                    if out.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({out})")
-                    }
-                ));
-            }
-        } else {
-            for a in local {
-                let remote: String = ctx
-                    .step_with(
-                        &format!("{name}: upload {}", a.name),
-                        StepPolicy::retry(3, Duration::from_secs(1)).recording_start(),
-                        || async {
-                            // After a recovery on another machine the artifact may be missing here.
-                            let present = ensure_all(eff, dir).await?;
-                            let artifact = present
-                                .iter()
-                                .find(|p| p.name == a.name)
-                                .ok_or("artifact vanished")?;
-                            targets::upload(pool, eff, target, artifact).await
-                        },
-                    )
-                    .await?;
-                lines.push(format!("uploaded {remote}"));
-            }
-            if let Some(activate) = &eff.activate {
-                ctx.step(&format!("{name}: activate"), || async {
-                    targets::run(pool, eff, target, activate, &env).await
-                })
-                .await?;
-                lines.push("activated".into());
-            }
-        }
-        switched = true;
-        // No intermediate "checking" event: the target stays "deploying" until its outcome
-        // (one checkpoint less per target); a failed check's outcome says it was switched.
-        for check in &eff.checks {
-            let kind = check.kind_for(target);
-            let policy = StepPolicy {
-                backoff_factor: 1.0,
-                ..StepPolicy::retry(check.retries + 1, check.interval)
-            };
-            let out: String = ctx
-                .step_with(
-                    &format!("{name}: check {}", check.label()),
-                    policy,
-                    || async {
-                        targets::check_once(pool, eff, target, &kind, check.timeout, &env).await
-                    },
-                )
-                .await?;
-            lines.push(out);
-        }
-        Ok(lines)
-    }
-    .await;
-    let outcome = match result {
-        Ok(lines) => TargetOutcome {
-            switched,
-            ..TargetOutcome::new(
-                name,
-                if eff.dry_run { "planned" } else { "deployed" },
-                Some(lines.join("; ")),
-            )
-        },
-        Err(WorkflowError::Step {
-            name: step,
-            message,
-        }) => TargetOutcome {
-            switched,
-            ..TargetOutcome::new(name, "failed", Some(format!("{step}: {message}")))
-        },
-        Err(other) => return Err(other),
-    };
-    ctx.set_event(&key, &outcome).await?;
-    Ok(outcome)
-}
-
-async fn ensure_all(
-    eff: &EffectiveDescriptor,
-    dir: &std::path::Path,
-) -> Result<Vec<LocalArtifact>, String> {
-    let mut out = Vec::new();
-    for a in &eff.artifacts {
-        out.push(artifacts::ensure_local(a, dir).await?);
-    }
-    Ok(out)
-}
-
-/// Re-activates the previous version on the targets this deploy switched.
-async fn roll_back(
-    ctx: &WorkflowContext,
-    eff: &EffectiveDescriptor,
-    previous: Option<&EffectiveDescriptor>,
-    pool: &ConnectionPool,
-    deploy_id: &str,
-    switched: &[TargetOutcome],
-) -> Result<Vec<TargetOutcome>, WorkflowError> {
-    let mut rolled_back = Vec::new();
-    for outcome in switched {
-        let Some(target) = eff.targets.iter().find(|t| t.name == outcome.name) else {
-            continue;
-        };
-        let key = format!("target:{}", target.name);
-        let detail = match previous.and_then(|p| p.activate.as_ref().map(|a| (p, a))) {
-            None => "no previous version to re-activate".to_string(),
-            Some((prev, activate)) => {
-                let env = targets::command_env(prev, deploy_id, target, &[]);
-                let step = ctx
-                    .step(
-                        &format!("{}: reactivate {}", target.name, prev.version),
-                        || async { targets::run(pool, prev, target, activate, &env).await },
-                    )
-                    .await;
-                match step {
-                    Ok(_) => format!("re-activated {}", prev.version),
-                    Err(WorkflowError::Step { message, .. }) => {
-                        format!("rollback failed: {message}")
-                    }
-                    Err(other) => return Err(other),
-                }
-            }
-        };
-        let rolled = TargetOutcome {
-            detail: Some(format!(
-                "{}; {detail}",
-                outcome.detail.clone().unwrap_or_default()
-            )),
-            switched: false,
-            ..TargetOutcome::new(&target.name, "rolled_back", None)
-        };
-        ctx.set_event(&key, &rolled).await?;
-        rolled_back.push(rolled);
-    }
-    Ok(rolled_back)
 }
 
 fn target_region(eff: &EffectiveDescriptor, name: &str) -> Option<String> {
@@ -535,34 +390,6 @@ async fn fetch_all(
         local.push(fetched);
     }
     Ok(local)
-}
-
-/// Deploys `targets`, `max_parallel` at a time, each in a branch of its own.
-async fn run_targets(
-    ctx: &WorkflowContext,
-    eff: &EffectiveDescriptor,
-    targets: &[Target],
-    local: &[LocalArtifact],
-    pool: &ConnectionPool,
-    deploy_id: &str,
-    dir: &std::path::Path,
-) -> Result<Vec<TargetOutcome>, WorkflowError> {
-    if targets.is_empty() {
-        return Ok(Vec::new());
-    }
-    let branches = ctx.branches(targets.len());
-    let max_parallel = eff.rollout.max_parallel.max(1) as usize;
-    // Futures built in a plain loop (not a closure) keep the workflow future Send.
-    let mut pending = Vec::new();
-    for (b, target) in branches.into_iter().zip(targets) {
-        pending
-            .push(async move { deploy_target(&b, eff, target, local, pool, deploy_id, dir).await });
-    }
-    let results: Vec<Result<TargetOutcome, WorkflowError>> = futures::stream::iter(pending)
-        .buffer_unordered(max_parallel)
-        .collect()
-        .await;
-    results.into_iter().collect()
 }
 
 /// Starts a region's pass on `<queue>.<region>`.
@@ -633,10 +460,20 @@ async fn pass(
         .rsplit_once('.')
         .map_or(ctx.workflow_id(), |(parent, _)| parent)
         .to_string();
-    let pool = ConnectionPool::new(ssh_auth(rt, eff));
+    let plugin = plugin_for(ctx, rt, eff)?;
+    let auth = ssh_auth(rt, eff);
+    let pool = ConnectionPool::new(auth.clone());
+    let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
+    let pc = PassContext {
+        eff,
+        deploy_id: &deploy_id,
+        local: &[],
+        pool: &pool,
+        auth: &auth,
+        dir: &dir,
+    };
     match &request.mode {
         PassMode::Deploy => {
-            let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
             let local = fetch_all(ctx, eff, &dir).await?;
             let targets: Vec<Target> = eff
                 .targets
@@ -644,10 +481,16 @@ async fn pass(
                 .filter(|t| request.targets.contains(&t.name))
                 .cloned()
                 .collect();
-            run_targets(ctx, eff, &targets, &local, &pool, &deploy_id, &dir).await
+            let pc = PassContext {
+                local: &local,
+                ..pc
+            };
+            plugin.deploy_pass(ctx, &pc, &targets).await
         }
         PassMode::Rollback { previous, outcomes } => {
-            roll_back(ctx, eff, previous.as_deref(), &pool, &deploy_id, outcomes).await
+            plugin
+                .rollback_pass(ctx, &pc, previous.as_deref(), outcomes)
+                .await
         }
     }
 }

@@ -223,11 +223,31 @@ impl WorkflowContext {
         &'a self,
         name: &str,
         policy: StepPolicy,
+        body: F,
+    ) -> impl Future<Output = Result<T, WorkflowError>> + Send + 'a
+    where
+        T: Serialize + DeserializeOwned + Send + 'a,
+        E: Display + Send + 'a,
+        F: FnMut() -> Fut + Send + 'a,
+        Fut: Future<Output = Result<T, E>> + Send + 'a,
+    {
+        self.step_retrying_if(name, policy, |_: &E| true, body)
+    }
+
+    /// [`WorkflowContext::step_with`] where only the errors `retry_if` accepts are retried;
+    /// any other error fails the step at once (a wrong checksum does not change by trying
+    /// again).
+    pub fn step_retrying_if<'a, T, E, R, F, Fut>(
+        &'a self,
+        name: &str,
+        policy: StepPolicy,
+        retry_if: R,
         mut body: F,
     ) -> impl Future<Output = Result<T, WorkflowError>> + Send + 'a
     where
         T: Serialize + DeserializeOwned + Send + 'a,
         E: Display + Send + 'a,
+        R: Fn(&E) -> bool + Send + 'a,
         F: FnMut() -> Fut + Send + 'a,
         Fut: Future<Output = Result<T, E>> + Send + 'a,
     {
@@ -270,7 +290,7 @@ impl WorkflowContext {
                         self.write(&rec).await?;
                         return Ok(value);
                     }
-                    Err(e) if attempt < policy.max_attempts => {
+                    Err(e) if attempt < policy.max_attempts && retry_if(&e) => {
                         let wait = policy.backoff(attempt);
                         tracing::info!(workflow_id = %self.workflow_id(), step = %name, attempt, error = %e, retry_in = ?wait, "step failed; retrying");
                         tokio::time::sleep(wait).await;

@@ -843,6 +843,15 @@ async fn step_retries_follow_the_policy_and_record_attempts(db: Db) {
         )
         .await
     });
+    e.register("final", |ctx: WorkflowContext, _: ()| async move {
+        ctx.step_retrying_if(
+            "final",
+            StepPolicy::retry(5, Duration::from_millis(5)),
+            |e: &String| e != "final",
+            || async { Err::<(), _>("final".to_string()) },
+        )
+        .await
+    });
     e.listen(QueueSpec::new("q"));
     e.launch().await.unwrap();
     let client = e.client();
@@ -868,6 +877,17 @@ async fn step_retries_follow_the_policy_and_record_attempts(db: Db) {
         (steps[0].status, steps[0].attempts),
         (StepStatus::Error, 2),
         "the failure is recorded"
+    );
+    let fin = client
+        .enqueue(EnqueueRequest::new("final", "q", ()))
+        .await
+        .unwrap();
+    client.wait(&fin.id, WAIT).await.unwrap();
+    let steps = client.steps(&fin.id).await.unwrap();
+    assert_eq!(
+        (steps[0].status, steps[0].attempts),
+        (StepStatus::Error, 1),
+        "an error that retry_if refuses is not retried"
     );
     e.shutdown(WAIT).await;
 }

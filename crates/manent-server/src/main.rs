@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use manent_api::{AppState, Role};
 use manent_config::{Config, LogFormat};
-use manent_deploy::schedules::Ticker;
+use manent_deploy::{Plugins, schedules::Ticker};
 use manent_engine::{Client, Engine, EngineConfig, Store, store};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -211,7 +211,7 @@ async fn serve(
         _ = sigint.recv() => tracing::info!("SIGINT: shutting down"),
     }
     let _ = stop_tx.send(true);
-    if let Some((engine, ticker)) = worker {
+    if let Some((engine, ticker, plugins)) = worker {
         // No new tick once shutting down; the deploys already enqueued wait for any worker.
         ticker.stop().await;
         let report = engine.shutdown(config.dbos.drain_timeout).await;
@@ -220,6 +220,8 @@ async fn serve(
             left_pending = report.left_pending.len(),
             "worker stopped"
         );
+        // After the engine: no pass can need a plugin process any more.
+        plugins.shutdown().await;
     }
     if let Some(api) = api {
         api.await.context("API task")?.context("API server")?;
@@ -230,8 +232,12 @@ async fn serve(
 /// How often a worker's ticker looks for due schedule ticks.
 const TICK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Starts the engine on this worker's queues, and the schedule ticker.
-async fn start_worker(config: &Config, store: Arc<dyn Store>) -> Result<(Engine, Ticker)> {
+/// Starts the engine on this worker's queues, and the schedule ticker; returns them with the
+/// worker's plugins (their processes start on first use).
+async fn start_worker(
+    config: &Config,
+    store: Arc<dyn Store>,
+) -> Result<(Engine, Ticker, Arc<Plugins>)> {
     let mut engine_config = EngineConfig::new(config.effective_executor_id());
     engine_config.region = config.dbos.region.clone();
     engine_config.stale_after = config.recovery.stale_after;
@@ -245,8 +251,8 @@ async fn start_worker(config: &Config, store: Arc<dyn Store>) -> Result<(Engine,
     for q in &queues {
         engine.listen(q.spec());
     }
-    manent_deploy::register_workflows(&engine, config);
+    let plugins = manent_deploy::register_workflows(&engine, config);
     engine.launch().await.context("the worker did not start")?;
     let ticker = Ticker::start(Client::new(store), TICK_INTERVAL);
-    Ok((engine, ticker))
+    Ok((engine, ticker, plugins))
 }

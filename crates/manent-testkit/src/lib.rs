@@ -217,3 +217,22 @@ pub fn init_tracing() {
         .with_test_writer()
         .try_init();
 }
+
+/// A binary of the workspace that this test's package does not build itself (so no
+/// `CARGO_BIN_EXE_…`): the workspace build puts it next to the test's directory. Fails the
+/// test, saying how to build it, when it is missing.
+pub fn workspace_binary(name: &str, package: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let path = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("the test binary lies in <target>/<profile>/deps")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{name} is not built at {}: run `cargo build -p {package}` (./scripts/test builds every \
+         binary of the workspace)",
+        path.display()
+    );
+    path
+}

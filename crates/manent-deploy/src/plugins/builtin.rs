@@ -1,0 +1,268 @@
+//! The built-in plugins, `remote-copy` and `command`: each target a branch of the workflow
+//! (`max_parallel` at a time) with one durable step per upload, command and check, so a
+//! deploy resumes at the exact step where it stopped.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use manent_engine::{StepPolicy, WorkflowContext, WorkflowError};
+use manent_model::{EffectiveDescriptor, Target};
+use manent_ssh::ConnectionPool;
+
+use super::{PassContext, Plugin};
+use crate::{
+    artifacts::{self, LocalArtifact},
+    targets::{self, TargetOutcome},
+};
+
+/// `remote-copy` and `command`.
+#[derive(Debug, Default)]
+pub struct BuiltIn;
+
+#[async_trait]
+impl Plugin for BuiltIn {
+    async fn deploy_pass(
+        &self,
+        ctx: &WorkflowContext,
+        pass: &PassContext<'_>,
+        targets: &[Target],
+    ) -> Result<Vec<TargetOutcome>, WorkflowError> {
+        run_targets(ctx, pass, targets).await
+    }
+
+    async fn rollback_pass(
+        &self,
+        ctx: &WorkflowContext,
+        pass: &PassContext<'_>,
+        previous: Option<&EffectiveDescriptor>,
+        switched: &[TargetOutcome],
+    ) -> Result<Vec<TargetOutcome>, WorkflowError> {
+        roll_back(ctx, pass.eff, previous, pass.pool, pass.deploy_id, switched).await
+    }
+}
+
+/// Deploys `targets`, `max_parallel` at a time, each in a branch of its own.
+async fn run_targets(
+    ctx: &WorkflowContext,
+    pass: &PassContext<'_>,
+    targets: &[Target],
+) -> Result<Vec<TargetOutcome>, WorkflowError> {
+    let PassContext {
+        eff,
+        local,
+        pool,
+        deploy_id,
+        dir,
+        ..
+    } = *pass;
+    if targets.is_empty() {
+        return Ok(Vec::new());
+    }
+    let branches = ctx.branches(targets.len());
+    let max_parallel = eff.rollout.max_parallel.max(1) as usize;
+    // Futures built in a plain loop (not a closure) keep the workflow future Send.
+    let mut pending = Vec::new();
+    for (b, target) in branches.into_iter().zip(targets) {
+        pending
+            .push(async move { deploy_target(&b, eff, target, local, pool, deploy_id, dir).await });
+    }
+    let results: Vec<Result<TargetOutcome, WorkflowError>> = futures::stream::iter(pending)
+        .buffer_unordered(max_parallel)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+/// Deploys one target in its own branch of the workflow and publishes its
+/// outcome. A failed step is the target's failure; fencing, cancellation and
+/// database errors stop the whole workflow.
+async fn deploy_target(
+    ctx: &WorkflowContext,
+    eff: &EffectiveDescriptor,
+    target: &Target,
+    local: &[LocalArtifact],
+    pool: &ConnectionPool,
+    deploy_id: &str,
+    dir: &std::path::Path,
+) -> Result<TargetOutcome, WorkflowError> {
+    let key = format!("target:{}", target.name);
+    let name = &target.name;
+    ctx.set_event(&key, &TargetOutcome::new(name, "deploying", None))
+        .await?;
+    let env = targets::command_env(eff, deploy_id, target, local);
+    // Set once the new version is in place: a later failure (a check) leaves
+    // the target switched, for the rollback.
+    let mut switched = false;
+    let result: Result<Vec<String>, WorkflowError> = async {
+        if eff.dry_run {
+            let lines: Vec<String> = ctx
+                .step(&format!("{name}: plan"), || async {
+                    let present = ensure_all(eff, dir).await?;
+                    targets::plan(pool, eff, target, &present).await
+                })
+                .await?;
+            return Ok(lines);
+        }
+        let mut lines = Vec::new();
+        if eff.plugin == manent_model::COMMAND_PLUGIN {
+            for (i, command) in eff.commands.iter().enumerate() {
+                let out: String = ctx
+                    .step(&format!("{name}: command {}", i + 1), || async {
+                        targets::run(pool, eff, target, command, &env).await
+                    })
+                    .await?;
+                lines.push(format!(
+                    "command {}: ok{}",
+                    i + 1,
+                    if out.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({out})")
+                    }
+                ));
+            }
+        } else {
+            for a in local {
+                let remote: String = ctx
+                    .step_with(
+                        &format!("{name}: upload {}", a.name),
+                        StepPolicy::retry(3, Duration::from_secs(1)).recording_start(),
+                        || async {
+                            // After a recovery on another machine the artifact may be missing here.
+                            let present = ensure_all(eff, dir).await?;
+                            let artifact = present
+                                .iter()
+                                .find(|p| p.name == a.name)
+                                .ok_or("artifact vanished")?;
+                            targets::upload(pool, eff, target, artifact).await
+                        },
+                    )
+                    .await?;
+                lines.push(format!("uploaded {remote}"));
+            }
+            if let Some(activate) = &eff.activate {
+                ctx.step(&format!("{name}: activate"), || async {
+                    targets::run(pool, eff, target, activate, &env).await
+                })
+                .await?;
+                lines.push("activated".into());
+            }
+        }
+        switched = true;
+        // No intermediate "checking" event: the target stays "deploying" until its outcome
+        // (one checkpoint less per target); a failed check's outcome says it was switched.
+        lines.extend(run_checks(ctx, pool, eff, target, &env).await?);
+        Ok(lines)
+    }
+    .await;
+    let outcome = match result {
+        Ok(lines) => TargetOutcome {
+            switched,
+            ..TargetOutcome::new(
+                name,
+                if eff.dry_run { "planned" } else { "deployed" },
+                Some(lines.join("; ")),
+            )
+        },
+        Err(WorkflowError::Step {
+            name: step,
+            message,
+        }) => TargetOutcome {
+            switched,
+            ..TargetOutcome::new(name, "failed", Some(format!("{step}: {message}")))
+        },
+        Err(other) => return Err(other),
+    };
+    ctx.set_event(&key, &outcome).await?;
+    Ok(outcome)
+}
+
+pub(crate) async fn ensure_all(
+    eff: &EffectiveDescriptor,
+    dir: &std::path::Path,
+) -> Result<Vec<LocalArtifact>, String> {
+    let mut out = Vec::new();
+    for a in &eff.artifacts {
+        out.push(artifacts::ensure_local(a, dir).await?);
+    }
+    Ok(out)
+}
+
+/// Re-activates the previous version on the targets this deploy switched.
+async fn roll_back(
+    ctx: &WorkflowContext,
+    eff: &EffectiveDescriptor,
+    previous: Option<&EffectiveDescriptor>,
+    pool: &ConnectionPool,
+    deploy_id: &str,
+    switched: &[TargetOutcome],
+) -> Result<Vec<TargetOutcome>, WorkflowError> {
+    let mut rolled_back = Vec::new();
+    for outcome in switched {
+        let Some(target) = eff.targets.iter().find(|t| t.name == outcome.name) else {
+            continue;
+        };
+        let key = format!("target:{}", target.name);
+        let detail = match previous.and_then(|p| p.activate.as_ref().map(|a| (p, a))) {
+            None => "no previous version to re-activate".to_string(),
+            Some((prev, activate)) => {
+                let env = targets::command_env(prev, deploy_id, target, &[]);
+                let step = ctx
+                    .step(
+                        &format!("{}: reactivate {}", target.name, prev.version),
+                        || async { targets::run(pool, prev, target, activate, &env).await },
+                    )
+                    .await;
+                match step {
+                    Ok(_) => format!("re-activated {}", prev.version),
+                    Err(WorkflowError::Step { message, .. }) => {
+                        format!("rollback failed: {message}")
+                    }
+                    Err(other) => return Err(other),
+                }
+            }
+        };
+        let rolled = TargetOutcome {
+            detail: Some(format!(
+                "{}; {detail}",
+                outcome.detail.clone().unwrap_or_default()
+            )),
+            switched: false,
+            ..TargetOutcome::new(&target.name, "rolled_back", None)
+        };
+        ctx.set_event(&key, &rolled).await?;
+        rolled_back.push(rolled);
+    }
+    Ok(rolled_back)
+}
+
+/// manent's checks (`checks:`) on one deployed target, one durable step each with the
+/// check's retries.
+pub(crate) async fn run_checks(
+    ctx: &WorkflowContext,
+    pool: &ConnectionPool,
+    eff: &EffectiveDescriptor,
+    target: &Target,
+    env: &[(String, String)],
+) -> Result<Vec<String>, WorkflowError> {
+    let mut lines = Vec::new();
+    for check in &eff.checks {
+        let kind = check.kind_for(target);
+        let policy = StepPolicy {
+            backoff_factor: 1.0,
+            ..StepPolicy::retry(check.retries + 1, check.interval)
+        };
+        let out: String = ctx
+            .step_with(
+                &format!("{}: check {}", target.name, check.label()),
+                policy,
+                || async {
+                    targets::check_once(pool, eff, target, &kind, check.timeout, env).await
+                },
+            )
+            .await?;
+        lines.push(out);
+    }
+    Ok(lines)
+}

@@ -1,0 +1,300 @@
+//! External plugins in the deploy workflow, with `manent-test-plugin` as the plugin: a pass
+//! per plugin request, dry-runs that change nothing, and the failures that must not be
+//! retried (a wrong sha256, a stub on a worker that does not run the plugin).
+
+use std::{path::PathBuf, time::Duration};
+
+use manent_config::Config;
+use manent_deploy::service::{self, DeployStatus};
+use manent_engine::{Engine, EngineConfig, WorkflowStatus, store};
+use manent_testkit::{Db, TestDb};
+
+/// A safety net for waits that end on an event; never a measure of speed.
+const WAIT: Duration = Duration::from_secs(120);
+
+fn test_plugin() -> PathBuf {
+    manent_testkit::workspace_binary("manent-test-plugin", "manent-plugin")
+}
+
+struct Site {
+    db: TestDb,
+    /// Unique per test, so parallel tests never share a worker directory.
+    executor: String,
+    /// Where the test plugin records each target's version.
+    state: PathBuf,
+}
+
+impl Site {
+    async fn new() -> Site {
+        let db = TestDb::new(Db::Sqlite).await;
+        let state = db.path("state");
+        std::fs::create_dir_all(&state).unwrap();
+        let env = db.path("environments/acme/web");
+        std::fs::create_dir_all(&env).unwrap();
+        std::fs::write(
+            env.join("prod.yml"),
+            format!(
+                "targets:\n  - {{name: t1, host: local}}\n  - {{name: t2, host: local}}\n\
+                 deploy:\n  plugin: test\n  params: {{dir: \"{}\"}}\n\
+                 checks:\n  - {{name: up, type: command, command: \"true\"}}\n",
+                state.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(db.path("site.yml"), "- hosts: all\n").unwrap();
+        let executor = db
+            .path("")
+            .file_name()
+            .map(|n| {
+                n.to_string_lossy()
+                    .replace(|c: char| !c.is_ascii_alphanumeric(), "")
+            })
+            .unwrap_or_default();
+        Site {
+            db,
+            executor,
+            state,
+        }
+    }
+
+    /// A worker dequeuing the plugin's queue; `serves` says whether its configuration lists
+    /// the plugin in `dbos.plugins` (if not, the deploys reach it anyway).
+    async fn worker(&self, sha256: &str, serves: bool) -> (Config, Worker) {
+        let config = self.config(sha256, serves);
+        let store = store::open(&self.db.url).await.unwrap();
+        let engine = Engine::new(store, EngineConfig::new(config.effective_executor_id()));
+        for queue in manent_deploy::worker_queues(&self.config(sha256, true)) {
+            engine.listen(queue.spec());
+        }
+        let plugins = manent_deploy::register_workflows(&engine, &config);
+        engine.launch().await.expect("launch the worker");
+        (config, Worker { engine, plugins })
+    }
+
+    fn config(&self, sha256: &str, serves: bool) -> Config {
+        let yaml = format!(
+            "database: {{url: \"{}\"}}\nenvironments: {{source: \"{}\"}}\n\
+             dbos: {{executor_id: w-{}, plugins: [{}]}}\n\
+             plugins:\n  test:\n    external: {{command: \"{}\", sha256: \"{sha256}\"}}\n    \
+             artifact_types: [test]\n    queue: test\n",
+            self.db.url,
+            self.db.path("environments").display(),
+            self.executor,
+            if serves { "test" } else { "" },
+            test_plugin().display(),
+        );
+        Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty())
+            .expect("the test configuration is valid")
+    }
+
+    async fn deploy(&self, config: &Config, worker: &Worker, dry_run: bool) -> DeployStatus {
+        self.deploy_with(config, worker, dry_run, "").await
+    }
+
+    /// A deploy whose descriptor ends with `extra` (e.g. `deploy:` overrides).
+    async fn deploy_with(
+        &self,
+        config: &Config,
+        worker: &Worker,
+        dry_run: bool,
+        extra: &str,
+    ) -> DeployStatus {
+        let sha = manent_plugin::host::file_sha256(&self.db.path("site.yml")).unwrap();
+        let text = format!(
+            "application: acme/web\nenvironment: prod\ndry_run: {dry_run}\nartifacts:\n  - \
+             {{name: site.yml, type: test, version: \"3\", url: \"file://{}\", sha256: {sha}}}\n{extra}",
+            self.db.path("site.yml").display()
+        );
+        let client = worker.engine.client();
+        let submitted = service::submit(&client, config, &text, "deploy.yml", false, "test")
+            .await
+            .expect("the descriptor is accepted");
+        let record = client
+            .wait(&submitted.id, WAIT)
+            .await
+            .expect("the deploy ends");
+        let status = service::status(&client, &submitted.id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            record.status == WorkflowStatus::Success,
+            status.status == "SUCCESS",
+            "the view agrees with the record"
+        );
+        status
+    }
+
+    fn version_of(&self, target: &str) -> Option<String> {
+        std::fs::read_to_string(self.state.join(target)).ok()
+    }
+}
+
+struct Worker {
+    engine: Engine,
+    plugins: std::sync::Arc<manent_deploy::Plugins>,
+}
+
+impl Worker {
+    /// Stops like manent-server: the engine, then the plugin processes.
+    async fn stop(self) {
+        self.engine.shutdown(Duration::from_secs(10)).await;
+        self.plugins.shutdown().await;
+    }
+}
+
+fn targets(status: &DeployStatus) -> Vec<(String, String)> {
+    status
+        .targets
+        .iter()
+        .map(|t| (t.name.clone(), t.status.clone()))
+        .collect()
+}
+
+/// Status and attempts of the plugin's deploy step.
+fn pass_step(status: &DeployStatus) -> (String, i64) {
+    steps(status)
+        .into_iter()
+        .find(|s| s.0 == "test: deploy 2 targets")
+        .map(|s| (s.1, s.2))
+        .expect("the pass step ran")
+}
+
+fn steps(status: &DeployStatus) -> Vec<(String, String, i64)> {
+    status
+        .steps
+        .iter()
+        .map(|s| (s.name.clone(), s.status.clone(), s.attempts))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_plugin_deploys_each_pass_in_one_step_then_checks_each_target() {
+    let site = Site::new().await;
+    let sum = manent_plugin::host::file_sha256(&test_plugin()).unwrap();
+    let (config, worker) = site.worker(&sum, true).await;
+
+    let planned = site.deploy(&config, &worker, true).await;
+    assert_eq!(
+        planned.status, "SUCCESS",
+        "the dry-run succeeds: {planned:?}"
+    );
+    assert_eq!(planned.queue, "test", "routed to the plugin's queue");
+    assert_eq!(
+        targets(&planned),
+        [
+            ("t1".into(), "planned".into()),
+            ("t2".into(), "planned".into())
+        ],
+        "each target is planned: {planned:?}"
+    );
+    assert_eq!(
+        (site.version_of("t1"), site.version_of("t2")),
+        (None, None),
+        "a dry-run changes nothing"
+    );
+
+    let done = site.deploy(&config, &worker, false).await;
+    assert_eq!(done.status, "SUCCESS", "the deploy succeeds: {done:?}");
+    assert_eq!(
+        targets(&done),
+        [
+            ("t1".into(), "deployed".into()),
+            ("t2".into(), "deployed".into())
+        ],
+        "each target is deployed: {done:?}"
+    );
+    assert_eq!(
+        (site.version_of("t1"), site.version_of("t2")),
+        (Some("3".into()), Some("3".into())),
+        "the plugin installed the version on both targets"
+    );
+    // Leaves out the deploy's own last step (waking dependent deploys): not the plugin's.
+    let names: Vec<String> = steps(&done)
+        .into_iter()
+        .map(|s| s.0)
+        .filter(|name| name != "wake dependents")
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "fetch site.yml",
+            "test: deploy 2 targets",
+            "test: check 2 targets",
+            "t1: check up",
+            "t2: check up"
+        ],
+        "one step per plugin request, then manent's checks per target: {done:?}"
+    );
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_sha256_fails_the_deploy_at_once_and_says_why() {
+    let site = Site::new().await;
+    let wrong = "0".repeat(64);
+    let (config, worker) = site.worker(&wrong, true).await;
+    let done = site.deploy(&config, &worker, false).await;
+    assert_eq!(done.status, "ERROR", "the deploy fails: {done:?}");
+    let error = done.error.clone().unwrap_or_default();
+    assert!(
+        error.contains("sha256") && error.contains(&wrong) && error.contains("refusing to start"),
+        "the deploy says why: {error}"
+    );
+    assert_eq!(
+        pass_step(&done),
+        ("ERROR".to_string(), 1),
+        "a wrong sum is not retried: {done:?}"
+    );
+    assert_eq!(site.version_of("t1"), None, "nothing was deployed");
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_reaching_a_worker_where_the_plugin_is_a_stub_fails_without_retries() {
+    let site = Site::new().await;
+    // The worker dequeues the plugin's queue without listing the plugin in dbos.plugins: a
+    // deploy reaches a worker where the plugin is a stub.
+    let (config, worker) = site.worker(&"f".repeat(64), false).await;
+    let done = site.deploy(&config, &worker, false).await;
+    assert_eq!(done.status, "ERROR", "the deploy fails: {done:?}");
+    let error = done.error.clone().unwrap_or_default();
+    assert!(
+        error.contains("runs only on workers with dbos.plugins: [test]"),
+        "the deploy says where the plugin runs: {error}"
+    );
+    assert_eq!(
+        steps(&done),
+        [],
+        "nothing was tried: no fetch, no pass: {done:?}"
+    );
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_keeps_crashing_fails_the_deploy_with_its_exit_and_stderr() {
+    let site = Site::new().await;
+    let sum = manent_plugin::host::file_sha256(&test_plugin()).unwrap();
+    let (config, worker) = site.worker(&sum, true).await;
+    let done = site
+        .deploy_with(&config, &worker, false, "deploy: {params: {mode: crash}}\n")
+        .await;
+    assert_eq!(
+        done.status, "ERROR",
+        "the deploy fails, it does not hang: {done:?}"
+    );
+    let error = done.error.clone().unwrap_or_default();
+    assert!(
+        error.contains("exited with exit status: 3") && error.contains("crashing on purpose"),
+        "the deploy says how the plugin died: {error}"
+    );
+    assert_eq!(
+        pass_step(&done),
+        ("ERROR".to_string(), 3),
+        "a crash is retryable: the pass was tried with a fresh process each time: {done:?}"
+    );
+    // The worker still serves the next deploy, with a fresh process.
+    let next = site.deploy(&config, &worker, false).await;
+    assert_eq!(next.status, "SUCCESS", "the next deploy works: {next:?}");
+    worker.stop().await;
+}

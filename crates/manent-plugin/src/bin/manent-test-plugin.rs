@@ -1,0 +1,119 @@
+//! A plugin for tests. Normally it "deploys" a version to a target by writing the version in
+//! `<vars.dir>/<target>` (idempotent: `changed` the first time, `ok` after). Misbehaviour is
+//! chosen per pass by `vars.mode`: `crash` exits mid-pass, `garbage` answers a line that is
+//! not JSON, `hang` never answers, `fail`/`retryable` answer the protocol's error. The
+//! environment chooses the handshake: `MANENT_TEST_PLUGIN_NAME` (default `test`),
+//! `MANENT_TEST_PLUGIN_PROTOCOL` (answer another protocol version).
+
+use std::{io::BufRead, io::Write, path::PathBuf};
+
+use manent_plugin::{
+    Failure, Handler, Operation, Pass, PassResult, PluginInfo, Reporter, TargetResult,
+    TargetStatus, protocol::LogLevel,
+};
+
+struct TestPlugin {
+    name: String,
+}
+
+impl Handler for TestPlugin {
+    fn info(&self) -> PluginInfo {
+        PluginInfo {
+            name: self.name.clone(),
+            version: "0.0.1".into(),
+            protocol: 0,
+            artifact_types: vec!["test".into()],
+        }
+    }
+
+    fn run(
+        &mut self,
+        operation: Operation,
+        pass: &Pass,
+        reporter: &mut Reporter<'_>,
+    ) -> Result<PassResult, Failure> {
+        reporter.log(
+            LogLevel::Info,
+            format!("{operation} of {} targets", pass.targets.len()),
+        );
+        match pass.vars.get("mode").map(String::as_str) {
+            Some("crash") => {
+                reporter.progress(None, "about to crash");
+                eprintln!("test plugin: crashing on purpose during {operation}");
+                std::process::exit(3);
+            }
+            Some("garbage") => {
+                println!("this is not json");
+                let _ = std::io::stdout().flush();
+                return Ok(PassResult::default());
+            }
+            Some("hang") => loop {
+                std::thread::park();
+            },
+            Some("fail") => return Err(Failure::new("failed", "asked to fail")),
+            Some("retryable") => {
+                return Err(Failure::new("busy", "asked to fail, try again").retryable());
+            }
+            _ => {}
+        }
+        let dir = pass.vars.get("dir").map(PathBuf::from);
+        let mut targets = Vec::new();
+        for target in &pass.targets {
+            reporter.progress(Some(&target.name), format!("{operation}"));
+            let state = dir.as_ref().map(|d| d.join(&target.name));
+            let current = state.as_ref().and_then(|p| std::fs::read_to_string(p).ok());
+            let want = match operation {
+                Operation::Rollback => pass.previous_version.clone(),
+                _ => Some(pass.version.clone()),
+            };
+            let (status, detail) = if target.labels.get("fail").map(String::as_str) == Some("true")
+            {
+                (TargetStatus::Failed, "labelled to fail".to_string())
+            } else {
+                match (operation, want) {
+                    (_, None) => (TargetStatus::Ok, "no rollback".to_string()),
+                    (_, Some(want)) if current.as_deref() == Some(want.as_str()) => {
+                        (TargetStatus::Ok, format!("at {want}"))
+                    }
+                    (Operation::Plan, Some(want)) => {
+                        (TargetStatus::Changed, format!("would install {want}"))
+                    }
+                    (Operation::Check, Some(want)) => {
+                        (TargetStatus::Failed, format!("not at {want}"))
+                    }
+                    (_, Some(want)) => {
+                        if let Some(p) = &state {
+                            std::fs::write(p, &want).map_err(|e| {
+                                Failure::new("failed", format!("{}: {e}", p.display()))
+                            })?;
+                        }
+                        (TargetStatus::Changed, format!("installed {want}"))
+                    }
+                }
+            };
+            targets.push(TargetResult {
+                name: target.name.clone(),
+                status,
+                detail,
+            });
+        }
+        Ok(PassResult { targets })
+    }
+}
+
+fn main() {
+    let name = std::env::var("MANENT_TEST_PLUGIN_NAME").unwrap_or_else(|_| "test".into());
+    if let Ok(protocol) = std::env::var("MANENT_TEST_PLUGIN_PROTOCOL") {
+        // A plugin of another protocol version: answers the handshake with it, and stops.
+        let mut line = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut line);
+        println!(
+            r#"{{"type":"result","id":1,"result":{{"name":"{name}","version":"9","protocol":{protocol},"artifact_types":[]}}}}"#
+        );
+        return;
+    }
+    if let Err(e) = manent_plugin::serve(TestPlugin { name }) {
+        eprintln!("test plugin: {e}");
+        std::process::exit(1);
+    }
+}

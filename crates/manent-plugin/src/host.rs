@@ -1,0 +1,504 @@
+//! The host side of an external plugin: verifies the executable's sha256, starts it on the
+//! first request, shakes hands, sends one request at a time and reads its replies, restarts
+//! it after it died or broke the protocol, and stops it at shutdown. Nothing here can hang: a
+//! request has a timeout, and shutdown interrupts a request in flight.
+
+use std::{
+    collections::VecDeque,
+    io::Read,
+    path::{Path, PathBuf},
+    process::Stdio,
+    sync::{Arc, Mutex as StdMutex},
+    time::Duration,
+};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines},
+    process::{Child, ChildStdin, ChildStdout, Command},
+    sync::{Mutex, watch},
+    task::JoinHandle,
+};
+
+use crate::{
+    PluginError,
+    protocol::{
+        LogLevel, Operation, PROTOCOL_VERSION, Pass, PassResult, PluginInfo, Reply, Request,
+        RequestBody,
+    },
+};
+
+/// How long a pass may take by default before the process is stopped.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// How long the handshake may take.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// At shutdown, how long the plugin has to exit after its stdin is closed.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Lines of the plugin's stderr kept for error messages.
+const STDERR_TAIL_LINES: usize = 20;
+/// A bad line is quoted up to this many characters.
+const QUOTE_CHARS: usize = 200;
+
+/// An external plugin (`plugins.<name>.external`) on a worker that runs it.
+pub struct ExternalPlugin {
+    name: String,
+    command: PathBuf,
+    sha256: String,
+    env: Vec<(String, String)>,
+    timeout: Duration,
+    grace: Duration,
+    /// The running process, if any; held for the whole of a request (one at a time).
+    process: Mutex<Option<Process>>,
+    /// Set at shutdown: interrupts a request in flight and refuses new ones.
+    stopping: watch::Sender<bool>,
+    pid: StdMutex<Option<u32>>,
+    info: StdMutex<Option<PluginInfo>>,
+}
+
+impl std::fmt::Debug for ExternalPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExternalPlugin")
+            .field("name", &self.name)
+            .field("command", &self.command)
+            .field("pid", &self.pid())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Process {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Lines<BufReader<ChildStdout>>,
+    stderr_tail: Arc<StdMutex<VecDeque<String>>>,
+    stderr_task: JoinHandle<()>,
+    next_id: u64,
+    /// Set while a request waits for its answer. Still set at the next request: the caller
+    /// of the last one gave up (a cancelled deploy), and its answer may still come.
+    in_flight: bool,
+}
+
+impl ExternalPlugin {
+    /// A plugin named `name` run from `command`, whose sha256 must be `sha256` (hex). Nothing
+    /// is read or started until the first request.
+    pub fn new(name: impl Into<String>, command: impl Into<PathBuf>, sha256: &str) -> Self {
+        ExternalPlugin {
+            name: name.into(),
+            command: command.into(),
+            sha256: sha256.trim().to_ascii_lowercase(),
+            env: Vec::new(),
+            timeout: DEFAULT_TIMEOUT,
+            grace: SHUTDOWN_GRACE,
+            process: Mutex::new(None),
+            stopping: watch::channel(false).0,
+            pid: StdMutex::new(None),
+            info: StdMutex::new(None),
+        }
+    }
+
+    /// An environment variable for the plugin's process, over the worker's.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// How long one request may take (default [`DEFAULT_TIMEOUT`]).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn command(&self) -> &Path {
+        &self.command
+    }
+
+    /// The pid of the running process, if one runs.
+    pub fn pid(&self) -> Option<u32> {
+        *self.pid.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What the running process said at its handshake.
+    pub fn info(&self) -> Option<PluginInfo> {
+        self.info.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Runs `operation` on `pass`: starts the process if none runs (verifying it first), then
+    /// sends the request and waits for its result.
+    pub async fn call(&self, operation: Operation, pass: &Pass) -> Result<PassResult, PluginError> {
+        let value = self
+            .request(operation.as_str(), operation.request(pass.clone()))
+            .await?;
+        serde_json::from_value(value.clone()).map_err(|e| PluginError::Protocol {
+            plugin: self.name.clone(),
+            operation: operation.to_string(),
+            reason: format!("the result is not a pass result ({e})"),
+            line: quote(&value.to_string()),
+        })
+    }
+
+    /// Starts the process now if none runs (verify, spawn, handshake).
+    pub async fn start(&self) -> Result<PluginInfo, PluginError> {
+        let mut guard = self.process.lock().await;
+        if guard.is_none() {
+            *guard = Some(self.spawn().await?);
+        }
+        Ok(self.info().expect("a running process has shaken hands"))
+    }
+
+    async fn request(&self, operation: &str, body: RequestBody) -> Result<Value, PluginError> {
+        if *self.stopping.borrow() {
+            return Err(self.shutting_down());
+        }
+        let mut guard = self.process.lock().await;
+        if guard.as_ref().is_some_and(|p| p.in_flight)
+            && let Some(abandoned) = guard.take()
+        {
+            self.discard(abandoned).await;
+        }
+        if guard.is_none() {
+            *guard = Some(self.spawn().await?);
+        }
+        let process = guard.as_mut().expect("started above");
+        let result = self.exchange(process, operation, body, self.timeout).await;
+        if let Err(e) = &result
+            && !matches!(e, PluginError::Plugin { .. })
+        {
+            // Dead, silent, confused or stopping: this process is done; the next request
+            // starts a fresh one.
+            if let Some(process) = guard.take() {
+                self.discard(process).await;
+            }
+        }
+        result
+    }
+
+    fn shutting_down(&self) -> PluginError {
+        PluginError::ShuttingDown {
+            plugin: self.name.clone(),
+        }
+    }
+
+    /// Verifies the executable, starts it and shakes hands.
+    async fn spawn(&self) -> Result<Process, PluginError> {
+        let start_error = |reason: String| PluginError::Start {
+            plugin: self.name.clone(),
+            path: self.command.clone(),
+            reason,
+        };
+        let path = self.command.clone();
+        let actual = tokio::task::spawn_blocking(move || file_sha256(&path))
+            .await
+            .map_err(|e| start_error(e.to_string()))?
+            .map_err(|e| start_error(e.to_string()))?;
+        if actual != self.sha256 {
+            return Err(PluginError::Checksum {
+                plugin: self.name.clone(),
+                path: self.command.clone(),
+                expected: self.sha256.clone(),
+                actual,
+            });
+        }
+        let mut child = Command::new(&self.command)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| start_error(e.to_string()))?;
+        let pid = child.id();
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
+        let stderr = child.stderr.take().expect("piped");
+        let stderr_tail = Arc::new(StdMutex::new(VecDeque::new()));
+        let stderr_task = tokio::spawn(forward_stderr(
+            self.name.clone(),
+            stderr,
+            stderr_tail.clone(),
+        ));
+        let mut process = Process {
+            child,
+            stdin,
+            stdout,
+            stderr_tail,
+            stderr_task,
+            next_id: 1,
+            in_flight: false,
+        };
+        match self.handshake(&mut process).await {
+            Ok(info) => {
+                tracing::info!(plugin = %self.name, pid, version = %info.version, "plugin started");
+                *self.pid.lock().unwrap_or_else(|e| e.into_inner()) = pid;
+                *self.info.lock().unwrap_or_else(|e| e.into_inner()) = Some(info);
+                Ok(process)
+            }
+            Err(e) => {
+                self.discard(process).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn handshake(&self, process: &mut Process) -> Result<PluginInfo, PluginError> {
+        let body = RequestBody::Handshake {
+            protocol: PROTOCOL_VERSION,
+        };
+        let value = match self
+            .exchange(
+                process,
+                "handshake",
+                body,
+                HANDSHAKE_TIMEOUT.min(self.timeout),
+            )
+            .await
+        {
+            Ok(value) => value,
+            Err(PluginError::Plugin { code, message, .. }) if code == "unsupported_protocol" => {
+                return Err(PluginError::Version {
+                    plugin: self.name.clone(),
+                    ours: PROTOCOL_VERSION,
+                    theirs: format!("another ({message})"),
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        let protocol = value.get("protocol").and_then(Value::as_u64);
+        if protocol != Some(u64::from(PROTOCOL_VERSION)) {
+            return Err(PluginError::Version {
+                plugin: self.name.clone(),
+                ours: PROTOCOL_VERSION,
+                theirs: value
+                    .get("protocol")
+                    .map_or_else(|| "none".to_string(), Value::to_string),
+            });
+        }
+        let info: PluginInfo =
+            serde_json::from_value(value.clone()).map_err(|e| PluginError::Protocol {
+                plugin: self.name.clone(),
+                operation: "handshake".into(),
+                reason: format!("the handshake result is malformed ({e})"),
+                line: quote(&value.to_string()),
+            })?;
+        if info.name != self.name {
+            return Err(PluginError::Name {
+                plugin: self.name.clone(),
+                reported: info.name,
+            });
+        }
+        Ok(info)
+    }
+
+    /// Sends one request and reads its replies up to the result or error.
+    async fn exchange(
+        &self,
+        process: &mut Process,
+        operation: &str,
+        body: RequestBody,
+        timeout: Duration,
+    ) -> Result<Value, PluginError> {
+        let id = process.next_id;
+        process.next_id += 1;
+        process.in_flight = true;
+        let result = self
+            .exchange_inner(process, id, operation, body, timeout)
+            .await;
+        process.in_flight = false;
+        result
+    }
+
+    async fn exchange_inner(
+        &self,
+        process: &mut Process,
+        id: u64,
+        operation: &str,
+        body: RequestBody,
+        timeout: Duration,
+    ) -> Result<Value, PluginError> {
+        let mut line = serde_json::to_string(&Request { id, body }).expect("requests serialize");
+        line.push('\n');
+        let written = match process.stdin.as_mut() {
+            Some(stdin) => async {
+                stdin.write_all(line.as_bytes()).await?;
+                stdin.flush().await
+            }
+            .await
+            .is_ok(),
+            None => false,
+        };
+        if !written {
+            return Err(self.exited(process, operation).await);
+        }
+        let protocol_error = |reason: String, line: &str| PluginError::Protocol {
+            plugin: self.name.clone(),
+            operation: operation.to_string(),
+            reason,
+            line: quote(line),
+        };
+        let mut stopping = self.stopping.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let next = tokio::select! {
+                next = process.stdout.next_line() => next,
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Err(PluginError::Timeout {
+                        plugin: self.name.clone(),
+                        operation: operation.to_string(),
+                        timeout,
+                    });
+                }
+                _ = stopping.wait_for(|s| *s) => return Err(self.shutting_down()),
+            };
+            let Ok(Some(line)) = next else {
+                return Err(self.exited(process, operation).await);
+            };
+            if line.trim().is_empty() {
+                continue;
+            }
+            let reply: Reply = serde_json::from_str(&line).map_err(|e| {
+                protocol_error(
+                    format!("a line that is not a protocol {PROTOCOL_VERSION} reply ({e})"),
+                    &line,
+                )
+            })?;
+            if reply.id() != id {
+                return Err(protocol_error(
+                    format!(
+                        "a reply to request {} while request {id} is in flight",
+                        reply.id()
+                    ),
+                    &line,
+                ));
+            }
+            match reply {
+                Reply::Progress {
+                    target, message, ..
+                } => {
+                    tracing::info!(plugin = %self.name, operation, target = target.as_deref().unwrap_or(""), "{message}");
+                }
+                Reply::Log { level, message, .. } => match level {
+                    LogLevel::Debug => tracing::debug!(plugin = %self.name, "{message}"),
+                    LogLevel::Info => tracing::info!(plugin = %self.name, "{message}"),
+                    LogLevel::Warn => tracing::warn!(plugin = %self.name, "{message}"),
+                    LogLevel::Error => tracing::error!(plugin = %self.name, "{message}"),
+                },
+                Reply::Result { result, .. } => return Ok(result),
+                Reply::Error { error, .. } => {
+                    return Err(PluginError::Plugin {
+                        plugin: self.name.clone(),
+                        operation: operation.to_string(),
+                        code: error.code,
+                        message: error.message,
+                        retryable: error.retryable,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The error for a process whose stdout ended: its exit status and the tail of its stderr.
+    async fn exited(&self, process: &mut Process, operation: &str) -> PluginError {
+        process.stdin = None;
+        // Its stdout is closed; a process still alive after that is not answering anyway.
+        let status = match tokio::time::timeout(self.grace, process.child.wait()).await {
+            Ok(Ok(status)) => status.to_string(),
+            Ok(Err(e)) => format!("an unknown status ({e})"),
+            Err(_) => {
+                let _ = process.child.kill().await;
+                "its stdout closed (killed)".to_string()
+            }
+        };
+        // The stderr reader ends at EOF, once the process is gone.
+        let _ = tokio::time::timeout(self.grace, &mut process.stderr_task).await;
+        let tail: Vec<String> = process
+            .stderr_tail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        PluginError::Exited {
+            plugin: self.name.clone(),
+            operation: operation.to_string(),
+            status,
+            stderr: if tail.is_empty() {
+                "(empty)".to_string()
+            } else {
+                tail.join(" | ")
+            },
+        }
+    }
+
+    /// Stops a process that is no longer trusted.
+    async fn discard(&self, mut process: Process) {
+        let _ = process.child.kill().await;
+        process.stderr_task.abort();
+        *self.pid.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Stops the process: interrupts a request in flight, closes its stdin, waits for it to
+    /// exit for a grace period, then kills it. Later requests are refused.
+    pub async fn shutdown(&self) {
+        self.stopping.send_replace(true);
+        let Some(mut process) = self.process.lock().await.take() else {
+            return;
+        };
+        process.stdin = None;
+        let status = match tokio::time::timeout(self.grace, process.child.wait()).await {
+            Ok(Ok(status)) => status.to_string(),
+            _ => {
+                let _ = process.child.kill().await;
+                "killed after the grace period".to_string()
+            }
+        };
+        let _ = tokio::time::timeout(self.grace, &mut process.stderr_task).await;
+        *self.pid.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        tracing::info!(plugin = %self.name, %status, "plugin stopped");
+    }
+}
+
+/// Forwards the plugin's stderr (its log) to `tracing`, keeping the last lines.
+async fn forward_stderr(
+    plugin: String,
+    stderr: tokio::process::ChildStderr,
+    tail: Arc<StdMutex<VecDeque<String>>>,
+) {
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::info!(plugin = %plugin, stream = "stderr", "{line}");
+        let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+        if tail.len() == STDERR_TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(line);
+    }
+}
+
+/// Hex sha256 of a file, streamed.
+pub fn file_sha256(path: &Path) -> std::io::Result<String> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// `line`, cut to a readable length.
+fn quote(line: &str) -> String {
+    let mut chars = line.chars();
+    let head: String = chars.by_ref().take(QUOTE_CHARS).collect();
+    if chars.next().is_some() {
+        format!("{head}…")
+    } else {
+        head
+    }
+}

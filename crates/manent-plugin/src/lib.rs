@@ -1,0 +1,61 @@
+//! manent's plugin protocol, both ends of it: the wire format ([`protocol`]), the host that
+//! runs an external plugin as a child process ([`host`]), the stub that stands for a plugin
+//! on workers that do not run it ([`stub`]), and the loop a plugin executable runs
+//! ([`serve`]). This crate is the only one that knows the wire format; see
+//! `docs/plugin-protocol.md`.
+
+pub mod host;
+pub mod protocol;
+pub mod serve;
+pub mod stub;
+
+mod error;
+
+pub use error::PluginError;
+pub use host::ExternalPlugin;
+pub use protocol::{
+    ArtifactRef, Operation, PROTOCOL_VERSION, Pass, PassResult, PluginInfo, SshRef, TargetRef,
+    TargetResult, TargetStatus,
+};
+pub use serve::{Failure, Handler, Reporter, serve};
+pub use stub::StubPlugin;
+
+/// A plugin as the worker sees it: a process it runs, or a stub that never starts.
+#[derive(Debug)]
+pub enum PluginHost {
+    External(Box<ExternalPlugin>),
+    Stub(StubPlugin),
+}
+
+impl PluginHost {
+    /// The configured name.
+    pub fn name(&self) -> &str {
+        match self {
+            PluginHost::External(p) => p.name(),
+            PluginHost::Stub(s) => s.name(),
+        }
+    }
+
+    /// Why this plugin cannot run here, if it cannot (a stub).
+    pub fn unavailable(&self) -> Option<PluginError> {
+        match self {
+            PluginHost::External(_) => None,
+            PluginHost::Stub(s) => Some(s.error()),
+        }
+    }
+
+    /// Runs `operation` on `pass`.
+    pub async fn call(&self, operation: Operation, pass: &Pass) -> Result<PassResult, PluginError> {
+        match self {
+            PluginHost::External(p) => p.call(operation, pass).await,
+            PluginHost::Stub(s) => Err(s.error()),
+        }
+    }
+
+    /// Stops the plugin's process, if one runs.
+    pub async fn shutdown(&self) {
+        if let PluginHost::External(p) = self {
+            p.shutdown().await;
+        }
+    }
+}
