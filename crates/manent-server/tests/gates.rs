@@ -296,15 +296,32 @@ async fn a_dependency_wait_releases_when_the_dependency_succeeds_and_not_before(
         "prod",
         "depends_on: [{application: acme/a, environment: prod}]\n",
     );
+    // A dependency that never succeeds, with a timeout.
+    ledger_environment(
+        &site,
+        "acme/late",
+        "prod",
+        "depends_on: [{application: acme/never, environment: prod, timeout: 1s}]\n",
+    );
     let token = site.token();
     let alice = site.token_named("alice", "approver");
     site.start("serve", "s1");
     site.wait_api().await;
 
+    let (late, _) = site.submit(&token, "acme/late");
+    let expired = site.wait_status(&token, &late, "ERROR").await;
+    assert!(
+        expired["error"]
+            .as_str()
+            .is_some_and(|e| e
+                .contains("dependency not met: no successful deploy of acme/never/prod within 1s")),
+        "the dependency's timeout fails the deploy with a clear reason: {expired}"
+    );
+
     let path = site.descriptor_for("acme/a", "1");
     let (code, refused) = site.cli(&token, &["deploy", "-f", path.to_str().unwrap()]);
     assert_eq!(code, 2, "a dependency cycle is refused: {refused}");
-    let (code, v) = site.cli(&token, &["list"]);
+    let (code, v) = site.cli(&token, &["list", "--application", "acme/a"]);
     assert_eq!(code, 0);
     assert_eq!(v, serde_json::json!([]), "and nothing was accepted");
 
