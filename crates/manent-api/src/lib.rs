@@ -1,9 +1,11 @@
-//! manent's HTTP API: `/api/v1` (JSON, bearer tokens), `/healthz`, `/readyz`.
+//! manent's HTTP API: `/api/v1` (JSON, bearer tokens), `/healthz`, `/readyz`, and the
+//! Platform page at `/` (`platform`).
 //! The only crate that knows HTTP. `app(state)` builds the router, so tests
 //! drive it with `oneshot` and no socket.
 
 pub mod auth;
 mod error;
+mod platform;
 
 use std::sync::Arc;
 
@@ -58,6 +60,8 @@ pub fn app(state: AppState) -> Router {
         .route("/executors/{id}/recover", post(recover_executor))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
+        .route("/", get(platform::page))
+        .route("/platform", get(platform::page))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

@@ -18,6 +18,8 @@ use serde_json::Value;
 /// `app()`: a route listed here and missing from the document fails the test, and so does
 /// a documented operation missing here.
 const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/"),
+    ("GET", "/platform"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),

@@ -1,0 +1,376 @@
+// The Platform page's script (PRODUCT §6): keeps the API token of this tab, reads queues,
+// workers, activity and deploys from /api/v1 with it, draws a deploy's timeline as an SVG
+// picture, and sends approve / reject / cancel. Vanilla JavaScript, inlined by platform.rs;
+// every piece of data reaches the DOM as text (textContent, setAttribute), never as markup.
+'use strict';
+
+(function () {
+  const REFRESH_MS = 3000;
+  const STATUSES = ['ENQUEUED', 'PENDING', 'SUCCESS', 'ERROR', 'CANCELLED'];
+  const STORAGE_KEY = 'manent.token';
+  // The SVG namespace, taken from the document's own <svg> so the page names no URL.
+  const SVG_NS = document.getElementById('timeline').namespaceURI;
+
+  let token = '';
+  let timer = null;
+  let busy = false;
+
+  const $ = (id) => document.getElementById(id);
+
+  /** An element with attributes (set as attribute values) and children (strings become text). */
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    return fill(node, attrs, children);
+  }
+
+  function svg(tag, attrs, ...children) {
+    return fill(document.createElementNS(SVG_NS, tag), attrs, children);
+  }
+
+  function fill(node, attrs, children) {
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value !== undefined && value !== null) node.setAttribute(name, String(value));
+    }
+    for (const child of children) {
+      if (child === undefined || child === null) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  // A target's outcome, coloured like the deploy status it amounts to.
+  const TARGET_STATUSES = { deployed: 'SUCCESS', planned: 'SUCCESS', failed: 'ERROR', rolled_back: 'CANCELLED' };
+
+  function statusClass(status) {
+    if (STATUSES.includes(status)) return status;
+    return Object.prototype.hasOwnProperty.call(TARGET_STATUSES, status) ? TARGET_STATUSES[status] : '';
+  }
+
+  // ---- the token -------------------------------------------------------------------------
+
+  function loadToken() {
+    try { token = sessionStorage.getItem(STORAGE_KEY) || ''; } catch (_) { token = ''; }
+  }
+
+  function saveToken(value) {
+    token = value.trim();
+    try {
+      if (token) sessionStorage.setItem(STORAGE_KEY, token);
+      else sessionStorage.removeItem(STORAGE_KEY);
+    } catch (_) { /* storage refused: the token lives in this page only */ }
+  }
+
+  /** `#token=…` (with `&deploy=…` or not): taken into the tab's storage, then removed from the URL. */
+  function takeTokenFromFragment() {
+    const params = new URLSearchParams(location.hash.slice(1));
+    if (!params.has('token')) return;
+    saveToken(params.get('token') || '');
+    params.delete('token');
+    const rest = params.toString();
+    history.replaceState(null, '', location.pathname + location.search + (rest ? '#' + rest : ''));
+  }
+
+  // ---- the API ---------------------------------------------------------------------------
+
+  class ApiError extends Error {}
+
+  async function api(method, path, body) {
+    const headers = { Authorization: 'Bearer ' + token, Accept: 'application/json' };
+    const init = { method, headers, cache: 'no-store' };
+    if (body !== undefined) {
+      headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    let response;
+    try {
+      response = await fetch('/api/v1' + path, init);
+    } catch (e) {
+      throw new ApiError('the API is unreachable: ' + e.message);
+    }
+    const text = await response.text();
+    let data = null;
+    try { data = text ? JSON.parse(text) : null; } catch (_) { data = null; }
+    if (!response.ok) {
+      const err = data && data.error;
+      const what = err ? err.code + ': ' + err.message + (err.field ? ' (field ' + err.field + ')' : '') : text;
+      throw new ApiError(method + ' ' + path + ' → ' + response.status + ' ' + what);
+    }
+    return data;
+  }
+
+  function showError(message) {
+    const box = $('error');
+    box.textContent = message;
+    box.hidden = false;
+  }
+
+  function clearError() {
+    $('error').hidden = true;
+    $('error').textContent = '';
+  }
+
+  // ---- shared pieces ---------------------------------------------------------------------
+
+  function replaceRows(table, rows, columns) {
+    const body = table.tBodies[0];
+    body.replaceChildren(...rows);
+    if (rows.length === 0) {
+      body.append(el('tr', {}, el('td', { class: 'empty', colspan: columns }, 'none')));
+    }
+  }
+
+  function statusCell(status) {
+    return el('td', {}, el('span', { class: 'status ' + statusClass(status) }, status));
+  }
+
+  function deployLink(id) {
+    return el('a', { href: '#deploy=' + encodeURIComponent(id), class: 'id' }, id);
+  }
+
+  function age(seconds) {
+    if (seconds < 60) return seconds + 's ago';
+    if (seconds < 3600) return Math.floor(seconds / 60) + 'm ' + (seconds % 60) + 's ago';
+    return Math.floor(seconds / 3600) + 'h ' + Math.floor((seconds % 3600) / 60) + 'm ago';
+  }
+
+  function duration(ms) {
+    if (!isFinite(ms) || ms < 0) return '';
+    if (ms < 1000) return ms + ' ms';
+    if (ms < 60000) return (ms / 1000).toFixed(1) + ' s';
+    return Math.floor(ms / 60000) + ' min ' + Math.round((ms % 60000) / 1000) + ' s';
+  }
+
+  /** The buttons a deploy allows: approve / reject while it waits for approval, cancel while active. */
+  function actionButtons(d) {
+    const buttons = [];
+    if (d.phase === 'waiting_approval') {
+      buttons.push(el('button', { type: 'button', class: 'approve', 'data-action': 'approve', 'data-id': d.id }, 'Approve'));
+      buttons.push(el('button', { type: 'button', class: 'reject', 'data-action': 'reject', 'data-id': d.id }, 'Reject'));
+    }
+    if (d.status === 'ENQUEUED' || d.status === 'PENDING') {
+      buttons.push(el('button', { type: 'button', class: 'cancel', 'data-action': 'cancel', 'data-id': d.id }, 'Cancel'));
+    }
+    return buttons;
+  }
+
+  async function act(action, id) {
+    let body;
+    if (action === 'reject') {
+      const reason = prompt('Reject deploy ' + id + ': why?');
+      if (reason === null) return;
+      body = { reason };
+    } else if (action === 'approve') {
+      const reason = prompt('Approve deploy ' + id + ' (comment, optional):', '');
+      if (reason === null) return;
+      body = reason.trim() ? { reason: reason.trim() } : undefined;
+    } else if (action === 'cancel') {
+      if (!confirm('Cancel deploy ' + id + '?')) return;
+    } else {
+      return;
+    }
+    try {
+      await api('POST', '/deploys/' + encodeURIComponent(id) + '/' + action, body);
+      clearError();
+    } catch (e) {
+      showError(e.message);
+      return;
+    }
+    refresh();
+  }
+
+  document.addEventListener('click', (event) => {
+    const button = event.target.closest('button[data-action]');
+    if (button) act(button.getAttribute('data-action'), button.getAttribute('data-id'));
+  });
+
+  // ---- the overview ----------------------------------------------------------------------
+
+  function deployRows(deploys) {
+    return deploys.map((d) => el('tr', { 'data-deploy': d.id },
+      el('td', {}, deployLink(d.id)),
+      el('td', {}, d.application),
+      el('td', {}, d.environment),
+      statusCell(d.status),
+      el('td', {}, d.phase),
+      el('td', {}, d.waiting_for || ''),
+      el('td', {}, d.executor_id || ''),
+      el('td', { class: 'actions' }, ...actionButtons(d))));
+  }
+
+  async function showOverview() {
+    const [queues, workers, activity, recent] = await Promise.all([
+      api('GET', '/queues'),
+      api('GET', '/workers'),
+      api('GET', '/activity'),
+      api('GET', '/deploys?limit=25'),
+    ]);
+    replaceRows($('queues'), queues.map((q) => el('tr', { 'data-queue': q.name },
+      el('td', {}, el('code', {}, q.name)),
+      el('td', {}, q.kind),
+      el('td', {}, q.concurrency + ' / ' + q.environment_concurrency + ' / ' + q.global_concurrency),
+      el('td', {}, q.enqueued),
+      el('td', {}, q.running),
+      el('td', {}, (q.workers || []).join(', ')))), 6);
+    replaceRows($('workers'), workers.map((w) => el('tr', { 'data-worker': w.executor_id },
+      el('td', {}, el('code', {}, w.executor_id)),
+      el('td', {}, w.host),
+      el('td', {}, w.region || ''),
+      el('td', {}, el('span', { class: w.stale ? 'stale' : '' }, w.state + (w.stale ? ' (stale)' : ''))),
+      el('td', { title: w.heartbeat_at }, age(w.heartbeat_age_secs)),
+      el('td', {}, w.running),
+      el('td', {}, (w.queues || []).join(', ')))), 7);
+    replaceRows($('activity'), deployRows(activity), 8);
+    replaceRows($('recent'), deployRows(recent), 8);
+  }
+
+  // ---- a deploy's page -------------------------------------------------------------------
+
+  function facts(d) {
+    const rows = [
+      ['Application', d.application], ['Environment', d.environment], ['Version', d.version],
+      ['Status', el('span', { class: 'status ' + statusClass(d.status) }, d.status)],
+      ['Phase', d.phase], ['Waiting for', d.waiting_for || '—'], ['Queue', d.queue + ' (' + d.route_kind + ')'],
+      ['Executor', d.executor_id || '—'], ['Dry run', d.dry_run ? 'yes' : 'no'],
+      ['Submitted', d.created_at + ' by ' + d.submitted_by], ['Updated', d.updated_at],
+    ];
+    if (d.error) rows.push(['Error', d.error]);
+    const out = [];
+    for (const [name, value] of rows) out.push(el('dt', {}, name), el('dd', {}, value));
+    return out;
+  }
+
+  /** The deploy's steps in the order they started. */
+  function stepsByStart(d) {
+    return (d.steps || []).map((s, i) => ({ s, i }))
+      .sort((a, b) => (Date.parse(a.s.started_at) - Date.parse(b.s.started_at)) || (a.i - b.i))
+      .map((x) => x.s);
+  }
+
+  /** The target a step works on (`<target>: …`), or the deploy itself. */
+  function stepGroup(step, targets) {
+    const target = targets.find((t) => step.name.startsWith(t.name + ':'));
+    return target ? target.name : '';
+  }
+
+  /**
+   * One horizontal bar per step on a shared time axis (x from the first step's start to each
+   * step's finish), coloured by status; steps of one target share a shaded band, so the
+   * rollout's targets and their steps read as a picture.
+   */
+  function drawTimeline(d) {
+    const picture = $('timeline');
+    const steps = stepsByStart(d);
+    const targets = d.targets || [];
+    $('timeline-empty').hidden = steps.length > 0;
+    const now = Date.now();
+    const spans = steps.map((s) => {
+      const start = Date.parse(s.started_at);
+      const end = s.finished_at ? Date.parse(s.finished_at) : (s.status === 'PENDING' ? now : start);
+      return { start, end: Math.max(end, start) };
+    });
+    const t0 = spans.length ? Math.min(...spans.map((s) => s.start)) : 0;
+    const t1 = spans.length ? Math.max(...spans.map((s) => s.end)) : 0;
+    const total = Math.max(t1 - t0, 1);
+    const label = 260, chart = 620, row = 22, top = 24, pad = 8;
+    const width = label + chart + pad * 2;
+    const height = steps.length ? top + steps.length * row + pad : 0;
+    picture.setAttribute('width', width);
+    picture.setAttribute('height', height);
+    picture.setAttribute('viewBox', '0 0 ' + width + ' ' + height);
+    const nodes = [];
+    if (steps.length) {
+      for (let i = 0; i <= 4; i++) {
+        const x = label + (chart * i) / 4;
+        nodes.push(svg('line', { class: 'axis', x1: x, x2: x, y1: top - 6, y2: height - pad }));
+        nodes.push(svg('text', { class: 'tick', x, y: top - 10, 'text-anchor': i === 4 ? 'end' : 'middle' },
+          '+' + duration(Math.round((total * i) / 4))));
+      }
+    }
+    const groups = steps.map((s) => stepGroup(s, targets));
+    const shaded = [];
+    groups.forEach((g, i) => {
+      const first = i === 0 || groups[i - 1] !== g;
+      shaded[i] = first ? (i === 0 ? false : !shaded[i - 1]) : shaded[i - 1];
+    });
+    steps.forEach((s, i) => {
+      const y = top + i * row;
+      const x = Math.min(label + ((spans[i].start - t0) / total) * chart, label + chart - 2);
+      const w = Math.max(((spans[i].end - spans[i].start) / total) * chart, 2);
+      const name = s.name.length > 38 ? s.name.slice(0, 37) + '…' : s.name;
+      const tip = s.name + ' — ' + s.status + ', ' + duration(spans[i].end - spans[i].start) +
+        (s.attempts > 1 ? ', ' + s.attempts + ' attempts' : '') + (s.error ? '\n' + s.error : '');
+      nodes.push(svg('g', { 'data-step': i, class: 'step' },
+        svg('title', {}, tip),
+        shaded[i] ? svg('rect', { class: 'band', x: 0, y, width, height: row }) : null,
+        svg('text', { x: pad, y: y + row / 2 + 4 }, name),
+        svg('rect', { class: 'bar ' + statusClass(s.status), x, y: y + 4, width: w, height: row - 8, rx: 3 })));
+    });
+    picture.replaceChildren(...nodes);
+  }
+
+  async function showDeploy(id) {
+    const d = await api('GET', '/deploys/' + encodeURIComponent(id));
+    $('deploy-id').textContent = d.id;
+    $('deploy-facts').replaceChildren(...facts(d));
+    $('deploy-actions').replaceChildren(...actionButtons(d));
+    drawTimeline(d);
+    replaceRows($('targets'), (d.targets || []).map((t) => el('tr', {},
+      el('td', {}, t.name), statusCell(t.status), el('td', {}, t.detail || ''))), 3);
+    replaceRows($('approvals'), (d.approvals || []).map((a) => el('tr', {},
+      el('td', {}, a.by), el('td', {}, a.decision), el('td', {}, a.reason || ''), el('td', {}, a.at))), 4);
+    replaceRows($('steps'), stepsByStart(d).map((s) => el('tr', {},
+      el('td', {}, s.name), statusCell(s.status), el('td', {}, s.attempts), el('td', {}, s.started_at),
+      el('td', {}, s.finished_at ? duration(Date.parse(s.finished_at) - Date.parse(s.started_at)) : '…'),
+      el('td', {}, s.executor_id), el('td', {}, s.error || ''))), 7);
+  }
+
+  // ---- routing and refresh ---------------------------------------------------------------
+
+  function currentDeploy() {
+    return new URLSearchParams(location.hash.slice(1)).get('deploy');
+  }
+
+  async function refresh() {
+    clearTimeout(timer);
+    const deploy = currentDeploy();
+    $('need-token').hidden = !!token;
+    $('overview').hidden = !token || !!deploy;
+    $('deploy').hidden = !token || !deploy;
+    if (!token) return;
+    if (!busy) {
+      busy = true;
+      try {
+        if (deploy) await showDeploy(deploy);
+        else await showOverview();
+        clearError();
+        $('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+      } catch (e) {
+        showError(e.message);
+      } finally {
+        busy = false;
+      }
+    }
+    timer = setTimeout(refresh, REFRESH_MS);
+  }
+
+  $('token-form').addEventListener('submit', (event) => {
+    event.preventDefault();
+    saveToken($('token-input').value);
+    $('token-input').value = '';
+    refresh();
+  });
+
+  $('forget-token').addEventListener('click', () => {
+    saveToken('');
+    refresh();
+  });
+
+  window.addEventListener('hashchange', () => {
+    takeTokenFromFragment();
+    refresh();
+  });
+
+  loadToken();
+  takeTokenFromFragment();
+  refresh();
+})();
