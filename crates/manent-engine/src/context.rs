@@ -28,6 +28,9 @@ use crate::{
 const BRANCH_SPAN: i64 = 100_000;
 const BRANCH_BLOCK: i64 = 1_000_000_000;
 
+/// The longest a waiting `recv` goes without looking for its message.
+const RECV_POLL_MAX: Duration = Duration::from_secs(1);
+
 /// Handle of a running workflow. Clones share the position counter, so
 /// steps may run in parallel (positions are taken when a step is created,
 /// not when it is polled: `join!(ctx.step("a", ..), ctx.step("b", ..))` is deterministic).
@@ -382,6 +385,8 @@ impl WorkflowContext {
             let mut wakeups = store.subscribe();
             let done = self.record(index, &name, StepStatus::Success, 1, started_at);
             let _waiting = WaitGuard::enter(&self.inner);
+            let base_poll = self.inner.shared.poll_interval();
+            let mut idle_poll = base_poll;
             loop {
                 match store
                     .consume_message(&self.inner.lease, &topic, &done)
@@ -399,9 +404,12 @@ impl WorkflowContext {
                     return Ok(None);
                 }
                 let left = Duration::from_millis(u64::try_from(deadline - now).unwrap_or(0));
-                let until =
-                    tokio::time::Instant::now() + left.min(self.inner.shared.poll_interval());
+                let until = tokio::time::Instant::now() + left.min(idle_poll);
                 wait_for_workflow(&mut wakeups, self.workflow_id(), until).await;
+                // A long wait (an approval) polls less and less often: a message sent in
+                // this process wakes it at once; one from another process on SQLite (no
+                // cross-process wake-up) is seen within RECV_POLL_MAX.
+                idle_poll = (idle_poll * 2).min(RECV_POLL_MAX.max(base_poll));
             }
         }
     }
