@@ -13,8 +13,8 @@ use russh::{
     keys::{PrivateKeyWithHashAlg, PublicKeyOrCertificate, load_secret_key},
 };
 use russh_sftp::{
-    client::{SftpSession, error::Error as SftpError},
-    protocol::{FileAttributes, OpenFlags, StatusCode},
+    client::{RawSftpSession, SftpSession, error::Error as SftpError},
+    protocol::{FileAttributes, OpenFlags, Packet, StatusCode},
 };
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -34,6 +34,14 @@ const SFTP_REQUEST_TIMEOUT_SECS: u64 = 120;
 const SFTP_WRITES_IN_FLIGHT: usize = 64;
 /// Bytes read from the local file per SFTP write burst.
 const UPLOAD_CHUNK: usize = 256 * 1024;
+/// Up to this size, a verified upload reads the `.part` back over SFTP to hash it and renames
+/// it with `posix-rename@openssh.com`: no remote command at all. A command (`sh`, `sha256sum`,
+/// `mv`) costs the target a session and three processes, which dominated small fan-outs
+/// (1 MB to 20 targets: 3.0 s → 1.8–2.5 s); reading back a big file would cost more than that.
+const SFTP_VERIFY_MAX: u64 = 2 * 1024 * 1024;
+/// The SFTP extension for an atomic rename that replaces the destination (plain SFTP rename
+/// refuses an existing destination on OpenSSH).
+const POSIX_RENAME: &str = "posix-rename@openssh.com";
 
 /// The ciphers offered, most preferred first: russh's defaults with AES-GCM moved ahead,
 /// 128-bit first (10 AES rounds instead of 14: ~25% faster on the fan-out benchmark).
@@ -95,6 +103,9 @@ pub(crate) struct SshConnection {
     addr: Address,
     handle: client::Handle<Client>,
     sftp: tokio::sync::OnceCell<SftpSession>,
+    /// A second SFTP channel, low-level, for `posix-rename@openssh.com` (which russh-sftp's
+    /// `SftpSession` does not expose); `None` when the server lacks the extension.
+    renamer: tokio::sync::OnceCell<Option<RawSftpSession>>,
 }
 
 fn connect_error(addr: &Address, message: impl ToString) -> TransportError {
@@ -203,6 +214,7 @@ impl SshConnection {
                 addr: addr.clone(),
                 handle,
                 sftp: tokio::sync::OnceCell::new(),
+                renamer: tokio::sync::OnceCell::new(),
             }),
             AuthResult::Failure { .. } => Err(TransportError::Auth {
                 user: addr.user.clone(),
@@ -270,6 +282,67 @@ impl SshConnection {
                 status: out.status,
                 stderr: out.stderr.trim_end().to_string(),
             })
+        }
+    }
+
+    /// The SFTP channel for `posix-rename@openssh.com`, opened on first use.
+    async fn renamer(&self) -> Result<Option<&RawSftpSession>, TransportError> {
+        let renamer = self
+            .renamer
+            .get_or_try_init(|| async {
+                let channel = self
+                    .handle
+                    .channel_open_session()
+                    .await
+                    .map_err(|e| self.protocol("opening an SFTP channel", e))?;
+                channel
+                    .request_subsystem(true, "sftp")
+                    .await
+                    .map_err(|e| self.protocol("starting the SFTP subsystem", e))?;
+                let raw = RawSftpSession::new_with_config(
+                    channel.into_stream(),
+                    russh_sftp::client::Config {
+                        request_timeout_secs: SFTP_REQUEST_TIMEOUT_SECS,
+                        ..Default::default()
+                    },
+                );
+                let version = raw
+                    .init()
+                    .await
+                    .map_err(|e| self.protocol("starting SFTP", e))?;
+                let supported = version
+                    .extensions
+                    .get(POSIX_RENAME)
+                    .is_some_and(|v| v == "1");
+                Ok::<_, TransportError>(supported.then_some(raw))
+            })
+            .await?;
+        Ok(renamer.as_ref())
+    }
+
+    /// Renames `from` to `to` atomically, replacing `to`, with `posix-rename@openssh.com`.
+    /// `Ok(false)` when the server does not offer it.
+    async fn posix_rename(&self, from: &str, to: &str) -> Result<bool, TransportError> {
+        let Some(raw) = self.renamer().await? else {
+            return Ok(false);
+        };
+        // The request's data: two SSH strings (u32 length, then the bytes).
+        let mut data = Vec::with_capacity(8 + from.len() + to.len());
+        for path in [from, to] {
+            let len = u32::try_from(path.len())
+                .map_err(|_| self.protocol("posix-rename", "path too long"))?;
+            data.extend_from_slice(&len.to_be_bytes());
+            data.extend_from_slice(path.as_bytes());
+        }
+        let what = || format!("cannot rename {from} to {to} on {}", self.describe());
+        match raw.extended(POSIX_RENAME, data).await {
+            Ok(Packet::Status(status)) if status.status_code == StatusCode::Ok => Ok(true),
+            Ok(Packet::Status(status)) => Err(TransportError::io(
+                what(),
+                format!("{:?}: {}", status.status_code, status.error_message),
+            )),
+            Ok(other) => Err(self.protocol("posix-rename", format!("unexpected {other:?}"))),
+            Err(e) => Err(sftp_error(what(), e)),
         }
     }
 
@@ -497,6 +570,28 @@ impl Connection for SshConnection {
             self.mkdir_p(parent).await?;
         }
         self.upload(local, &part, true).await?;
+        let mismatch = |actual: Option<String>| TransportError::Mismatch {
+            path: part.clone(),
+            target: self.describe(),
+            expected: expected.clone(),
+            actual,
+        };
+        let small = tokio::fs::metadata(local)
+            .await
+            .is_ok_and(|m| m.len() <= SFTP_VERIFY_MAX);
+        if small {
+            // Verified by reading the fsynced `.part` back, renamed without a command.
+            match self.sha256_over_sftp(&part).await? {
+                Some(sum) if sum == expected => {}
+                actual => {
+                    let _ = self.sftp().await?.remove_file(part.as_str()).await;
+                    return Err(mismatch(actual));
+                }
+            }
+            if self.posix_rename(&part, dest).await? {
+                return Ok(());
+            }
+        }
 
         let not_a_dir =
             format!("if [ -d {dest_q} ]; then echo {dest_q} is a directory >&2; exit 1; fi");
@@ -510,12 +605,6 @@ impl Connection for SshConnection {
              mv -f -- {part_q} {dest_q}"
         );
         let out = self.run(sh_command_line(&script, &[])?).await?;
-        let mismatch = |actual: Option<String>| TransportError::Mismatch {
-            path: part.clone(),
-            target: self.describe(),
-            expected: expected.clone(),
-            actual,
-        };
         match out.status {
             0 => Ok(()),
             MISMATCH => Err(mismatch(parse_sha256sum(&out.stdout))),

@@ -196,6 +196,21 @@ async fn put_file_verified_renames_only_a_matching_copy(
     );
     assert!(!part.exists(), "the bad `.part` was removed");
 
+    // A small file (verified over SFTP, not by a command) replaces the big one in place.
+    let small = sha256_file(&other).unwrap().expect("the local file exists");
+    conn.put_file_verified(&other, path_str(&dest), &small)
+        .await
+        .expect("a small verified upload over an existing file");
+    assert_eq!(
+        std::fs::read(&dest).unwrap(),
+        b"version 2\n",
+        "the small file replaced the existing one atomically"
+    );
+    assert!(
+        !part.exists(),
+        "no `.part` is left after a small verified upload"
+    );
+
     // A wrong sha256 for a file not there yet: nothing lands.
     let fresh = dest_dir.join("verified/fresh.bin");
     let err = conn
