@@ -36,8 +36,8 @@ pub use descriptor::{Artifact, DeployOverrides, Descriptor, Missed, Schedule, pa
 pub use effective::{EffectiveDescriptor, expand_dest};
 pub use environment::{
     Approval, Check, CheckKind, Dependency, DeploySettings, EnvironmentFile, OnFailure,
-    RollbackPolicy, Rollout, SshSettings, Target, Waves, environment_path, list_applications,
-    load_environment, parse_environment,
+    RollbackPolicy, Rollout, SshSettings, Target, VerifyBy, Waves, environment_path,
+    list_applications, load_environment, parse_environment,
 };
 pub use error::{Issue, ModelError};
 pub use routing::{

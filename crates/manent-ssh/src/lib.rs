@@ -78,15 +78,22 @@ pub struct SshAuth {
     /// `false`: such a host is accepted, with a warning naming its fingerprint.
     /// A key that differs from the recorded one is refused either way.
     pub strict_host_key_checking: bool,
+    /// How a verified upload checks the `.part` before the rename. `true` (the default):
+    /// read back over SFTP and hashed here, renamed with `posix-rename@openssh.com`; no
+    /// command runs on the target (cheapest on a LAN: a remote command costs a session and
+    /// processes). `false`: hashed by `sha256sum` on the target (no read-back traffic: for
+    /// slow links). A server without the extension is always verified by command.
+    pub verify_over_sftp: bool,
 }
 
 impl SshAuth {
-    /// Key auth with strict host-key checking.
+    /// Key auth with strict host-key checking, uploads verified over SFTP.
     pub fn new(key_path: impl Into<PathBuf>, known_hosts_path: impl Into<PathBuf>) -> Self {
         SshAuth {
             key_path: key_path.into(),
             known_hosts_path: known_hosts_path.into(),
             strict_host_key_checking: true,
+            verify_over_sftp: true,
         }
     }
 }

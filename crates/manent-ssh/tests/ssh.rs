@@ -21,9 +21,21 @@ fn auth(hosts: &SshHosts) -> SshAuth {
 }
 
 async fn ssh(hosts: &SshHosts) -> Arc<dyn Connection> {
-    connect(&address(hosts, 0), &auth(hosts))
+    ssh_with(hosts, auth(hosts)).await
+}
+
+async fn ssh_with(hosts: &SshHosts, auth: SshAuth) -> Arc<dyn Connection> {
+    connect(&address(hosts, 0), &auth)
         .await
         .unwrap_or_else(|e| panic!("connect to sshd: {e}\n{}", hosts.logs()))
+}
+
+/// Uploads verified by `sha256sum` on the target instead of an SFTP read-back.
+fn verify_by_command(hosts: &SshHosts) -> SshAuth {
+    SshAuth {
+        verify_over_sftp: false,
+        ..auth(hosts)
+    }
 }
 
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -305,7 +317,20 @@ async fn ssh_put_file_verified_renames_only_a_matching_copy() {
 }
 
 #[tokio::test]
-async fn ssh_put_file_verified_hashes_over_sftp_when_the_target_has_no_sha256sum() {
+async fn ssh_put_file_verified_by_command_renames_only_a_matching_copy() {
+    let hosts = SshHosts::start(1).await;
+    let conn = ssh_with(&hosts, verify_by_command(&hosts)).await;
+    let local_dir = tempfile::tempdir().unwrap();
+    put_file_verified_renames_only_a_matching_copy(
+        conn.as_ref(),
+        local_dir.path(),
+        &hosts.hosts[0].root_dir,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn ssh_put_file_verified_by_command_hashes_over_sftp_when_the_target_has_no_sha256sum() {
     // The target's PATH holds `sh`, `mkdir`, `rm` and `mv`, and no `sha256sum`.
     let bin = tempfile::tempdir().unwrap();
     for tool in ["sh", "mkdir", "rm", "mv"] {
@@ -318,7 +343,7 @@ async fn ssh_put_file_verified_hashes_over_sftp_when_the_target_has_no_sha256sum
     }
     let hosts =
         SshHosts::start_with_config(1, &format!("SetEnv PATH={}", bin.path().display())).await;
-    let conn = ssh(&hosts).await;
+    let conn = ssh_with(&hosts, verify_by_command(&hosts)).await;
     let probe = conn.exec("command -v sha256sum", &[]).await.unwrap();
     assert_ne!(
         probe.status, 0,
