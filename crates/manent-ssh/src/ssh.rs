@@ -283,22 +283,27 @@ impl SshConnection {
         }
     }
 
+    /// A new session channel running the `sftp` subsystem, as a byte stream.
+    async fn sftp_channel(&self) -> Result<russh::ChannelStream<client::Msg>, TransportError> {
+        let channel = self
+            .handle
+            .channel_open_session()
+            .await
+            .map_err(|e| self.protocol("opening an SFTP channel", e))?;
+        channel
+            .request_subsystem(true, "sftp")
+            .await
+            .map_err(|e| self.protocol("starting the SFTP subsystem", e))?;
+        Ok(channel.into_stream())
+    }
+
     /// The SFTP channel for `posix-rename@openssh.com`, opened on first use.
     async fn renamer(&self) -> Result<Option<&RawSftpSession>, TransportError> {
         let renamer = self
             .renamer
             .get_or_try_init(|| async {
-                let channel = self
-                    .handle
-                    .channel_open_session()
-                    .await
-                    .map_err(|e| self.protocol("opening an SFTP channel", e))?;
-                channel
-                    .request_subsystem(true, "sftp")
-                    .await
-                    .map_err(|e| self.protocol("starting the SFTP subsystem", e))?;
                 let raw = RawSftpSession::new_with_config(
-                    channel.into_stream(),
+                    self.sftp_channel().await?,
                     russh_sftp::client::Config {
                         request_timeout_secs: SFTP_REQUEST_TIMEOUT_SECS,
                         ..Default::default()
@@ -347,21 +352,12 @@ impl SshConnection {
     async fn sftp(&self) -> Result<&SftpSession, TransportError> {
         self.sftp
             .get_or_try_init(|| async {
-                let channel = self
-                    .handle
-                    .channel_open_session()
-                    .await
-                    .map_err(|e| self.protocol("opening the SFTP channel", e))?;
-                channel
-                    .request_subsystem(true, "sftp")
-                    .await
-                    .map_err(|e| self.protocol("starting the SFTP subsystem", e))?;
                 let config = russh_sftp::client::Config {
                     request_timeout_secs: SFTP_REQUEST_TIMEOUT_SECS,
                     max_concurrent_writes: SFTP_WRITES_IN_FLIGHT,
                     ..Default::default()
                 };
-                SftpSession::new_with_config(channel.into_stream(), config)
+                SftpSession::new_with_config(self.sftp_channel().await?, config)
                     .await
                     .map_err(|e| self.protocol("starting SFTP", e))
             })
