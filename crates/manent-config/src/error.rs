@@ -112,6 +112,14 @@ impl Config {
 
 /// Parses YAML text into the model (no overrides, no validation).
 pub(crate) fn parse_yaml(text: &str, file: &str) -> Result<Config, ConfigError> {
+    // Depth before anything parses it: a deeply nested file would cost the parser seconds.
+    if let Err(too_deep) = yaml::check_depth(text, yaml::MAX_DEPTH) {
+        return Err(ConfigError::Syntax {
+            file: file.to_owned(),
+            line: Some(too_deep.line),
+            message: too_deep.to_string(),
+        });
+    }
     // Syntax first, so that a malformed file is reported as such, not as a wrong value.
     if let Err(err) = yaml_serde::from_str::<yaml_serde::Value>(text) {
         let line = err.location().map(|l| l.line());

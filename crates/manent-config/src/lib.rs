@@ -13,6 +13,7 @@ mod env;
 mod error;
 mod pattern;
 mod serde_util;
+mod sources;
 mod validate;
 pub mod yaml;
 
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 pub use env::process_env;
 pub use error::{ConfigError, ConfigIssue};
 pub use pattern::glob_match;
+pub use sources::{ArtifactSource, ArtifactSources, ArtifactsConfig, SourceError};
 
 /// `database.url` when the file does not set it.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://manent.db";
@@ -68,6 +70,9 @@ pub struct Config {
     /// Where environment configurations are read.
     #[serde(deserialize_with = "yaml::nullable")]
     pub environments: EnvironmentsConfig,
+    /// Where artifacts may be fetched from.
+    #[serde(deserialize_with = "yaml::nullable")]
+    pub artifacts: ArtifactsConfig,
     /// Logging.
     #[serde(deserialize_with = "yaml::nullable")]
     pub log: LogConfig,
@@ -351,6 +356,7 @@ impl Config {
             queues: Vec::new(),
             tenants: Vec::new(),
             environments: EnvironmentsConfig::default(),
+            artifacts: ArtifactsConfig::default(),
             log: LogConfig::default(),
             origin: Origin {
                 file: NO_FILE.to_owned(),
@@ -505,6 +511,11 @@ impl Config {
     /// `environments.source`, resolved with [`Config::resolve_path`].
     pub fn environments_source(&self) -> PathBuf {
         self.resolve_path(&self.environments.source)
+    }
+
+    /// `artifacts.sources`, parsed (validation refused any entry that does not parse).
+    pub fn artifact_sources(&self) -> ArtifactSources {
+        ArtifactSources::parse(&self.artifacts.sources).unwrap_or_default()
     }
 
     /// The routed queue named `name`.

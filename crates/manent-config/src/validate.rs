@@ -21,6 +21,7 @@ pub(crate) fn validate(config: &Config) -> Vec<ConfigIssue> {
     v.tenants();
     v.queue_names();
     v.environments();
+    v.artifacts();
     v.log();
     v.issues
 }
@@ -448,6 +449,13 @@ impl Validator<'_> {
                 "environments.source",
                 "empty path; give the directory of the environment configurations",
             );
+        }
+    }
+
+    fn artifacts(&mut self) {
+        if let Err((i, e)) = crate::ArtifactSources::parse(&self.config.artifacts.sources) {
+            let source = &self.config.artifacts.sources[i];
+            self.push(format!("artifacts.sources[{i}]"), format!("`{source}` {e}"));
         }
     }
 

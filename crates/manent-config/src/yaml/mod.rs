@@ -4,6 +4,7 @@
 //! person, and serde helpers for values written empty and for human durations.
 
 mod de;
+mod depth;
 mod locate;
 mod message;
 
@@ -11,5 +12,6 @@ pub use de::{
     DurationText, deserialize_duration, deserialize_opt_duration, nullable, serialize_duration,
     serialize_opt_duration,
 };
+pub use depth::{MAX_DEPTH, TooDeep, check_depth};
 pub use locate::{Segment, child, join, locate, locate_duplicate, path_contains, segments};
 pub use message::{Wording, duplicate_key, humanize, place, strip_location, strip_path};
