@@ -92,6 +92,18 @@ impl Caller {
         };
         role_ok && scope_ok
     }
+
+    /// Whether the caller sees tenant `tenant` in platform views: an unscoped token sees
+    /// every tenant, a scoped one the tenants its pattern names.
+    pub fn may_see_tenant(&self, tenant: &str) -> bool {
+        match &self.token.on {
+            None => true,
+            Some(pattern) => {
+                let tenant_pattern = pattern.split_once('/').map_or(pattern.as_str(), |p| p.0);
+                manent_config::glob_match(tenant_pattern, tenant)
+            }
+        }
+    }
 }
 
 fn hash(secret: &str) -> String {

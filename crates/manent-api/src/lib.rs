@@ -144,12 +144,27 @@ async fn list_workers(State(state): State<AppState>) -> Result<Json<Vec<WorkerVi
     Ok(Json(views::workers(&state.client, &state.config).await?))
 }
 
-async fn list_tenants(State(state): State<AppState>) -> Json<Vec<TenantView>> {
-    Json(views::tenants(&state.config))
+async fn list_tenants(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+) -> Json<Vec<TenantView>> {
+    let mut tenants = views::tenants(&state.config);
+    tenants.retain(|t| caller.may_see_tenant(&t.name));
+    for tenant in &mut tenants {
+        tenant
+            .applications
+            .retain(|app| caller.may(Action::Read, Some(app)));
+    }
+    Json(tenants)
 }
 
-async fn list_applications(State(state): State<AppState>) -> Json<Vec<ApplicationView>> {
-    Json(views::applications(&state.config))
+async fn list_applications(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+) -> Json<Vec<ApplicationView>> {
+    let mut apps = views::applications(&state.config);
+    apps.retain(|a| caller.may(Action::Read, Some(&a.application)));
+    Json(apps)
 }
 
 async fn list_queues(State(state): State<AppState>) -> Result<Json<Vec<QueueView>>, AppError> {
@@ -179,81 +194,75 @@ struct SubmitQuery {
     file: Option<String>,
 }
 
-/// `POST /api/v1/deploys`: the body is the descriptor, YAML or JSON.
+/// `POST /api/v1/deploys`: the body is the descriptor, YAML or JSON. It is parsed first
+/// (off the async threads, storing nothing), then the caller is authorised on the parsed
+/// `application`, then it is submitted: no text is trusted before it is parsed.
 async fn submit_deploy(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
     Query(query): Query<SubmitQuery>,
     body: String,
 ) -> Result<(StatusCode, Json<Submitted>), AppError> {
-    // Authorise on the application before anything else is read or stored.
-    let application = peek_application(&body);
-    require(
-        &caller,
-        Action::Deploy,
-        Some(application.as_deref().unwrap_or("")),
-    )?;
-    let file = query.file.as_deref().unwrap_or("descriptor");
-    match service::submit(
+    let file = query.file.unwrap_or_else(|| "descriptor".to_owned());
+    let descriptor = service::parse(body, file).await.map_err(submit_error)?;
+    require(&caller, Action::Deploy, Some(&descriptor.application))?;
+    let submitted = service::submit(
         &state.client,
         &state.config,
-        &body,
-        file,
+        descriptor,
         query.dry_run,
         &caller.token.name,
     )
     .await
-    {
-        Ok(submitted) => Ok((StatusCode::CREATED, Json(submitted))),
-        Err(SubmitError::Invalid { field, message }) => {
-            Err(AppError::BadRequest { field, message })
-        }
-        Err(SubmitError::UnknownEnvironment(m)) => Err(AppError::NotFound(m)),
-        Err(SubmitError::Engine(e)) => Err(e.into()),
+    .map_err(submit_error)?;
+    Ok((StatusCode::CREATED, Json(submitted)))
+}
+
+fn submit_error(e: SubmitError) -> AppError {
+    match e {
+        SubmitError::Invalid { field, message } => AppError::BadRequest { field, message },
+        SubmitError::UnknownEnvironment(m) => AppError::NotFound(m),
+        SubmitError::Engine(e) => e.into(),
+        SubmitError::Internal(m) => AppError::Internal(m),
     }
 }
 
-/// The `application` of a descriptor, read leniently for authorisation
-/// (the real parse, with its errors, comes after).
-fn peek_application(body: &str) -> Option<String> {
-    body.lines().find_map(|line| {
-        let rest = line
-            .trim()
-            .trim_start_matches(['{', '"'])
-            .strip_prefix("application")?;
-        let value = rest
-            .trim_start_matches('"')
-            .trim_start()
-            .strip_prefix(':')?;
-        let value = value
-            .trim()
-            .trim_end_matches(',')
-            .trim_matches(['"', '\'', ' ']);
-        (!value.is_empty()).then(|| value.to_string())
-    })
+/// The deploy `id` if the caller may see it. Another tenant's deploy answers 404 like a
+/// deploy that does not exist: a scoped token learns nothing of what it may not read.
+async fn visible_deploy(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<DeployStatus, AppError> {
+    service::status(&state.client, id)
+        .await?
+        .filter(|deploy| caller.may(Action::Read, Some(&deploy.application)))
+        .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))
 }
 
 async fn list_deploys(
     State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
     Query(filter): Query<ListFilter>,
 ) -> Result<Json<Vec<DeployStatus>>, AppError> {
-    Ok(Json(service::list(&state.client, &filter).await?))
+    let visible = |application: &str| caller.may(Action::Read, Some(application));
+    Ok(Json(service::list(&state.client, &filter, &visible).await?))
 }
 
 async fn deploy_status(
     State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<DeployStatus>, AppError> {
-    service::status(&state.client, &id)
-        .await?
-        .map(Json)
-        .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))
+    visible_deploy(&state, &caller, &id).await.map(Json)
 }
 
 async fn deploy_logs(
     State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, AppError> {
+    visible_deploy(&state, &caller, &id).await?;
     let lines = service::logs(&state.client, &id)
         .await?
         .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))?;
@@ -265,9 +274,7 @@ async fn cancel_deploy(
     axum::Extension(caller): axum::Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Submitted>, AppError> {
-    let deploy = service::status(&state.client, &id)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))?;
+    let deploy = visible_deploy(&state, &caller, &id).await?;
     require(&caller, Action::Deploy, Some(&deploy.application))?;
     let status = state.client.cancel(&id).await?;
     tracing::info!(deploy = %id, by = %caller.token.name, "deploy cancelled");
@@ -305,9 +312,7 @@ async fn decide_deploy(
             )
         })?
     };
-    let deploy = service::status(&state.client, &id)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))?;
+    let deploy = visible_deploy(&state, &caller, &id).await?;
     require(&caller, Action::Approve, Some(&deploy.application))?;
     let approver = Approver {
         name: caller.token.name.clone(),
@@ -352,22 +357,32 @@ async fn reject_deploy(
     decide_deploy(state, caller, id, body, false).await
 }
 
-async fn activity(State(state): State<AppState>) -> Result<Json<Vec<DeployStatus>>, AppError> {
-    Ok(Json(service::activity(&state.client).await?))
+async fn activity(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+) -> Result<Json<Vec<DeployStatus>>, AppError> {
+    let mut deploys = service::activity(&state.client).await?;
+    deploys.retain(|d| caller.may(Action::Read, Some(&d.application)));
+    Ok(Json(deploys))
 }
 
 async fn list_schedules(
     State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
 ) -> Result<Json<Vec<ScheduleView>>, AppError> {
-    Ok(Json(schedules::list(&state.client).await?))
+    let mut views = schedules::list(&state.client).await?;
+    views.retain(|v| caller.may(Action::Read, Some(&v.application)));
+    Ok(Json(views))
 }
 
 async fn schedule_status(
     State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<ScheduleView>, AppError> {
     schedules::show(&state.client, &id)
         .await?
+        .filter(|v| caller.may(Action::Read, Some(&v.application)))
         .map(Json)
         .ok_or_else(|| AppError::NotFound(format!("no schedule `{id}`")))
 }
@@ -380,6 +395,7 @@ async fn schedule_for_deployer(
 ) -> Result<schedules::ScheduleRecord, AppError> {
     let record = schedules::get(&state.client, id)
         .await?
+        .filter(|r| caller.may(Action::Read, Some(&r.descriptor.application)))
         .ok_or_else(|| AppError::NotFound(format!("no schedule `{id}`")))?;
     require(caller, Action::Deploy, Some(&record.descriptor.application))?;
     Ok(record)

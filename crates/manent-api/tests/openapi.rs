@@ -101,7 +101,7 @@ fn type_matches(value: &Value, ty: &str) -> bool {
 }
 
 /// Checks `value` against `schema` (the subset of JSON Schema the document uses: `$ref`,
-/// `type`, `enum`, `const`, `properties`, `required`, `items`). Every field of an object
+/// `type`, `enum`, `const`, `properties`, `additionalProperties: true`, `required`, `items`). Every field of an object
 /// must be a documented property. Problems are pushed to `problems`, with their JSON path.
 fn check(doc: &Value, value: &Value, schema: &Value, at: &str, problems: &mut Vec<String>) {
     let schema = resolve(doc, schema);
@@ -128,9 +128,12 @@ fn check(doc: &Value, value: &Value, schema: &Value, at: &str, problems: &mut Ve
     }
     if let Some(object) = value.as_object() {
         let properties = schema.get("properties").and_then(Value::as_object);
+        // A free-form object (plugin parameters, the effective descriptor) says so.
+        let open = schema.get("additionalProperties") == Some(&Value::Bool(true));
         for (key, field) in object {
             match properties.and_then(|p| p.get(key)) {
                 Some(property) => check(doc, field, property, &format!("{at}.{key}"), problems),
+                None if open => {}
                 None => problems.push(format!(
                     "{at}.{key}: answered but not a documented property"
                 )),

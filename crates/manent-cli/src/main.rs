@@ -132,7 +132,8 @@ fn main() -> ExitCode {
     match runtime.block_on(run(args)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("manent: {e}");
+            // The server's message may quote a target's output.
+            eprintln!("manent: {}", render::terminal_safe(&e.to_string()));
             ExitCode::from(e.exit_code())
         }
     }

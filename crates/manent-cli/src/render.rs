@@ -14,10 +14,26 @@ pub fn print(json: bool, value: &Value, human: impl Fn(&Value) -> String) {
     }
 }
 
+/// Text from the server, made safe for a terminal. Much of it comes from targets (command
+/// output, error messages), so a control character other than newline and tab is shown
+/// escaped (`\u{1b}`): a target cannot move the cursor, rewrite earlier lines, retitle the
+/// window or ring the bell of whoever reads `manent logs`.
+pub fn terminal_safe(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn text(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
+        Value::String(s) => terminal_safe(s),
         Value::Array(items) => items.iter().map(text).collect::<Vec<_>>().join(","),
         other => other.to_string(),
     }
@@ -58,13 +74,37 @@ pub fn status(v: &Value) -> String {
             ""
         },
     );
-    if let Some(error) = v["error"].as_str() {
-        out.push_str(&format!("  error: {error}\n"));
+    if v["error"].is_string() {
+        out.push_str(&format!("  error: {}\n", text(&v["error"])));
     }
-    if let Some(waiting) = v["waiting_for"].as_str() {
-        out.push_str(&format!("  waiting for {waiting}\n"));
+    if v["waiting_for"].is_string() {
+        out.push_str(&format!("  waiting for {}\n", text(&v["waiting_for"])));
     }
     out.push_str(&approvals(&v["approvals"]));
+    for a in v["artifacts"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "  artifact {} ({} {}) from {} sha256 {}\n",
+            text(&a["name"]),
+            text(&a["type"]),
+            text(&a["version"]),
+            text(&a["url"]),
+            text(&a["sha256"]),
+        ));
+    }
+    for (key, value) in v["overrides"].as_object().into_iter().flatten() {
+        // Shown in full: an approver must see every command a deployer chose.
+        out.push_str(&format!(
+            "  overrides deploy.{}: {}\n",
+            terminal_safe(key),
+            terminal_safe(&value.to_string())
+        ));
+    }
+    if v["deployed_now"].is_string() {
+        out.push_str(&format!(
+            "  deployed there now: {}\n",
+            text(&v["deployed_now"])
+        ));
+    }
     out.push_str(&table(&v["targets"], &["name", "status", "detail"]));
     out.push('\n');
     out.push_str(&table(
@@ -94,7 +134,7 @@ fn approvals(v: &Value) -> String {
                 text(&a["at"]),
                 a["reason"]
                     .as_str()
-                    .map(|r| format!(" ({r})"))
+                    .map(|r| format!(" ({})", terminal_safe(r)))
                     .unwrap_or_default()
             )
         })
@@ -110,7 +150,7 @@ pub fn progress_line(v: &Value) -> String {
         .collect();
     let waiting = v["waiting_for"]
         .as_str()
-        .map(|w| format!(" (waiting for {w})"))
+        .map(|w| format!(" (waiting for {})", terminal_safe(w)))
         .unwrap_or_default();
     format!(
         "{} {} phase={}{waiting} {}",
@@ -244,4 +284,44 @@ pub fn tenants(v: &Value) -> String {
 
 pub fn applications(v: &Value) -> String {
     table(v, &["application", "tenant", "environments"])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_from_targets_are_shown_escaped() {
+        let hostile = "ok\u{1b}]0;pwned\u{7}\u{1b}[2J\rdone\u{9b}31m";
+        let shown = terminal_safe(hostile);
+        assert!(
+            !shown.chars().any(|c| c.is_control()),
+            "no raw control character reaches the terminal: {shown:?}"
+        );
+        assert_eq!(
+            shown,
+            "ok\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\u{d}done\\u{9b}31m"
+        );
+        assert_eq!(
+            terminal_safe("line 1\n\tline 2"),
+            "line 1\n\tline 2",
+            "newlines and tabs stay"
+        );
+    }
+
+    #[test]
+    fn log_lines_and_status_fields_go_through_the_escape() {
+        let logs_json = serde_json::json!({"lines": ["target t1: \u{1b}[31mred"]});
+        assert!(
+            !logs(&logs_json).contains('\u{1b}'),
+            "logs escape target text"
+        );
+        let status_json = serde_json::json!({"error": "\u{1b}[2Jboom", "waiting_for": "\u{7}",
+            "approvals": [{"decision": "rejected", "by": "a", "at": "t", "reason": "\u{1b}x"}],
+            "targets": [], "steps": []});
+        assert!(
+            !status(&status_json).contains(['\u{1b}', '\u{7}']),
+            "status escapes every server text"
+        );
+    }
 }

@@ -6,8 +6,11 @@ use manent_engine::{
     Client, EngineError, EventRecord, StepRecord, WorkflowFilter, WorkflowRecord, WorkflowStatus,
     now_ms,
 };
+use std::sync::Arc;
+
 use manent_model::{
-    EffectiveDescriptor, ModelError, Route, load_environment, parse_descriptor, route,
+    Artifact, Descriptor, EffectiveDescriptor, ModelError, Route, load_environment,
+    parse_descriptor, route,
 };
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +36,9 @@ pub enum SubmitError {
     UnknownEnvironment(String),
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// A task of the submission stopped (a panic): a bug, reported as a server error.
+    #[error("{0}")]
+    Internal(String),
 }
 
 /// `{"id", "status", "queue"}` of a submission.
@@ -43,20 +49,35 @@ pub struct Submitted {
     pub queue: String,
 }
 
-/// Parses, resolves, routes and enqueues a deploy. The route is decided
-/// here, once, and recorded in the request.
-pub async fn submit(
-    client: &Client,
+/// Parses a descriptor off the async threads (a hostile body must not stall the process:
+/// the text is depth-checked first, then parsed). Nothing is stored; the caller authorises
+/// on the parsed `application` before it calls [`submit`].
+pub async fn parse(text: String, file_name: String) -> Result<Descriptor, SubmitError> {
+    tokio::task::spawn_blocking(move || parse_descriptor(&text, &file_name).map_err(invalid))
+        .await
+        .map_err(|e| SubmitError::Internal(format!("descriptor parser stopped: {e}")))?
+}
+
+/// A descriptor once its environment was read: what [`submit`] enqueues.
+#[derive(Debug)]
+struct Prepared {
+    descriptor: Descriptor,
+    route: Route,
+    effective: Option<EffectiveDescriptor>,
+}
+
+/// Reads the environment file, checks the descriptor against it and against `manent.yml`
+/// (artifact sources, allowed overrides, known plugins, dependency cycles) and decides the
+/// route. Reads files: run it off the async threads.
+fn prepare(
     config: &Config,
-    text: &str,
-    file_name: &str,
+    mut descriptor: Descriptor,
     force_dry_run: bool,
-    submitted_by: &str,
-) -> Result<Submitted, SubmitError> {
-    let mut descriptor = parse_descriptor(text, file_name).map_err(invalid)?;
+) -> Result<Prepared, SubmitError> {
     if force_dry_run {
         descriptor.dry_run = true;
     }
+    refuse_unlisted_sources(config, &descriptor)?;
     let source = config.environments_source();
     let env = load_environment(&source, &descriptor.application, &descriptor.environment);
     if let Err(e) = &env {
@@ -82,9 +103,85 @@ pub async fn submit(
         Ok(env) => Some(EffectiveDescriptor::build(&descriptor, env).map_err(invalid)?),
         Err(_) => None,
     };
+    let plugin = match &effective {
+        Some(eff) => Some(eff.plugin.as_str()),
+        None => descriptor.plugin_override(),
+    };
+    if let Some(plugin) = plugin {
+        refuse_unknown_plugin(config, plugin, effective.is_none())?;
+    }
     if let Some(eff) = &effective {
         refuse_dependency_cycle(config, eff)?;
     }
+    Ok(Prepared {
+        descriptor,
+        route,
+        effective,
+    })
+}
+
+/// Refuses an artifact URL under none of `artifacts.sources`, naming `artifacts[N].url`.
+fn refuse_unlisted_sources(config: &Config, descriptor: &Descriptor) -> Result<(), SubmitError> {
+    let sources = config.artifact_sources();
+    for (i, artifact) in descriptor.artifacts.iter().enumerate() {
+        if let Err(e) = sources.check(&artifact.url) {
+            let field = format!("artifacts[{i}].url");
+            return Err(SubmitError::Invalid {
+                message: format!("{field}: `{}` {e}", artifact.url),
+                field: Some(field),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a plugin that is neither built in nor declared under `plugins:` in manent.yml:
+/// such a deploy could only fail once a worker took it.
+fn refuse_unknown_plugin(
+    config: &Config,
+    plugin: &str,
+    from_descriptor: bool,
+) -> Result<(), SubmitError> {
+    let builtin = [manent_model::DEFAULT_PLUGIN, manent_model::COMMAND_PLUGIN];
+    if builtin.contains(&plugin) || config.plugins.contains_key(plugin) {
+        return Ok(());
+    }
+    let mut known: Vec<&str> = builtin.to_vec();
+    known.extend(config.plugins.keys().map(String::as_str));
+    let whose = if from_descriptor {
+        "the descriptor"
+    } else {
+        "the effective descriptor (environment file or descriptor)"
+    };
+    Err(SubmitError::Invalid {
+        field: Some("deploy.plugin".into()),
+        message: format!(
+            "deploy.plugin: {whose} names plugin `{plugin}`, which this installation does not \
+             know; use one of {} or declare it under plugins: in manent.yml",
+            known.join(", ")
+        ),
+    })
+}
+
+/// Resolves, routes and enqueues a parsed descriptor ([`parse`]). The route is decided
+/// here, once, and recorded in the request.
+pub async fn submit(
+    client: &Client,
+    config: &Arc<Config>,
+    descriptor: Descriptor,
+    force_dry_run: bool,
+    submitted_by: &str,
+) -> Result<Submitted, SubmitError> {
+    let Prepared {
+        descriptor,
+        route,
+        effective,
+    } = {
+        let config = Arc::clone(config);
+        tokio::task::spawn_blocking(move || prepare(&config, descriptor, force_dry_run))
+            .await
+            .map_err(|e| SubmitError::Internal(format!("submission check stopped: {e}")))??
+    };
     let schedule = descriptor.schedule.clone().unwrap_or_default();
     if let Some(cron) = &schedule.cron {
         let timezone = schedule.timezone.as_deref().unwrap_or("UTC");
@@ -147,11 +244,11 @@ fn parse_at(at: &str) -> Result<i64, String> {
 }
 
 fn invalid(e: ModelError) -> SubmitError {
-    let field = e
-        .issues()
-        .first()
-        .map(|i| i.field.clone())
-        .filter(|f| !f.is_empty());
+    let field = match &e {
+        ModelError::EffectiveInvalid { field, .. } => Some(field.clone()),
+        _ => e.issues().first().map(|i| i.field.clone()),
+    }
+    .filter(|f| !f.is_empty());
     SubmitError::Invalid {
         field,
         message: e.to_string(),
@@ -204,6 +301,21 @@ pub struct DeployStatus {
     /// Approvals (and a rejection) received, in order: who, when, why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approvals: Vec<ApprovalView>,
+    /// The artifacts as submitted (name, type, version, url, sha256): what an approver
+    /// approves.
+    #[serde(default)]
+    pub artifacts: Vec<Artifact>,
+    /// The `deploy:` fields the descriptor set over its environment file, with their values
+    /// (an approver sees every command a deployer chose).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub overrides: serde_json::Map<String, serde_json::Value>,
+    /// What the deploy does: environment file and overrides together (`status` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effective: Option<EffectiveDescriptor>,
+    /// The version deployed in this environment now, shown while the deploy waits for
+    /// approval; absent when nothing was deployed there yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployed_now: Option<String>,
 }
 
 /// One approval or rejection, as status and activity show it.
@@ -303,6 +415,18 @@ fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStat
         updated_at: rfc3339(record.updated_at_ms),
         waiting_for,
         approvals,
+        artifacts: d.artifacts.clone(),
+        overrides: d
+            .deploy
+            .as_ref()
+            .and_then(|o| serde_json::to_value(o).ok())
+            .and_then(|v| match v {
+                serde_json::Value::Object(map) => Some(map),
+                _ => None,
+            })
+            .unwrap_or_default(),
+        effective: None,
+        deployed_now: None,
     })
 }
 
@@ -345,6 +469,21 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
             }
         }
     }
+    let request = request_of(&record);
+    view.effective = request.as_ref().and_then(|r| r.effective.clone());
+    if view.phase == "waiting_approval" {
+        // What the approver would replace.
+        view.deployed_now = successful_requests(client)
+            .await
+            .ok()
+            .into_iter()
+            .flatten()
+            .filter_map(|(_, r)| r.effective)
+            .find(|p| {
+                p.application == view.application && p.environment == view.environment && !p.dry_run
+            })
+            .map(|p| p.version);
+    }
     // The engine's own bookkeeping (events, sleeps) is not a step of the deploy.
     view.steps = client
         .steps(id)
@@ -365,7 +504,13 @@ pub struct ListFilter {
     pub limit: Option<i64>,
 }
 
-pub async fn list(client: &Client, filter: &ListFilter) -> Result<Vec<DeployStatus>, EngineError> {
+/// The newest deploys matching `filter` whose application `visible` admits (a scoped
+/// caller's tenants).
+pub async fn list(
+    client: &Client,
+    filter: &ListFilter,
+    visible: &(dyn Fn(&str) -> bool + Sync),
+) -> Result<Vec<DeployStatus>, EngineError> {
     let status = match filter.status.as_deref() {
         Some(s) => Some(s.to_ascii_uppercase().parse().map_err(|_| {
             EngineError::InvalidInput(format!(
@@ -386,6 +531,9 @@ pub async fn list(client: &Client, filter: &ListFilter) -> Result<Vec<DeployStat
         .await?;
     let mut views = Vec::new();
     for r in &records {
+        if !request_of(r).is_some_and(|req| visible(&req.descriptor.application)) {
+            continue;
+        }
         // A running deploy's phase (waiting for approval, a wave) lives in its events.
         let events = if r.status == WorkflowStatus::Pending {
             client.events(&r.id).await.unwrap_or_default()

@@ -83,6 +83,8 @@ pub struct Runtime {
     pub workdir: PathBuf,
     /// The plugins: built in, external ones this worker runs, stubs for the others.
     pub plugins: Arc<Plugins>,
+    /// `artifacts.sources`: the only places artifacts are fetched from.
+    pub artifact_sources: Arc<manent_config::ArtifactSources>,
 }
 
 impl Runtime {
@@ -95,11 +97,13 @@ impl Runtime {
                     .join(config.effective_executor_id())
             });
         let plugins = Arc::new(Plugins::from_config(&config));
+        let artifact_sources = Arc::new(config.artifact_sources());
         Runtime {
             config,
             client,
             workdir,
             plugins,
+            artifact_sources,
         }
     }
 }
@@ -173,7 +177,7 @@ async fn deploy(
 
     phase(ctx, "fetching").await?;
     let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
-    let local = fetch_all(ctx, &eff, &dir).await?;
+    let local = fetch_all(ctx, &eff, &dir, &rt.artifact_sources).await?;
 
     let auth = ssh_auth(rt, &eff);
     let pool = ConnectionPool::new(auth.clone());
@@ -184,6 +188,7 @@ async fn deploy(
         pool: &pool,
         auth: &auth,
         dir: &dir,
+        sources: &rt.artifact_sources,
     };
     let waves = plan_waves(&eff);
     let region_routing = rt.config.dbos.region_routing;
@@ -378,6 +383,7 @@ async fn fetch_all(
     ctx: &WorkflowContext,
     eff: &EffectiveDescriptor,
     dir: &std::path::Path,
+    sources: &manent_config::ArtifactSources,
 ) -> Result<Vec<LocalArtifact>, WorkflowError> {
     let mut local = Vec::new();
     for artifact in &eff.artifacts {
@@ -385,7 +391,7 @@ async fn fetch_all(
             .step_with(
                 &format!("fetch {}", artifact.name),
                 StepPolicy::retry(3, Duration::from_secs(1)),
-                || async { artifacts::ensure_local(artifact, dir).await },
+                || async { artifacts::ensure_local(artifact, dir, sources).await },
             )
             .await?;
         local.push(fetched);
@@ -472,10 +478,11 @@ async fn pass(
         pool: &pool,
         auth: &auth,
         dir: &dir,
+        sources: &rt.artifact_sources,
     };
     match &request.mode {
         PassMode::Deploy => {
-            let local = fetch_all(ctx, eff, &dir).await?;
+            let local = fetch_all(ctx, eff, &dir, &rt.artifact_sources).await?;
             let targets: Vec<Target> = eff
                 .targets
                 .iter()

@@ -74,11 +74,13 @@ impl Site {
     fn config(&self, sha256: &str, serves: bool) -> Config {
         let yaml = format!(
             "database: {{url: \"{}\"}}\nenvironments: {{source: \"{}\"}}\n\
+             artifacts: {{sources: [\"{}\"]}}\n\
              dbos: {{executor_id: w-{}, plugins: [{}]}}\n\
              plugins:\n  test:\n    external: {{command: \"{}\", sha256: \"{sha256}\"}}\n    \
              artifact_types: [test]\n    queue: test\n",
             self.db.url,
             self.db.path("environments").display(),
+            manent_testkit::temp_artifact_source(),
             self.executor,
             if serves { "test" } else { "" },
             test_plugin().display(),
@@ -106,9 +108,18 @@ impl Site {
             self.db.path("site.yml").display()
         );
         let client = worker.engine.client();
-        let submitted = service::submit(&client, config, &text, "deploy.yml", false, "test")
+        let descriptor = service::parse(text, "deploy.yml".into())
             .await
-            .expect("the descriptor is accepted");
+            .expect("the descriptor parses");
+        let submitted = service::submit(
+            &client,
+            &std::sync::Arc::new(config.clone()),
+            descriptor,
+            false,
+            "test",
+        )
+        .await
+        .expect("the descriptor is accepted");
         let record = client
             .wait(&submitted.id, WAIT)
             .await

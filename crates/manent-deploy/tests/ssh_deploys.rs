@@ -184,10 +184,12 @@ impl Site {
     /// The configuration of worker `executor_id` on this site's database.
     fn config(&self, executor_id: &str) -> Config {
         let yaml = format!(
-            "database: {{url: {}}}\ndbos: {{executor_id: {}}}\nenvironments: {{source: {}}}\n",
+            "database: {{url: {}}}\ndbos: {{executor_id: {}}}\nenvironments: {{source: {}}}\n\
+             artifacts: {{sources: [{}]}}\n",
             q(&self.db.url),
             q(executor_id),
             q(path_str(&self.source)),
+            q(manent_testkit::temp_artifact_source()),
         );
         Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty())
             .expect("the test configuration is valid")
@@ -262,11 +264,13 @@ impl Site {
             q(&artifact.url),
             q(sha256),
         );
+        let descriptor = service::parse(text, "deploy.yml".into())
+            .await
+            .expect("the descriptor parses");
         let submitted = service::submit(
             &worker.engine.client(),
-            &worker.config,
-            &text,
-            "deploy.yml",
+            &std::sync::Arc::new(worker.config.clone()),
+            descriptor,
             false,
             "test",
         )

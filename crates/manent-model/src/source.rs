@@ -50,6 +50,11 @@ impl<'a> Document<'a> {
 
     /// The document as a generic value, or `None` after recording its syntax error.
     pub(crate) fn syntax(&mut self) -> Option<yaml_serde::Value> {
+        // Depth before anything parses it: 100 KB of `[` would cost the parser seconds.
+        if let Err(too_deep) = yaml::check_depth(self.text, yaml::MAX_DEPTH) {
+            self.issue_at(".", Some(too_deep.line), too_deep.to_string());
+            return None;
+        }
         match yaml_serde::from_str::<yaml_serde::Value>(self.text) {
             Ok(value) => Some(value),
             Err(err) => {

@@ -209,6 +209,18 @@ where
 
 /// Sends the code under test's logs to the test's output (shown on failure).
 /// `RUST_LOG` filters them; the default shows warnings.
+/// The `artifacts.sources` entry admitting the system's temporary directory, where tests
+/// keep their artifacts (`file://<temp dir>/`, symlinks resolved). Tests about the sources
+/// themselves write their own.
+pub fn temp_artifact_source() -> String {
+    let dir = std::env::temp_dir();
+    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+    format!(
+        "file://{}/",
+        dir.display().to_string().trim_end_matches('/')
+    )
+}
+
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(

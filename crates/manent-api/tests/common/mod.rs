@@ -45,9 +45,10 @@ impl Api {
         .unwrap();
         std::fs::write(db.path("web-v1.bin"), ARTIFACT).unwrap();
         let yaml = format!(
-            "database: {{url: {}}}\nenvironments: {{source: {}}}\n",
+            "database: {{url: {}}}\nenvironments: {{source: {}}}\nartifacts: {{sources: [{}]}}\n",
             serde_json::to_string(&db.url).unwrap(),
             serde_json::to_string(&source).unwrap(),
+            serde_json::to_string(&manent_testkit::temp_artifact_source()).unwrap(),
         );
         let config = Arc::new(
             Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty())
@@ -134,10 +135,12 @@ impl Api {
     pub async fn worker(&mut self) -> Engine {
         let id = format!("api-test-{}", unique_suffix());
         let yaml = format!(
-            "database: {{url: {}}}\ndbos: {{executor_id: {}}}\nenvironments: {{source: {}}}\n",
+            "database: {{url: {}}}\ndbos: {{executor_id: {}}}\nenvironments: {{source: {}}}\n\
+             artifacts: {{sources: [{}]}}\n",
             serde_json::to_string(&self.db.url).unwrap(),
             serde_json::to_string(&id).unwrap(),
             serde_json::to_string(&self.config.environments_source()).unwrap(),
+            serde_json::to_string(&manent_testkit::temp_artifact_source()).unwrap(),
         );
         let config = Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty()).unwrap();
         let store = store::open(&self.db.url).await.unwrap();
@@ -154,7 +157,7 @@ impl Api {
 
     /// How many deploys exist, whatever their status.
     pub async fn deploy_count(&self) -> usize {
-        manent_deploy::service::list(&self.client, &Default::default())
+        manent_deploy::service::list(&self.client, &Default::default(), &|_| true)
             .await
             .expect("list deploys")
             .len()

@@ -48,14 +48,7 @@ async fn run_targets(
     pass: &PassContext<'_>,
     targets: &[Target],
 ) -> Result<Vec<TargetOutcome>, WorkflowError> {
-    let PassContext {
-        eff,
-        local,
-        pool,
-        deploy_id,
-        dir,
-        ..
-    } = *pass;
+    let eff = pass.eff;
     if targets.is_empty() {
         return Ok(Vec::new());
     }
@@ -64,8 +57,7 @@ async fn run_targets(
     // Futures built in a plain loop (not a closure) keep the workflow future Send.
     let mut pending = Vec::new();
     for (b, target) in branches.into_iter().zip(targets) {
-        pending
-            .push(async move { deploy_target(&b, eff, target, local, pool, deploy_id, dir).await });
+        pending.push(async move { deploy_target(&b, pass, target).await });
     }
     let results: Vec<Result<TargetOutcome, WorkflowError>> = futures::stream::iter(pending)
         .buffer_unordered(max_parallel)
@@ -79,13 +71,18 @@ async fn run_targets(
 /// database errors stop the whole workflow.
 async fn deploy_target(
     ctx: &WorkflowContext,
-    eff: &EffectiveDescriptor,
+    pass: &PassContext<'_>,
     target: &Target,
-    local: &[LocalArtifact],
-    pool: &ConnectionPool,
-    deploy_id: &str,
-    dir: &std::path::Path,
 ) -> Result<TargetOutcome, WorkflowError> {
+    let PassContext {
+        eff,
+        local,
+        pool,
+        deploy_id,
+        dir,
+        sources,
+        ..
+    } = *pass;
     let key = format!("target:{}", target.name);
     let name = &target.name;
     ctx.set_event(&key, &TargetOutcome::new(name, "deploying", None))
@@ -98,7 +95,7 @@ async fn deploy_target(
         if eff.dry_run {
             let lines: Vec<String> = ctx
                 .step(&format!("{name}: plan"), || async {
-                    let present = ensure_all(eff, dir).await?;
+                    let present = ensure_all(eff, dir, sources).await?;
                     targets::plan(pool, eff, target, &present).await
                 })
                 .await?;
@@ -130,7 +127,7 @@ async fn deploy_target(
                         StepPolicy::retry(3, Duration::from_secs(1)).recording_start(),
                         || async {
                             // After a recovery on another machine the artifact may be missing here.
-                            let present = ensure_all(eff, dir).await?;
+                            let present = ensure_all(eff, dir, sources).await?;
                             let artifact = present
                                 .iter()
                                 .find(|p| p.name == a.name)
@@ -181,10 +178,11 @@ async fn deploy_target(
 pub(crate) async fn ensure_all(
     eff: &EffectiveDescriptor,
     dir: &std::path::Path,
+    sources: &manent_config::ArtifactSources,
 ) -> Result<Vec<LocalArtifact>, String> {
     let mut out = Vec::new();
     for a in &eff.artifacts {
-        out.push(artifacts::ensure_local(a, dir).await?);
+        out.push(artifacts::ensure_local(a, dir, sources).await?);
     }
     Ok(out)
 }

@@ -54,8 +54,11 @@ impl External {
         ctx.step_retrying_if(&name, policy, PassError::retryable, || async {
             // After a recovery on another machine the artifacts may be missing here.
             let (source, artifacts) = match previous {
-                Some(prev) => (prev, ensure_all(prev, &pass.dir.join("previous")).await),
-                None => (pass.eff, ensure_all(pass.eff, pass.dir).await),
+                Some(prev) => (
+                    prev,
+                    ensure_all(prev, &pass.dir.join("previous"), pass.sources).await,
+                ),
+                None => (pass.eff, ensure_all(pass.eff, pass.dir, pass.sources).await),
             };
             let artifacts = artifacts.map_err(PassError::Artifacts)?;
             let request = build_pass(pass, targets, source, previous, &artifacts);

@@ -33,6 +33,8 @@ pub struct PassContext<'a> {
     pub auth: &'a SshAuth,
     /// The deploy's working directory on this worker.
     pub dir: &'a Path,
+    /// Where artifacts may be fetched from again (a resumed deploy on another machine).
+    pub sources: &'a manent_config::ArtifactSources,
 }
 
 /// A plugin as the deploy workflow uses it. Every method records its work as durable

@@ -31,6 +31,9 @@ pub(crate) async fn connect(url: &str) -> Result<(SqlitePool, Option<PathBuf>), 
         .busy_timeout(Duration::from_secs(30))
         .foreign_keys(false);
     let path = file_path(&options);
+    if let Some(path) = &path {
+        owner_only(path).map_err(sqlx::Error::Io)?;
+    }
     let pool = SqlitePoolOptions::new()
         .max_connections(if path.is_some() { 8 } else { 1 })
         .min_connections(if path.is_some() { 0 } else { 1 })
@@ -48,6 +51,28 @@ pub(crate) async fn connect(url: &str) -> Result<(SqlitePool, Option<PathBuf>), 
         .connect_with(options)
         .await?;
     Ok((pool, path))
+}
+
+/// Makes the database file readable by its owner only (0600), creating it so if missing,
+/// and its WAL and shared-memory files too: they hold the same records (tokens' hashes,
+/// deploy inputs), and SQLite gives new ones the database file's mode.
+fn owner_only(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
+    let mut names = vec![path.to_path_buf()];
+    for suffix in ["-wal", "-shm"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        names.push(PathBuf::from(name));
+    }
+    for name in names.iter().filter(|n| n.exists()) {
+        std::fs::set_permissions(name, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(())
 }
 
 fn file_path(options: &SqliteConnectOptions) -> Option<PathBuf> {

@@ -37,9 +37,10 @@ pub fn cli_binary() -> PathBuf {
 /// The test site's manent.yml, with `extra` appended (top-level sections
 /// other than database, api, environments, recovery).
 pub fn base_config(url: &str, port: u16, extra: &str) -> String {
+    let source = manent_testkit::temp_artifact_source();
     format!(
         "database: {{url: \"{url}\"}}\napi: {{listen: \"127.0.0.1:{port}\"}}\nenvironments: {{source: environments}}\n\
-         recovery: {{stale_after: 3s, heartbeat_interval: 300ms}}\n{extra}\n"
+         recovery: {{stale_after: 3s, heartbeat_interval: 300ms}}\nartifacts: {{sources: [\"{source}\"]}}\n{extra}\n"
     )
 }
 
