@@ -296,3 +296,85 @@ async fn an_unknown_plugin_is_refused_at_submission() {
     assert_eq!(field(&body), "deploy.plugin", "the field is named: {body}");
     assert_eq!(api.deploy_count().await, 0, "nothing was enqueued");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_reach_commands_as_variables_and_nothing_that_is_shown() {
+    let mut api = Api::new().await;
+    let secret_file = api.db.path("db-password");
+    let value = "s3cr3t-Value-42";
+    std::fs::write(&secret_file, format!("{value}\n")).unwrap();
+    let seen = api.db.path("seen-by-command");
+    let dir = api.config.environments_source().join("acme/vault");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("prod.yml"),
+        format!(
+            "targets:\n  - {{name: t1, host: local}}\ndeploy:\n  plugin: command\n  commands:\n    \
+             - \"printf '%s' \\\"$DB_PASSWORD\\\" > {}\"\n    - \"echo password=$DB_PASSWORD\"\n    \
+             - \"echo leaked $DB_PASSWORD >&2; exit 3\"\nsecrets:\n  DB_PASSWORD: {{file: {}}}\n",
+            seen.display(),
+            secret_file.display()
+        ),
+    )
+    .unwrap();
+    let admin = api.token("root", Role::Admin).await;
+    let (status, body) = api
+        .post_deploy(&admin, &api.descriptor("acme/vault", &sha()))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["id"].as_str().unwrap().to_owned();
+    let worker = api.worker().await;
+    api.client
+        .wait(&id, common::WAIT)
+        .await
+        .expect("the deploy ends");
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap(),
+        value,
+        "the command got the secret's value as a variable"
+    );
+    let (_, shown) = api
+        .get(&format!("/api/v1/deploys/{id}"), Some(&admin))
+        .await;
+    let (_, logs) = api
+        .get(&format!("/api/v1/deploys/{id}/logs"), Some(&admin))
+        .await;
+    let (_, list) = api.get("/api/v1/deploys", Some(&admin)).await;
+    for (what, text) in [
+        ("status", shown.to_string()),
+        ("logs", logs.to_string()),
+        ("list", list.to_string()),
+    ] {
+        assert!(
+            !text.contains(value),
+            "{what} never shows the secret's value: {text}"
+        );
+    }
+    assert_eq!(
+        shown["status"], "ERROR",
+        "the third command failed: {shown}"
+    );
+    assert!(
+        shown.to_string().contains("leaked ***"),
+        "errors show the mask where the value was: {shown}"
+    );
+    let steps = api.client.steps(&id).await.unwrap();
+    let echoed = steps
+        .iter()
+        .find(|s| s.name == "t1: command 2")
+        .and_then(|s| s.output.clone())
+        .unwrap_or_default();
+    assert!(
+        echoed.contains("password=***"),
+        "a command's recorded output shows the mask: {echoed}"
+    );
+    for step in steps {
+        let recorded = format!("{:?} {:?}", step.output, step.error);
+        assert!(
+            !recorded.contains(value),
+            "the recorded step {} holds no secret: {recorded}",
+            step.name
+        );
+    }
+    worker.shutdown(std::time::Duration::from_secs(5)).await;
+}

@@ -8,6 +8,7 @@ pub mod metrics;
 pub mod plugins;
 pub mod queues;
 pub mod schedules;
+pub mod secrets;
 pub mod service;
 pub mod targets;
 pub mod views;

@@ -10,6 +10,7 @@ use manent_ssh::{Address, Connection, ConnectionPool};
 use serde::{Deserialize, Serialize};
 
 use crate::artifacts::LocalArtifact;
+use crate::secrets::Secrets;
 
 /// The outcome of one target, published as the event `target:<name>`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,17 +131,27 @@ pub async fn run(
     command: &str,
     env: &[(String, String)],
 ) -> Result<String, String> {
+    let secrets = Secrets::read(eff).await?;
+    let env = with_secrets(env, &secrets);
     let conn = connection(pool, eff, target).await?;
-    let out = conn.exec(command, env).await.map_err(|e| e.to_string())?;
-    if out.success() {
-        Ok(out.stdout.trim_end().to_string())
-    } else {
-        Err(format!(
+    let result = match conn.exec(command, &env).await {
+        Ok(out) if out.success() => Ok(out.stdout.trim_end().to_string()),
+        Ok(out) => Err(format!(
             "`{command}` exited with {}: {}",
             out.status,
             out.stderr.trim_end()
-        ))
-    }
+        )),
+        Err(e) => Err(e.to_string()),
+    };
+    // What a step returns is recorded and shown: never a secret's value.
+    result
+        .map(|out| secrets.redact(&out))
+        .map_err(|e| secrets.redact(&e))
+}
+
+/// `env` and the deploy's secrets, the variables a command gets.
+fn with_secrets(env: &[(String, String)], secrets: &Secrets) -> Vec<(String, String)> {
+    env.iter().cloned().chain(secrets.env()).collect()
 }
 
 /// The dry-run plan of a target: connects, checks paths, space and
@@ -218,16 +229,21 @@ pub async fn check_once(
                 command,
                 expect_exit,
             } => {
+                let secrets = Secrets::read(eff).await?;
+                let env = with_secrets(env, &secrets);
                 let conn = connection(pool, eff, target).await?;
-                let out = conn.exec(command, env).await.map_err(|e| e.to_string())?;
+                let out = conn
+                    .exec(command, &env)
+                    .await
+                    .map_err(|e| secrets.redact(&e.to_string()))?;
                 if out.status == *expect_exit {
                     Ok(format!("`{command}` exited {}", out.status))
                 } else {
-                    Err(format!(
+                    Err(secrets.redact(&format!(
                         "`{command}` exited {}, expected {expect_exit}: {}",
                         out.status,
                         out.stderr.trim_end()
-                    ))
+                    )))
                 }
             }
         }

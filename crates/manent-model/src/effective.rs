@@ -51,6 +51,9 @@ pub struct EffectiveDescriptor {
     pub depends_on: Vec<Dependency>,
     /// What to do when the deploy fails.
     pub rollback: RollbackPolicy,
+    /// Secrets the commands get as variables: where to read them, never their values.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub secrets: std::collections::BTreeMap<String, crate::SecretSource>,
     /// Plan instead of act.
     pub dry_run: bool,
     /// When to deploy, if scheduled.
@@ -111,6 +114,7 @@ impl EffectiveDescriptor {
             approval: env.approval.clone(),
             depends_on: merge_dependencies(&env.depends_on, &descriptor.depends_on),
             rollback: env.rollback.clone(),
+            secrets: env.secrets.clone(),
             dry_run: descriptor.dry_run,
             schedule: descriptor.schedule.clone(),
         };

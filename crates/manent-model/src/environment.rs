@@ -47,6 +47,23 @@ pub struct EnvironmentFile {
     /// decides what runs on its targets, a deployer only what the operator allows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overrides: Option<Vec<String>>,
+    /// Secrets the commands get as environment variables, by variable name. Only where to
+    /// read them is written here; the values are read on the worker at each step and never
+    /// recorded.
+    #[serde(default, deserialize_with = "nullable")]
+    pub secrets: std::collections::BTreeMap<String, SecretSource>,
+}
+
+/// Where a secret's value is read, on the worker: exactly one of `file` and `env`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretSource {
+    /// A file on the worker (its content, without the final newline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<std::path::PathBuf>,
+    /// An environment variable of the worker process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
 }
 
 /// The `deploy:` keys a descriptor may set, in the order of [`DeploySettings`].
@@ -712,6 +729,41 @@ fn validate(doc: &mut Document<'_>, env: &EnvironmentFile, own: (&str, &str)) {
         validate_approval(doc, approval);
     }
     validate_dependencies(doc, "depends_on", &env.depends_on, Some(own));
+    for (name, source) in &env.secrets {
+        let at = format!("secrets.{name}");
+        let valid_name = name
+            .chars()
+            .next()
+            .is_some_and(|c| c == '_' || c.is_ascii_uppercase())
+            && name
+                .chars()
+                .all(|c| c == '_' || c.is_ascii_uppercase() || c.is_ascii_digit());
+        if !valid_name || name.starts_with("MANENT_") {
+            doc.issue(
+                at.clone(),
+                format!(
+                    "`{name}` is not a secret's variable name; use upper-case letters, digits \
+                     and `_`, not starting with a digit or MANENT_"
+                ),
+            );
+        }
+        match (&source.file, &source.env) {
+            (Some(file), None) if file.is_absolute() => {}
+            (Some(file), None) => doc.issue(
+                format!("{at}.file"),
+                format!(
+                    "`{}` is relative; write the absolute path of the file on the worker",
+                    file.display()
+                ),
+            ),
+            (None, Some(var)) if !var.trim().is_empty() => {}
+            _ => doc.issue(
+                at,
+                "write exactly one of file (a path on the worker) or env (a variable of the \
+                 worker process)",
+            ),
+        }
+    }
     for (i, key) in env.overrides.iter().flatten().enumerate() {
         if !OVERRIDABLE_KEYS.contains(&key.as_str()) {
             doc.issue(

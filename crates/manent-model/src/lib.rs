@@ -36,8 +36,8 @@ pub use descriptor::{Artifact, DeployOverrides, Descriptor, Missed, Schedule, pa
 pub use effective::{EffectiveDescriptor, expand_dest};
 pub use environment::{
     Approval, Check, CheckKind, DEFAULT_OVERRIDES, Dependency, DeploySettings, EnvironmentFile,
-    OVERRIDABLE_KEYS, OnFailure, RollbackPolicy, Rollout, SshSettings, Target, VerifyBy, Waves,
-    environment_path, list_applications, load_environment, parse_environment,
+    OVERRIDABLE_KEYS, OnFailure, RollbackPolicy, Rollout, SecretSource, SshSettings, Target,
+    VerifyBy, Waves, environment_path, list_applications, load_environment, parse_environment,
 };
 pub use error::{Issue, ModelError};
 pub use routing::{

@@ -1,0 +1,91 @@
+//! Secrets on the worker: the values an environment file's `secrets:` names, read at each
+//! step from a file or a variable of the worker, given to commands as variables, and
+//! replaced by `***` in everything recorded or shown (docs/security.md, "Secrets").
+
+use manent_model::EffectiveDescriptor;
+
+/// What stands for a secret's value in output, errors and events.
+pub const MASK: &str = "***";
+
+/// The secrets of one deploy, read on this worker.
+#[derive(Default)]
+pub struct Secrets {
+    /// `(variable, value)`, longest value first so that a value containing another is
+    /// masked whole.
+    values: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.values.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("Secrets").field("names", &names).finish()
+    }
+}
+
+impl Secrets {
+    /// Reads every secret of `eff`. A missing file or variable is an error naming the
+    /// secret and where it was looked for, never its value.
+    pub async fn read(eff: &EffectiveDescriptor) -> Result<Secrets, String> {
+        let mut values = Vec::with_capacity(eff.secrets.len());
+        for (name, source) in &eff.secrets {
+            let value = match (&source.file, &source.env) {
+                (Some(file), _) => tokio::fs::read_to_string(file)
+                    .await
+                    .map(|text| text.strip_suffix('\n').unwrap_or(&text).to_owned())
+                    .map_err(|e| {
+                        format!(
+                            "secret {name}: cannot read {} on this worker: {e}",
+                            file.display()
+                        )
+                    })?,
+                (None, Some(var)) => std::env::var(var).map_err(|_| {
+                    format!("secret {name}: the worker has no variable {var} (or it is not UTF-8)")
+                })?,
+                (None, None) => return Err(format!("secret {name}: no file and no env")),
+            };
+            values.push((name.clone(), value));
+        }
+        values.sort_by_key(|(_, value)| std::cmp::Reverse(value.len()));
+        Ok(Secrets { values })
+    }
+
+    /// The variables commands get: `(name, value)`.
+    pub fn env(&self) -> impl Iterator<Item = (String, String)> + '_ {
+        self.values.iter().cloned()
+    }
+
+    /// `text` with every secret value replaced by [`MASK`].
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for (_, value) in &self.values {
+            if !value.is_empty() {
+                out = out.replace(value.as_str(), MASK);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_occurrence_of_a_value_is_masked_longest_first() {
+        let secrets = Secrets {
+            values: vec![
+                ("TOKEN_LONG".into(), "hunter2-extended".into()),
+                ("TOKEN".into(), "hunter2".into()),
+            ],
+        };
+        assert_eq!(
+            secrets.redact("a=hunter2 b=hunter2-extended c=hunter2"),
+            "a=*** b=*** c=***",
+            "each value is masked, the longer one whole"
+        );
+        assert!(
+            !format!("{secrets:?}").contains("hunter2"),
+            "Debug shows names only"
+        );
+    }
+}
