@@ -565,7 +565,7 @@ fn bad_overrides_name_the_variable() {
         &[("MANENT__COLOUR", "blue")],
         expect![[r#"
         ERROR
-        MANENT__COLOUR: colour: unknown key `colour`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, log)
+        MANENT__COLOUR: colour: unknown key `colour`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, log, worker)
     "#]],
     );
     check_env(
@@ -942,7 +942,7 @@ fn unknown_keys_name_the_key_and_line() {
         "database:\n  url: sqlite://x.db\nlogs:\n  level: debug\n",
         expect![[r#"
         ERROR
-        manent.yml:3: logs: unknown key `logs`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, log)
+        manent.yml:3: logs: unknown key `logs`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, log, worker)
     "#]],
     );
     check(

@@ -22,6 +22,7 @@ pub(crate) fn validate(config: &Config) -> Vec<ConfigIssue> {
     v.queue_names();
     v.environments();
     v.log();
+    v.worker();
     v.issues
 }
 
@@ -447,6 +448,18 @@ impl Validator<'_> {
             self.push(
                 "environments.source",
                 "empty path; give the directory of the environment configurations",
+            );
+        }
+    }
+
+    fn worker(&mut self) {
+        if let Some(dir) = &self.config.worker.workdir
+            && dir.as_os_str().is_empty()
+        {
+            self.push(
+                "worker.workdir",
+                "empty path; give a directory for fetched artifacts, or remove the key for the \
+                 default under the state directory",
             );
         }
     }
