@@ -1,5 +1,5 @@
 //! The one error type of the API and how it becomes an HTTP response:
-//! `{"error": {"code", "message", "field"?}}` with the status PRODUCT §6 names.
+//! `{"error": {"code", "message", "field"?}}` with the status docs/api.md lists.
 
 use axum::{
     Json,

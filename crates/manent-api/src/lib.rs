@@ -127,7 +127,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-/// `/metrics`: Prometheus text, without a token (PRODUCT §7: health and metrics only).
+/// `/metrics`: Prometheus text, without a token (docs/security.md: health and metrics only).
 async fn metrics(State(state): State<AppState>) -> Result<Response, AppError> {
     let text = manent_deploy::metrics::render(&state.client, &state.config).await?;
     Ok((

@@ -1,4 +1,4 @@
-//! The Platform page (PRODUCT §6): one self-contained HTML document served at `/` and
+//! The Platform page (docs/api.md): one self-contained HTML document served at `/` and
 //! `/platform`, with its CSS and vanilla JavaScript inlined from `platform/` (no build
 //! step, no external request). It holds no data and is served without a token; the script
 //! asks for a token and reads everything from the token-protected `/api/v1`.

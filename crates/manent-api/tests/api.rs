@@ -1,6 +1,6 @@
 //! The HTTP API driven in-process with `tower::ServiceExt::oneshot` (no socket): tokens and
 //! roles, bad input with the field named, unknown things, a submission, the status of a
-//! deploy with the fields of PRODUCT §11, health, readiness, queues and workers.
+//! deploy with the fields of docs/cli.md, health, readiness, queues and workers.
 
 mod common;
 
@@ -28,7 +28,7 @@ fn assert_fields(value: &Value, fields: &[&str], what: &str) {
     for field in fields {
         assert!(
             value.get(field).is_some(),
-            "{what} has the §11 field `{field}`: {value:#}"
+            "{what} has the documented field `{field}`: {value:#}"
         );
     }
 }

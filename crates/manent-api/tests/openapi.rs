@@ -1,4 +1,4 @@
-//! The OpenAPI document served at `/api/v1/openapi.json` (PRODUCT §6) against the router
+//! The OpenAPI document served at `/api/v1/openapi.json` (docs/api.md) against the router
 //! it describes, driven in-process with `tower::ServiceExt::oneshot` over a fresh SQLite
 //! store: it is OpenAPI 3, documents every route the router serves (and no other), puts
 //! every `/api/v1` operation behind the bearer token, and real responses (workers, queues,

@@ -1,4 +1,4 @@
-//! The Platform page (PRODUCT §6) as the router serves it, in-process with
+//! The Platform page (docs/api.md) as the router serves it, in-process with
 //! `tower::ServiceExt::oneshot`: one self-contained HTML document at `/` and `/platform`,
 //! served without a token, naming no external URL, its script and style allowed by nonce.
 //! The page in a real browser is `crates/manent-server/tests/platform.rs`.

@@ -7,7 +7,7 @@ mod render;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 
 use crate::client::{ApiClient, CliError};
@@ -105,6 +105,9 @@ enum Command {
     /// Pauses, resumes or deletes a recurring deploy.
     #[command(subcommand)]
     Schedule(ScheduleCommand),
+    /// Prints the completion script for SHELL on stdout, e.g.
+    /// `manent completion bash > /etc/bash_completion.d/manent`.
+    Completion { shell: clap_complete::Shell },
 }
 
 #[derive(Subcommand)]
@@ -140,6 +143,15 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<u8, CliError> {
+    if let Command::Completion { shell } = args.command {
+        clap_complete::generate(
+            shell,
+            &mut Args::command(),
+            "manent",
+            &mut std::io::stdout(),
+        );
+        return Ok(0);
+    }
     let api = ApiClient::new(&args.server, args.token.clone())?;
     let json = args.output == Output::Json;
     match args.command {
@@ -262,6 +274,7 @@ async fn run(args: Args) -> Result<u8, CliError> {
             render::print(json, &out, render::schedule);
             Ok(0)
         }
+        Command::Completion { .. } => unreachable!("handled before the client is built"),
         Command::Schedule(ScheduleCommand::Delete { id }) => {
             let out = delete(
                 &args.server,

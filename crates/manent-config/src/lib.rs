@@ -11,6 +11,7 @@
 
 mod env;
 mod error;
+mod paths;
 mod pattern;
 mod serde_util;
 mod sources;
@@ -76,6 +77,9 @@ pub struct Config {
     /// Logging.
     #[serde(deserialize_with = "yaml::nullable")]
     pub log: LogConfig,
+    /// What a worker keeps on its own disk.
+    #[serde(deserialize_with = "yaml::nullable")]
+    pub worker: WorkerConfig,
     /// Where this configuration came from; used for messages and relative paths.
     #[serde(skip)]
     origin: Origin,
@@ -290,6 +294,16 @@ impl Default for LogConfig {
     }
 }
 
+/// `worker`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Where fetched artifacts are kept, one directory per executor and deploy, removed as
+    /// the deploy ends; a relative path is relative to the directory of `manent.yml`.
+    /// Default: under the state directory (see [`Config::worker_workdir`]).
+    pub workdir: Option<PathBuf>,
+}
+
 /// `log.format`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -358,6 +372,7 @@ impl Config {
             environments: EnvironmentsConfig::default(),
             artifacts: ArtifactsConfig::default(),
             log: LogConfig::default(),
+            worker: WorkerConfig::default(),
             origin: Origin {
                 file: NO_FILE.to_owned(),
                 ..Origin::default()
@@ -506,6 +521,27 @@ impl Config {
             Some(dir) if path.is_relative() => dir.join(path),
             _ => path.to_path_buf(),
         }
+    }
+
+    /// `database.url` with a relative SQLite file resolved with [`Config::resolve_path`]
+    /// (`sqlite://manent.db` next to `manent.yml`, wherever the process runs); other URLs
+    /// (PostgreSQL, `sqlite::memory:`, absolute files) unchanged.
+    pub fn database_url(&self) -> String {
+        paths::resolve_sqlite_url(&self.database.url, |path| self.resolve_path(path))
+    }
+
+    /// The directory where this worker keeps fetched artifacts: `worker.workdir` (resolved
+    /// with [`Config::resolve_path`]), else `$STATE_DIRECTORY/work` (systemd's
+    /// `StateDirectory=`), else `$XDG_STATE_HOME/manent/work`, else
+    /// `~/.local/state/manent/work`, else `<temp dir>/manent/work`; then a directory of this
+    /// worker's executor id, so that workers sharing a machine never share files.
+    pub fn worker_workdir(&self) -> PathBuf {
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        let base = match &self.worker.workdir {
+            Some(dir) => self.resolve_path(dir),
+            None => paths::default_state_dir(var).join("work"),
+        };
+        base.join(paths::file_name_of(self.effective_executor_id()))
     }
 
     /// `environments.source`, resolved with [`Config::resolve_path`].

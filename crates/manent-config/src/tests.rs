@@ -564,9 +564,9 @@ fn bad_overrides_name_the_variable() {
         "",
         &[("MANENT__COLOUR", "blue")],
         expect![[r#"
-            ERROR
-            MANENT__COLOUR: colour: unknown key `colour`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, artifacts, log)
-        "#]],
+        ERROR
+        MANENT__COLOUR: colour: unknown key `colour`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, artifacts, log, worker)
+    "#]],
     );
     check_env(
         "",
@@ -941,9 +941,9 @@ fn unknown_keys_name_the_key_and_line() {
     check(
         "database:\n  url: sqlite://x.db\nlogs:\n  level: debug\n",
         expect![[r#"
-            ERROR
-            manent.yml:3: logs: unknown key `logs`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, artifacts, log)
-        "#]],
+        ERROR
+        manent.yml:3: logs: unknown key `logs`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, artifacts, log, worker)
+    "#]],
     );
     check(
         "dbos:\n  region: x\n  concurency: 3\n",

@@ -23,6 +23,7 @@ pub(crate) fn validate(config: &Config) -> Vec<ConfigIssue> {
     v.environments();
     v.artifacts();
     v.log();
+    v.worker();
     v.issues
 }
 
@@ -456,6 +457,18 @@ impl Validator<'_> {
         if let Err((i, e)) = crate::ArtifactSources::parse(&self.config.artifacts.sources) {
             let source = &self.config.artifacts.sources[i];
             self.push(format!("artifacts.sources[{i}]"), format!("`{source}` {e}"));
+        }
+    }
+
+    fn worker(&mut self) {
+        if let Some(dir) = &self.config.worker.workdir
+            && dir.as_os_str().is_empty()
+        {
+            self.push(
+                "worker.workdir",
+                "empty path; give a directory for fetched artifacts, or remove the key for the \
+                 default under the state directory",
+            );
         }
     }
 

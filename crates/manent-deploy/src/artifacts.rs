@@ -1,6 +1,6 @@
 //! Artifacts on the worker: fetched from `file://` or `http(s)://` into the
 //! working directory with a streaming sha256 check, and fetched again when a
-//! deploy resumes on a machine that lacks them (the seed's recovery point 3).
+//! deploy resumes on a machine that lacks them (docs/scaling-and-recovery.md, Recovery).
 
 use std::{
     collections::HashMap,

@@ -1,6 +1,6 @@
 //! manent's deploys on the durable engine: which queues a worker serves,
 //! how a deploy is submitted and routed, the deploy workflow itself, and the
-//! views (JSON shapes of PRODUCT §11) that the API and the CLI show.
+//! views (JSON shapes of docs/cli.md) that the API and the CLI show.
 
 pub mod artifacts;
 pub mod gate;

@@ -1,4 +1,4 @@
-//! The Prometheus metrics of PRODUCT §6, in the text exposition format:
+//! The Prometheus metrics of docs/api.md, in the text exposition format:
 //! deploys by status, queue depths, claim latency, step durations and the
 //! workers' heartbeats. Everything is read from the database, so any API
 //! instance answers for the whole installation.

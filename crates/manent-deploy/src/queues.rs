@@ -51,7 +51,7 @@ pub fn declared_queues(config: &Config) -> Vec<DeclaredQueue> {
                 .filter(|_| kind == QueueKind::Routed)
             {
                 // A routed queue's own concurrency is its global limit, and also
-                // caps its deploys on each worker (the seed's "Routed queues").
+                // caps its deploys on each worker (docs/configuration.md, `queues`).
                 Some(routed) => DeclaredQueue {
                     concurrency: routed
                         .concurrency

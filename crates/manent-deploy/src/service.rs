@@ -1,5 +1,5 @@
 //! Deploys as the API and CLI see them: submission (parse, resolve, route,
-//! enqueue), and the status, list, logs and activity views of PRODUCT §11.
+//! enqueue), and the status, list, logs and activity views of docs/cli.md.
 
 use manent_config::Config;
 use manent_engine::{
@@ -275,7 +275,7 @@ pub struct TargetView {
     pub detail: Option<String>,
 }
 
-/// A deploy's status (PRODUCT §11).
+/// A deploy's status (docs/cli.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeployStatus {
     pub id: String,

@@ -1,7 +1,7 @@
 //! What happens on one target: the built-in plugins (`remote-copy`, `command`),
 //! their dry-run plans, the checks, and re-activating the previous version.
 //! Each operation is idempotent, so rerunning it after a crash gives the same
-//! result (the seed's "steps and plugins must be idempotent").
+//! result (docs/scaling-and-recovery.md: steps and plugins must be safe to run twice).
 
 use std::{sync::Arc, time::Duration};
 
@@ -53,7 +53,7 @@ fn current_user() -> String {
         .unwrap_or_else(|_| "root".into())
 }
 
-/// The environment every command on a target sees (PRODUCT §11).
+/// The environment every command on a target sees (docs/environments.md).
 pub fn command_env(
     eff: &EffectiveDescriptor,
     deploy_id: &str,

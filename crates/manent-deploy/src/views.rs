@@ -1,4 +1,4 @@
-//! The JSON shapes operators see (PRODUCT §11), built from engine records:
+//! The JSON shapes operators see (docs/cli.md), built from engine records:
 //! workers and queues. Field names are a stable interface: add, never rename.
 
 use std::time::{Duration, UNIX_EPOCH};

@@ -79,7 +79,9 @@ pub struct DeployResult {
 pub struct Runtime {
     pub config: Arc<Config>,
     pub client: manent_engine::Client,
-    /// Where artifacts are kept on this worker (`MANENT_WORKDIR`).
+    /// Where artifacts are kept on this worker: `MANENT_WORKDIR` if set, else
+    /// `worker.workdir` ([`Config::worker_workdir`]). One directory per deploy, removed as
+    /// the deploy ends.
     pub workdir: PathBuf,
     /// The plugins: built in, external ones this worker runs, stubs for the others.
     pub plugins: Arc<Plugins>,
@@ -90,12 +92,9 @@ pub struct Runtime {
 impl Runtime {
     pub fn new(config: Arc<Config>, client: manent_engine::Client) -> Self {
         let workdir = std::env::var_os("MANENT_WORKDIR")
+            .filter(|dir| !dir.is_empty())
             .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                std::env::temp_dir()
-                    .join("manent-work")
-                    .join(config.effective_executor_id())
-            });
+            .unwrap_or_else(|| config.worker_workdir());
         let plugins = Arc::new(Plugins::from_config(&config));
         let artifact_sources = Arc::new(config.artifact_sources());
         Runtime {
@@ -106,6 +105,31 @@ impl Runtime {
             artifact_sources,
         }
     }
+}
+
+/// Removes a deploy's (or a pass's) working directory once its run has ended for good
+/// (success, failure, cancellation), so the work directory does not grow with every deploy.
+/// A run that stops without an outcome (fenced, moved to another queue, a checkpoint that
+/// could not be written and will be replayed) keeps it: the run goes on, here or elsewhere,
+/// and its recorded fetches name these files.
+async fn removing_when_ended<T>(
+    dir: &std::path::Path,
+    result: Result<T, WorkflowError>,
+) -> Result<T, WorkflowError> {
+    let goes_on = matches!(
+        result,
+        Err(WorkflowError::Fenced | WorkflowError::Moved { .. } | WorkflowError::Store(_))
+    );
+    if !goes_on {
+        match tokio::fs::remove_dir_all(dir).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the deploy's work directory")
+            }
+        }
+    }
+    result
 }
 
 /// Registers manent's workflows on a worker's engine, and the gate queue every
@@ -120,7 +144,10 @@ pub fn register_workflows(engine: &Engine, config: &Config) -> Arc<Plugins> {
         DEPLOY_WORKFLOW,
         move |ctx: WorkflowContext, request: DeployRequest| {
             let runtime = runtime_for_deploys.clone();
-            async move { deploy(&ctx, &runtime, request).await }
+            async move {
+                let dir = artifacts::deploy_dir(&runtime.workdir, ctx.workflow_id());
+                removing_when_ended(&dir, deploy(&ctx, &runtime, request).await).await
+            }
         },
     );
     let runtime_for_passes = runtime.clone();
@@ -128,7 +155,10 @@ pub fn register_workflows(engine: &Engine, config: &Config) -> Arc<Plugins> {
         PASS_WORKFLOW,
         move |ctx: WorkflowContext, request: PassRequest| {
             let runtime = runtime_for_passes.clone();
-            async move { pass(&ctx, &runtime, request).await }
+            async move {
+                let dir = artifacts::deploy_dir(&runtime.workdir, ctx.workflow_id());
+                removing_when_ended(&dir, pass(&ctx, &runtime, request).await).await
+            }
         },
     );
     plugins
@@ -470,7 +500,9 @@ async fn pass(
     let plugin = plugin_for(ctx, rt, eff)?;
     let auth = ssh_auth(rt, eff);
     let pool = ConnectionPool::new(auth.clone());
-    let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
+    // The pass's own directory: it may run on the deploy's worker, whose directory the
+    // deploy removes when it ends.
+    let dir = artifacts::deploy_dir(&rt.workdir, ctx.workflow_id());
     let pc = PassContext {
         eff,
         deploy_id: &deploy_id,

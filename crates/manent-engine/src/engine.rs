@@ -250,7 +250,7 @@ impl Engine {
     }
 
     /// Starts the executor: takes the executor id (refusing a duplicate, as
-    /// the seed's page says), registers it, resumes its own pending
+    /// docs/scaling-and-recovery.md says), registers it, resumes its own pending
     /// workflows, then heartbeats and claims until [`Engine::shutdown`].
     pub async fn launch(&self) -> Result<(), EngineError> {
         if self.shared.launched.swap(true, Ordering::SeqCst) {

@@ -33,7 +33,7 @@ impl StoreError {
 pub enum EngineError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// Another live process holds this executor id (the seed's duplicate-id rule).
+    /// Another live process holds this executor id (docs/scaling-and-recovery.md, Duplicate ids).
     #[error(
         "executor id `{executor_id}` is already in use by a running worker on host `{host}` (pid {pid}, last heartbeat {age_secs}s ago); \
          give this worker its own stable id (dbos.executor_id or DBOS__VMID), or stop the other one"

@@ -2,10 +2,10 @@
 //! over the library crates. Parses arguments, loads the configuration, opens
 //! the database and runs the chosen role until SIGINT or SIGTERM.
 
-use std::{path::PathBuf, sync::Arc};
+use std::{io::IsTerminal, path::PathBuf, sync::Arc};
 
 use anyhow::{Context, Result, bail};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use manent_api::{AppState, Role};
 use manent_config::{Config, LogFormat};
 use manent_deploy::{Plugins, schedules::Ticker};
@@ -37,6 +37,9 @@ enum Command {
     /// Administration.
     #[command(subcommand)]
     Admin(Admin),
+    /// Prints the completion script for SHELL on stdout, e.g.
+    /// `manent-server completion bash > /etc/bash_completion.d/manent-server`.
+    Completion { shell: clap_complete::Shell },
 }
 
 #[derive(Subcommand)]
@@ -103,8 +106,10 @@ fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!("{},sqlx=warn", config.log.level))
     });
+    // Colour codes only on a terminal: a log file or journald gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match config.log.format {
         LogFormat::Json => builder.json().try_init(),
@@ -113,12 +118,18 @@ fn init_logging(config: &Config) {
 }
 
 async fn open_store(config: &Config) -> Result<Arc<dyn Store>> {
-    store::open(&config.database.url)
+    // A relative SQLite file is relative to manent.yml's directory, not to the shell's.
+    store::open(&config.database_url())
         .await
         .with_context(|| "cannot open the database (database.url)".to_string())
 }
 
 async fn run(args: Args) -> Result<()> {
+    if let Command::Completion { shell } = args.command {
+        let mut command = Args::command();
+        clap_complete::generate(shell, &mut command, "manent-server", &mut std::io::stdout());
+        return Ok(());
+    }
     let config = Arc::new(load_config(args.config.as_ref())?);
     if let Command::Admin(Admin::CheckConfig) = args.command {
         println!(
@@ -135,6 +146,7 @@ async fn run(args: Args) -> Result<()> {
         Command::Api => serve(config, store, true, false).await,
         Command::Worker => serve(config, store, false, true).await,
         Command::Admin(admin) => run_admin(admin, store).await,
+        Command::Completion { .. } => unreachable!("handled before the configuration is read"),
     }
 }
 

@@ -1,4 +1,4 @@
-//! The Platform page (PRODUCT §6) in a real headless browser: `manent-server serve` with
+//! The Platform page (docs/api.md) in a real headless browser: `manent-server serve` with
 //! one deploy that succeeded and one waiting for approval, and Debian's `chromium`
 //! (`MANENT_TEST_CHROMIUM`, set by `scripts/test`) loading the page with a token in the URL
 //! fragment and dumping the DOM its script built from the API. The data is waited for with

@@ -217,7 +217,10 @@ async fn workers_lists_each_worker_with_state_and_heartbeat(db: Db) {
             "heartbeat_at",
             "running",
         ] {
-            assert!(w.get(field).is_some(), "§11 field {field} present in {w}");
+            assert!(
+                w.get(field).is_some(),
+                "documented field {field} present in {w}"
+            );
         }
         assert_eq!(w["state"], "running");
     }

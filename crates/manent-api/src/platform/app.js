@@ -1,4 +1,4 @@
-// The Platform page's script (PRODUCT §6): keeps the API token of this tab, reads queues,
+// The Platform page's script (docs/api.md): keeps the API token of this tab, reads queues,
 // workers, activity and deploys from /api/v1 with it, draws a deploy's timeline as an SVG
 // picture, and sends approve / reject / cancel. Vanilla JavaScript, inlined by platform.rs;
 // every piece of data reaches the DOM as text (textContent, setAttribute), never as markup.
