@@ -768,10 +768,10 @@ impl Store for SqlStore {
                     .map_err(map_err)?;
             }
             let running: Vec<(i64, Option<String>, String, i64)> = sqlx::query_as(
-                "SELECT 0, executor_id, partition_key, COUNT(*) FROM manent_workflows \
+                "SELECT CAST(0 AS BIGINT), executor_id, partition_key, COUNT(*) FROM manent_workflows \
                  WHERE queue_name = $1 AND status = 'PENDING' GROUP BY executor_id, partition_key \
                  UNION ALL \
-                 SELECT 1, executor_id, partition_key, COUNT(*) FROM manent_workflows \
+                 SELECT CAST(1 AS BIGINT), executor_id, partition_key, COUNT(*) FROM manent_workflows \
                  WHERE limit_group = $2 AND status = 'PENDING' GROUP BY executor_id, partition_key")
                 .bind(queue)
                 .bind(&group)
