@@ -726,6 +726,11 @@ queues:
     match: {environments: [prod]}
 "#,
         expect![[r#"
+            ERROR
+            manent.yml:8: queues[1].name: invalid queue name `manent.gate`; use letters, digits, '-' and '_' only
+            manent.yml:4: tenants[0].queue: `default` is the name of the default queue, which every worker serves; workers refuse to start: give this queue another name
+            manent.yml:6: queues[0].name: `default` is the name of the default queue, which every worker serves; workers refuse to start: give this queue another name
+            manent.yml:6: queues[0].name: queue name `default` is also in the tenant registry (the queue of tenant `ml`: tenants[0], line 3); workers refuse to start: rename the routed queue or the tenant queue
         "#]],
     );
 }
