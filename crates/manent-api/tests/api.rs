@@ -139,23 +139,22 @@ async fn a_malformed_sha256_is_a_400_naming_the_artifact_field() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deploy_of_an_application_without_an_environment_file_is_a_404() {
+async fn a_deploy_of_an_application_without_an_environment_file_is_routed_by_artifact_type() {
     let api = Api::new().await;
     let deployer = api.token("ci", Role::Deployer).await;
     let text = api.descriptor("acme/nope", &hex::encode(Sha256::digest(ARTIFACT)));
     let (status, body) = api.post_deploy(&deployer, &text).await;
     assert_eq!(
         status,
-        StatusCode::NOT_FOUND,
-        "no environment file for acme/nope prod: the application is unknown: {body}"
+        StatusCode::CREATED,
+        "no environment file for acme/nope prod: it cannot be read now, so the deploy is \
+         accepted and resolves its environment when it runs: {body}"
     );
-    let (code, message) = error_of(&body);
-    assert_eq!(code, "not_found", "the code says it");
-    assert!(
-        message.contains("acme/nope"),
-        "the message names the unknown application: {message}"
+    assert_eq!(
+        body["queue"], "default",
+        "no plugin claims its artifact type: the default queue: {body}"
     );
-    assert_eq!(api.deploy_count().await, 0, "nothing is enqueued");
+    assert_eq!(api.deploy_count().await, 1, "the deploy is enqueued");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -188,8 +188,27 @@ pub fn deploys(v: &Value) -> String {
 }
 
 pub fn queues(v: &Value) -> String {
+    // One column with each limit's use, e.g. `worker 3/4, env 1/1, total 5/8, queue 2/2`.
+    let mut rows = v.clone();
+    for row in rows.as_array_mut().into_iter().flatten() {
+        let used: Vec<String> = row["limits"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|l| {
+                let short = match l["key"].as_str().unwrap_or_default() {
+                    "dbos.concurrency" => "worker",
+                    "dbos.environment_concurrency" => "env",
+                    "dbos.global_concurrency" => "total",
+                    _ => "queue",
+                };
+                format!("{short} {}/{}", text(&l["in_use"]), text(&l["limit"]))
+            })
+            .collect();
+        row["in_use"] = Value::String(used.join(", "));
+    }
     table(
-        v,
+        &rows,
         &[
             "name",
             "kind",
@@ -198,6 +217,7 @@ pub fn queues(v: &Value) -> String {
             "global_concurrency",
             "enqueued",
             "running",
+            "in_use",
             "workers",
         ],
     )

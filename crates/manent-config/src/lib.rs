@@ -141,11 +141,11 @@ pub struct DbosConfig {
     /// Serve only `dbos.queues` and `dbos.plugins` (and approvals), not the default and
     /// tenant queues.
     pub exclusive: bool,
-    /// Deploys running at once on this worker.
+    /// Deploys running at once on this worker, over all the queues it serves.
     pub concurrency: u32,
-    /// Deploys running at once for one `<application>/<environment>`, on all workers.
+    /// Deploys running at once for one `<application>/<environment>`, on all workers and queues.
     pub environment_concurrency: u32,
-    /// Deploys running at once in total, on all workers (0 = no limit).
+    /// Deploys running at once in total, on all workers and queues (0 = no limit).
     pub global_concurrency: u32,
     /// On SIGINT/SIGTERM, how long to wait for running deploys before leaving them pending.
     #[serde(with = "serde_util::duration")]
@@ -227,7 +227,8 @@ pub struct RoutedQueue {
     /// Which deploys go to this queue (`match` in YAML).
     #[serde(rename = "match", default, deserialize_with = "yaml::nullable")]
     pub matcher: QueueMatch,
-    /// Global limit of the queue, also the cap per worker (default: `dbos.global_concurrency`).
+    /// The queue's deploys running at once in total, also its cap per worker, on top of the
+    /// `dbos` limits (which count every deploy queue together); default: none of its own.
     #[serde(default)]
     pub concurrency: Option<u32>,
 }

@@ -713,6 +713,29 @@ queues:
 }
 
 #[test]
+fn a_routed_or_tenant_queue_named_default_or_manent_dot_is_refused() {
+    check(
+        r#"
+tenants:
+  - name: ml
+    queue: default
+queues:
+  - name: default
+    match: {applications: ["ml/*"]}
+  - name: manent.gate
+    match: {environments: [prod]}
+"#,
+        expect![[r#"
+            ERROR
+            manent.yml:8: queues[1].name: invalid queue name `manent.gate`; use letters, digits, '-' and '_' only
+            manent.yml:4: tenants[0].queue: `default` is the name of the default queue, which every worker serves; workers refuse to start: give this queue another name
+            manent.yml:6: queues[0].name: `default` is the name of the default queue, which every worker serves; workers refuse to start: give this queue another name
+            manent.yml:6: queues[0].name: queue name `default` is also in the tenant registry (the queue of tenant `ml`: tenants[0], line 3); workers refuse to start: rename the routed queue or the tenant queue
+        "#]],
+    );
+}
+
+#[test]
 fn artifact_type_claimed_by_two_plugins_with_queues() {
     check(
         r#"
@@ -823,7 +846,7 @@ queues:
             manent.yml:4: dbos.concurrency: must be at least 1: it is the number of deploys this worker runs at once
             manent.yml:5: dbos.environment_concurrency: must be at least 1: it is the number of deploys of one application/environment running at once (1 serializes them)
             manent.yml:8: recovery.heartbeat_interval: heartbeat_interval (10s) must be shorter than stale_after (10s, recovery.stale_after, line 7), or live workers would look stale; e.g. heartbeat_interval: 5s with stale_after: 30s
-            manent.yml:12: queues[0].concurrency: must be at least 1; remove it to use dbos.global_concurrency
+            manent.yml:12: queues[0].concurrency: must be at least 1; remove it for no limit of its own (the dbos limits still apply)
         "#]],
     );
     check(

@@ -41,6 +41,9 @@ fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
+/// The queue of deploys no tenant or routed queue takes (`manent_model::DEFAULT_QUEUE`).
+const DEFAULT_QUEUE_NAME: &str = "default";
+
 const NAME_RULE: &str = "use letters, digits, '-' and '_' only";
 
 fn fmt_duration(d: Duration) -> String {
@@ -361,7 +364,7 @@ impl Validator<'_> {
             if queue.concurrency == Some(0) {
                 self.push(
                     format!("{base}.concurrency"),
-                    "must be at least 1; remove it to use dbos.global_concurrency",
+                    "must be at least 1; remove it for no limit of its own (the dbos limits still apply)",
                 );
             }
         }
@@ -390,9 +393,36 @@ impl Validator<'_> {
         }
     }
 
-    /// Routed and plugin queue names must not be names of the tenant registry, nor each other.
+    /// Routed and plugin queue names must not be names of the tenant registry, nor each
+    /// other, nor the default queue's; `manent.` names (the gate queue) are refused by
+    /// the name rule already, as `.` is not allowed.
     fn queue_names(&mut self) {
         let config = self.config;
+        let mut named: Vec<(String, &str)> = Vec::new();
+        for (i, tenant) in config.tenants.iter().enumerate() {
+            if let Some(queue) = &tenant.queue {
+                named.push((format!("tenants[{i}].queue"), queue));
+            }
+        }
+        for (i, queue) in config.queues.iter().enumerate() {
+            named.push((format!("queues[{i}].name"), &queue.name));
+        }
+        for (name, plugin) in &config.plugins {
+            if let Some(queue) = &plugin.queue {
+                named.push((format!("plugins.{name}.queue"), queue));
+            }
+        }
+        for (key, queue) in named {
+            if queue == DEFAULT_QUEUE_NAME {
+                self.push(
+                    key,
+                    format!(
+                        "`{DEFAULT_QUEUE_NAME}` is the name of the default queue, which every \
+                         worker serves; workers refuse to start: give this queue another name"
+                    ),
+                );
+            }
+        }
         // Name → description of the tenant registry entry using it.
         let mut tenant_names: BTreeMap<&str, (usize, String)> = BTreeMap::new();
         for (i, tenant) in config.tenants.iter().enumerate() {

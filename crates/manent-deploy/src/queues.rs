@@ -2,20 +2,31 @@
 //! dequeues, with which limits, and which exist at all (for `manent queues`).
 
 use manent_config::Config;
-use manent_engine::QueueSpec;
+use manent_engine::{LimitGroup, QueueSpec};
 pub use manent_model::{DEFAULT_QUEUE, QueueKind, region_queue};
+
+/// The limit group of every deploy queue (default, tenant, plugin and routed):
+/// `dbos.concurrency`, `dbos.global_concurrency` and `environment_concurrency`
+/// count the deploys running on all of them together. Region queues (the
+/// passes of a deploy that already holds its slot) and the gate queue (waits)
+/// are not in it.
+pub const DEPLOY_LIMIT_GROUP: &str = "deploys";
 
 /// A queue with the limits every worker that serves it enforces.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeclaredQueue {
     pub name: String,
     pub kind: QueueKind,
-    /// Per worker.
+    /// `dbos.concurrency`: deploys running on one worker, over all deploy queues.
     pub concurrency: u32,
-    /// Per `<application>/<environment>` partition, across workers.
+    /// `dbos.environment_concurrency`: deploys of one `<application>/<environment>`
+    /// running at once, over all deploy queues and workers.
     pub environment_concurrency: u32,
-    /// Across workers; 0 = no limit.
+    /// `dbos.global_concurrency`: deploys running in total; 0 = no limit.
     pub global_concurrency: u32,
+    /// A routed queue's own `concurrency`: caps that queue in total and on
+    /// each worker, on top of the limits above.
+    pub queue_concurrency: Option<u32>,
 }
 
 impl DeclaredQueue {
@@ -26,15 +37,56 @@ impl DeclaredQueue {
             concurrency: config.dbos.concurrency,
             environment_concurrency: config.dbos.environment_concurrency,
             global_concurrency: config.dbos.global_concurrency,
+            queue_concurrency: None,
+        }
+    }
+
+    /// Whether its deploys count against the shared deploy limits ([`DEPLOY_LIMIT_GROUP`]).
+    pub fn in_deploy_group(&self) -> bool {
+        self.kind != QueueKind::Region
+    }
+
+    /// The most deploys of this queue running on one worker at once.
+    pub fn worker_cap(&self) -> u32 {
+        self.queue_concurrency
+            .map_or(self.concurrency, |c| c.min(self.concurrency))
+    }
+
+    /// The most deploys of this queue running at once in total; 0 = no limit.
+    pub fn total_cap(&self) -> u32 {
+        match (self.queue_concurrency, self.global_concurrency) {
+            (Some(q), 0) => q,
+            (Some(q), g) => q.min(g),
+            (None, g) => g,
+        }
+    }
+
+    /// The deploy limits shared by every deploy queue.
+    pub fn deploy_group(&self) -> LimitGroup {
+        LimitGroup {
+            name: DEPLOY_LIMIT_GROUP.to_string(),
+            worker: Some(self.concurrency),
+            partition: Some(self.environment_concurrency),
+            global: (self.global_concurrency > 0).then_some(self.global_concurrency),
         }
     }
 
     pub fn spec(&self) -> QueueSpec {
-        QueueSpec::new(&self.name)
-            .kind(self.kind.as_str())
-            .worker_concurrency(self.concurrency)
-            .partition_concurrency(self.environment_concurrency)
-            .global_concurrency(self.global_concurrency)
+        let spec = QueueSpec::new(&self.name).kind(self.kind.as_str());
+        if self.in_deploy_group() {
+            // The queue's own limits are only a routed queue's cap; the rest
+            // is counted over the group.
+            spec.worker_concurrency(self.worker_cap())
+                .global_concurrency(self.queue_concurrency.unwrap_or(0))
+                .group(self.deploy_group())
+        } else {
+            // A region queue runs the passes of deploys counted on their own
+            // queue; it keeps per-queue limits so a pass never waits for a
+            // slot its own deploy holds.
+            spec.worker_concurrency(self.concurrency)
+                .partition_concurrency(self.environment_concurrency)
+                .global_concurrency(self.global_concurrency)
+        }
     }
 }
 
@@ -45,24 +97,12 @@ impl DeclaredQueue {
 pub fn declared_queues(config: &Config) -> Vec<DeclaredQueue> {
     manent_model::queue_kinds(config)
         .into_iter()
-        .map(|(name, kind)| {
-            match config
+        .map(|(name, kind)| DeclaredQueue {
+            queue_concurrency: config
                 .routed_queue(&name)
                 .filter(|_| kind == QueueKind::Routed)
-            {
-                // A routed queue's own concurrency is its global limit, and also
-                // caps its deploys on each worker (docs/configuration.md, `queues`).
-                Some(routed) => DeclaredQueue {
-                    concurrency: routed
-                        .concurrency
-                        .map_or(config.dbos.concurrency, |c| c.min(config.dbos.concurrency)),
-                    global_concurrency: routed
-                        .concurrency
-                        .unwrap_or(config.dbos.global_concurrency),
-                    ..DeclaredQueue::with_limits_of_default(config, &name, kind)
-                },
-                None => DeclaredQueue::with_limits_of_default(config, &name, kind),
-            }
+                .and_then(|routed| routed.concurrency),
+            ..DeclaredQueue::with_limits_of_default(config, &name, kind)
         })
         .collect()
 }
@@ -183,10 +223,51 @@ tenants:
             .find(|q| q.name == "gpu")
             .unwrap();
         assert_eq!(
-            (gpu.global_concurrency, gpu.concurrency),
+            (gpu.total_cap(), gpu.worker_cap()),
             (2, 2),
             "2 overall and at most 2 per worker"
         );
+        let spec = gpu.spec();
+        assert_eq!(
+            (spec.global_concurrency, spec.worker_concurrency),
+            (2, 2),
+            "the queue's own claims are capped at 2 in total and per worker"
+        );
+        let group = spec.group.expect("a routed queue shares the deploy limits");
+        assert_eq!(
+            (
+                group.name.as_str(),
+                group.worker,
+                group.partition,
+                group.global
+            ),
+            (DEPLOY_LIMIT_GROUP, Some(8), Some(1), None),
+            "dbos.concurrency 8 per worker and environment_concurrency 1 over all deploy queues"
+        );
+    }
+
+    #[test]
+    fn default_tenant_and_plugin_queues_share_the_deploy_limits_and_region_queues_do_not() {
+        let c = config(
+            "dbos: {region_routing: true, region: eu, global_concurrency: 3}",
+            &[],
+        );
+        for q in worker_queues(&c) {
+            let spec = q.spec();
+            match q.kind {
+                QueueKind::Region => assert!(
+                    spec.group.is_none(),
+                    "{}: a pass must not wait for the slot its deploy holds",
+                    q.name
+                ),
+                _ => assert_eq!(
+                    spec.group.as_ref().and_then(|g| g.global),
+                    Some(3),
+                    "{}: global_concurrency counts over all deploy queues",
+                    q.name
+                ),
+            }
+        }
     }
 
     #[test]

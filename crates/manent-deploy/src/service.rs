@@ -31,7 +31,8 @@ pub enum SubmitError {
         field: Option<String>,
         message: String,
     },
-    /// The application or environment has no environment file.
+    /// The application or environment is unknown. Not produced by [`submit`]
+    /// (a missing environment file routes by artifact type); kept for callers.
     #[error("{0}")]
     UnknownEnvironment(String),
     #[error(transparent)]
@@ -80,23 +81,14 @@ fn prepare(
     refuse_unlisted_sources(config, &descriptor)?;
     let source = config.environments_source();
     let env = load_environment(&source, &descriptor.application, &descriptor.environment);
-    if let Err(e) = &env {
-        let path = manent_model::environment_path(
-            &source,
-            &descriptor.application,
-            &descriptor.environment,
-        );
-        if e.is_environment_unavailable() && !path.exists() {
-            return Err(SubmitError::UnknownEnvironment(format!(
-                "unknown application or environment `{}` / `{}`: no environment file at {}",
-                descriptor.application,
-                descriptor.environment,
-                path.display()
-            )));
-        }
-        if !e.is_environment_unavailable() {
-            return Err(invalid(e.clone()));
-        }
+    // A missing environment file, like an unreadable source, is one that
+    // "cannot be read at that moment" (the seed): the deploy is routed by its
+    // artifact types and resolves its environment when it runs. An invalid
+    // file is refused.
+    if let Err(e) = &env
+        && !e.is_environment_unavailable()
+    {
+        return Err(invalid(e.clone()));
     }
     let route: Route = route(config, &descriptor, env.as_ref());
     let effective = match &env {

@@ -1,13 +1,16 @@
 //! The JSON shapes operators see (docs/cli.md), built from engine records:
 //! workers and queues. Field names are a stable interface: add, never rename.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::{
+    collections::BTreeMap,
+    time::{Duration, UNIX_EPOCH},
+};
 
 use manent_config::Config;
-use manent_engine::{Client, EngineError, ExecutorState, now_ms};
+use manent_engine::{Client, EngineError, ExecutorState, RunningCount, now_ms};
 use serde::{Deserialize, Serialize};
 
-use crate::queues::{QueueKind, declared_queues};
+use crate::queues::{DEPLOY_LIMIT_GROUP, DeclaredQueue, QueueKind, declared_queues};
 
 /// RFC 3339 (UTC, milliseconds) of a millisecond timestamp.
 pub fn rfc3339(ms: i64) -> String {
@@ -42,13 +45,44 @@ pub struct WorkerView {
 pub struct QueueView {
     pub name: String,
     pub kind: QueueKind,
+    /// The most deploys of this queue one worker runs at once.
     pub concurrency: u32,
     pub environment_concurrency: u32,
+    /// The most deploys of this queue running at once in total; 0 = no limit.
     pub global_concurrency: u32,
     pub enqueued: i64,
     pub running: i64,
     /// Executor ids of the live workers that dequeue it.
     pub workers: Vec<String>,
+    /// A routed queue's own `concurrency` (in total and on each worker), on
+    /// top of the deploy limits; `null` for other queues.
+    #[serde(default)]
+    pub queue_concurrency: Option<u32>,
+    /// Every limit a claim from this queue checks, with its current use.
+    #[serde(default)]
+    pub limits: Vec<LimitUse>,
+}
+
+/// One limit and how much of it is used now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LimitUse {
+    /// The configuration key that sets it (`dbos.concurrency`, `queues[].concurrency`, …).
+    pub key: String,
+    /// What it counts, in words.
+    pub counts: String,
+    /// The limit; `null` = none.
+    pub limit: Option<u32>,
+    /// The current count: the busiest worker or environment for limits per
+    /// worker or per environment, the total otherwise.
+    pub in_use: i64,
+    /// Current counts per worker (executor id) or per `<application>/<environment>`;
+    /// empty for totals.
+    pub by: BTreeMap<String, i64>,
+}
+
+/// A queue operators never see: the engine's and manent's own (the gate queue).
+fn is_internal_queue(name: &str) -> bool {
+    name.starts_with("manent.")
 }
 
 pub async fn workers(client: &Client, config: &Config) -> Result<Vec<WorkerView>, EngineError> {
@@ -70,7 +104,11 @@ pub async fn workers(client: &Client, config: &Config) -> Result<Vec<WorkerView>
                 running: e.running,
                 pid: e.pid,
                 started_at: rfc3339(e.started_at_ms),
-                queues: e.queues,
+                queues: e
+                    .queues
+                    .into_iter()
+                    .filter(|q| !is_internal_queue(q))
+                    .collect(),
                 heartbeat_age_secs: age / 1000,
                 version: e.version,
             }
@@ -79,9 +117,11 @@ pub async fn workers(client: &Client, config: &Config) -> Result<Vec<WorkerView>
 }
 
 /// Declared queues (routed ones show while empty and without workers), plus
-/// any queue a worker registered (region queues), with depths and servers.
+/// any queue a worker registered (region queues), with depths, servers and
+/// the use of their limits. Internal queues (the gate) are left out.
 pub async fn queues(client: &Client, config: &Config) -> Result<Vec<QueueView>, EngineError> {
     let depths = client.queue_depths().await?;
+    let running = client.running_counts().await?;
     let live: Vec<_> = workers(client, config)
         .await?
         .into_iter()
@@ -90,31 +130,43 @@ pub async fn queues(client: &Client, config: &Config) -> Result<Vec<QueueView>, 
     let mut views: Vec<QueueView> = declared_queues(config)
         .into_iter()
         .map(|q| QueueView {
-            name: q.name,
+            name: q.name.clone(),
             kind: q.kind,
-            concurrency: q.concurrency,
+            concurrency: q.worker_cap(),
             environment_concurrency: q.environment_concurrency,
-            global_concurrency: q.global_concurrency,
+            global_concurrency: q.total_cap(),
             enqueued: 0,
             running: 0,
             workers: Vec::new(),
+            queue_concurrency: q.queue_concurrency,
+            limits: limit_uses(&q, &running),
         })
         .collect();
     for registered in client.queues().await? {
-        if views.iter().any(|v| v.name == registered.name) {
+        if is_internal_queue(&registered.name) || views.iter().any(|v| v.name == registered.name) {
             continue;
         }
         let limit = |v: Option<i64>| v.and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
-        views.push(QueueView {
+        let declared = DeclaredQueue {
+            name: registered.name.clone(),
             kind: serde_json::from_value(serde_json::Value::String(registered.kind.clone()))
                 .unwrap_or(QueueKind::Default),
             concurrency: limit(registered.worker_concurrency),
             environment_concurrency: limit(registered.partition_concurrency),
             global_concurrency: u32::try_from(registered.global_concurrency).unwrap_or(0),
+            queue_concurrency: None,
+        };
+        views.push(QueueView {
+            kind: declared.kind,
+            concurrency: declared.concurrency,
+            environment_concurrency: declared.environment_concurrency,
+            global_concurrency: declared.global_concurrency,
             name: registered.name,
             enqueued: 0,
             running: 0,
             workers: Vec::new(),
+            queue_concurrency: None,
+            limits: limit_uses(&declared, &running),
         });
     }
     for view in &mut views {
@@ -129,6 +181,75 @@ pub async fn queues(client: &Client, config: &Config) -> Result<Vec<QueueView>, 
             .collect();
     }
     Ok(views)
+}
+
+/// The limits a claim from `queue` checks and their use now: the deploy
+/// limits counted over every deploy queue (or, for a region queue, over
+/// itself), and a routed queue's own cap.
+fn limit_uses(queue: &DeclaredQueue, running: &[RunningCount]) -> Vec<LimitUse> {
+    let (scope, over): (Vec<&RunningCount>, &str) = if queue.in_deploy_group() {
+        (
+            running
+                .iter()
+                .filter(|r| r.group.as_deref() == Some(DEPLOY_LIMIT_GROUP))
+                .collect(),
+            "over all deploy queues",
+        )
+    } else {
+        (
+            running.iter().filter(|r| r.queue == queue.name).collect(),
+            "on this queue",
+        )
+    };
+    let per_worker = |rows: &[&RunningCount]| {
+        let mut by = BTreeMap::new();
+        for r in rows {
+            *by.entry(r.executor_id.clone().unwrap_or_default())
+                .or_insert(0) += r.running;
+        }
+        by
+    };
+    let busiest = |by: &BTreeMap<String, i64>| by.values().copied().max().unwrap_or(0);
+    let total = |rows: &[&RunningCount]| rows.iter().map(|r| r.running).sum::<i64>();
+    let by_worker = per_worker(&scope);
+    let mut by_environment = BTreeMap::new();
+    for r in &scope {
+        *by_environment.entry(r.partition_key.clone()).or_insert(0) += r.running;
+    }
+    let mut uses = vec![
+        LimitUse {
+            key: "dbos.concurrency".into(),
+            counts: format!("deploys running on each worker, {over}"),
+            limit: Some(queue.concurrency),
+            in_use: busiest(&by_worker),
+            by: by_worker,
+        },
+        LimitUse {
+            key: "dbos.environment_concurrency".into(),
+            counts: format!("deploys of each <application>/<environment> at once, {over}"),
+            limit: Some(queue.environment_concurrency),
+            in_use: busiest(&by_environment),
+            by: by_environment,
+        },
+        LimitUse {
+            key: "dbos.global_concurrency".into(),
+            counts: format!("deploys running in total, {over}"),
+            limit: (queue.global_concurrency > 0).then_some(queue.global_concurrency),
+            in_use: total(&scope),
+            by: BTreeMap::new(),
+        },
+    ];
+    if let Some(cap) = queue.queue_concurrency {
+        let own: Vec<&RunningCount> = running.iter().filter(|r| r.queue == queue.name).collect();
+        uses.push(LimitUse {
+            key: "queues[].concurrency".into(),
+            counts: "deploys of this queue running in total (and on each worker)".into(),
+            limit: Some(cap),
+            in_use: total(&own),
+            by: per_worker(&own),
+        });
+    }
+    uses
 }
 
 /// One application, as `manent apps` shows it.

@@ -12,7 +12,7 @@ use crate::{
     now_ms,
     store::{
         EnqueueOutcome, EventRecord, ExecutorRecord, NewWorkflow, QueueDepth, QueueRecord,
-        StepRecord, Store, Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus,
+        RunningCount, StepRecord, Store, Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus,
     },
 };
 
@@ -93,62 +93,31 @@ impl Client {
     /// Puts a workflow on its queue. Idempotent on the id: the existing
     /// workflow is returned if it has the same name.
     pub async fn enqueue(&self, req: EnqueueRequest) -> Result<WorkflowRecord, EngineError> {
-        if req.workflow.is_empty() || req.queue.is_empty() {
-            return Err(EngineError::InvalidInput(
-                "a workflow needs a name and a queue".into(),
-            ));
-        }
-        let id = req
-            .id
-            .clone()
-            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let new = NewWorkflow {
-            id: id.clone(),
-            name: req.workflow.clone(),
-            queue: req.queue.clone(),
-            partition_key: req.partition_key.clone().unwrap_or_default(),
-            priority: req.priority,
-            not_before_ms: req.not_before_ms.unwrap_or(0),
-            dedup_key: req.dedup_key.clone(),
-            input: req.input.to_string(),
-            parent_id: req.parent_id.clone(),
-            now_ms: now_ms(),
-        };
-        match self.store.enqueue(&new).await? {
-            // The record as written, without reading it back.
-            EnqueueOutcome::Created => Ok(WorkflowRecord {
-                id: new.id,
-                name: new.name,
-                status: WorkflowStatus::Enqueued,
-                queue: new.queue,
-                partition_key: new.partition_key,
-                priority: new.priority,
-                not_before_ms: new.not_before_ms,
-                dedup_key: new.dedup_key,
-                executor_id: None,
-                input: new.input,
-                output: None,
-                error: None,
-                parent_id: new.parent_id,
-                attempts: 0,
-                generation: 0,
-                created_at_ms: new.now_ms,
-                updated_at_ms: new.now_ms,
-                started_at_ms: None,
-                finished_at_ms: None,
-            }),
-            EnqueueOutcome::Exists(existing) if existing.name == req.workflow => Ok(*existing),
-            EnqueueOutcome::Exists(existing) => Err(EngineError::IdConflict {
-                id,
-                existing: existing.name,
-                requested: req.workflow,
-            }),
-            EnqueueOutcome::Deduplicated { existing_id } => Err(EngineError::Deduplicated {
-                queue: req.queue,
-                dedup_key: req.dedup_key.unwrap_or_default(),
-                existing_id,
-            }),
-        }
+        let new = new_workflow(&req)?;
+        let outcome = self.store.enqueue(&new).await?;
+        outcome_record(req, new, outcome)
+    }
+
+    /// Puts many workflows on their queues in one transaction (a bulk
+    /// submission: one commit and one wake-up per queue instead of one per
+    /// workflow). Each request gets the answer [`Client::enqueue`] would give
+    /// it, in order; a request refused before storage (no name or queue)
+    /// refuses the whole batch and nothing is written.
+    pub async fn enqueue_many(
+        &self,
+        requests: Vec<EnqueueRequest>,
+    ) -> Result<Vec<Result<WorkflowRecord, EngineError>>, EngineError> {
+        let news = requests
+            .iter()
+            .map(new_workflow)
+            .collect::<Result<Vec<_>, _>>()?;
+        let outcomes = self.store.enqueue_many(&news).await?;
+        Ok(requests
+            .into_iter()
+            .zip(news)
+            .zip(outcomes)
+            .map(|((req, new), outcome)| outcome_record(req, new, outcome))
+            .collect())
     }
 
     pub async fn get(&self, id: &str) -> Result<Option<WorkflowRecord>, EngineError> {
@@ -276,6 +245,11 @@ impl Client {
     pub async fn queue_depths(&self) -> Result<Vec<QueueDepth>, EngineError> {
         Ok(self.store.queue_depths().await?)
     }
+
+    /// The running workflows, counted per queue, limit group, executor and partition.
+    pub async fn running_counts(&self) -> Result<Vec<RunningCount>, EngineError> {
+        Ok(self.store.running_counts().await?)
+    }
 }
 
 /// Returns when a wake-up for `id` arrives or at `until`, whichever comes first.
@@ -296,4 +270,71 @@ pub(crate) async fn wait_for_workflow(
         }
     })
     .await;
+}
+
+/// The stored form of a request (its id drawn here when the caller gave none).
+fn new_workflow(req: &EnqueueRequest) -> Result<NewWorkflow, EngineError> {
+    if req.workflow.is_empty() || req.queue.is_empty() {
+        return Err(EngineError::InvalidInput(
+            "a workflow needs a name and a queue".into(),
+        ));
+    }
+    Ok(NewWorkflow {
+        id: req
+            .id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+        name: req.workflow.clone(),
+        queue: req.queue.clone(),
+        partition_key: req.partition_key.clone().unwrap_or_default(),
+        priority: req.priority,
+        not_before_ms: req.not_before_ms.unwrap_or(0),
+        dedup_key: req.dedup_key.clone(),
+        input: req.input.to_string(),
+        parent_id: req.parent_id.clone(),
+        now_ms: now_ms(),
+    })
+}
+
+/// What the caller of an enqueue learns from the store's outcome.
+fn outcome_record(
+    req: EnqueueRequest,
+    new: NewWorkflow,
+    outcome: EnqueueOutcome,
+) -> Result<WorkflowRecord, EngineError> {
+    match outcome {
+        // The record as written, without reading it back.
+        EnqueueOutcome::Created => Ok(WorkflowRecord {
+            id: new.id,
+            name: new.name,
+            status: WorkflowStatus::Enqueued,
+            queue: new.queue,
+            partition_key: new.partition_key,
+            priority: new.priority,
+            not_before_ms: new.not_before_ms,
+            dedup_key: new.dedup_key,
+            executor_id: None,
+            input: new.input,
+            output: None,
+            error: None,
+            parent_id: new.parent_id,
+            attempts: 0,
+            generation: 0,
+            created_at_ms: new.now_ms,
+            updated_at_ms: new.now_ms,
+            started_at_ms: None,
+            finished_at_ms: None,
+        }),
+        EnqueueOutcome::Exists(existing) if existing.name == req.workflow => Ok(*existing),
+        EnqueueOutcome::Exists(existing) => Err(EngineError::IdConflict {
+            id: new.id,
+            existing: existing.name,
+            requested: req.workflow,
+        }),
+        EnqueueOutcome::Deduplicated { existing_id } => Err(EngineError::Deduplicated {
+            queue: req.queue,
+            dedup_key: req.dedup_key.unwrap_or_default(),
+            existing_id,
+        }),
+    }
 }

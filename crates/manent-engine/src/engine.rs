@@ -26,8 +26,8 @@ use crate::{
     error::{EngineError, StoreError, WorkflowError},
     now_ms,
     store::{
-        Checkpoint, ClaimLimits, ExecutorRecord, ExecutorState, Lease, Liveness, QueueRecord,
-        Store, Wakeup, WorkflowRecord, WorkflowStatus,
+        Checkpoint, ClaimLimits, ExecutorRecord, ExecutorState, Lease, LimitGroup, Liveness,
+        QueueRecord, Store, Wakeup, WorkflowRecord, WorkflowStatus,
     },
 };
 
@@ -81,6 +81,8 @@ pub struct QueueSpec {
     pub partition_concurrency: Option<u32>,
     /// Running workflows of this queue across all executors; 0 = unlimited.
     pub global_concurrency: u32,
+    /// Limits shared with the other queues of a group, on top of this queue's own.
+    pub group: Option<LimitGroup>,
 }
 
 impl QueueSpec {
@@ -91,6 +93,7 @@ impl QueueSpec {
             worker_concurrency: 10,
             partition_concurrency: None,
             global_concurrency: 0,
+            group: None,
         }
     }
     pub fn kind(mut self, kind: impl Into<String>) -> Self {
@@ -109,11 +112,17 @@ impl QueueSpec {
         self.global_concurrency = n;
         self
     }
+    /// Counts this queue's claims also against `group`'s limits, shared with its other queues.
+    pub fn group(mut self, group: LimitGroup) -> Self {
+        self.group = Some(group);
+        self
+    }
     fn limits(&self) -> ClaimLimits {
         ClaimLimits {
             worker: self.worker_concurrency,
             partition: self.partition_concurrency,
             global: self.global_concurrency,
+            group: self.group.clone(),
         }
     }
 }
@@ -645,6 +654,7 @@ async fn claim_loop(shared: Arc<Shared>) {
         .map(|q| q.name.clone())
         .collect();
     let mut failures = 0u32;
+    let mut round = 0usize;
     loop {
         if shared.is_stopping() {
             return;
@@ -652,7 +662,12 @@ async fn claim_loop(shared: Arc<Shared>) {
         let queues = read(&shared.queues).clone();
         let mut next_due: Option<i64> = None;
         let mut failed = false;
-        for spec in queues.iter().filter(|q| dirty.contains(&q.name)) {
+        // Queues of one limit group compete for its slots: start each round at
+        // the next queue, so none is always served last.
+        round = round.wrapping_add(1);
+        let start = round % queues.len().max(1);
+        let in_turn = queues[start..].iter().chain(&queues[..start]);
+        for spec in in_turn.filter(|q| dirty.contains(&q.name)) {
             match claim_queue(&shared, spec).await {
                 Ok(due) => next_due = min_opt(next_due, due),
                 Err(e) => {
@@ -687,7 +702,7 @@ async fn claim_loop(shared: Arc<Shared>) {
             _ = async {
                 loop {
                     match wakeups.recv().await {
-                        Ok(Wakeup::Queue(q)) if queues.iter().any(|s| s.name == q) => { dirty.insert(q); return; }
+                        Ok(Wakeup::Queue(q)) if queues.iter().any(|s| s.name == q) => { dirty.extend(sharing_limits(&queues, &q)); return; }
                         Ok(_) => {}
                         Err(RecvError::Lagged(_)) => { dirty = all(); return; }
                         Err(RecvError::Closed) => std::future::pending::<()>().await,
@@ -698,7 +713,7 @@ async fn claim_loop(shared: Arc<Shared>) {
         loop {
             match wakeups.try_recv() {
                 Ok(Wakeup::Queue(q)) if queues.iter().any(|s| s.name == q) => {
-                    dirty.insert(q);
+                    dirty.extend(sharing_limits(&queues, &q));
                 }
                 Ok(_) => {}
                 Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => dirty = all(),
@@ -738,6 +753,23 @@ async fn claim_queue(shared: &Arc<Shared>, spec: &QueueSpec) -> Result<Option<i6
             return Ok(None);
         }
     }
+}
+
+/// `queue` and the queues of its limit group: a slot freed on one may be taken by any.
+fn sharing_limits(queues: &[QueueSpec], queue: &str) -> Vec<String> {
+    let group = queues
+        .iter()
+        .find(|q| q.name == queue)
+        .and_then(|q| q.group.as_ref())
+        .map(|g| g.name.as_str());
+    queues
+        .iter()
+        .filter(|q| {
+            q.name == queue
+                || (group.is_some() && q.group.as_ref().map(|g| g.name.as_str()) == group)
+        })
+        .map(|q| q.name.clone())
+        .collect()
 }
 
 fn min_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {

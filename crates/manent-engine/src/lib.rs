@@ -4,8 +4,8 @@
 //! the database before it moves on; after a crash it is replayed, recorded
 //! steps return their records and only the interrupted step runs again.
 //! Workflows wait on queues stored in the database, partitioned by a key and
-//! bounded by per-partition, per-worker and global limits that every claim
-//! enforces atomically. Executors register themselves, heartbeat, resume
+//! bounded by per-partition, per-worker and global limits, of the queue and
+//! of a limit group several queues share, that every claim enforces atomically. Executors register themselves, heartbeat, resume
 //! their own pending work at start, and can have it recovered by others;
 //! every checkpoint is fenced so a workflow never has two live runners.
 //!
@@ -24,8 +24,8 @@ pub use engine::{Engine, EngineConfig, QueueSpec, ShutdownReport};
 pub use error::{EngineError, StoreError, WorkflowError};
 pub use policy::StepPolicy;
 pub use store::{
-    Backend, EventRecord, ExecutorRecord, ExecutorState, QueueDepth, QueueRecord, StepRecord,
-    StepStatus, Store, WorkflowFilter, WorkflowRecord, WorkflowStatus,
+    Backend, EventRecord, ExecutorRecord, ExecutorState, LimitGroup, QueueDepth, QueueRecord,
+    RunningCount, StepRecord, StepStatus, Store, WorkflowFilter, WorkflowRecord, WorkflowStatus,
 };
 
 /// Milliseconds since the Unix epoch: the one clock of the engine's records.

@@ -663,6 +663,7 @@ async fn manual_recovery_hands_work_to_another_executor_and_fences_the_first(db:
         worker: 1,
         partition: None,
         global: 0,
+        group: None,
     };
     let claimed = a
         .store()
@@ -727,6 +728,7 @@ async fn automatic_recovery_takes_over_a_stale_executor(db: Db) {
                 worker: 1,
                 partition: None,
                 global: 0,
+                group: None,
             },
             now_ms(),
             1,

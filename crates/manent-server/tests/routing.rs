@@ -175,6 +175,11 @@ fn startup_refusals_stop_the_worker_with_their_message() {
             "plugins:\n  a: {artifact_types: [x], queue: qa}\n  b: {artifact_types: [x], queue: qb}\n",
             "x",
         ),
+        ("tenants: [{name: ml, queue: default}]\n", "default queue"),
+        (
+            "queues: [{name: manent.gate, match: {applications: [\"ml/*\"]}}]\n",
+            "manent.gate",
+        ),
     ];
     for (i, (yaml, needle)) in cases.iter().enumerate() {
         let path = dir.path().join(format!("bad-{i}.yml"));

@@ -115,6 +115,23 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX manent_workflows_started ON manent_workflows (started_at)",
         ],
     },
+    Migration {
+        version: 4,
+        name: "limit groups; claims find each partition's next workflows by index",
+        statements: &[
+            // The group a running workflow was claimed under (limits shared by queues).
+            "ALTER TABLE manent_workflows ADD COLUMN limit_group TEXT",
+            // The claim reads the backlog in this order and stops at what it can take.
+            "CREATE INDEX manent_workflows_claimable ON manent_workflows (queue_name, priority, created_seq, id) \
+             WHERE status = 'ENQUEUED'",
+            // The earliest scheduled workflow, without reading the backlog.
+            "CREATE INDEX manent_workflows_scheduled ON manent_workflows (queue_name, not_before) \
+             WHERE status = 'ENQUEUED'",
+            // A group's running workflows, per executor and partition.
+            "CREATE INDEX manent_workflows_group_running ON manent_workflows (limit_group, executor_id, partition_key) \
+             WHERE status = 'PENDING'",
+        ],
+    },
 ];
 
 /// The version a fully migrated schema has.

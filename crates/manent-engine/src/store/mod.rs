@@ -5,6 +5,7 @@
 //! SQLite or PostgreSQL is behind it. `sql.rs` holds the one implementation of
 //! the shared SQL; `sqlite.rs` and `postgres.rs` hold what differs.
 
+mod claim;
 mod migrations;
 mod postgres;
 mod sql;
@@ -199,14 +200,54 @@ pub struct Lease {
 }
 
 /// The limits a claim must respect; all are counted inside the claiming transaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimLimits {
     /// Running workflows of the queue on this executor.
     pub worker: u32,
-    /// Running workflows per partition key across all executors; `None` = no limit.
+    /// Running workflows of the queue per partition key across all executors; `None` = no limit.
     pub partition: Option<u32>,
     /// Running workflows of the queue across all executors; 0 = no limit.
     pub global: u32,
+    /// Limits the queue shares with every other queue of the same group,
+    /// counted over all of them; `None` = the queue's own limits only.
+    pub group: Option<LimitGroup>,
+}
+
+/// Limits shared by several queues: a workflow claimed from any queue of the
+/// group holds one slot of each until its final status (or until it leaves
+/// for another queue). Every queue of a group must be served with the same
+/// group limits by every executor (the per-executor limit may differ).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitGroup {
+    pub name: String,
+    /// Running workflows of the group on one executor; `None` = no limit.
+    pub worker: Option<u32>,
+    /// Running workflows of the group per partition key, across executors; `None` = no limit.
+    pub partition: Option<u32>,
+    /// Running workflows of the group across executors; `None` = no limit.
+    pub global: Option<u32>,
+}
+
+impl LimitGroup {
+    pub fn new(name: impl Into<String>) -> Self {
+        LimitGroup {
+            name: name.into(),
+            worker: None,
+            partition: None,
+            global: None,
+        }
+    }
+}
+
+/// How many workflows run now under one (queue, group, executor, partition) combination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningCount {
+    pub queue: String,
+    /// The limit group the workflows were claimed under.
+    pub group: Option<String>,
+    pub executor_id: Option<String>,
+    pub partition_key: String,
+    pub running: i64,
 }
 
 /// A stored step.
@@ -338,11 +379,21 @@ pub trait Store: Send + Sync + 'static {
     async fn upsert_queue(&self, queue: &QueueRecord) -> Result<(), StoreError>;
     async fn list_queues(&self) -> Result<Vec<QueueRecord>, StoreError>;
     async fn queue_depths(&self) -> Result<Vec<QueueDepth>, StoreError>;
+    /// The running (PENDING) workflows, counted per queue, group, executor and partition.
+    async fn running_counts(&self) -> Result<Vec<RunningCount>, StoreError>;
 
     // --- workflows ---
     async fn enqueue(&self, workflow: &NewWorkflow) -> Result<EnqueueOutcome, StoreError>;
+    /// Enqueues many workflows in one transaction (a bulk submission); the
+    /// outcomes are in the order of `workflows`. All or none are written.
+    async fn enqueue_many(
+        &self,
+        workflows: &[NewWorkflow],
+    ) -> Result<Vec<EnqueueOutcome>, StoreError>;
     /// Atomically moves up to `max` claimable workflows of `queue` to PENDING
-    /// under `executor_id`, never exceeding `limits`.
+    /// under `executor_id`, never exceeding `limits` (the queue's own and its
+    /// group's). Each partition's next workflows are found through an index,
+    /// so the cost follows the running work, not the backlog.
     async fn claim(
         &self,
         queue: &str,

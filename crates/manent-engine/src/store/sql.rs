@@ -3,11 +3,12 @@
 //!
 //! Dialect differences are few and explicit: write transactions start with
 //! `BEGIN IMMEDIATE` on SQLite (one writer at a time) and take a per-queue
-//! advisory lock on PostgreSQL when claiming; PostgreSQL also row-locks the
+//! (or per-limit-group) advisory lock on PostgreSQL when claiming; PostgreSQL also row-locks the
 //! workflow (`FOR SHARE`) when a step is checkpointed, so a recovery waits for
 //! a checkpoint in flight instead of racing it.
 
 use std::{
+    collections::HashSet,
     path::PathBuf,
     sync::atomic::{AtomicI64, Ordering},
     time::Duration,
@@ -19,8 +20,9 @@ use tokio::{sync::broadcast, task::JoinHandle};
 
 use super::{
     Backend, Checkpoint, ClaimLimits, Consumed, EnqueueOutcome, EventRecord, ExecutorRecord,
-    ExecutorState, Lease, Liveness, NewWorkflow, QueueDepth, QueueRecord, StepRecord, Store,
-    Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus, migrations, postgres, sqlite,
+    ExecutorState, Lease, Liveness, NewWorkflow, QueueDepth, QueueRecord, RunningCount, StepRecord,
+    Store, Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus, claim, migrations, postgres,
+    sqlite,
 };
 use crate::error::StoreError;
 
@@ -659,6 +661,87 @@ impl Store for SqlStore {
         }
     }
 
+    async fn enqueue_many(&self, wfs: &[NewWorkflow]) -> Result<Vec<EnqueueOutcome>, StoreError> {
+        if wfs.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Rows per INSERT: 11 parameters each, well under both backends' caps.
+        const CHUNK: usize = 500;
+        let inserted: HashSet<String> = write_tx!(self, tx => {
+            let mut inserted = HashSet::new();
+            for chunk in wfs.chunks(CHUNK) {
+                let values: Vec<String> = (0..chunk.len())
+                    .map(|i| {
+                        let b = i * 11;
+                        format!(
+                            "(${}, ${}, 'ENQUEUED', ${}, ${}, ${}, ${}, ${}, ${}, ${}, 0, 0, ${}, ${}, ${})",
+                            b + 1, b + 2, b + 3, b + 4, b + 5, b + 6, b + 7, b + 8, b + 9, b + 10, b + 11, b + 10
+                        )
+                    })
+                    .collect();
+                // No conflict target: a taken id and a held deduplication key
+                // both leave the row out; the outcome is sorted out below.
+                let sql = format!(
+                    "INSERT INTO manent_workflows (id, name, status, queue_name, partition_key, priority, not_before, \
+                     dedup_key, input, parent_id, attempts, generation, created_at, created_seq, updated_at) \
+                     VALUES {} ON CONFLICT DO NOTHING RETURNING id",
+                    values.join(", ")
+                );
+                let mut query = sqlx::query_scalar::<_, String>(&sql);
+                for wf in chunk {
+                    query = query
+                        .bind(wf.id.clone())
+                        .bind(wf.name.clone())
+                        .bind(wf.queue.clone())
+                        .bind(wf.partition_key.clone())
+                        .bind(wf.priority)
+                        .bind(wf.not_before_ms)
+                        .bind(wf.dedup_key.clone())
+                        .bind(wf.input.clone())
+                        .bind(wf.parent_id.clone())
+                        .bind(wf.now_ms)
+                        .bind(next_seq(wf.now_ms));
+                }
+                inserted.extend(query.fetch_all(&mut *tx).await.map_err(map_err)?);
+            }
+            inserted
+        });
+        let mut queues: Vec<String> = wfs
+            .iter()
+            .filter(|w| inserted.contains(&w.id))
+            .map(|w| w.queue.clone())
+            .collect();
+        queues.sort();
+        queues.dedup();
+        self.wake(&queues.into_iter().map(Wakeup::Queue).collect::<Vec<_>>())
+            .await;
+        let mut outcomes = Vec::with_capacity(wfs.len());
+        let mut reported: HashSet<&str> = HashSet::new();
+        for wf in wfs {
+            // A repeated id within the batch is created once; the repeat finds it.
+            let first = reported.insert(wf.id.as_str());
+            if first && inserted.contains(&wf.id) {
+                outcomes.push(EnqueueOutcome::Created);
+            } else if let Some(existing) = self.get_workflow(&wf.id).await? {
+                outcomes.push(EnqueueOutcome::Exists(Box::new(existing)));
+            } else {
+                let key = wf.dedup_key.as_deref().unwrap_or_default();
+                match self.lookup_dedup(&wf.queue, key).await? {
+                    Some(existing_id) => {
+                        outcomes.push(EnqueueOutcome::Deduplicated { existing_id })
+                    }
+                    None => {
+                        return Err(StoreError::Unavailable(format!(
+                            "workflow {} was neither written nor found; retry",
+                            wf.id
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(outcomes)
+    }
+
     async fn claim(
         &self,
         queue: &str,
@@ -668,60 +751,138 @@ impl Store for SqlStore {
         max: u32,
     ) -> Result<Vec<WorkflowRecord>, StoreError> {
         let is_pg = self.backend() == Backend::Postgres;
+        let group = limits.group.as_ref().map(|g| g.name.clone());
+        // Claimers of one queue, or of any queue of one group, take turns, so
+        // the counts below stay true until this transaction commits (no write skew).
+        let lock_key = match &group {
+            Some(g) => format!("group:{g}"),
+            None => queue.to_string(),
+        };
         let claimed: Vec<WorkflowRow> = write_tx!(self, tx => {
             if is_pg {
-                // Claimers of one queue take turns, so the counts below stay
-                // true until this transaction commits (no write skew).
                 sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
                     .bind(postgres::LOCK_NAMESPACE_QUEUE)
-                    .bind(queue)
+                    .bind(&lock_key)
                     .execute(&mut *tx)
                     .await
                     .map_err(map_err)?;
             }
-            let (mine, total): (i64, i64) = sqlx::query_as(
-                "SELECT COALESCE(SUM(CASE WHEN executor_id = $2 THEN 1 ELSE 0 END), 0), COUNT(*) \
-                 FROM manent_workflows WHERE queue_name = $1 AND status = 'PENDING'")
+            let running: Vec<(i64, Option<String>, String, i64)> = sqlx::query_as(
+                "SELECT CAST(0 AS BIGINT), executor_id, partition_key, COUNT(*) FROM manent_workflows \
+                 WHERE queue_name = $1 AND status = 'PENDING' GROUP BY executor_id, partition_key \
+                 UNION ALL \
+                 SELECT CAST(1 AS BIGINT), executor_id, partition_key, COUNT(*) FROM manent_workflows \
+                 WHERE limit_group = $2 AND status = 'PENDING' GROUP BY executor_id, partition_key")
                 .bind(queue)
-                .bind(executor_id)
-                .fetch_one(&mut *tx)
+                .bind(&group)
+                .fetch_all(&mut *tx)
                 .await
                 .map_err(map_err)?;
-            let mut free = i64::from(limits.worker) - mine;
-            if limits.global > 0 {
-                free = free.min(i64::from(limits.global) - total);
+            let running: Vec<claim::Running> = running
+                .into_iter()
+                .map(|(scope, executor_id, partition_key, count)| claim::Running {
+                    in_group: scope == 1,
+                    executor_id,
+                    partition_key,
+                    count,
+                })
+                .collect();
+            let mut plan = claim::ClaimPlan::new(&limits, executor_id, max, &running);
+            let mut picked: Vec<String> = Vec::new();
+            // Read the backlog in claim order through `manent_workflows_claimable`,
+            // a page at a time, leaving out the partitions that are full: the
+            // rows read follow what can be taken, not how much is queued.
+            let mut after: Option<(i64, i64, String)> = None;
+            while plan.free > 0 {
+                let full: Vec<String> = plan.full_partitions().map(str::to_string).collect();
+                // Past this many, the partitions are skipped here rather than in SQL.
+                let exclude = if full.len() <= 500 { full.as_slice() } else { &[] };
+                let page = (plan.free * 2).max(16);
+                let mut sql = String::from(
+                    "SELECT id, partition_key, priority, created_seq FROM manent_workflows \
+                     WHERE queue_name = $1 AND status = 'ENQUEUED' AND not_before <= $2",
+                );
+                let mut n = 2;
+                if after.is_some() {
+                    sql.push_str(" AND (priority, created_seq, id) > ($3, $4, $5)");
+                    n = 5;
+                }
+                if !exclude.is_empty() {
+                    let marks: Vec<String> = (1..=exclude.len()).map(|i| format!("${}", n + i)).collect();
+                    sql.push_str(&format!(" AND partition_key NOT IN ({})", marks.join(", ")));
+                }
+                sql.push_str(&format!(" ORDER BY priority, created_seq, id LIMIT {page}"));
+                let mut query = sqlx::query_as::<_, (String, String, i64, i64)>(&sql)
+                    .bind(queue)
+                    .bind(now_ms);
+                if let Some((priority, seq, id)) = &after {
+                    query = query.bind(*priority).bind(*seq).bind(id.clone());
+                }
+                for key in exclude {
+                    query = query.bind(key.clone());
+                }
+                let rows = query.fetch_all(&mut *tx).await.map_err(map_err)?;
+                let exhausted = (rows.len() as i64) < page;
+                for (id, partition, priority, seq) in rows {
+                    if plan.take(&partition) {
+                        picked.push(id.clone());
+                    }
+                    after = Some((priority, seq, id));
+                    if plan.free == 0 {
+                        break;
+                    }
+                }
+                if exhausted {
+                    break;
+                }
             }
-            free = free.min(i64::from(max));
-            if free <= 0 {
+            if picked.is_empty() {
                 Vec::new()
             } else {
-                let partition_limit = limits.partition.map_or(i64::MAX / 4, i64::from);
-                sqlx::query_as(concat!(
-                    "UPDATE manent_workflows SET status = 'PENDING', executor_id = $2, generation = generation + 1, \
-                     attempts = attempts + 1, started_at = COALESCE(started_at, $3), updated_at = $3 \
-                     WHERE status = 'ENQUEUED' AND id IN ( \
-                       WITH running AS ( \
-                         SELECT partition_key, COUNT(*) AS n FROM manent_workflows \
-                         WHERE queue_name = $1 AND status = 'PENDING' GROUP BY partition_key), \
-                       ranked AS ( \
-                         SELECT id, partition_key, priority, created_seq, \
-                           ROW_NUMBER() OVER (PARTITION BY partition_key ORDER BY priority, created_seq, id) AS rn \
-                         FROM manent_workflows WHERE queue_name = $1 AND status = 'ENQUEUED' AND not_before <= $3) \
-                       SELECT r.id FROM ranked r LEFT JOIN running c ON c.partition_key = r.partition_key \
-                       WHERE r.rn + COALESCE(c.n, 0) <= $4 \
-                       ORDER BY r.priority, r.created_seq, r.id LIMIT $5) \
-                     RETURNING ", wf_cols!()))
-                    .bind(queue)
+                let marks: Vec<String> = (4..4 + picked.len()).map(|i| format!("${i}")).collect();
+                let sql = format!(
+                    "UPDATE manent_workflows SET status = 'PENDING', executor_id = $1, limit_group = $2, \
+                     generation = generation + 1, attempts = attempts + 1, started_at = COALESCE(started_at, $3), \
+                     updated_at = $3 WHERE status = 'ENQUEUED' AND id IN ({}) RETURNING {}",
+                    marks.join(", "),
+                    wf_cols!()
+                );
+                let mut query = sqlx::query_as::<_, WorkflowRow>(&sql)
                     .bind(executor_id)
-                    .bind(now_ms)
-                    .bind(partition_limit)
-                    .bind(free)
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(map_err)?
+                    .bind(&group)
+                    .bind(now_ms);
+                for id in &picked {
+                    query = query.bind(id.clone());
+                }
+                let mut rows = query.fetch_all(&mut *tx).await.map_err(map_err)?;
+                // In claim order (RETURNING has none).
+                rows.sort_by_key(|r| picked.iter().position(|id| *id == r.id));
+                rows
             }
         });
         workflows(claimed)
+    }
+
+    async fn running_counts(&self) -> Result<Vec<RunningCount>, StoreError> {
+        let rows: Vec<(String, Option<String>, Option<String>, String, i64)> = with_pool!(self, pool => sqlx::query_as(
+            "SELECT queue_name, limit_group, executor_id, partition_key, COUNT(*) FROM manent_workflows \
+             WHERE status = 'PENDING' GROUP BY queue_name, limit_group, executor_id, partition_key \
+             ORDER BY queue_name, limit_group, executor_id, partition_key")
+            .fetch_all(pool)
+            .await
+            .map_err(map_err))?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(queue, group, executor_id, partition_key, running)| RunningCount {
+                    queue,
+                    group,
+                    executor_id,
+                    partition_key,
+                    running,
+                },
+            )
+            .collect())
     }
 
     async fn next_not_before(&self, queue: &str, now_ms: i64) -> Result<Option<i64>, StoreError> {
