@@ -67,8 +67,11 @@ impl From<EngineError> for AppError {
     fn from(e: EngineError) -> Self {
         match e {
             EngineError::Store(s) => s.into(),
-            EngineError::NotFound(_) => AppError::NotFound(e.to_string()),
+            EngineError::NotFound(_) | EngineError::UnknownExecutor(_) => {
+                AppError::NotFound(e.to_string())
+            }
             EngineError::InvalidState { .. }
+            | EngineError::ExecutorAlive { .. }
             | EngineError::Deduplicated { .. }
             | EngineError::IdConflict { .. } => AppError::Conflict(e.to_string()),
             EngineError::InvalidInput(m) => AppError::BadRequest {

@@ -171,14 +171,23 @@ async fn list_queues(State(state): State<AppState>) -> Result<Json<Vec<QueueView
     Ok(Json(views::queues(&state.client, &state.config).await?))
 }
 
+#[derive(serde::Deserialize)]
+struct RecoverQuery {
+    /// Recover even an executor whose lease is live (its process is stopped at its next renewal).
+    #[serde(default)]
+    force: bool,
+}
+
 async fn recover_executor(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
     Path(id): Path<String>,
+    Query(query): Query<RecoverQuery>,
 ) -> Result<Json<serde_json::Value>, AppError> {
     require(&caller, Action::Administer, None)?;
-    let recovered = state.client.recover_executor(&id).await?;
-    tracing::warn!(executor_id = %id, by = %caller.token.name, count = recovered.len(), "manual recovery");
+    let by = format!("token {}", caller.token.name);
+    let recovered = state.client.recover_executor(&id, query.force, &by).await?;
+    tracing::warn!(executor_id = %id, by = %caller.token.name, force = query.force, count = recovered.len(), "manual recovery");
     Ok(Json(json!({ "executor_id": id, "recovered": recovered })))
 }
 

@@ -459,7 +459,46 @@ async fn real_answers_fit_the_documented_schemas() {
     let (status, body) = api
         .call("POST", "/api/v1/executors/gone/recover", Some(&admin), "")
         .await;
-    assert_eq!(status, StatusCode::OK, "an admin may recover: {body}");
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "an executor that never existed is an error: {body}"
+    );
+    assert_fits(
+        &doc,
+        "POST",
+        "/api/v1/executors/{id}/recover",
+        status,
+        &body,
+    );
+    let live = format!("/api/v1/executors/{}/recover", worker.executor_id());
+    let (status, body) = api.call("POST", &live, Some(&admin), "").await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "a live worker is not recovered without force: {body}"
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("live lease")),
+        "the refusal says why: {body}"
+    );
+    assert_fits(
+        &doc,
+        "POST",
+        "/api/v1/executors/{id}/recover",
+        status,
+        &body,
+    );
+    let (status, body) = api
+        .call("POST", &format!("{live}?force=true"), Some(&admin), "")
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "an admin may force a recovery: {body}"
+    );
     assert_fits(
         &doc,
         "POST",

@@ -91,10 +91,15 @@ enum Command {
     Workers,
     /// Which worker runs each deploy, and recent events.
     Activity,
-    /// Hands the pending deploys of an executor back to the queues.
+    /// Hands the pending deploys of an executor back to the queues. An
+    /// executor that is alive (live lease) is refused unless --force.
     Recover {
         #[arg(long)]
         executor: String,
+        /// Recover even a live executor: its lease is revoked and its process
+        /// stops (killing its commands) at its next renewal.
+        #[arg(long)]
+        force: bool,
     },
     /// Recurring deploys (`schedule.cron`) with their next tick.
     Schedules,
@@ -235,10 +240,11 @@ async fn run(args: Args) -> Result<u8, CliError> {
             render::print(json, &activity, render::activity);
             Ok(0)
         }
-        Command::Recover { executor } => {
+        Command::Recover { executor, force } => {
+            let query = if force { "?force=true" } else { "" };
             let out = api
                 .post(
-                    &format!("/api/v1/executors/{executor}/recover"),
+                    &format!("/api/v1/executors/{executor}/recover{query}"),
                     &Value::Null,
                 )
                 .await?;

@@ -461,6 +461,14 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
             }
         }
     }
+    // A cancelled deploy stopped its commands: what had not finished never will.
+    if record.status == WorkflowStatus::Cancelled {
+        for t in &mut view.targets {
+            if t.status == "pending" || t.status == "deploying" {
+                t.status = "cancelled".into();
+            }
+        }
+    }
     let request = request_of(&record);
     view.effective = request.as_ref().and_then(|r| r.effective.clone());
     if view.phase == "waiting_approval" {
@@ -572,6 +580,16 @@ pub async fn logs(client: &Client, id: &str) -> Result<Option<Vec<String>>, Engi
             "{when} [{}] {} {} (attempts {}){error}",
             s.executor_id, s.name, s.status, s.attempts
         ));
+    }
+    for recovery in client
+        .events(id)
+        .await?
+        .iter()
+        .filter(|e| e.key.starts_with("recovery:"))
+    {
+        let note = serde_json::from_str::<String>(&recovery.value)
+            .unwrap_or_else(|_| recovery.value.clone());
+        lines.push(format!("{} {note}", rfc3339(recovery.updated_at_ms)));
     }
     for t in &view.targets {
         lines.push(format!(

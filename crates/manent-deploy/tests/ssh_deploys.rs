@@ -748,7 +748,7 @@ async fn a_deploy_resumed_on_another_worker_fetches_and_verifies_the_artifact_ag
     let recovered = b
         .engine
         .client()
-        .recover_executor(&a_id)
+        .recover_executor(&a_id, false, "test")
         .await
         .expect("recover worker A's deploys");
     assert_eq!(
@@ -811,4 +811,95 @@ async fn a_deploy_resumed_on_another_worker_fetches_and_verifies_the_artifact_ag
         );
     }
     b.stop().await;
+}
+
+/// Gone, or a zombie nobody reaped yet (it runs nothing).
+fn process_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_deploy_kills_its_local_and_remote_commands_on_sqlite() {
+    cancelling_a_deploy_kills_its_local_and_remote_commands(Db::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_deploy_kills_its_local_and_remote_commands_on_postgres() {
+    cancelling_a_deploy_kills_its_local_and_remote_commands(Db::Postgres).await;
+}
+
+async fn cancelling_a_deploy_kills_its_local_and_remote_commands(backend: Db) {
+    let site = Site::new(backend, TWO_TARGETS_TWO_REGIONS).await;
+    let pids = site.db.path("pids");
+    std::fs::create_dir_all(&pids).expect("create the pid directory");
+    // t1 over SSH, t2 on the worker itself; each command starts a `sleep` it waits for.
+    let h = &site.hosts.hosts[0];
+    let text = format!(
+        "targets:\n  - {{name: t1, host: {}, port: {}, user: {}}}\n  - {{name: t2, host: local}}\n\
+         ssh: {{key: {}, known_hosts: {}}}\n\
+         deploy:\n  plugin: command\n  commands:\n    - {}\n\
+         rollout: {{max_parallel: 2}}\n",
+        q(&h.addr),
+        h.port,
+        q(&site.hosts.user),
+        q(path_str(&site.hosts.client_key)),
+        q(path_str(&site.hosts.known_hosts)),
+        q(format!(
+            "sleep 600 & echo $! > {dir}/$MANENT_TARGET.tmp && mv {dir}/$MANENT_TARGET.tmp {dir}/$MANENT_TARGET.pid; wait",
+            dir = path_str(&pids)
+        )),
+    );
+    std::fs::write(site.source.join("acme/web/prod.yml"), text)
+        .expect("write the environment file");
+    let worker = site.worker(&executor_id("cancel")).await;
+    let v1 = site.artifact("v1");
+    let id = site.submit(&worker, &v1, &v1.sha256, false).await;
+
+    let mut running = Vec::new();
+    for target in ["t1", "t2"] {
+        let file = pids.join(format!("{target}.pid"));
+        let pid = manent_testkit::eventually(&format!("{target}'s command runs"), WAIT, || async {
+            std::fs::read_to_string(&file)
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+        })
+        .await;
+        assert!(
+            !process_gone(pid),
+            "{target}'s command runs before the cancel"
+        );
+        running.push((target, pid));
+    }
+    let client = worker.engine.client();
+    assert_eq!(
+        client.cancel(&id).await.expect("cancel the deploy"),
+        WorkflowStatus::Cancelled,
+        "the deploy is cancelled"
+    );
+    for (target, pid) in running {
+        manent_testkit::eventually(
+            &format!("{target}'s command is killed by the cancel"),
+            WAIT,
+            || async { process_gone(pid).then_some(()) },
+        )
+        .await;
+    }
+    manent_testkit::eventually("the worker stops the cancelled run", WAIT, || async {
+        (worker.engine.running_count() == 0).then_some(())
+    })
+    .await;
+    let status = service::status(&client, &id).await.unwrap().unwrap();
+    for name in ["t1", "t2"] {
+        assert_eq!(
+            target(&status, name).status,
+            "cancelled",
+            "{name} is recorded as cancelled, not left deploying"
+        );
+    }
+    worker.stop().await;
 }

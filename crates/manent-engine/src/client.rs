@@ -229,9 +229,55 @@ impl Client {
     }
 
     /// Hands the PENDING workflows of `executor_id` back to their queues, for
-    /// any worker to resume. Its runner, if still alive, is fenced.
-    pub async fn recover_executor(&self, executor_id: &str) -> Result<Vec<String>, EngineError> {
-        Ok(self.store.recover_executor(executor_id, now_ms()).await?)
+    /// any worker to resume. An executor whose lease is live is refused unless
+    /// `force`: forcing revokes its lease too, so the live process stops (and
+    /// kills its commands) at its next renewal instead of running on. `by`
+    /// names who asked; the recovery is noted in every workflow it moved.
+    pub async fn recover_executor(
+        &self,
+        executor_id: &str,
+        force: bool,
+        by: &str,
+    ) -> Result<Vec<String>, EngineError> {
+        let executor = self.store.get_executor(executor_id).await?;
+        let lease = self.store.get_executor_lease(executor_id).await?;
+        let holds_work = !self
+            .store
+            .list_workflows(&WorkflowFilter {
+                executor_id: Some(executor_id.to_string()),
+                status: Some(WorkflowStatus::Pending),
+                limit: Some(1),
+                ..Default::default()
+            })
+            .await?
+            .is_empty();
+        if executor.is_none() && lease.is_none() && !holds_work {
+            return Err(EngineError::UnknownExecutor(executor_id.to_string()));
+        }
+        let now = now_ms();
+        let live = lease.filter(|l| l.is_live(now));
+        if let Some(lease) = &live {
+            if !force {
+                return Err(EngineError::ExecutorAlive {
+                    executor_id: executor_id.to_string(),
+                    host: lease.host.clone(),
+                    pid: lease.pid,
+                    renewed_secs_ago: u64::try_from((now - lease.renewed_at_ms).max(0) / 1000)
+                        .unwrap_or(0),
+                });
+            }
+            self.store.end_executor_lease(executor_id, None).await?;
+        }
+        let note = match &live {
+            Some(l) => format!(
+                "recovered from executor {executor_id} by {by} with --force (its lease was live: host {}, pid {}; revoked)",
+                l.host, l.pid
+            ),
+            None => format!("recovered from executor {executor_id} by {by}"),
+        };
+        // Events hold JSON.
+        let note = serde_json::Value::String(note).to_string();
+        Ok(self.store.recover_executor(executor_id, &note, now).await?)
     }
 
     pub async fn executors(&self) -> Result<Vec<ExecutorRecord>, EngineError> {

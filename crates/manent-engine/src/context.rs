@@ -178,16 +178,38 @@ impl WorkflowContext {
         }
     }
 
+    /// Writes a step record. A database that is briefly unreachable (a cut
+    /// connection, a failover) is waited for as long as the executor lease
+    /// lets this process act: a blip must not make a finished step run again.
     async fn write(&self, step: &StepRecord) -> Result<(), WorkflowError> {
-        match self
-            .inner
-            .shared
-            .store
-            .record_step(&self.inner.lease, step)
-            .await?
-        {
-            Checkpoint::Written => Ok(()),
-            Checkpoint::Fenced => Err(self.why_fenced().await),
+        let shared = &self.inner.shared;
+        let mut wait = Duration::from_millis(50);
+        loop {
+            match shared.store.record_step(&self.inner.lease, step).await {
+                Ok(Checkpoint::Written) => return Ok(()),
+                Ok(Checkpoint::Fenced) => return Err(self.why_fenced().await),
+                Err(e) if e.is_transient() && shared.lease_live() && !shared.is_stopping() => {
+                    tracing::warn!(workflow_id = %self.workflow_id(), step = %step.name, error = %e, retry_in = ?wait, "cannot record the step; retrying while the executor lease holds");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(1));
+                }
+                Err(e) if e.is_transient() && !shared.lease_live() => {
+                    return Err(WorkflowError::Fenced);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Fails with [`WorkflowError::Fenced`] when this process may not act on
+    /// its executor id any more (its lease ran out or was taken). Checked
+    /// before every step; workflow code calls it before starting anything
+    /// outside the process (a command, an upload) in the middle of a step.
+    pub fn ensure_live(&self) -> Result<(), WorkflowError> {
+        if self.inner.shared.lease_live() {
+            Ok(())
+        } else {
+            Err(WorkflowError::Fenced)
         }
     }
 
@@ -272,6 +294,7 @@ impl WorkflowContext {
                     StepStatus::Running => {}
                 }
             }
+            self.ensure_live()?;
             let started = now_ms();
             if policy.record_start {
                 self.write(&self.record(index, &name, StepStatus::Running, 0, started))
@@ -297,6 +320,7 @@ impl WorkflowContext {
                         let wait = policy.backoff(attempt);
                         tracing::info!(workflow_id = %self.workflow_id(), step = %name, attempt, error = %e, retry_in = ?wait, "step failed; retrying");
                         tokio::time::sleep(wait).await;
+                        self.ensure_live()?;
                     }
                     Err(e) => {
                         let message = e.to_string();

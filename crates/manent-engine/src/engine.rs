@@ -26,8 +26,9 @@ use crate::{
     error::{EngineError, StoreError, WorkflowError},
     now_ms,
     store::{
-        Checkpoint, ClaimLimits, ExecutorRecord, ExecutorState, Lease, LimitGroup, Liveness,
-        QueueRecord, Store, Wakeup, WorkflowRecord, WorkflowStatus,
+        Checkpoint, ClaimLimits, ExecutorLease, ExecutorRecord, ExecutorState, Lease, LeaseGrant,
+        LimitGroup, Liveness, QueueRecord, Renewal, Store, Wakeup, WorkflowFilter, WorkflowRecord,
+        WorkflowStatus,
     },
 };
 
@@ -167,6 +168,19 @@ pub(crate) struct Shared {
     liveness: Mutex<Option<Liveness>>,
     background: Mutex<Vec<JoinHandle<()>>>,
     state: Mutex<ExecutorState>,
+    /// This process's name in the executor lease: host, pid and a random part.
+    holder: String,
+    /// Until when (monotonic) this process may act on its executor id: the
+    /// last renewal's send time plus the fence window, safely before the
+    /// lease's deadline others act on. `None` before the id is taken.
+    act_until: Mutex<Option<Instant>>,
+    /// Set while the lease could not be renewed in time: no step starts, no
+    /// workflow is claimed, and the runs that were going were stopped.
+    self_fenced: AtomicBool,
+    /// Notified at each renewal (the fence watchdog waits for it).
+    renewed: Notify,
+    /// Set once the lease was taken by another process (or revoked): why.
+    lost: watch::Sender<Option<String>>,
 }
 
 impl Shared {
@@ -179,6 +193,57 @@ impl Shared {
     pub(crate) fn is_stopping(&self) -> bool {
         *self.stopping.borrow()
     }
+
+    /// Whether this process may start a step or a command now: it holds its
+    /// executor id's lease and renewed it recently enough that nobody else
+    /// may act on the id yet. A monotonic clock, so a process that was paused
+    /// past its deadline learns it before doing anything on waking.
+    pub(crate) fn lease_live(&self) -> bool {
+        if self.lost.borrow().is_some() || self.self_fenced.load(Ordering::SeqCst) {
+            return false;
+        }
+        match *lock(&self.act_until) {
+            Some(until) => Instant::now() < until,
+            // Not launched through `launch` (no id taken): nothing to fence.
+            None => !self.launched.load(Ordering::SeqCst),
+        }
+    }
+
+    /// How long after sending a renewal this process may go on acting: a
+    /// quarter of `stale_after` short of the deadline it wrote, leaving room
+    /// to stop its runs and kill their commands before anyone takes over.
+    fn fence_window(&self) -> Duration {
+        self.config.stale_after - self.config.stale_after / 4
+    }
+
+    fn stale_ms(&self) -> i64 {
+        i64::try_from(self.config.stale_after.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// Stops every run of this executor now: their futures are dropped, which
+    /// kills the commands they started. They stay PENDING under this id.
+    fn stop_all_runs(&self) -> Vec<String> {
+        let runs: Vec<(String, Running)> = lock(&self.running).drain().collect();
+        let ids = runs.iter().map(|(id, _)| id.clone()).collect();
+        for (_, run) in runs {
+            run.handle.abort();
+        }
+        self.run_finished.notify_waiters();
+        ids
+    }
+
+    /// Stops one run whose lease no longer holds (cancelled, recovered away).
+    fn stop_run(&self, workflow_id: &str) -> bool {
+        let run = lock(&self.running).remove(workflow_id);
+        match run {
+            Some(run) => {
+                run.handle.abort();
+                self.run_finished.notify_waiters();
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// A durable workflow executor. Cheap to clone; clones share the executor.
@@ -189,6 +254,12 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(store: Arc<dyn Store>, config: EngineConfig) -> Self {
+        let holder = format!(
+            "{}/{}/{}",
+            config.host,
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        );
         Engine {
             shared: Arc::new(Shared {
                 store,
@@ -203,6 +274,11 @@ impl Engine {
                 liveness: Mutex::new(None),
                 background: Mutex::default(),
                 state: Mutex::new(ExecutorState::Running),
+                holder,
+                act_until: Mutex::new(None),
+                self_fenced: AtomicBool::new(false),
+                renewed: Notify::new(),
+                lost: watch::channel(None).0,
             }),
         }
     }
@@ -314,57 +390,100 @@ impl Engine {
         }
 
         let heartbeat = tokio::spawn(heartbeat_loop(shared.clone()));
+        let watchdog = tokio::spawn(fence_watchdog(shared.clone()));
+        let watcher = tokio::spawn(run_watcher(shared.clone()));
         let claimer = tokio::spawn(claim_loop(shared.clone()));
-        lock(&shared.background).extend([heartbeat, claimer]);
+        lock(&shared.background).extend([heartbeat, watchdog, watcher, claimer]);
         tracing::info!(executor_id = %config.executor_id, host = %config.host, queues = ?queues.iter().map(|q| &q.name).collect::<Vec<_>>(), "executor started");
         Ok(())
     }
 
-    /// The duplicate-id rule. A live holder of the id keeps it: we wait up
-    /// to `stale_after` (a crashed holder's heartbeat goes stale meanwhile)
-    /// and then refuse, naming its host. Where the backend proves the holder
-    /// dead (its lock is free), we take over at once.
+    /// The duplicate-id rule, on leases. A live lease keeps the id with its
+    /// holder: we say at once that we wait, wait up to `stale_after` (a
+    /// crashed or paused holder's lease runs out meanwhile) and then refuse,
+    /// naming its host. The backend's lock only proves a holder dead at once:
+    /// the lock is free *and* the holder ran on this host under a pid that is
+    /// gone. A free lock alone proves nothing (a PostgreSQL connection cut
+    /// frees it while its process lives on).
     async fn take_executor_id(&self) -> Result<Liveness, EngineError> {
         let shared = &self.shared;
         let config = &shared.config;
         let started = Instant::now();
-        let stale_ms = i64::try_from(config.stale_after.as_millis()).unwrap_or(i64::MAX);
+        let mut announced = false;
         loop {
             let proof = shared.store.acquire_liveness(&config.executor_id).await?;
-            if matches!(proof, Liveness::Acquired(_)) {
-                return Ok(proof);
-            }
-            let existing = shared.store.get_executor(&config.executor_id).await?;
+            let previous = shared.store.get_executor_lease(&config.executor_id).await?;
+            let proven_dead = matches!(proof, Liveness::Acquired(_))
+                && previous
+                    .as_ref()
+                    .is_some_and(|l| l.host == config.host && !process_alive(l.pid));
+            let sent = Instant::now();
             let now = now_ms();
-            let fresh = |e: &ExecutorRecord| now - e.heartbeat_at_ms < stale_ms;
-            let holder_active = match (&proof, &existing) {
-                // The lock is held: the holder is alive, unless it stopped
-                // heartbeating (paused); taking over a paused holder is safe
-                // because its workflows get a new generation and it is fenced.
-                (Liveness::HeldElsewhere, Some(e)) => e.state == ExecutorState::Stopped || fresh(e),
-                (Liveness::HeldElsewhere, None) => true,
-                (_, Some(e)) => e.state != ExecutorState::Stopped && fresh(e),
-                (_, None) => false,
+            let lease = ExecutorLease {
+                executor_id: config.executor_id.clone(),
+                holder: shared.holder.clone(),
+                host: config.host.clone(),
+                pid: i64::from(std::process::id()),
+                acquired_at_ms: now,
+                renewed_at_ms: now,
+                expires_at_ms: now.saturating_add(shared.stale_ms()),
             };
-            if !holder_active {
-                return Ok(proof);
+            match shared
+                .store
+                .acquire_executor_lease(&lease, proven_dead)
+                .await?
+            {
+                LeaseGrant::Granted => {
+                    if let Some(prev) = previous.filter(|p| p.holder != shared.holder) {
+                        let why = if proven_dead {
+                            "its process is gone"
+                        } else {
+                            "its lease ran out"
+                        };
+                        tracing::info!(executor_id = %config.executor_id, previous_host = %prev.host, previous_pid = prev.pid, "took over the executor id: {why}");
+                    }
+                    *lock(&shared.act_until) = Some(sent + shared.fence_window());
+                    return Ok(proof);
+                }
+                LeaseGrant::Held(holder) => {
+                    let age_secs =
+                        u64::try_from((now - holder.renewed_at_ms).max(0) / 1000).unwrap_or(0);
+                    // The holder's lease outlives our wait only if it is renewed: it is alive.
+                    if started.elapsed() >= config.stale_after + LEASE_POLL {
+                        return Err(EngineError::DuplicateExecutor {
+                            executor_id: config.executor_id.clone(),
+                            host: holder.host,
+                            pid: holder.pid,
+                            age_secs,
+                        });
+                    }
+                    if !announced {
+                        announced = true;
+                        tracing::warn!(executor_id = %config.executor_id, holder_host = %holder.host, holder_pid = holder.pid, "executor id held by a live worker (lease renewed {age_secs}s ago); waiting up to stale_after ({:?}) for its lease to run out before refusing", config.stale_after);
+                    }
+                }
             }
-            if started.elapsed() >= config.stale_after {
-                let (host, pid, heartbeat) = existing
-                    .map_or(("unknown".to_string(), 0, now), |e| {
-                        (e.host, e.pid, e.heartbeat_at_ms)
-                    });
-                return Err(EngineError::DuplicateExecutor {
-                    executor_id: config.executor_id.clone(),
-                    host,
-                    pid,
-                    age_secs: u64::try_from((now - heartbeat).max(0) / 1000).unwrap_or(0),
-                });
+            drop(proof);
+            tokio::time::sleep(LEASE_POLL).await;
+        }
+    }
+
+    /// Resolves when this process lost its executor id to another process
+    /// (which took over after its lease ran out, or a forced recovery): the
+    /// process must stop at once and exit non-zero. Its runs are already
+    /// stopped and their commands killed when this resolves.
+    pub async fn lease_lost(&self) -> EngineError {
+        let mut lost = self.shared.lost.subscribe();
+        loop {
+            if let Some(detail) = lost.borrow_and_update().clone() {
+                return EngineError::LeaseLost {
+                    executor_id: self.shared.config.executor_id.clone(),
+                    detail,
+                };
             }
-            if started.elapsed() < Duration::from_millis(10) {
-                tracing::warn!(executor_id = %config.executor_id, "executor id in use by a live worker; waiting up to stale_after ({:?}) for it to go away", config.stale_after);
+            if lost.changed().await.is_err() {
+                return std::future::pending().await;
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
@@ -383,10 +502,13 @@ impl Engine {
             };
         }
         let id = &shared.config.executor_id;
-        if let Err(e) = shared
-            .store
-            .heartbeat(id, ExecutorState::Draining, now_ms())
-            .await
+        // A process that lost its id writes nothing under it any more.
+        let lost = shared.lost.borrow().is_some();
+        if !lost
+            && let Err(e) = shared
+                .store
+                .heartbeat(id, ExecutorState::Draining, now_ms())
+                .await
         {
             tracing::warn!(error = %e, "could not record the draining state");
         }
@@ -411,6 +533,7 @@ impl Engine {
         for (workflow_id, run) in left {
             // Read before the abort: dropping the aborted run ends its waits.
             let waiting = run.waits.load(Ordering::SeqCst) > 0;
+            // Dropping the run's future kills the commands it started.
             run.handle.abort();
             // A run in a durable wait goes back to its queue, so a live worker
             // takes it over now rather than at this executor's restart.
@@ -430,12 +553,22 @@ impl Engine {
             task.abort();
         }
         *lock(&shared.state) = ExecutorState::Stopped;
-        if let Err(e) = shared
-            .store
-            .heartbeat(id, ExecutorState::Stopped, now_ms())
-            .await
-        {
-            tracing::warn!(error = %e, "could not record the stopped state");
+        if !lost {
+            if let Err(e) = shared
+                .store
+                .heartbeat(id, ExecutorState::Stopped, now_ms())
+                .await
+            {
+                tracing::warn!(error = %e, "could not record the stopped state");
+            }
+            // A clean stop frees the id at once for the next process.
+            if let Err(e) = shared
+                .store
+                .end_executor_lease(id, Some(&shared.holder))
+                .await
+            {
+                tracing::warn!(error = %e, "could not end the executor lease; the next process waits for it to run out");
+            }
         }
         lock(&shared.liveness).take();
         if !left_pending.is_empty() {
@@ -455,6 +588,12 @@ fn spawn_run(shared: &Arc<Shared>, record: WorkflowRecord) {
         tracing::error!(workflow_id = %record.id, "claimed workflow has no executor; skipping");
         return;
     };
+    if !shared.lease_live() {
+        // It stays PENDING under this id: resumed when the lease is renewed,
+        // or recovered elsewhere.
+        tracing::warn!(workflow_id = %record.id, "not started: the executor lease is not live");
+        return;
+    }
     let token = shared.next_token.fetch_add(1, Ordering::Relaxed);
     let mut running = lock(&shared.running);
     if let Some(old) = running.remove(&record.id) {
@@ -611,13 +750,21 @@ async fn finish(
     }
 }
 
+/// How often a newcomer looks at a held lease again.
+const LEASE_POLL: Duration = Duration::from_millis(200);
+
+/// Renews the lease, then records the heartbeat, then (if configured)
+/// recovers stale executors. Ends when the lease is lost.
 async fn heartbeat_loop(shared: Arc<Shared>) {
     let config = &shared.config;
     let mut ticker = tokio::time::interval(config.heartbeat_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let stale_ms = i64::try_from(config.stale_after.as_millis()).unwrap_or(i64::MAX);
+    let stale_ms = shared.stale_ms();
     loop {
         ticker.tick().await;
+        if !renew_lease(&shared).await {
+            return;
+        }
         let state = *lock(&shared.state);
         if let Err(e) = shared
             .store
@@ -627,7 +774,7 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
             tracing::warn!(error = %e, "heartbeat failed");
             continue;
         }
-        if config.automatic_recovery && state == ExecutorState::Running {
+        if config.automatic_recovery && state == ExecutorState::Running && shared.lease_live() {
             let now = now_ms();
             match shared
                 .store
@@ -642,6 +789,198 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
             }
         }
     }
+}
+
+/// One renewal of the executor lease. Returns `false` once the lease is lost
+/// for good (taken by another process, or revoked).
+async fn renew_lease(shared: &Arc<Shared>) -> bool {
+    let config = &shared.config;
+    let sent = Instant::now();
+    let now = now_ms();
+    // Bounded, so a hung connection cannot hold the loop past the lease.
+    let renewal = tokio::time::timeout(
+        config.stale_after,
+        shared.store.renew_executor_lease(
+            &config.executor_id,
+            &shared.holder,
+            now,
+            now.saturating_add(shared.stale_ms()),
+        ),
+    )
+    .await;
+    match renewal {
+        Ok(Ok(Renewal::Renewed)) => {
+            *lock(&shared.act_until) = Some(sent + shared.fence_window());
+            shared.renewed.notify_one();
+            if shared.self_fenced.load(Ordering::SeqCst) && !shared.is_stopping() {
+                // Nobody took the id while we could not renew: go on with
+                // whatever was not recovered away meanwhile.
+                match shared
+                    .store
+                    .take_over_own(&config.executor_id, now_ms())
+                    .await
+                {
+                    Ok(records) => {
+                        shared.self_fenced.store(false, Ordering::SeqCst);
+                        tracing::warn!(executor_id = %config.executor_id, resumed = records.len(), "executor lease renewed again; resuming this executor's pending workflows");
+                        for record in records {
+                            spawn_run(shared, record);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "lease renewed but the pending workflows cannot be read; trying again at the next renewal");
+                    }
+                }
+            }
+            true
+        }
+        Ok(Ok(Renewal::Lost(current))) => {
+            lose_lease(shared, current);
+            false
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot renew the executor lease; retrying");
+            true
+        }
+        Err(_) => {
+            tracing::warn!(timeout = ?config.stale_after, "renewing the executor lease timed out; retrying");
+            true
+        }
+    }
+}
+
+/// Another process holds our id now (or a forced recovery revoked it): stop
+/// every run (killing its commands), stop claiming, and tell the binary.
+fn lose_lease(shared: &Shared, current: Option<ExecutorLease>) {
+    let detail = match current {
+        Some(l) => format!("it is now held by host `{}`, pid {}", l.host, l.pid),
+        None => "its lease was revoked by a forced recovery".to_string(),
+    };
+    shared.self_fenced.store(true, Ordering::SeqCst);
+    let _ = shared.stopping.send(true);
+    let stopped = shared.stop_all_runs();
+    tracing::error!(executor_id = %shared.config.executor_id, stopped = ?stopped, "executor lease lost: {detail}; stopped every run and its commands");
+    shared.lost.send_replace(Some(detail));
+}
+
+/// Fences this process when its lease was not renewed in time: every run is
+/// stopped (their commands killed) before the deadline others act on.
+async fn fence_watchdog(shared: Arc<Shared>) {
+    loop {
+        let until = lock(&shared.act_until).unwrap_or_else(Instant::now);
+        if Instant::now() < until {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => {}
+                _ = shared.renewed.notified() => {}
+            }
+            continue;
+        }
+        if !shared.self_fenced.swap(true, Ordering::SeqCst) {
+            let stopped = shared.stop_all_runs();
+            tracing::error!(executor_id = %shared.config.executor_id, stopped = ?stopped, "the executor lease could not be renewed in time: stopped every run and its commands before another worker may take over; they resume here if the lease is renewed, elsewhere after recovery");
+        }
+        shared.renewed.notified().await;
+    }
+}
+
+/// Stops the runs whose workflow is no longer ours (cancelled, recovered
+/// away, finished elsewhere): at once on a wake-up for the workflow, and at
+/// every heartbeat interval for what no wake-up told us (SQLite across processes).
+async fn run_watcher(shared: Arc<Shared>) {
+    let mut wakeups = shared.store.subscribe();
+    let mut ticker = tokio::time::interval(shared.config.heartbeat_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut bus_open = true;
+    loop {
+        let wakeup = async {
+            if bus_open {
+                wakeups.recv().await
+            } else {
+                std::future::pending().await
+            }
+        };
+        tokio::select! {
+            _ = ticker.tick() => check_all_runs(&shared).await,
+            wakeup = wakeup => match wakeup {
+                Ok(Wakeup::Workflow(id)) => check_run(&shared, &id).await,
+                Ok(Wakeup::Queue(_)) => {}
+                Err(RecvError::Lagged(_)) => check_all_runs(&shared).await,
+                Err(RecvError::Closed) => bus_open = false,
+            },
+        }
+    }
+}
+
+fn run_lease(shared: &Shared, workflow_id: &str) -> Option<Lease> {
+    lock(&shared.running)
+        .get(workflow_id)
+        .map(|run| run.lease.clone())
+}
+
+fn lease_holds(record: &WorkflowRecord, lease: &Lease) -> bool {
+    record.status == WorkflowStatus::Pending
+        && record.executor_id.as_deref() == Some(lease.executor_id.as_str())
+        && record.generation == lease.generation
+}
+
+async fn check_run(shared: &Shared, workflow_id: &str) {
+    let Some(lease) = run_lease(shared, workflow_id) else {
+        return;
+    };
+    if let Ok(record) = shared.store.get_workflow(workflow_id).await {
+        let holds = record.as_ref().is_some_and(|r| lease_holds(r, &lease));
+        if !holds && run_lease(shared, workflow_id) == Some(lease) && shared.stop_run(workflow_id) {
+            let status = record.map(|r| r.status.to_string()).unwrap_or_default();
+            tracing::info!(
+                workflow_id,
+                status,
+                "stopped the run: the workflow is no longer ours (cancelled or recovered)"
+            );
+        }
+    }
+}
+
+async fn check_all_runs(shared: &Shared) {
+    let leases: Vec<Lease> = lock(&shared.running)
+        .values()
+        .map(|run| run.lease.clone())
+        .collect();
+    if leases.is_empty() {
+        return;
+    }
+    let Ok(ours) = shared
+        .store
+        .list_workflows(&WorkflowFilter {
+            status: Some(WorkflowStatus::Pending),
+            executor_id: Some(shared.config.executor_id.clone()),
+            limit: Some(i64::MAX),
+            ..Default::default()
+        })
+        .await
+    else {
+        return;
+    };
+    let held: HashSet<(String, i64)> = ours.into_iter().map(|r| (r.id, r.generation)).collect();
+    for lease in leases {
+        if !held.contains(&(lease.workflow_id.clone(), lease.generation)) {
+            check_run(shared, &lease.workflow_id).await;
+        }
+    }
+}
+
+/// Whether a process with this pid exists on this host (a pid we may not
+/// signal exists too).
+fn process_alive(pid: i64) -> bool {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return false;
+    };
+    !matches!(
+        rustix::process::test_kill_process(pid),
+        Err(rustix::io::Errno::SRCH)
+    )
 }
 
 /// Claims whenever a queue we serve may have work: on a wake-up, on the
@@ -728,7 +1067,7 @@ async fn claim_loop(shared: Arc<Shared>) {
 async fn claim_queue(shared: &Arc<Shared>, spec: &QueueSpec) -> Result<Option<i64>, StoreError> {
     let config = &shared.config;
     loop {
-        if shared.is_stopping() {
+        if shared.is_stopping() || !shared.lease_live() {
             return Ok(None);
         }
         let claimed = shared

@@ -44,6 +44,25 @@ pub enum EngineError {
         pid: i64,
         age_secs: u64,
     },
+    /// `recover` of an id no executor ever had and that holds nothing.
+    #[error("unknown executor `{0}`: no worker ever ran with this id; see `manent workers`")]
+    UnknownExecutor(String),
+    /// `recover` of an executor whose lease is live, without `--force`.
+    #[error(
+        "executor `{executor_id}` is alive: it holds a live lease (host `{host}`, pid {pid}, renewed {renewed_secs_ago}s ago), \
+         so its workflows may be running right now; stop it first, or pass --force to revoke its lease (it stops at its next renewal)"
+    )]
+    ExecutorAlive {
+        executor_id: String,
+        host: String,
+        pid: i64,
+        renewed_secs_ago: u64,
+    },
+    /// This process's lease on its executor id was taken by another process.
+    #[error(
+        "executor id `{executor_id}` was taken over while this process was not renewing its lease ({detail}); this process stops"
+    )]
+    LeaseLost { executor_id: String, detail: String },
     #[error("workflow `{0}` is not registered on this engine")]
     UnknownWorkflow(String),
     #[error("workflow `{0}` does not exist")]

@@ -52,6 +52,8 @@ on_both_backends!(
     branches_replay_whatever_order_they_completed_in,
     a_workflow_moved_to_another_queue_goes_on_there_under_its_limits,
     a_draining_executor_hands_its_durable_waits_back_to_the_queue,
+    cancelling_a_parent_stops_its_running_step_and_cancels_its_children,
+    recovering_an_unknown_executor_is_an_error,
 );
 
 async fn open(db: &TestDb) -> Arc<dyn Store> {
@@ -674,7 +676,13 @@ async fn manual_recovery_hands_work_to_another_executor_and_fences_the_first(db:
     a.launch().await.unwrap();
     in_step.notified().await;
 
-    let recovered = client.recover_executor("a").await.unwrap();
+    // `a` is alive (its lease live): only a forced recovery takes its work.
+    let refused = client.recover_executor("a", false, "test").await;
+    assert!(
+        matches!(refused, Err(EngineError::ExecutorAlive { .. })),
+        "a live executor is not recovered without force: {refused:?}"
+    );
+    let recovered = client.recover_executor("a", true, "test").await.unwrap();
     assert_eq!(
         recovered,
         vec![wf.id.clone()],
@@ -1279,4 +1287,95 @@ async fn a_draining_executor_hands_its_durable_waits_back_to_the_queue(db: Db) {
         "another executor takes the wait over and receives the message"
     );
     second.shutdown(WAIT).await;
+}
+
+async fn cancelling_a_parent_stops_its_running_step_and_cancels_its_children(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let e = engine(&db, "w").await;
+    let started = Arc::new(Notify::new());
+    // Set when the running step's future is dropped (the run was stopped).
+    let dropped = Arc::new(tokio::sync::watch::channel(false).0);
+    let (s, d) = (started.clone(), dropped.clone());
+    e.register("parent", move |ctx: WorkflowContext, _: ()| {
+        let (started, dropped) = (s.clone(), d.clone());
+        async move {
+            // A pass on a queue nobody serves yet, like a region without a worker.
+            ctx.start_child("child", "nobody", None, ()).await?;
+            ctx.step("long", || async {
+                struct OnDrop(Arc<tokio::sync::watch::Sender<bool>>);
+                impl Drop for OnDrop {
+                    fn drop(&mut self) {
+                        self.0.send_replace(true);
+                    }
+                }
+                let _guard = OnDrop(dropped.clone());
+                started.notify_one();
+                std::future::pending::<()>().await;
+                Ok::<_, String>(())
+            })
+            .await
+        }
+    });
+    e.register(
+        "child",
+        |_ctx: WorkflowContext, _: ()| async move { Ok(()) },
+    );
+    e.listen(QueueSpec::new("q"));
+    e.launch().await.unwrap();
+    let client = e.client();
+    let wf = client
+        .enqueue(EnqueueRequest::new("parent", "q", ()))
+        .await
+        .unwrap();
+    started.notified().await;
+    assert_eq!(
+        client.cancel(&wf.id).await.unwrap(),
+        WorkflowStatus::Cancelled,
+        "the parent is cancelled"
+    );
+    let mut stopped = dropped.subscribe();
+    tokio::time::timeout(WAIT, stopped.wait_for(|d| *d))
+        .await
+        .expect("the running step is stopped by the cancel, not left to finish")
+        .unwrap();
+    let children = client
+        .list(&manent_engine::store::WorkflowFilter {
+            parent_id: Some(wf.id.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(children.len(), 1, "the parent started one child");
+    assert_eq!(
+        children[0].status,
+        WorkflowStatus::Cancelled,
+        "the child pass is cancelled with its parent, so nothing ships later"
+    );
+    // A worker for the child's queue arriving later finds nothing to run.
+    let late = engine(&db, "late").await;
+    late.register(
+        "child",
+        |_ctx: WorkflowContext, _: ()| async move { Ok(()) },
+    );
+    late.listen(QueueSpec::new("nobody"));
+    late.launch().await.unwrap();
+    assert_eq!(
+        client.get(&children[0].id).await.unwrap().unwrap().status,
+        WorkflowStatus::Cancelled,
+        "the cancelled child is never claimed"
+    );
+    late.shutdown(WAIT).await;
+    e.shutdown(WAIT).await;
+}
+
+async fn recovering_an_unknown_executor_is_an_error(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let client = Client::new(open(&db).await);
+    let refused = client.recover_executor("nobody", false, "test").await;
+    assert!(
+        matches!(refused, Err(EngineError::UnknownExecutor(ref id)) if id == "nobody"),
+        "an executor that never existed is an error, not a silent success: {refused:?}"
+    );
 }

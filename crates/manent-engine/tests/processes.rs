@@ -43,7 +43,14 @@ on_both_backends!(
     limits_hold_across_worker_processes,
     workers_started_together_on_an_empty_database_all_migrate_it,
     a_duplicate_executor_id_is_refused_across_processes_until_the_holder_stops,
+    a_paused_worker_taken_over_under_its_own_id_exits_non_zero_without_another_step_when_continued,
 );
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_database_connections_are_all_cut_mid_step_keeps_its_id_and_runs_no_step_twice()
+ {
+    a_worker_whose_database_connections_are_all_cut_keeps_its_id(Db::Postgres).await;
+}
 
 /// The worker side: returns at once in a normal test run; in a re-executed
 /// child it runs the role and exits the process.
@@ -177,6 +184,13 @@ impl Procs {
 
     fn stderr(&self, i: usize) -> String {
         std::fs::read_to_string(self.dir.join(format!("child-{i}.err"))).unwrap_or_default()
+    }
+
+    /// Its logs (tracing writes to stdout in a test binary) and its stderr.
+    fn output(&self, i: usize) -> String {
+        let out =
+            std::fs::read_to_string(self.dir.join(format!("child-{i}.out"))).unwrap_or_default();
+        out + &self.stderr(i)
     }
 
     fn open_gate(&self) {
@@ -446,14 +460,20 @@ async fn a_paused_worker_whose_workflow_was_recovered_records_nothing_more_when_
     let finished = client.get("wf").await.unwrap().unwrap();
 
     signal(&procs.children.0[a], "CONT");
-    // The body of a's step may complete; its checkpoint must be refused.
-    procs.ledger.wait_for(&format!("wf fenced {pid_a}")).await;
+    // On waking, a either stops its run at once (its lease ran out while it
+    // was paused: self-fencing) or, if the step body wins the race, has its
+    // checkpoint refused (the workflow's generation moved on).
+    eventually("the continued worker stops its run", WAIT, || async {
+        (procs.ledger.count(&format!("wf fenced {pid_a}")) == 1
+            || procs.output(a).contains("could not be renewed in time"))
+        .then_some(())
+    })
+    .await;
 
     let ledger = &procs.ledger;
-    assert_eq!(
-        ledger.count(&format!("wf step2 done {pid_a}")),
-        1,
-        "the paused worker's step body completed after it continued"
+    assert!(
+        ledger.count(&format!("wf step2 done {pid_a}")) <= 1,
+        "the paused worker's step body ran at most to its end"
     );
     assert_eq!(
         ledger.count(&format!("wf step3 start {pid_a}")),
@@ -613,8 +633,20 @@ async fn a_duplicate_executor_id_is_refused_across_processes_until_the_holder_st
     let pid_a = procs.pid(a);
     procs.ledger.wait_for(&format!("ready {pid_a}")).await;
 
-    let b = procs.spawn(Spec::worker("x").stale_ms("2000"));
+    // A long stale_after for the newcomer: it must say that it waits long before it refuses.
+    let b = procs.spawn(Spec::worker("x").stale_ms("10000"));
     let pid_b = procs.pid(b);
+    eventually("the newcomer says it waits", WAIT, || async {
+        procs
+            .output(b)
+            .contains("waiting up to stale_after")
+            .then_some(())
+    })
+    .await;
+    assert!(
+        procs.child(b).try_wait().unwrap().is_none(),
+        "the newcomer announced its wait at once, while still waiting"
+    );
     let status = wait_exit(procs.child(b), WAIT).await;
     assert!(
         !status.success(),
@@ -659,6 +691,163 @@ async fn a_duplicate_executor_id_is_refused_across_processes_until_the_holder_st
         executor.pid,
         i64::from(pid_c),
         "the id now belongs to the new process"
+    );
+}
+
+/// Terminates every other session of the test's database, as a failover or an
+/// idle-timeout proxy would: the worker's pool, its notification listener and
+/// the connection holding its advisory lock.
+async fn cut_every_connection(url: &str) -> u64 {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url)
+        .await
+        .expect("connect to PostgreSQL");
+    let cut: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("terminate the other sessions");
+    cut.into_iter().filter(|t| *t).count() as u64
+}
+
+async fn a_worker_whose_database_connections_are_all_cut_keeps_its_id(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let client = client(&db).await;
+    let mut procs = Procs::new(&db);
+    client
+        .enqueue(EnqueueRequest::new("three", "q", ()).id("wf"))
+        .await
+        .unwrap();
+    let a = procs.spawn(Spec::worker("x").stale_ms("3000"));
+    let pid_a = procs.pid(a);
+    procs
+        .ledger
+        .wait_for(&format!("wf step2 start {pid_a}"))
+        .await;
+
+    let cut = cut_every_connection(&db.url).await;
+    assert!(cut > 0, "the worker's sessions were terminated");
+    // A newcomer with the same id: the advisory lock is free now, but the
+    // lease is live and its holder's process is alive; it must be refused.
+    let b = procs.spawn(Spec::worker("x").stale_ms("3000"));
+    let pid_b = procs.pid(b);
+    let status = wait_exit(procs.child(b), WAIT).await;
+    assert!(
+        !status.success(),
+        "a newcomer is not admitted while the holder's lease is live: {status}"
+    );
+    let output = procs.output(b);
+    assert!(
+        output.contains("already in use"),
+        "the newcomer says the id is in use; output:\n{output}"
+    );
+    assert!(
+        output.contains("waiting up to stale_after"),
+        "the newcomer said that it waits; output:\n{output}"
+    );
+    procs.open_gate();
+    wait_success(&client, "wf").await;
+
+    let ledger = &procs.ledger;
+    for step in ["step1", "step2", "step3"] {
+        assert_eq!(
+            ledger
+                .lines()
+                .iter()
+                .filter(|l| l.starts_with(&format!("wf {step} start ")))
+                .count(),
+            1,
+            "{step} ran exactly once, through the cut"
+        );
+    }
+    assert_eq!(
+        ledger.count(&format!("ready {pid_b}")),
+        0,
+        "the newcomer never ran as a worker"
+    );
+    assert!(
+        procs.child(a).try_wait().unwrap().is_none(),
+        "the holder lives on after its connections were cut"
+    );
+    assert_eq!(
+        step_executors(&client, "wf").await,
+        pairs(&[("step1", "x"), ("step2", "x"), ("step3", "x")]),
+        "every step was recorded by the holder"
+    );
+    let executor = client
+        .executors()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|e| e.id == "x")
+        .expect("the executor row");
+    assert_eq!(
+        executor.pid,
+        i64::from(pid_a),
+        "the id still belongs to the first process"
+    );
+}
+
+async fn a_paused_worker_taken_over_under_its_own_id_exits_non_zero_without_another_step_when_continued(
+    db: Db,
+) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let client = client(&db).await;
+    let mut procs = Procs::new(&db);
+    client
+        .enqueue(EnqueueRequest::new("three", "q", ()).id("wf"))
+        .await
+        .unwrap();
+    let a = procs.spawn(Spec::worker("x").stale_ms("2000"));
+    let pid_a = procs.pid(a);
+    procs
+        .ledger
+        .wait_for(&format!("wf step2 start {pid_a}"))
+        .await;
+    pause_outside_transactions(&procs, a).await;
+
+    // Same id: admitted once the paused holder's lease runs out, resumes wf.
+    let b = procs.spawn(Spec::worker("x").stale_ms("2000"));
+    let pid_b = procs.pid(b);
+    procs
+        .ledger
+        .wait_for(&format!("wf step2 start {pid_b}"))
+        .await;
+    procs.open_gate();
+    wait_success(&client, "wf").await;
+
+    signal(&procs.children.0[a], "CONT");
+    let status = wait_exit(procs.child(a), WAIT).await;
+    assert!(
+        !status.success(),
+        "the continued process, its id taken, exits non-zero: {status}"
+    );
+    let stderr = procs.stderr(a);
+    assert!(
+        stderr.contains("taken over") && stderr.contains(&format!("pid {pid_b}")),
+        "it says its id was taken and by whom; stderr:\n{stderr}"
+    );
+    let ledger = &procs.ledger;
+    assert_eq!(
+        ledger.count(&format!("wf step3 start {pid_a}")),
+        0,
+        "the continued process starts no further step"
+    );
+    assert_eq!(
+        (
+            ledger.count(&format!("wf step2 start {pid_b}")),
+            ledger.count(&format!("wf step3 start {pid_b}")),
+        ),
+        (1, 1),
+        "the new holder ran the interrupted step and the rest, once each"
+    );
+    assert!(
+        procs.child(b).try_wait().unwrap().is_none(),
+        "the new holder keeps running"
     );
 }
 
@@ -815,7 +1004,14 @@ mod child {
             return 3;
         }
         append(&ledger, &format!("ready {pid}"));
-        terminate.recv().await;
+        tokio::select! {
+            _ = terminate.recv() => {}
+            lost = engine.lease_lost() => {
+                append(&ledger, &format!("lost {pid}"));
+                eprintln!("worker {id} (pid {pid}) stops: {lost}");
+                return 4;
+            }
+        }
         engine.shutdown(Duration::from_secs(10)).await;
         append(&ledger, &format!("stopped {pid}"));
         0

@@ -50,6 +50,10 @@ enum Admin {
     Recover {
         #[arg(long)]
         executor: String,
+        /// Recover even an executor whose lease is live: the lease is revoked
+        /// and its process stops at its next renewal.
+        #[arg(long)]
+        force: bool,
     },
     /// API tokens.
     #[command(subcommand)]
@@ -157,8 +161,10 @@ async fn run_admin(admin: Admin, store: Arc<dyn Store>) -> Result<()> {
             println!("schema at version {}", store.schema_version().await?);
             Ok(())
         }
-        Admin::Recover { executor } => {
-            let recovered = Client::new(store).recover_executor(&executor).await?;
+        Admin::Recover { executor, force } => {
+            let recovered = Client::new(store)
+                .recover_executor(&executor, force, "manent-server admin recover")
+                .await?;
             println!(
                 "recovered {} workflow(s) of executor {executor}",
                 recovered.len()
@@ -218,9 +224,25 @@ async fn serve(
         None
     };
 
-    tokio::select! {
-        _ = sigterm.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = sigint.recv() => tracing::info!("SIGINT: shutting down"),
+    let lease_lost = async {
+        match &worker {
+            Some((engine, _, _)) => Some(engine.lease_lost().await),
+            None => std::future::pending().await,
+        }
+    };
+    let lost = tokio::select! {
+        _ = sigterm.recv() => { tracing::info!("SIGTERM: shutting down"); None }
+        _ = sigint.recv() => { tracing::info!("SIGINT: shutting down"); None }
+        lost = lease_lost => lost,
+    };
+    if let Some(lost) = lost {
+        // Another process holds this executor id now: its runs were stopped
+        // and their commands killed; touch nothing more, exit non-zero.
+        let _ = stop_tx.send(true);
+        if let Some((_, _, plugins)) = worker {
+            plugins.shutdown().await;
+        }
+        return Err(anyhow::Error::new(lost).context("the worker stopped"));
     }
     let _ = stop_tx.send(true);
     if let Some((engine, ticker, plugins)) = worker {

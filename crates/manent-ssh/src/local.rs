@@ -11,7 +11,43 @@ use std::{
 
 use sha2::{Digest, Sha256};
 
-use crate::{Connection, ExecOutput, TransportError, shell::check_env_names};
+use crate::{
+    Connection, ExecOutput, TransportError,
+    shell::{SUPERVISOR, check_env_names},
+};
+
+/// Kills a command's whole process group when dropped armed: a run stopped
+/// mid-command (cancel, fence, drain timeout) drops its future, and with it
+/// the command and everything the command started.
+struct ProcessGroupGuard(Option<u32>);
+
+impl ProcessGroupGuard {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ProcessGroupGuard {
+    fn drop(&mut self) {
+        let Some(pid) = self
+            .0
+            .and_then(|p| i32::try_from(p).ok())
+            .and_then(rustix::process::Pid::from_raw)
+        else {
+            return;
+        };
+        match rustix::process::kill_process_group(pid, rustix::process::Signal::KILL) {
+            Ok(()) => tracing::info!(
+                pgid = pid.as_raw_nonzero().get(),
+                "killed a stopped run's command and its process group"
+            ),
+            Err(rustix::io::Errno::SRCH) => {}
+            Err(e) => {
+                tracing::warn!(pgid = pid.as_raw_nonzero().get(), error = %e, "cannot kill a stopped run's command")
+            }
+        }
+    }
+}
 
 /// The worker's own machine. Relative paths are relative to the worker's directory.
 #[derive(Debug, Default, Clone)]
@@ -183,15 +219,46 @@ impl Connection for LocalConnection {
     ) -> Result<ExecOutput, TransportError> {
         check_env_names(env)?;
         tracing::debug!(target = "local", command, "exec");
-        let output = tokio::process::Command::new("sh")
-            .arg("-c")
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.arg("-c")
+            .arg(SUPERVISOR)
+            .arg("manent")
             .arg(command)
             .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output()
-            .await
+            // Held open by this process only: its end (the worker's death) ends the command.
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // A group of its own, so the command and all it started are killed together.
+            .process_group(0)
+            .kill_on_drop(true);
+        // SAFETY: the closure runs in the child between fork and exec, where only
+        // async-signal-safe calls are allowed; it makes one prctl(2) system call
+        // (rustix calls the kernel directly) and allocates nothing.
+        unsafe {
+            cmd.pre_exec(|| {
+                // The worker's death (even SIGKILL) sends the supervisor SIGTERM, on
+                // which it kills its group. Linux ties this to the spawning thread:
+                // commands are spawned from the runtime's worker threads, which live as
+                // long as the worker process.
+                rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::TERM,
+                ))
+                .map_err(io::Error::from)
+            });
+        }
+        let mut child = cmd
+            .spawn()
             .map_err(|e| TransportError::io("cannot start sh", e))?;
+        let group = ProcessGroupGuard(child.id());
+        let stdin = child.stdin.take();
+        let output = child
+            .wait_with_output()
+            .await
+            .map_err(|e| TransportError::io("cannot wait for sh", e))?;
+        // Ended by itself: what it left in the background on purpose stays.
+        group.disarm();
+        drop(stdin);
         let status = {
             use std::os::unix::process::ExitStatusExt;
             output

@@ -42,6 +42,11 @@ pub(crate) fn sh_command_line(
     command: &str,
     env: &[(String, String)],
 ) -> Result<String, TransportError> {
+    Ok(format!("sh -c {}", quote(&sh_script(command, env)?)))
+}
+
+/// The script that exports `env` and runs `command`.
+pub(crate) fn sh_script(command: &str, env: &[(String, String)]) -> Result<String, TransportError> {
     check_env_names(env)?;
     let mut script = String::new();
     for (name, value) in env {
@@ -52,7 +57,32 @@ pub(crate) fn sh_command_line(
         script.push('\n');
     }
     script.push_str(command);
-    Ok(format!("sh -c {}", quote(&script)))
+    Ok(script)
+}
+
+/// Runs `$1` (a script) so that it lives only as long as whoever started
+/// it: the script runs in the background of this supervisor, which keeps the
+/// original stdin (a pipe from the worker, or the SSH channel) on fd 3 in a
+/// watcher. When that stdin closes (the worker died, the channel closed, the
+/// deploy was cancelled) or the supervisor gets SIGTERM/SIGHUP (the worker's
+/// death signal locally), the whole process group is killed: the script and
+/// everything it started. When the script ends by itself, the watcher is
+/// stopped and the script's exit status returned; what the script left in
+/// the background on purpose is left alone.
+pub(crate) const SUPERVISOR: &str = "exec 3<&0 </dev/null
+trap 'kill -KILL 0' TERM HUP
+( while read -r _ <&3; do :; done; kill -KILL 0 ) >/dev/null 2>&1 &
+w=$!
+exec 3<&-
+sh -c \"$1\" &
+wait $!
+rc=$?
+kill $w 2>/dev/null
+exit $rc";
+
+/// `command` under [`SUPERVISOR`], as one `sh -c` command line.
+pub(crate) fn supervised(command_line: &str) -> String {
+    format!("sh -c {} manent {}", quote(SUPERVISOR), quote(command_line))
 }
 
 /// The parent directory of a `/`-separated path, `None` when it has none worth creating.

@@ -21,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::{
     Address, Connection, ExecOutput, SshAuth, TransportError, known_hosts,
-    shell::{parent_dir, quote, sh_command_line},
+    shell::{parent_dir, quote, sh_command_line, sh_script, supervised},
 };
 
 /// TCP connect, SSH handshake and authentication together.
@@ -229,7 +229,7 @@ impl SshConnection {
 
     /// Runs an exact command line (already quoted) and collects its output.
     async fn run(&self, command_line: String) -> Result<ExecOutput, TransportError> {
-        let mut channel = self
+        let channel = self
             .handle
             .channel_open_session()
             .await
@@ -238,9 +238,11 @@ impl SshConnection {
             .exec(true, command_line)
             .await
             .map_err(|e| self.protocol("starting a command", e))?;
+        let (mut reader, writer) = channel.split();
+        let close = CloseOnDrop(Some(writer));
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
         let mut status = None;
-        while let Some(msg) = channel.wait().await {
+        while let Some(msg) = reader.wait().await {
             match msg {
                 ChannelMsg::Data { data } => stdout.extend_from_slice(&data),
                 ChannelMsg::ExtendedData { data, ext: 1 } => stderr.extend_from_slice(&data),
@@ -256,6 +258,7 @@ impl SshConnection {
                 _ => {}
             }
         }
+        close.disarm();
         let status = status.ok_or_else(|| {
             self.protocol(
                 "running a command",
@@ -519,7 +522,9 @@ impl Connection for SshConnection {
         env: &[(String, String)],
     ) -> Result<ExecOutput, TransportError> {
         tracing::debug!(target = %self.describe(), command, "exec");
-        self.run(sh_command_line(command, env)?).await
+        // Supervised: the command and all it started are killed when this
+        // channel closes (a cancelled or stopped run drops it), see `SUPERVISOR`.
+        self.run(supervised(&sh_script(command, env)?)).await
     }
 
     async fn put_file_atomic(&self, local: &Path, dest: &str) -> Result<(), TransportError> {
@@ -687,6 +692,31 @@ impl Connection for SshConnection {
 
     fn is_closed(&self) -> bool {
         self.handle.is_closed()
+    }
+}
+
+/// Closes a command's channel when dropped armed (the run was stopped while
+/// the command ran): the target sees its stdin end, and a supervised command
+/// is killed with everything it started. russh leaves a dropped channel open.
+struct CloseOnDrop(Option<russh::ChannelWriteHalf<client::Msg>>);
+
+impl CloseOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        let Some(writer) = self.0.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = writer.eof().await;
+                let _ = writer.close().await;
+            });
+        }
     }
 }
 

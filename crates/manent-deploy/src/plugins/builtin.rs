@@ -87,7 +87,17 @@ async fn deploy_target(
     let name = &target.name;
     ctx.set_event(&key, &TargetOutcome::new(name, "deploying", None))
         .await?;
-    let env = targets::command_env(eff, deploy_id, target, local);
+    // Resolved against this machine's work directory: after a recovery on
+    // another machine the recorded paths name the old machine's copies.
+    let here: Vec<LocalArtifact> = local
+        .iter()
+        .map(|a| LocalArtifact {
+            path: dir.join(&a.name),
+            ..a.clone()
+        })
+        .collect();
+    let env = targets::command_env(eff, deploy_id, target, &here);
+    let uses_local_copies = eff.plugin != manent_model::DEFAULT_PLUGIN && !eff.artifacts.is_empty();
     // Set once the new version is in place: a later failure (a check) leaves
     // the target switched, for the rollback.
     let mut switched = false;
@@ -106,6 +116,10 @@ async fn deploy_target(
             for (i, command) in eff.commands.iter().enumerate() {
                 let out: String = ctx
                     .step(&format!("{name}: command {}", i + 1), || async {
+                        if uses_local_copies {
+                            // A missing copy (a replaced machine) is fetched and verified again.
+                            ensure_all(eff, dir, sources).await?;
+                        }
                         targets::run(pool, eff, target, command, &env).await
                     })
                     .await?;

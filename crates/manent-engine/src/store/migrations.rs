@@ -132,6 +132,18 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
              WHERE status = 'PENDING'",
         ],
     },
+    Migration {
+        version: 5,
+        name: "executor leases: one live holder per executor id",
+        statements: &["CREATE TABLE manent_executor_leases (
+            executor_id TEXT PRIMARY KEY,
+            holder TEXT NOT NULL,
+            host TEXT NOT NULL,
+            pid BIGINT NOT NULL,
+            acquired_at BIGINT NOT NULL,
+            renewed_at BIGINT NOT NULL,
+            expires_at BIGINT NOT NULL)"],
+    },
 ];
 
 /// The version a fully migrated schema has.

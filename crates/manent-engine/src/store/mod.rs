@@ -317,6 +317,46 @@ pub struct ExecutorRecord {
     pub running: i64,
 }
 
+/// The lease that makes one process the live holder of an executor id. It is
+/// renewed by the holder's heartbeat; nobody else takes the id before it
+/// expires (or the holder is proven dead, or an operator forces a recovery).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutorLease {
+    pub executor_id: String,
+    /// Unique to one process incarnation (host, pid and a random part).
+    pub holder: String,
+    pub host: String,
+    pub pid: i64,
+    pub acquired_at_ms: i64,
+    pub renewed_at_ms: i64,
+    /// The holder's own clock's promise: it stops acting on the id before then.
+    pub expires_at_ms: i64,
+}
+
+impl ExecutorLease {
+    /// Whether its holder may still be acting on the id at `now_ms`.
+    pub fn is_live(&self, now_ms: i64) -> bool {
+        self.expires_at_ms > now_ms
+    }
+}
+
+/// The answer to a request for an executor id's lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseGrant {
+    Granted,
+    /// Another holder's lease is live (and was not overridden).
+    Held(ExecutorLease),
+}
+
+/// The answer to a lease renewal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Renewal {
+    Renewed,
+    /// The lease is no longer ours: taken by the holder shown, or revoked
+    /// (`None`) by a forced recovery.
+    Lost(Option<ExecutorLease>),
+}
+
 /// A stored event (key/value progress published by a workflow).
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventRecord {
@@ -429,14 +469,17 @@ pub trait Store: Send + Sync + 'static {
     async fn cancel(&self, id: &str, now_ms: i64) -> Result<Option<WorkflowStatus>, StoreError>;
     /// CANCELLED → ENQUEUED (resumes from its checkpoints). Returns the status after the call.
     async fn resume(&self, id: &str, now_ms: i64) -> Result<Option<WorkflowStatus>, StoreError>;
-    /// Hands the PENDING workflows of `executor_id` back to their queues.
+    /// Hands the PENDING workflows of `executor_id` back to their queues and
+    /// records `note` as a `recovery:<now_ms>` event of each one moved.
     async fn recover_executor(
         &self,
         executor_id: &str,
+        note: &str,
         now_ms: i64,
     ) -> Result<Vec<String>, StoreError>;
     /// Hands back the PENDING workflows of every executor whose heartbeat is
-    /// older than `stale_before_ms`, except `except`. Returns (executor, workflow) pairs.
+    /// older than `stale_before_ms` and whose lease is not live at `now_ms`,
+    /// except `except`. Returns (executor, workflow) pairs.
     async fn recover_stale(
         &self,
         stale_before_ms: i64,
@@ -513,6 +556,35 @@ pub trait Store: Send + Sync + 'static {
     async fn list_executors(&self) -> Result<Vec<ExecutorRecord>, StoreError>;
     /// Tries to take the liveness lock of an executor id, held for the life of the guard.
     async fn acquire_liveness(&self, executor_id: &str) -> Result<Liveness, StoreError>;
+    /// Takes the lease of `lease.executor_id` for `lease.holder` if it is free,
+    /// expired or already this holder's; `override_live` takes it even from a
+    /// live holder (only with a proof that the holder is dead). Atomic: of
+    /// concurrent requests for a free id, one is granted.
+    async fn acquire_executor_lease(
+        &self,
+        lease: &ExecutorLease,
+        override_live: bool,
+    ) -> Result<LeaseGrant, StoreError>;
+    /// Extends the lease to `expires_at_ms` if `holder` still holds it (live or expired).
+    async fn renew_executor_lease(
+        &self,
+        executor_id: &str,
+        holder: &str,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Result<Renewal, StoreError>;
+    async fn get_executor_lease(
+        &self,
+        executor_id: &str,
+    ) -> Result<Option<ExecutorLease>, StoreError>;
+    /// Ends the lease: `holder`'s own (a clean stop), or whoever holds it
+    /// (`None`: a forced recovery revokes it, and its holder stops at its
+    /// next renewal). Returns whether a lease was ended.
+    async fn end_executor_lease(
+        &self,
+        executor_id: &str,
+        holder: Option<&str>,
+    ) -> Result<bool, StoreError>;
 
     // --- records: small JSON documents of the engine's users (tokens, schedules, …) ---
     /// Inserts or replaces the record `(kind, key)`.

@@ -19,10 +19,10 @@ use sqlx::{FromRow, postgres::PgConnectOptions, sqlite::SqlitePool};
 use tokio::{sync::broadcast, task::JoinHandle};
 
 use super::{
-    Backend, Checkpoint, ClaimLimits, Consumed, EnqueueOutcome, EventRecord, ExecutorRecord,
-    ExecutorState, Lease, Liveness, NewWorkflow, QueueDepth, QueueRecord, RunningCount, StepRecord,
-    Store, Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus, claim, migrations, postgres,
-    sqlite,
+    Backend, Checkpoint, ClaimLimits, Consumed, EnqueueOutcome, EventRecord, ExecutorLease,
+    ExecutorRecord, ExecutorState, Lease, LeaseGrant, Liveness, NewWorkflow, QueueDepth,
+    QueueRecord, Renewal, RunningCount, StepRecord, Store, Wakeup, WorkflowFilter, WorkflowRecord,
+    WorkflowStatus, claim, migrations, postgres, sqlite,
 };
 use crate::error::StoreError;
 
@@ -247,6 +247,31 @@ impl TryFrom<ExecutorRow> for ExecutorRecord {
             version: r.version,
             running: r.running,
         })
+    }
+}
+
+#[derive(FromRow)]
+struct LeaseRow {
+    executor_id: String,
+    holder: String,
+    host: String,
+    pid: i64,
+    acquired_at: i64,
+    renewed_at: i64,
+    expires_at: i64,
+}
+
+impl From<LeaseRow> for ExecutorLease {
+    fn from(r: LeaseRow) -> Self {
+        ExecutorLease {
+            executor_id: r.executor_id,
+            holder: r.holder,
+            host: r.host,
+            pid: r.pid,
+            acquired_at_ms: r.acquired_at,
+            renewed_at_ms: r.renewed_at,
+            expires_at_ms: r.expires_at,
+        }
     }
 }
 
@@ -973,18 +998,43 @@ impl Store for SqlStore {
     }
 
     async fn cancel(&self, id: &str, now_ms: i64) -> Result<Option<WorkflowStatus>, StoreError> {
-        let queue: Option<String> = with_pool!(self, pool => sqlx::query_scalar(
-            "UPDATE manent_workflows SET status = 'CANCELLED', finished_at = $2, updated_at = $2 \
-             WHERE id = $1 AND status IN ('ENQUEUED', 'PENDING') RETURNING queue_name")
-            .bind(id)
-            .bind(now_ms)
-            .fetch_optional(pool)
-            .await
-            .map_err(map_err))?;
-        if let Some(queue) = queue {
-            self.wake(&[Wakeup::Queue(queue), Wakeup::Workflow(id.to_string())])
-                .await;
+        // The workflow and, level by level, its active descendants (region
+        // passes, children), in one transaction: nothing of a cancelled
+        // workflow is claimed later.
+        let cancelled: Vec<(String, String)> = write_tx!(self, tx => {
+            let mut cancelled: Vec<(String, String)> = sqlx::query_as(
+                "UPDATE manent_workflows SET status = 'CANCELLED', finished_at = $2, updated_at = $2 \
+                 WHERE id = $1 AND status IN ('ENQUEUED', 'PENDING') RETURNING id, queue_name")
+                .bind(id)
+                .bind(now_ms)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            let mut parents: Vec<String> = if cancelled.is_empty() {
+                Vec::new()
+            } else {
+                vec![id.to_string()]
+            };
+            while let Some(parent) = parents.pop() {
+                let children: Vec<(String, String)> = sqlx::query_as(
+                    "UPDATE manent_workflows SET status = 'CANCELLED', finished_at = $2, updated_at = $2 \
+                     WHERE parent_id = $1 AND status IN ('ENQUEUED', 'PENDING') RETURNING id, queue_name")
+                    .bind(&parent)
+                    .bind(now_ms)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                parents.extend(children.iter().map(|(child, _)| child.clone()));
+                cancelled.extend(children);
+            }
+            cancelled
+        });
+        let mut wakeups = Vec::new();
+        for (workflow, queue) in cancelled {
+            wakeups.push(Wakeup::Queue(queue));
+            wakeups.push(Wakeup::Workflow(workflow));
         }
+        self.wake(&wakeups).await;
         Ok(self.get_workflow(id).await?.map(|w| w.status))
     }
 
@@ -1006,16 +1056,34 @@ impl Store for SqlStore {
     async fn recover_executor(
         &self,
         executor_id: &str,
+        note: &str,
         now_ms: i64,
     ) -> Result<Vec<String>, StoreError> {
-        let rows: Vec<(String, String)> = with_pool!(self, pool => sqlx::query_as(
-            "UPDATE manent_workflows SET status = 'ENQUEUED', executor_id = NULL, generation = generation + 1, \
-             updated_at = $2 WHERE executor_id = $1 AND status = 'PENDING' RETURNING id, queue_name")
-            .bind(executor_id)
-            .bind(now_ms)
-            .fetch_all(pool)
-            .await
-            .map_err(map_err))?;
+        let event_key = format!("recovery:{now_ms}");
+        let rows: Vec<(String, String)> = write_tx!(self, tx => {
+            let rows: Vec<(String, String)> = sqlx::query_as(
+                "UPDATE manent_workflows SET status = 'ENQUEUED', executor_id = NULL, generation = generation + 1, \
+                 updated_at = $2 WHERE executor_id = $1 AND status = 'PENDING' RETURNING id, queue_name")
+                .bind(executor_id)
+                .bind(now_ms)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            // Each moved workflow keeps a note of the recovery, in the same transaction.
+            for (id, _) in &rows {
+                sqlx::query(
+                    "INSERT INTO manent_events (workflow_id, event_key, value, updated_at) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (workflow_id, event_key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at")
+                    .bind(id)
+                    .bind(&event_key)
+                    .bind(note)
+                    .bind(now_ms)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+            }
+            rows
+        });
         let mut queues: Vec<String> = rows.iter().map(|(_, q)| q.clone()).collect();
         queues.sort();
         queues.dedup();
@@ -1033,9 +1101,11 @@ impl Store for SqlStore {
         let stale: Vec<String> = with_pool!(self, pool => sqlx::query_scalar(
             "SELECT DISTINCT w.executor_id FROM manent_workflows w \
              LEFT JOIN manent_executors e ON e.id = w.executor_id \
-             WHERE w.status = 'PENDING' AND w.executor_id <> $1 AND (e.id IS NULL OR e.heartbeat_at < $2)")
+             WHERE w.status = 'PENDING' AND w.executor_id <> $1 AND (e.id IS NULL OR e.heartbeat_at < $2) \
+             AND NOT EXISTS (SELECT 1 FROM manent_executor_leases l WHERE l.executor_id = w.executor_id AND l.expires_at > $3)")
             .bind(except)
             .bind(stale_before_ms)
+            .bind(now_ms)
             .fetch_all(pool)
             .await
             .map_err(map_err))?;
@@ -1046,6 +1116,7 @@ impl Store for SqlStore {
                 "UPDATE manent_workflows SET status = 'ENQUEUED', executor_id = NULL, generation = generation + 1, \
                  updated_at = $3 WHERE executor_id = $1 AND status = 'PENDING' AND NOT EXISTS ( \
                    SELECT 1 FROM manent_executors e WHERE e.id = $1 AND e.heartbeat_at >= $2) \
+                 AND NOT EXISTS (SELECT 1 FROM manent_executor_leases l WHERE l.executor_id = $1 AND l.expires_at > $3) \
                  RETURNING id, queue_name")
                 .bind(&executor)
                 .bind(stale_before_ms)
@@ -1397,6 +1468,94 @@ impl Store for SqlStore {
             }
             _ => sqlite::acquire_liveness(self.sqlite_path.as_deref(), executor_id),
         }
+    }
+
+    async fn acquire_executor_lease(
+        &self,
+        lease: &ExecutorLease,
+        override_live: bool,
+    ) -> Result<LeaseGrant, StoreError> {
+        // One statement: of concurrent newcomers, the first update moves the
+        // deadline into the future and the others' WHERE no longer holds.
+        let granted = with_pool!(self, pool => sqlx::query(
+            "INSERT INTO manent_executor_leases (executor_id, holder, host, pid, acquired_at, renewed_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $5, $6) ON CONFLICT (executor_id) DO UPDATE SET holder = excluded.holder, \
+             host = excluded.host, pid = excluded.pid, acquired_at = excluded.acquired_at, \
+             renewed_at = excluded.renewed_at, expires_at = excluded.expires_at \
+             WHERE manent_executor_leases.expires_at <= $5 OR manent_executor_leases.holder = excluded.holder OR $7")
+            .bind(&lease.executor_id)
+            .bind(&lease.holder)
+            .bind(&lease.host)
+            .bind(lease.pid)
+            .bind(lease.acquired_at_ms)
+            .bind(lease.expires_at_ms)
+            .bind(override_live)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(map_err))?;
+        if granted == 1 {
+            return Ok(LeaseGrant::Granted);
+        }
+        match self.get_executor_lease(&lease.executor_id).await? {
+            Some(current) => Ok(LeaseGrant::Held(current)),
+            // Ended between the two statements: ask again.
+            None => Box::pin(self.acquire_executor_lease(lease, override_live)).await,
+        }
+    }
+
+    async fn renew_executor_lease(
+        &self,
+        executor_id: &str,
+        holder: &str,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Result<Renewal, StoreError> {
+        let renewed = with_pool!(self, pool => sqlx::query(
+            "UPDATE manent_executor_leases SET renewed_at = $3, expires_at = $4 WHERE executor_id = $1 AND holder = $2")
+            .bind(executor_id)
+            .bind(holder)
+            .bind(now_ms)
+            .bind(expires_at_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(map_err))?;
+        if renewed == 1 {
+            Ok(Renewal::Renewed)
+        } else {
+            Ok(Renewal::Lost(self.get_executor_lease(executor_id).await?))
+        }
+    }
+
+    async fn get_executor_lease(
+        &self,
+        executor_id: &str,
+    ) -> Result<Option<ExecutorLease>, StoreError> {
+        let row: Option<LeaseRow> = with_pool!(self, pool => sqlx::query_as(
+            "SELECT executor_id, holder, host, pid, acquired_at, renewed_at, expires_at \
+             FROM manent_executor_leases WHERE executor_id = $1")
+            .bind(executor_id)
+            .fetch_optional(pool)
+            .await
+            .map_err(map_err))?;
+        Ok(row.map(ExecutorLease::from))
+    }
+
+    async fn end_executor_lease(
+        &self,
+        executor_id: &str,
+        holder: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let ended = with_pool!(self, pool => sqlx::query(
+            "DELETE FROM manent_executor_leases WHERE executor_id = $1 AND ($2 IS NULL OR holder = $2)")
+            .bind(executor_id)
+            .bind(holder)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(map_err))?;
+        Ok(ended > 0)
     }
 
     async fn put_record(
