@@ -147,6 +147,11 @@ pub fn deploys(v: &Value) -> String {
     )
 }
 
+/// The audit trail, newest first.
+pub fn audit(v: &Value) -> String {
+    table(v, &["at", "token", "action", "target", "outcome", "detail"])
+}
+
 pub fn queues(v: &Value) -> String {
     table(
         v,

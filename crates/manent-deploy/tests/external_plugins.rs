@@ -106,9 +106,16 @@ impl Site {
             self.db.path("site.yml").display()
         );
         let client = worker.engine.client();
-        let submitted = service::submit(&client, config, &text, "deploy.yml", false, "test")
-            .await
-            .expect("the descriptor is accepted");
+        let submitted = service::submit(
+            &client,
+            config,
+            &text,
+            "deploy.yml",
+            false,
+            &manent_deploy::Submitter::named("test"),
+        )
+        .await
+        .expect("the descriptor is accepted");
         let record = client
             .wait(&submitted.id, WAIT)
             .await

@@ -268,7 +268,7 @@ impl Site {
             &text,
             "deploy.yml",
             false,
-            "test",
+            &manent_deploy::Submitter::named("test"),
         )
         .await
         .expect("the descriptor is accepted");

@@ -24,8 +24,8 @@ pub use engine::{Engine, EngineConfig, QueueSpec, ShutdownReport};
 pub use error::{EngineError, StoreError, WorkflowError};
 pub use policy::StepPolicy;
 pub use store::{
-    Backend, EventRecord, ExecutorRecord, ExecutorState, QueueDepth, QueueRecord, StepRecord,
-    StepStatus, Store, WorkflowFilter, WorkflowRecord, WorkflowStatus,
+    AuditRecord, Backend, EventRecord, ExecutorRecord, ExecutorState, QueueDepth, QueueRecord,
+    StepRecord, StepStatus, Store, WorkflowFilter, WorkflowRecord, WorkflowStatus,
 };
 
 /// Milliseconds since the Unix epoch: the one clock of the engine's records.

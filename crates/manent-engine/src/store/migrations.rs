@@ -115,6 +115,19 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX manent_workflows_started ON manent_workflows (started_at)",
         ],
     },
+    Migration {
+        version: 4,
+        name: "audit: who changed what, and every refused request",
+        statements: &["CREATE TABLE manent_audit (
+            id {ID},
+            at BIGINT NOT NULL,
+            actor TEXT NOT NULL,
+            actor_id TEXT NOT NULL,
+            action TEXT NOT NULL,
+            target TEXT NOT NULL,
+            outcome BIGINT NOT NULL,
+            detail TEXT NOT NULL)"],
+    },
 ];
 
 /// The version a fully migrated schema has.
