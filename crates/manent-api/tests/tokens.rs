@@ -13,6 +13,7 @@ use common::Api;
 use manent_api::{Role, auth};
 use manent_engine::{now_ms, store};
 use manent_testkit::{Db, TestDb};
+use serde_json::Value;
 use tower::ServiceExt;
 
 macro_rules! on_both_backends {
@@ -350,4 +351,111 @@ async fn changes_and_refusals_are_in_the_audit_trail_newest_first() {
         denied["error"].is_object(),
         "refusals still answer their error"
     );
+}
+
+/// Polls the deploy's status until `done` holds (deadline `WAIT`); returns it.
+async fn wait_for(
+    api: &Api,
+    token: &str,
+    id: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = std::time::Instant::now() + common::WAIT;
+    loop {
+        let (_, status) = api.get(&format!("/api/v1/deploys/{id}"), Some(token)).await;
+        if done(&status) {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "deploy {id} never {what}: {status}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_know_tokens_by_id_so_a_recreated_name_is_another_token_that_counts_once() {
+    let mut api = Api::new().await;
+    std::fs::write(
+        api.config.environments_source().join("acme/web/prod.yml"),
+        "targets:\n  - {name: t1, host: local}\ndeploy:\n  plugin: command\n  commands: [\"true\"]\n\
+         approval: {approvers: [ci, bot], count: 2}\n",
+    )
+    .unwrap();
+    let worker = api.worker().await;
+    let store = api.client.store().clone();
+    let ci = api.token("ci", Role::Admin).await;
+    let bot = api.token("bot", Role::Approver).await;
+    let (status, submitted) = api.post_deploy(&ci, &api.good_descriptor()).await;
+    assert_eq!(status, StatusCode::CREATED, "ci submits: {submitted}");
+    let id = submitted["id"].as_str().unwrap().to_string();
+    wait_for(&api, &ci, &id, "waits for approval", |s| {
+        s["phase"] == "waiting_approval"
+    })
+    .await;
+    let approve = |token: String| {
+        let api = &api;
+        let id = id.clone();
+        async move {
+            api.call(
+                "POST",
+                &format!("/api/v1/deploys/{id}/approve"),
+                Some(&token),
+                "",
+            )
+            .await
+        }
+    };
+
+    let (status, body) = approve(ci.clone()).await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "ci may not approve its own deploy: {body}"
+    );
+    let (status, body) = approve(bot.clone()).await;
+    assert_eq!(status, StatusCode::OK, "bot approves: {body}");
+
+    auth::revoke(&store, "bot").await.unwrap();
+    let bot_again = auth::create_token(&store, "bot", Role::Approver, None)
+        .await
+        .unwrap();
+    let (status, body) = approve(bot_again).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the new bot is a listed approver and may approve: {body}"
+    );
+    auth::revoke(&store, "ci").await.unwrap();
+    let ci_again = auth::create_token(&store, "ci", Role::Admin, None)
+        .await
+        .unwrap();
+    let (status, body) = approve(ci_again.clone()).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "a new token named ci is not the submitter (another id): {body}"
+    );
+    let done = wait_for(&api, &ci_again, &id, "ends", |s| {
+        matches!(s["status"].as_str(), Some("SUCCESS" | "ERROR"))
+    })
+    .await;
+    assert_eq!(
+        done["status"], "SUCCESS",
+        "two distinct approvers let it run: {done}"
+    );
+    let approvers: Vec<&str> = done["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["by"].as_str())
+        .collect();
+    assert_eq!(
+        approvers,
+        ["bot", "ci"],
+        "bot counted once although two tokens of that name approved, in order"
+    );
+    worker.shutdown(common::WAIT).await;
 }
