@@ -1,6 +1,7 @@
-//! API tokens: created by `admin token create`, stored hashed (sha256) as
-//! engine records, checked on every `/api/v1` request. Roles are granted on
-//! application patterns qualified with the tenant (`ml/*`).
+//! API tokens: created by `admin token create` or `POST /api/v1/tokens`, stored hashed
+//! (sha256) as engine records, checked on every `/api/v1` request; unique names, a stable
+//! id, an optional expiry, revocation, the last use. Roles are granted on application
+//! patterns qualified with the tenant (`ml/*`).
 
 use std::{fmt, str::FromStr, sync::Arc};
 
@@ -59,11 +60,25 @@ pub enum Action {
 /// A stored token (its secret is never stored, only its hash).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TokenRecord {
+    /// Stable identity, recorded at creation and never reused: approvals and the audit
+    /// trail compare it, so a revoked name created again is another token. Tokens made
+    /// before ids existed get one derived from their hash when read.
+    #[serde(default)]
+    pub id: String,
     pub name: String,
     pub role: Role,
     /// Application pattern the role is granted on (`ml/*`); `None` = all.
     pub on: Option<String>,
     pub created_at_ms: i64,
+    /// After this instant the token answers 401.
+    #[serde(default)]
+    pub expires_at_ms: Option<i64>,
+}
+
+impl TokenRecord {
+    pub fn is_expired(&self, now_ms: i64) -> bool {
+        self.expires_at_ms.is_some_and(|at| now_ms >= at)
+    }
 }
 
 /// The caller of a request, once authenticated.
@@ -106,44 +121,274 @@ impl Caller {
     }
 }
 
+/// Why a token could not be created, revoked or read.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// Bad input: names the field (`name`, `role`, `on`, `expires`) and what to write.
+    #[error("{field}: {message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+    #[error(
+        "a token named `{0}` already exists: token names are unique; pick another name or \
+         revoke it first (`admin token revoke --name {0}`)"
+    )]
+    Duplicate(String),
+    #[error("no token named `{0}`")]
+    NotFound(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What `create` needs.
+#[derive(Debug, Clone)]
+pub struct NewToken {
+    pub name: String,
+    pub role: Role,
+    pub on: Option<String>,
+    pub expires_at_ms: Option<i64>,
+}
+
+/// A token as listed: everything but its secret and hash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenView {
+    pub id: String,
+    pub name: String,
+    pub role: Role,
+    /// The application pattern; `null` = every application.
+    pub on: Option<String>,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+    pub expires_at: Option<String>,
+    pub last_used_at: Option<String>,
+    pub expired: bool,
+}
+
+/// Record kind: token name → hash of its secret (makes names unique).
+const NAME_KIND: &str = "api_token_name";
+/// Record kind: token id → last use (milliseconds), kept apart from the token so that
+/// noting a use can never bring back a token revoked meanwhile.
+const USED_KIND: &str = "api_token_used";
+/// A use is noted at most this often per token (a write per request would cost more).
+const USED_RESOLUTION_MS: i64 = 60_000;
+
 fn hash(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
-/// Creates a token and returns its secret, shown once.
+fn corrupt(e: serde_json::Error) -> StoreError {
+    StoreError::Corrupt {
+        what: "api token".into(),
+        reason: e.to_string(),
+    }
+}
+
+/// Reads a stored token; one made before ids existed gets an id derived from its hash.
+fn decode(hash: &str, json: &str) -> Result<TokenRecord, StoreError> {
+    let mut token: TokenRecord = serde_json::from_str(json).map_err(corrupt)?;
+    if token.id.is_empty() {
+        token.id = format!("tok_{}", &hash[..16.min(hash.len())]);
+    }
+    Ok(token)
+}
+
+/// Checks a token name: 1 to 64 of `A-Z a-z 0-9 . _ - @`.
+pub fn check_name(name: &str) -> Result<(), TokenError> {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'));
+    if valid {
+        Ok(())
+    } else {
+        Err(TokenError::Invalid {
+            field: "name",
+            message: format!(
+                "`{name}` is not a token name: use 1 to 64 letters, digits, `.`, `_`, `-` or `@`"
+            ),
+        })
+    }
+}
+
+/// Checks a scope: an application pattern qualified with its tenant (`shop/*`).
+pub fn check_scope(pattern: &str) -> Result<(), TokenError> {
+    manent_config::check_application_pattern(pattern).map_err(|message| TokenError::Invalid {
+        field: "on",
+        message,
+    })
+}
+
+/// Reads `--expires`: a duration from now (`30d`, `12h`) or an RFC 3339 instant
+/// (`2027-01-31T00:00:00Z`); returns the instant in milliseconds, which must be later
+/// than `now_ms`.
+pub fn parse_expiry(text: &str, now_ms: i64) -> Result<i64, TokenError> {
+    let invalid = |message: String| TokenError::Invalid {
+        field: "expires",
+        message,
+    };
+    let text = text.trim();
+    let at_ms = if let Ok(duration) = humantime::parse_duration(text) {
+        now_ms.saturating_add(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX))
+    } else if let Ok(at) = chrono::DateTime::parse_from_rfc3339(text) {
+        at.timestamp_millis()
+    } else {
+        return Err(invalid(format!(
+            "`{text}` is neither a duration (`30d`, `12h`) nor an RFC 3339 time \
+             (`2027-01-31T00:00:00Z`)"
+        )));
+    };
+    if at_ms <= now_ms {
+        return Err(invalid(format!(
+            "`{text}` is in the past: a token must expire later than now"
+        )));
+    }
+    Ok(at_ms)
+}
+
+/// Creates a token and returns its record and its secret (shown once). Refuses a name
+/// already taken, an invalid name and an unqualified scope.
+pub async fn create(
+    store: &Arc<dyn Store>,
+    new: &NewToken,
+) -> Result<(TokenRecord, String), TokenError> {
+    check_name(&new.name)?;
+    if let Some(on) = &new.on {
+        check_scope(on)?;
+    }
+    // Tokens made before names were unique have no name record: look at them too.
+    if list_records(store)
+        .await?
+        .iter()
+        .any(|(_, t)| t.name == new.name)
+    {
+        return Err(TokenError::Duplicate(new.name.clone()));
+    }
+    let secret = format!("mnt_{}", hex::encode(rand::random::<[u8; 24]>()));
+    let hashed = hash(&secret);
+    let now = now_ms();
+    // The name record is taken first and atomically: of two concurrent creations of one
+    // name, exactly one gets it.
+    if !store
+        .insert_record(NAME_KIND, &new.name, &hashed, now)
+        .await?
+    {
+        return Err(TokenError::Duplicate(new.name.clone()));
+    }
+    let record = TokenRecord {
+        id: format!("tok_{}", hex::encode(rand::random::<[u8; 8]>())),
+        name: new.name.clone(),
+        role: new.role,
+        on: new.on.clone(),
+        created_at_ms: now,
+        expires_at_ms: new.expires_at_ms,
+    };
+    let json = serde_json::to_string(&record).map_err(corrupt)?;
+    if let Err(e) = store.put_record(KIND, &hashed, &json, now).await {
+        // Give the name back; the token does not exist.
+        let _ = store.delete_record(NAME_KIND, &new.name).await;
+        return Err(e.into());
+    }
+    Ok((record, secret))
+}
+
+/// Creates a token that never expires and returns its secret, shown once.
 pub async fn create_token(
     store: &Arc<dyn Store>,
     name: &str,
     role: Role,
     on: Option<&str>,
-) -> Result<String, StoreError> {
-    let secret = format!("mnt_{}", hex::encode(rand::random::<[u8; 24]>()));
-    let record = TokenRecord {
+) -> Result<String, TokenError> {
+    let new = NewToken {
         name: name.to_string(),
         role,
         on: on.map(str::to_string),
-        created_at_ms: now_ms(),
+        expires_at_ms: None,
     };
-    let json = serde_json::to_string(&record).map_err(|e| StoreError::Database(e.to_string()))?;
-    store
-        .put_record(KIND, &hash(&secret), &json, now_ms())
-        .await?;
-    Ok(secret)
+    Ok(create(store, &new).await?.1)
 }
 
-/// The token for `secret`, if it exists.
+/// Every stored token with the hash it is kept under.
+async fn list_records(store: &Arc<dyn Store>) -> Result<Vec<(String, TokenRecord)>, StoreError> {
+    store
+        .list_records(KIND)
+        .await?
+        .into_iter()
+        .map(|(hash, json)| Ok((hash.clone(), decode(&hash, &json)?)))
+        .collect()
+}
+
+/// Every token, by name, without secrets or hashes.
+pub async fn list(store: &Arc<dyn Store>) -> Result<Vec<TokenView>, TokenError> {
+    let used: std::collections::HashMap<String, i64> = store
+        .list_records(USED_KIND)
+        .await?
+        .into_iter()
+        .filter_map(|(id, at)| Some((id, at.parse().ok()?)))
+        .collect();
+    let now = now_ms();
+    let mut views: Vec<TokenView> = list_records(store)
+        .await?
+        .into_iter()
+        .map(|(_, t)| TokenView {
+            expired: t.is_expired(now),
+            last_used_at: used.get(&t.id).map(|&ms| rfc3339(ms)),
+            created_at: rfc3339(t.created_at_ms),
+            expires_at: t.expires_at_ms.map(rfc3339),
+            id: t.id,
+            name: t.name,
+            role: t.role,
+            on: t.on,
+        })
+        .collect();
+    views.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(views)
+}
+
+/// Revokes the token named `name`: from then on its secret answers 401. Returns the
+/// revoked record (its id stays in the audit trail and in past approvals).
+pub async fn revoke(store: &Arc<dyn Store>, name: &str) -> Result<TokenRecord, TokenError> {
+    let mut revoked = None;
+    for (hashed, token) in list_records(store).await? {
+        if token.name == name {
+            store.delete_record(KIND, &hashed).await?;
+            store.delete_record(USED_KIND, &token.id).await?;
+            revoked = Some(token);
+        }
+    }
+    store.delete_record(NAME_KIND, name).await?;
+    revoked.ok_or_else(|| TokenError::NotFound(name.to_string()))
+}
+
+/// The live token for `secret`, if it exists and has not expired. Notes its use.
 pub async fn authenticate(
     store: &Arc<dyn Store>,
     secret: &str,
 ) -> Result<Option<Caller>, StoreError> {
-    let Some(json) = store.get_record(KIND, &hash(secret)).await? else {
+    let hashed = hash(secret);
+    let Some(json) = store.get_record(KIND, &hashed).await? else {
         return Ok(None);
     };
-    let token: TokenRecord = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
-        what: "api token".into(),
-        reason: e.to_string(),
-    })?;
+    let token = decode(&hashed, &json)?;
+    let now = now_ms();
+    if token.is_expired(now) {
+        return Ok(None);
+    }
+    let last_used: Option<i64> = store
+        .get_record(USED_KIND, &token.id)
+        .await?
+        .and_then(|v| v.parse().ok());
+    if last_used.is_none_or(|at| now - at >= USED_RESOLUTION_MS) {
+        store
+            .put_record(USED_KIND, &token.id, &now.to_string(), now)
+            .await?;
+    }
     Ok(Some(Caller { token }))
+}
+
+fn rfc3339(ms: i64) -> String {
+    manent_deploy::views::rfc3339(ms)
 }
 
 #[cfg(test)]
@@ -153,11 +398,45 @@ mod tests {
     fn caller(role: Role, on: Option<&str>) -> Caller {
         Caller {
             token: TokenRecord {
+                id: "tok_t".into(),
                 name: "t".into(),
                 role,
                 on: on.map(Into::into),
                 created_at_ms: 0,
+                expires_at_ms: None,
             },
+        }
+    }
+
+    #[test]
+    fn an_expiry_is_a_duration_from_now_or_an_rfc3339_instant_in_the_future() {
+        let now = 1_800_000_000_000;
+        assert_eq!(
+            parse_expiry("1h", now).unwrap(),
+            now + 3_600_000,
+            "a duration counts from now"
+        );
+        assert_eq!(
+            parse_expiry("2027-01-31T00:00:00Z", now).unwrap(),
+            1_801_353_600_000,
+            "an RFC 3339 time is taken as it is"
+        );
+        for bad in ["soon", "2020-01-01T00:00:00Z"] {
+            let error = parse_expiry(bad, now).unwrap_err().to_string();
+            assert!(
+                error.starts_with("expires:"),
+                "`{bad}` is refused naming the field: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_token_name_is_short_and_plain() {
+        for ok in ["ci", "release-bot", "alice@example.com", "a_b.c"] {
+            assert!(check_name(ok).is_ok(), "`{ok}` is a valid name");
+        }
+        for bad in ["", "two words", "x\u{1b}[31m", &"a".repeat(65)] {
+            assert!(check_name(bad).is_err(), "{bad:?} is refused");
         }
     }
 

@@ -3,19 +3,22 @@
 //! The only crate that knows HTTP. `app(state)` builds the router, so tests
 //! drive it with `oneshot` and no socket.
 
+mod admin;
+pub mod audit;
 pub mod auth;
 mod error;
 mod platform;
+mod refusals;
 
 use std::sync::Arc;
 
 use axum::{
     Json, Router,
-    extract::{Path, Query, Request, State},
+    extract::{MatchedPath, Path, Query, Request, State},
     http::{StatusCode, header},
     middleware::{self, Next},
     response::{IntoResponse, Response},
-    routing::{get, post},
+    routing::{delete, get, post},
 };
 use manent_config::Config;
 use manent_deploy::{
@@ -58,6 +61,9 @@ pub fn app(state: AppState) -> Router {
         .route("/workers", get(list_workers))
         .route("/queues", get(list_queues))
         .route("/executors/{id}/recover", post(recover_executor))
+        .route("/tokens", get(admin::list_tokens).post(admin::create_token))
+        .route("/tokens/{name}", delete(admin::revoke_token))
+        .route("/audit", get(admin::list_audit))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/", get(platform::page))
@@ -70,24 +76,47 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Every `/api/v1` route needs a known bearer token.
+/// Every `/api/v1` route needs a known, unexpired bearer token (the scheme in any case:
+/// `bearer x` works). Refusals and changes are recorded in the audit trail (`audit`).
 async fn require_token(
     State(state): State<AppState>,
     mut request: Request,
     next: Next,
-) -> Result<Response, AppError> {
-    let secret = request
+) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let template = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| path.clone(), |p| p.as_str().to_string());
+    let store = state.client.store();
+    let caller = match bearer_secret(&request) {
+        Some(secret) => match auth::authenticate(store, secret).await {
+            Ok(caller) => caller,
+            Err(e) => return AppError::from(e).into_response(),
+        },
+        None => None,
+    };
+    let Some(caller) = caller else {
+        let refused = AppError::Unauthorized.into_response();
+        return audit::after_response(store, None, &method, &template, &path, refused).await;
+    };
+    request.extensions_mut().insert(caller.clone());
+    let response = next.run(request).await;
+    audit::after_response(store, Some(caller), &method, &template, &path, response).await
+}
+
+/// The secret of an `Authorization: Bearer <secret>` header; the scheme is
+/// case-insensitive (RFC 9110 §11.1).
+fn bearer_secret(request: &Request) -> Option<&str> {
+    let value = request
         .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .ok_or(AppError::Unauthorized)?;
-    let caller = auth::authenticate(state.client.store(), secret)
-        .await?
-        .ok_or(AppError::Unauthorized)?;
-    request.extensions_mut().insert(caller);
-    Ok(next.run(request).await)
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, secret) = value.trim().split_once(' ')?;
+    let secret = secret.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !secret.is_empty()).then_some(secret)
 }
 
 fn require(caller: &Caller, action: Action, application: Option<&str>) -> Result<(), AppError> {
@@ -129,7 +158,8 @@ async fn readyz(State(state): State<AppState>) -> Response {
 
 /// `/metrics`: Prometheus text, without a token (docs/security.md: health and metrics only).
 async fn metrics(State(state): State<AppState>) -> Result<Response, AppError> {
-    let text = manent_deploy::metrics::render(&state.client, &state.config).await?;
+    let mut text = manent_deploy::metrics::render(&state.client, &state.config).await?;
+    text.push_str(&refusals::metrics_text());
     Ok((
         [(
             header::CONTENT_TYPE,
@@ -220,7 +250,7 @@ async fn submit_deploy(
         &state.config,
         descriptor,
         query.dry_run,
-        &caller.token.name,
+        &manent_deploy::Submitter::new(&caller.token.name, &caller.token.id),
     )
     .await
     .map_err(submit_error)?;
@@ -325,6 +355,7 @@ async fn decide_deploy(
     require(&caller, Action::Approve, Some(&deploy.application))?;
     let approver = Approver {
         name: caller.token.name.clone(),
+        token_id: caller.token.id.clone(),
         role: caller.token.role.to_string(),
     };
     match service::decide(&state.client, &id, &approver, approve, body.reason).await {

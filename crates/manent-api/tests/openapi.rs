@@ -42,6 +42,10 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/workers"),
     ("GET", "/api/v1/queues"),
     ("POST", "/api/v1/executors/{id}/recover"),
+    ("GET", "/api/v1/tokens"),
+    ("POST", "/api/v1/tokens"),
+    ("DELETE", "/api/v1/tokens/{name}"),
+    ("GET", "/api/v1/audit"),
 ];
 
 /// The one `/api/v1` route served without a token.
@@ -186,7 +190,7 @@ fn references<'a>(node: &'a Value, out: &mut Vec<&'a str>) {
 
 /// A concrete URI of a path template (`{id}` → `x`).
 fn concrete(path: &str) -> String {
-    path.replace("{id}", "x")
+    path.replace("{id}", "x").replace("{name}", "x")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

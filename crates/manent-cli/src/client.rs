@@ -38,6 +38,19 @@ impl std::fmt::Display for CliError {
     }
 }
 
+/// An error with its causes (`error sending request: … invalid peer certificate: …`):
+/// a TLS refusal is explained only in the innermost one.
+fn causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 pub struct ApiClient {
     base: String,
     token: Option<String>,
@@ -45,8 +58,28 @@ pub struct ApiClient {
 }
 
 impl ApiClient {
-    pub fn new(base: &str, token: Option<String>) -> Result<Self, CliError> {
-        let http = reqwest::Client::builder()
+    /// A client of the API at `base`; `ca` is a PEM file of a private CA to trust for
+    /// an `https://` server (its certificate is always verified).
+    pub fn new(base: &str, token: Option<String>, ca: Option<&Path>) -> Result<Self, CliError> {
+        let mut builder = reqwest::Client::builder().https_only(base.starts_with("https://"));
+        if let Some(ca) = ca {
+            let pem = std::fs::read(ca).map_err(|e| {
+                CliError::Usage(format!("--ca {}: cannot read it: {e}", ca.display()))
+            })?;
+            let certificates = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+                CliError::Usage(format!("--ca {}: not a PEM certificate: {e}", ca.display()))
+            })?;
+            if certificates.is_empty() {
+                return Err(CliError::Usage(format!(
+                    "--ca {}: no certificate in it (expected PEM `BEGIN CERTIFICATE`)",
+                    ca.display()
+                )));
+            }
+            for certificate in certificates {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        let http = builder
             .build()
             .map_err(|e| CliError::Usage(format!("cannot build the HTTP client: {e}")))?;
         Ok(ApiClient {
@@ -66,7 +99,11 @@ impl ApiClient {
 
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, CliError> {
         let response = request.send().await.map_err(|e| {
-            CliError::Unreachable(format!("cannot reach the server at {}: {e}", self.base))
+            CliError::Unreachable(format!(
+                "cannot reach the server at {}: {}",
+                self.base,
+                causes(&e)
+            ))
         })?;
         let status = response.status();
         let body: Value = response.json().await.unwrap_or(Value::Null);
@@ -94,6 +131,10 @@ impl ApiClient {
     pub async fn get_query(&self, path: &str, query: &[(&str, String)]) -> Result<Value, CliError> {
         self.send(self.request(reqwest::Method::GET, path).query(query))
             .await
+    }
+
+    pub async fn delete(&self, path: &str) -> Result<Value, CliError> {
+        self.send(self.request(reqwest::Method::DELETE, path)).await
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> Result<Value, CliError> {

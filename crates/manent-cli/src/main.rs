@@ -30,6 +30,10 @@ struct Args {
     /// API token (`manent-server admin token create`).
     #[arg(long, global = true, env = "MANENT_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// A PEM file of the CA that signed the server's certificate (a private CA), trusted
+    /// in addition to the system's roots for an `https://` server.
+    #[arg(long, global = true, env = "MANENT_CA")]
+    ca: Option<PathBuf>,
     #[arg(long, short, global = true, value_enum, default_value_t = Output::Table)]
     output: Output,
     #[command(subcommand)]
@@ -113,6 +117,11 @@ enum Command {
     /// Prints the completion script for SHELL on stdout, e.g.
     /// `manent completion bash > /etc/bash_completion.d/manent`.
     Completion { shell: clap_complete::Shell },
+    /// The audit trail, newest first: changes and refused requests (admin only).
+    Audit {
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
 }
 
 #[derive(Subcommand)]
@@ -157,7 +166,7 @@ async fn run(args: Args) -> Result<u8, CliError> {
         );
         return Ok(0);
     }
-    let api = ApiClient::new(&args.server, args.token.clone())?;
+    let api = ApiClient::new(&args.server, args.token.clone(), args.ca.as_deref())?;
     let json = args.output == Output::Json;
     match args.command {
         Command::Deploy {
@@ -282,42 +291,18 @@ async fn run(args: Args) -> Result<u8, CliError> {
         }
         Command::Completion { .. } => unreachable!("handled before the client is built"),
         Command::Schedule(ScheduleCommand::Delete { id }) => {
-            let out = delete(
-                &args.server,
-                args.token.as_deref(),
-                &format!("/api/v1/schedules/{id}"),
-            )
-            .await?;
+            let out = api.delete(&format!("/api/v1/schedules/{id}")).await?;
             render::print(json, &out, render::schedule);
             Ok(0)
         }
+        Command::Audit { limit } => {
+            let entries = api
+                .get_query("/api/v1/audit", &[("limit", limit.to_string())])
+                .await?;
+            render::print(json, &entries, render::audit);
+            Ok(0)
+        }
     }
-}
-
-/// `DELETE path`, with the same errors and exit codes as the other requests.
-async fn delete(server: &str, token: Option<&str>, path: &str) -> Result<Value, CliError> {
-    let base = server.trim_end_matches('/');
-    let mut request = reqwest::Client::new().delete(format!("{base}{path}"));
-    if let Some(t) = token {
-        request = request.bearer_auth(t);
-    }
-    let response = request
-        .send()
-        .await
-        .map_err(|e| CliError::Unreachable(format!("cannot reach the server at {base}: {e}")))?;
-    let status = response.status();
-    let body: Value = response.json().await.unwrap_or(Value::Null);
-    if status.is_success() {
-        return Ok(body);
-    }
-    let message = body["error"]["message"]
-        .as_str()
-        .map_or_else(|| format!("HTTP {status}"), str::to_string);
-    Err(match status.as_u16() {
-        401 | 403 => CliError::Unreachable(format!("refused: {message}")),
-        400 | 404 | 409 | 422 => CliError::Rejected(message),
-        _ => CliError::Failed(message),
-    })
 }
 
 /// Polls the deploy until it ends, printing a line whenever its phase or a

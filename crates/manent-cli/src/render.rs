@@ -187,6 +187,11 @@ pub fn deploys(v: &Value) -> String {
     )
 }
 
+/// The audit trail, newest first.
+pub fn audit(v: &Value) -> String {
+    table(v, &["at", "token", "action", "target", "outcome", "detail"])
+}
+
 pub fn queues(v: &Value) -> String {
     // One column with each limit's use, e.g. `worker 3/4, env 1/1, total 5/8, queue 2/2`.
     let mut rows = v.clone();

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 pub use env::process_env;
 pub use error::{ConfigError, ConfigIssue};
-pub use pattern::glob_match;
+pub use pattern::{check_application_pattern, glob_match};
 pub use sources::{ArtifactSource, ArtifactSources, ArtifactsConfig, SourceError};
 
 /// `database.url` when the file does not set it.
@@ -109,6 +109,19 @@ pub struct ApiConfig {
     pub listen: String,
     /// The URL clients use to reach the API (behind a load balancer), if not `listen`.
     pub public_url: Option<String>,
+    /// Serve HTTPS with this certificate and key (PEM); plain HTTP without it.
+    pub tls: Option<ApiTls>,
+}
+
+/// `api.tls`: PEM files; relative paths are relative to the directory of `manent.yml`
+/// (see [`Config::resolve_path`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiTls {
+    /// The certificate chain, the server's certificate first.
+    pub cert: PathBuf,
+    /// Its private key (PKCS#8, PKCS#1 or SEC1). Keep it readable by manent only.
+    pub key: PathBuf,
 }
 
 impl Default for ApiConfig {
@@ -116,6 +129,7 @@ impl Default for ApiConfig {
         ApiConfig {
             listen: DEFAULT_API_LISTEN.to_owned(),
             public_url: None,
+            tls: None,
         }
     }
 }
@@ -543,6 +557,14 @@ impl Config {
             None => paths::default_state_dir(var).join("work"),
         };
         base.join(paths::file_name_of(self.effective_executor_id()))
+    }
+
+    /// `api.tls` with its paths resolved with [`Config::resolve_path`]: (cert, key).
+    pub fn api_tls_paths(&self) -> Option<(PathBuf, PathBuf)> {
+        self.api
+            .tls
+            .as_ref()
+            .map(|tls| (self.resolve_path(&tls.cert), self.resolve_path(&tls.key)))
     }
 
     /// `environments.source`, resolved with [`Config::resolve_path`].

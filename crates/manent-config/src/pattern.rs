@@ -1,5 +1,6 @@
 //! Owns the glob patterns of routed queue matches (`ml/*`, `trainer`, `staging-?`): `*`
-//! matches any run of characters (`/` included), `?` one character, everything else itself.
+//! matches any run of characters (`/` included), `?` one character, everything else itself;
+//! and what makes an application pattern valid (qualified with its tenant).
 
 /// Whether `text` matches the glob `pattern` (case-sensitive, whole text).
 pub fn glob_match(pattern: &str, text: &str) -> bool {
@@ -32,9 +33,47 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
     pattern[p..].iter().all(|&c| c == '*')
 }
 
+/// Checks an application pattern (a queue's `match.applications`, an API token's scope):
+/// `*`, or qualified with the tenant (`ml/*`, `ml/trainer`). The error says what to write.
+pub fn check_application_pattern(pattern: &str) -> Result<(), String> {
+    if pattern.trim().is_empty() {
+        return Err("empty application pattern: write e.g. `ml/*`".into());
+    }
+    if pattern == "*" {
+        return Ok(());
+    }
+    match pattern.split_once('/') {
+        Some((tenant, _)) if !tenant.is_empty() => Ok(()),
+        Some(_) => Err(format!(
+            "application pattern `{pattern}` names no tenant before `/`; write e.g. `ml/*`"
+        )),
+        None => Err(format!(
+            "application pattern `{pattern}` is not qualified with the tenant; write e.g. \
+             `{pattern}/*` (all of tenant {pattern}'s applications) or `ml/{pattern}`"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::glob_match;
+    use super::{check_application_pattern, glob_match};
+
+    #[test]
+    fn an_application_pattern_must_name_its_tenant() {
+        for ok in ["*", "ml/*", "ml/trainer", "*/api"] {
+            assert!(check_application_pattern(ok).is_ok(), "`{ok}` is valid");
+        }
+        let message = check_application_pattern("shop").unwrap_err();
+        assert!(
+            message.contains("`shop/*`"),
+            "a bare tenant is refused with a hint to write `shop/*`: {message}"
+        );
+        assert!(
+            check_application_pattern("/web").is_err(),
+            "an empty tenant is refused"
+        );
+        assert!(check_application_pattern(" ").is_err(), "blank is refused");
+    }
 
     #[test]
     fn globs() {

@@ -928,7 +928,7 @@ log:
             manent.yml:17: plugins.bad name: invalid plugin name `bad name`; use letters, digits, '-' and '_' only
             manent.yml:18: plugins.bad name.queue: invalid queue name `x y`; use letters, digits, '-' and '_' only
             manent.yml:14: plugins.salt.queue: queue `shared` is also the queue of plugin `ansible` (plugins.ansible.queue, line 12); give each plugin its own queue
-            manent.yml:22: queues[0].match.applications[0]: application pattern `trainer` is not qualified with the tenant; write e.g. `ml/*` or `ml/trainer`
+            manent.yml:22: queues[0].match.applications[0]: application pattern `trainer` is not qualified with the tenant; write e.g. `trainer/*` (all of tenant trainer's applications) or `ml/trainer`
             manent.yml:22: queues[0].match.applications[3]: empty pattern; remove it
             manent.yml:16: plugins.gpu-plugin.queue: queue name `gpu` is also a routed queue (queues[0], line 20); give the plugin a queue of its own
             manent.yml:24: environments.source: empty path; give the directory of the environment configurations

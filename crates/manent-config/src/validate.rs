@@ -117,6 +117,16 @@ impl Validator<'_> {
                 format!("`{url}` is not an http:// or https:// URL; write e.g. https://manent.example.com"),
             );
         }
+        if let Some(tls) = &self.config.api.tls {
+            for (key, path) in [("api.tls.cert", &tls.cert), ("api.tls.key", &tls.key)] {
+                if path.as_os_str().is_empty() {
+                    self.push(
+                        key,
+                        "empty path: name a PEM file, e.g. /etc/manent/tls/server.pem",
+                    );
+                }
+            }
+        }
     }
 
     fn dbos(&mut self) {
@@ -350,14 +360,10 @@ impl Validator<'_> {
                     let key = format!("{base}.match.{list}[{j}]");
                     if pattern.trim().is_empty() {
                         self.push(key, "empty pattern; remove it");
-                    } else if list == "applications" && pattern != "*" && !pattern.contains('/') {
-                        self.push(
-                            key,
-                            format!(
-                                "application pattern `{pattern}` is not qualified with the \
-                                 tenant; write e.g. `ml/*` or `ml/{pattern}`"
-                            ),
-                        );
+                    } else if list == "applications"
+                        && let Err(message) = crate::check_application_pattern(pattern)
+                    {
+                        self.push(key, message);
                     }
                 }
             }

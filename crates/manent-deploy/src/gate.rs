@@ -10,7 +10,7 @@ use manent_engine::{Client, QueueSpec, StepPolicy, WorkflowContext, WorkflowErro
 use manent_model::{Approval, Dependency, EffectiveDescriptor};
 use serde::{Deserialize, Serialize};
 
-use crate::workflow::DeployRequest;
+use crate::workflow::{DeployRequest, same_token};
 
 /// The queue deploys wait on. Not one of the configuration's queues: it has no
 /// limits and never appears in `manent queues`.
@@ -43,6 +43,9 @@ const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 pub struct Decision {
     /// The approver (the API token's name).
     pub by: String,
+    /// The approver's token id (empty in decisions recorded before ids existed).
+    #[serde(default)]
+    pub by_id: String,
     pub approve: bool,
     /// The comment of an approval or the reason of a rejection.
     #[serde(default)]
@@ -156,10 +159,17 @@ async fn wait_for_approval(
                 decision.by
             )));
         }
-        // The API refuses ineligible approvers; one approver counts once.
-        if approvals.iter().any(|a| a.by == decision.by)
-            || (decision.by == request.submitted_by && !policy.allow_self_approval)
-        {
+        // The API refuses ineligible approvers. One approver counts once: one token id
+        // once, and one name once (a name revoked and created again is another token,
+        // yet it does not count twice). The submitter is known by its token id.
+        let counted = approvals
+            .iter()
+            .any(|a| a.by == decision.by || (!a.by_id.is_empty() && a.by_id == decision.by_id));
+        let own = same_token(
+            (&decision.by, &decision.by_id),
+            (&request.submitted_by, &request.submitted_by_id),
+        );
+        if counted || (own && !policy.allow_self_approval) {
             continue;
         }
         approvals.push(decision);

@@ -16,4 +16,4 @@ pub mod workflow;
 
 pub use plugins::{Plugin, Plugins};
 pub use queues::{DEFAULT_QUEUE, DeclaredQueue, QueueKind, declared_queues, worker_queues};
-pub use workflow::{DEPLOY_WORKFLOW, DeployRequest, register_workflows};
+pub use workflow::{DEPLOY_WORKFLOW, DeployRequest, Submitter, register_workflows};

@@ -21,7 +21,10 @@ use manent_engine::{Client, EngineError, now_ms};
 use manent_model::{Descriptor, EffectiveDescriptor, Missed, Route};
 use serde::{Deserialize, Serialize};
 
-use crate::{views::rfc3339, workflow::DeployRequest};
+use crate::{
+    views::rfc3339,
+    workflow::{DeployRequest, Submitter},
+};
 
 /// Record kind of a schedule (written by the API only).
 pub const SCHEDULE_KIND: &str = "schedule";
@@ -47,6 +50,9 @@ pub struct ScheduleRecord {
     pub missed: Missed,
     pub paused: bool,
     pub created_by: String,
+    /// The creating token's stable id (empty in schedules made before ids existed).
+    #[serde(default)]
+    pub created_by_id: String,
     pub created_at_ms: i64,
     /// Ticks at or before this time are not run (set on resume: a pause drops its ticks).
     #[serde(default)]
@@ -184,7 +190,7 @@ pub async fn create(
     cron: &str,
     timezone: &str,
     missed: Missed,
-    created_by: &str,
+    created_by: &Submitter,
 ) -> Result<ScheduleRecord, EngineError> {
     let parsed = parse_cron(cron).map_err(EngineError::InvalidInput)?;
     let tz = parse_timezone(timezone).map_err(EngineError::InvalidInput)?;
@@ -198,7 +204,8 @@ pub async fn create(
         timezone: timezone.to_string(),
         missed,
         paused: false,
-        created_by: created_by.to_string(),
+        created_by: created_by.name.clone(),
+        created_by_id: created_by.token_id.clone(),
         created_at_ms: now,
         resumed_at_ms: None,
         next_tick: next_tick(&parsed, tz, now.div_euclid(1000)),
@@ -422,7 +429,7 @@ async fn enqueue_tick(
         schedule.descriptor.clone(),
         schedule.effective.clone(),
         schedule.route.clone(),
-        &schedule.created_by,
+        &Submitter::new(&schedule.created_by, &schedule.created_by_id),
         tick * 1000,
     );
     // Idempotent on the id: a tick already enqueued (by another ticker) is returned as it is.
@@ -644,7 +651,7 @@ mod tests {
             "*/2 * * * * *",
             "UTC",
             Missed::RunOnce,
-            "ci",
+            &Submitter::named("ci"),
         )
         .await
         .unwrap();

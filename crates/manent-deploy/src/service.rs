@@ -19,7 +19,7 @@ use crate::{
     schedules,
     targets::TargetOutcome,
     views::rfc3339,
-    workflow::{DEPLOY_WORKFLOW, DeployRequest, Runtime},
+    workflow::{DEPLOY_WORKFLOW, DeployRequest, Runtime, Submitter, same_token},
 };
 
 /// Why a submission was refused.
@@ -162,7 +162,7 @@ pub async fn submit(
     config: &Arc<Config>,
     descriptor: Descriptor,
     force_dry_run: bool,
-    submitted_by: &str,
+    submitted_by: &Submitter,
 ) -> Result<Submitted, SubmitError> {
     let Prepared {
         descriptor,
@@ -641,10 +641,13 @@ pub async fn activity(client: &Client) -> Result<Vec<DeployStatus>, EngineError>
     Ok(out)
 }
 
-/// Who asks to approve or reject a deploy: the API token's name and role.
+/// Who asks to approve or reject a deploy: the API token's name, stable id and role.
 #[derive(Debug, Clone)]
 pub struct Approver {
     pub name: String,
+    /// The token's stable id: the self-approval check and the count of distinct
+    /// approvers compare it (empty when unknown: names are compared).
+    pub token_id: String,
     pub role: String,
 }
 
@@ -703,13 +706,18 @@ pub async fn decide(
             policy.approvers.join(", ")
         )));
     }
-    if approve && approver.name == request.submitted_by && !policy.allow_self_approval {
+    let own_deploy = same_token(
+        (&approver.name, &approver.token_id),
+        (&request.submitted_by, &request.submitted_by_id),
+    );
+    if approve && own_deploy && !policy.allow_self_approval {
         return Err(DecideError::Forbidden(format!(
             "approve deploy {id}, which it submitted (the policy's allow_self_approval is false); ask another approver"
         )));
     }
     let decision = Decision {
         by: approver.name.clone(),
+        by_id: approver.token_id.clone(),
         approve,
         reason,
         at_ms: now_ms(),

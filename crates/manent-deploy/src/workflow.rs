@@ -21,6 +21,38 @@ use crate::{
 /// The workflow's registered name.
 pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 
+/// Who submits a deploy or creates a schedule: the API token's name and stable id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitter {
+    pub name: String,
+    /// Empty when there is no token (tests, tools): then names are compared.
+    pub token_id: String,
+}
+
+impl Submitter {
+    pub fn new(name: impl Into<String>, token_id: impl Into<String>) -> Self {
+        Submitter {
+            name: name.into(),
+            token_id: token_id.into(),
+        }
+    }
+
+    /// A submitter known only by name.
+    pub fn named(name: impl Into<String>) -> Self {
+        Submitter::new(name, "")
+    }
+}
+
+/// Whether two (name, token id) pairs are the same token: by id when both have one (a name
+/// revoked and created again is another token), else by name (records made before ids).
+pub fn same_token(a: (&str, &str), b: (&str, &str)) -> bool {
+    if a.1.is_empty() || b.1.is_empty() {
+        a.0 == b.0
+    } else {
+        a.1 == b.1
+    }
+}
+
 /// What a submission records: the request, with its route decided once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeployRequest {
@@ -30,6 +62,10 @@ pub struct DeployRequest {
     pub effective: Option<EffectiveDescriptor>,
     pub route: Route,
     pub submitted_by: String,
+    /// The submitting token's stable id (empty in requests recorded before ids existed):
+    /// the self-approval check compares it, not the name.
+    #[serde(default)]
+    pub submitted_by_id: String,
     pub submitted_at_ms: i64,
     /// Whether the deploy first waits on the gate queue (approval, dependencies),
     /// holding no deploy slot, before it moves to `route.queue`. Decided at submission.
@@ -42,7 +78,7 @@ impl DeployRequest {
         descriptor: Descriptor,
         effective: Option<EffectiveDescriptor>,
         route: Route,
-        submitted_by: &str,
+        submitted_by: &Submitter,
         submitted_at_ms: i64,
     ) -> Self {
         DeployRequest {
@@ -50,7 +86,8 @@ impl DeployRequest {
             descriptor,
             effective,
             route,
-            submitted_by: submitted_by.to_string(),
+            submitted_by: submitted_by.name.clone(),
+            submitted_by_id: submitted_by.token_id.clone(),
             submitted_at_ms,
         }
     }

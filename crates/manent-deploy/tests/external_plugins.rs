@@ -116,7 +116,7 @@ impl Site {
             &std::sync::Arc::new(config.clone()),
             descriptor,
             false,
-            "test",
+            &manent_deploy::Submitter::named("test"),
         )
         .await
         .expect("the descriptor is accepted");

@@ -272,7 +272,7 @@ impl Site {
             &std::sync::Arc::new(worker.config.clone()),
             descriptor,
             false,
-            "test",
+            &manent_deploy::Submitter::named("test"),
         )
         .await
         .expect("the descriptor is accepted");

@@ -24,8 +24,9 @@ pub use engine::{Engine, EngineConfig, QueueSpec, ShutdownReport};
 pub use error::{EngineError, StoreError, WorkflowError};
 pub use policy::StepPolicy;
 pub use store::{
-    Backend, EventRecord, ExecutorRecord, ExecutorState, LimitGroup, QueueDepth, QueueRecord,
-    RunningCount, StepRecord, StepStatus, Store, WorkflowFilter, WorkflowRecord, WorkflowStatus,
+    AuditRecord, Backend, EventRecord, ExecutorRecord, ExecutorState, LimitGroup, QueueDepth,
+    QueueRecord, RunningCount, StepRecord, StepStatus, Store, WorkflowFilter, WorkflowRecord,
+    WorkflowStatus,
 };
 
 /// Milliseconds since the Unix epoch: the one clock of the engine's records.

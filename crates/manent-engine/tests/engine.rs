@@ -49,6 +49,7 @@ on_both_backends!(
     higher_priority_runs_first,
     a_panicking_workflow_ends_in_error,
     records_are_kept_replaced_listed_and_deleted,
+    audit_entries_are_appended_and_listed_newest_first,
     branches_replay_whatever_order_they_completed_in,
     a_workflow_moved_to_another_queue_goes_on_there_under_its_limits,
     a_draining_executor_hands_its_durable_waits_back_to_the_queue,
@@ -1093,6 +1094,47 @@ async fn records_are_kept_replaced_listed_and_deleted(db: Db) {
         "deleting twice reports nothing deleted"
     );
     assert_eq!(s.get_record("token", "a").await.unwrap(), None);
+}
+
+async fn audit_entries_are_appended_and_listed_newest_first(db: Db) {
+    let db = TestDb::new(db).await;
+    let s = open(&db).await;
+    for (n, action) in ["deploy.submit", "deploy.cancel", "token.revoke"]
+        .into_iter()
+        .enumerate()
+    {
+        s.append_audit(&manent_engine::AuditRecord {
+            seq: 0,
+            at_ms: 1000 + n as i64,
+            actor: "ci".into(),
+            actor_id: "tok_1".into(),
+            action: action.into(),
+            target: format!("d{n}"),
+            outcome: 200,
+            detail: String::new(),
+        })
+        .await
+        .unwrap();
+    }
+    let newest_two = s.list_audit(2).await.unwrap();
+    let actions: Vec<&str> = newest_two.iter().map(|e| e.action.as_str()).collect();
+    assert_eq!(
+        actions,
+        ["token.revoke", "deploy.cancel"],
+        "the newest entries come first and the limit holds"
+    );
+    assert!(
+        newest_two[0].seq > newest_two[1].seq,
+        "the store numbers entries in the order they were appended"
+    );
+    assert_eq!(
+        (
+            newest_two[0].actor_id.as_str(),
+            newest_two[0].target.as_str()
+        ),
+        ("tok_1", "d2"),
+        "every field is kept"
+    );
 }
 
 async fn branches_replay_whatever_order_they_completed_in(db: Db) {

@@ -2,11 +2,16 @@
 //! over the library crates. Parses arguments, loads the configuration, opens
 //! the database and runs the chosen role until SIGINT or SIGTERM.
 
-use std::{io::IsTerminal, path::PathBuf, sync::Arc};
+use std::{
+    io::IsTerminal,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
 
 use anyhow::{Context, Result, bail};
+use axum_server::tls_rustls::RustlsConfig;
 use clap::{CommandFactory, Parser, Subcommand};
-use manent_api::{AppState, Role};
+use manent_api::{AppState, Role, auth};
 use manent_config::{Config, LogFormat};
 use manent_deploy::{Plugins, schedules::Ticker};
 use manent_engine::{Client, Engine, EngineConfig, Store, store};
@@ -64,7 +69,7 @@ enum Admin {
 
 #[derive(Subcommand)]
 enum Token {
-    /// Creates a token and prints it on stdout (shown once).
+    /// Creates a token and prints it on stdout (shown once). Names are unique.
     Create {
         #[arg(long)]
         name: String,
@@ -74,7 +79,28 @@ enum Token {
         /// Application pattern the role is granted on, qualified with the tenant (`ml/*`).
         #[arg(long)]
         on: Option<String>,
+        /// When the token stops working: a duration from now (`30d`, `12h`) or an RFC 3339
+        /// time (`2027-01-31T00:00:00Z`). Without it, never.
+        #[arg(long)]
+        expires: Option<String>,
     },
+    /// Lists the tokens: name, id, role, scope, created, expires, last used (never a secret).
+    List {
+        /// `table` (default) or `json`.
+        #[arg(long, short = 'o', default_value = "table")]
+        output: OutputFormat,
+    },
+    /// Revokes a token: from then on it answers 401.
+    Revoke {
+        #[arg(long)]
+        name: String,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum OutputFormat {
+    Table,
+    Json,
 }
 
 fn main() -> std::process::ExitCode {
@@ -162,9 +188,10 @@ async fn run_admin(admin: Admin, store: Arc<dyn Store>) -> Result<()> {
             Ok(())
         }
         Admin::Recover { executor, force } => {
-            let recovered = Client::new(store)
+            let recovered = Client::new(store.clone())
                 .recover_executor(&executor, force, "manent-server admin recover")
                 .await?;
+            audit_admin(&store, "executor.recover", &executor).await;
             println!(
                 "recovered {} workflow(s) of executor {executor}",
                 recovered.len()
@@ -174,14 +201,109 @@ async fn run_admin(admin: Admin, store: Arc<dyn Store>) -> Result<()> {
             }
             Ok(())
         }
-        Admin::Token(Token::Create { name, role, on }) => {
+        Admin::Token(token) => run_token(token, store).await,
+        Admin::CheckConfig => Ok(()),
+    }
+}
+
+/// Who did it, in the audit trail, when a change is made with `manent-server admin`.
+const ADMIN_ACTOR: &str = "manent-server admin";
+
+async fn run_token(token: Token, store: Arc<dyn Store>) -> Result<()> {
+    match token {
+        Token::Create {
+            name,
+            role,
+            on,
+            expires,
+        } => {
             let role: Role = role.parse().map_err(anyhow::Error::msg).context("--role")?;
-            let secret = manent_api::auth::create_token(&store, &name, role, on.as_deref()).await?;
+            let expires_at_ms = expires
+                .as_deref()
+                .map(|text| auth::parse_expiry(text, manent_engine::now_ms()))
+                .transpose()
+                .context("--expires")?;
+            let new = auth::NewToken {
+                name,
+                role,
+                on,
+                expires_at_ms,
+            };
+            let (record, secret) = auth::create(&store, &new)
+                .await
+                .with_context(|| format!("cannot create token `{}`", new.name))?;
+            audit_admin(&store, "token.create", &record.name).await;
             println!("{secret}");
             Ok(())
         }
-        Admin::CheckConfig => Ok(()),
+        Token::List { output } => {
+            let tokens = auth::list(&store).await?;
+            match output {
+                OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&tokens)?),
+                OutputFormat::Table => print!("{}", token_table(&tokens)),
+            }
+            Ok(())
+        }
+        Token::Revoke { name } => {
+            let revoked = auth::revoke(&store, &name)
+                .await
+                .with_context(|| format!("cannot revoke token `{name}`"))?;
+            audit_admin(&store, "token.revoke", &revoked.name).await;
+            println!("revoked token {} ({})", revoked.name, revoked.id);
+            Ok(())
+        }
     }
+}
+
+/// Records a change made on the command line in the audit trail.
+async fn audit_admin(store: &Arc<dyn Store>, action: &str, target: &str) {
+    manent_api::audit::record_admin(store, ADMIN_ACTOR, action, target).await;
+}
+
+/// The tokens as a plain table (columns padded to their widest value).
+fn token_table(tokens: &[auth::TokenView]) -> String {
+    let mut rows = vec![
+        [
+            "NAME",
+            "ID",
+            "ROLE",
+            "ON",
+            "CREATED",
+            "EXPIRES",
+            "LAST USED",
+        ]
+        .map(String::from),
+    ];
+    for t in tokens {
+        let expires = match (&t.expires_at, t.expired) {
+            (Some(at), true) => format!("{at} (expired)"),
+            (Some(at), false) => at.clone(),
+            (None, _) => "never".into(),
+        };
+        rows.push([
+            t.name.clone(),
+            t.id.clone(),
+            t.role.to_string(),
+            t.on.clone().unwrap_or_else(|| "*".into()),
+            t.created_at.clone(),
+            expires,
+            t.last_used_at.clone().unwrap_or_else(|| "never".into()),
+        ]);
+    }
+    let widths: Vec<usize> = (0..7)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 /// Runs the API and/or a worker until SIGINT or SIGTERM, then shuts down:
@@ -207,19 +329,40 @@ async fn serve(
             .await
             .with_context(|| format!("cannot listen on {} (api.listen)", config.api.listen))?;
         let addr = listener.local_addr()?;
-        tracing::info!(%addr, "API listening");
         let state = AppState {
             client: Client::new(store.clone()),
             config: config.clone(),
         };
+        let app = manent_api::app(state);
         let mut stop = stop_rx.clone();
-        Some(tokio::spawn(async move {
-            axum::serve(listener, manent_api::app(state))
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
+        let shutdown = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        Some(match config.api_tls_paths() {
+            None => {
+                tracing::info!(%addr, "API listening (HTTP)");
+                tokio::spawn(async move {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(shutdown)
+                        .await
                 })
-                .await
-        }))
+            }
+            Some((cert, key)) => {
+                // Read at startup: a bad certificate or key stops the process, naming the file.
+                let tls = tls_config(&cert, &key)?;
+                tracing::info!(%addr, cert = %cert.display(), "API listening (HTTPS)");
+                let handle = axum_server::Handle::new();
+                let stopper = handle.clone();
+                tokio::spawn(async move {
+                    shutdown.await;
+                    stopper.graceful_shutdown(None);
+                });
+                let server = axum_server::from_tcp_rustls(listener.into_std()?, tls)
+                    .context("cannot serve HTTPS on the API's listener")?
+                    .handle(handle);
+                tokio::spawn(async move { server.serve(app.into_make_service()).await })
+            }
+        })
     } else {
         None
     };
@@ -261,6 +404,42 @@ async fn serve(
         api.await.context("API task")?.context("API server")?;
     }
     Ok(())
+}
+
+/// The TLS configuration of `api.tls`: the certificate chain and key from PEM files,
+/// TLS 1.2 and 1.3 with rustls' safe defaults over the `ring` provider (the one already
+/// used for SSH and the CLI), HTTP/1.1 only (`axum::serve` speaks only HTTP/1.1 too).
+fn tls_config(cert: &Path, key: &Path) -> Result<RustlsConfig> {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<_, _>>())
+        .with_context(|| {
+            format!(
+                "api.tls.cert: cannot read PEM certificates from {}",
+                cert.display()
+            )
+        })?;
+    if chain.is_empty() {
+        bail!(
+            "api.tls.cert: no certificate in {} (expected PEM `BEGIN CERTIFICATE`)",
+            cert.display()
+        );
+    }
+    let key = PrivateKeyDer::from_pem_file(key).with_context(|| {
+        format!(
+            "api.tls.key: cannot read a PEM private key from {}",
+            key.display()
+        )
+    })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("api.tls: TLS versions")?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .context("api.tls: the key does not match the certificate, or is not supported")?;
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(RustlsConfig::from_config(Arc::new(server)))
 }
 
 /// How often a worker's ticker looks for due schedule ticks.

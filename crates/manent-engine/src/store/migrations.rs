@@ -144,6 +144,19 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             renewed_at BIGINT NOT NULL,
             expires_at BIGINT NOT NULL)"],
     },
+    Migration {
+        version: 6,
+        name: "audit: who changed what, and every refused request",
+        statements: &["CREATE TABLE manent_audit (
+            id {ID},
+            at BIGINT NOT NULL,
+            actor TEXT NOT NULL,
+            actor_id TEXT NOT NULL,
+            action TEXT NOT NULL,
+            target TEXT NOT NULL,
+            outcome BIGINT NOT NULL,
+            detail TEXT NOT NULL)"],
+    },
 ];
 
 /// The version a fully migrated schema has.

@@ -376,6 +376,27 @@ pub struct WorkflowFilter {
     pub limit: Option<i64>,
 }
 
+/// One entry of the audit trail: who did what, when, with which outcome.
+/// Appended, never changed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AuditRecord {
+    /// Assigned by the store (increasing); ignored when appending.
+    pub seq: i64,
+    pub at_ms: i64,
+    /// The acting API token's name (`-` when the request carried no known token).
+    pub actor: String,
+    /// The acting token's stable id (empty when unknown).
+    pub actor_id: String,
+    /// What was attempted (`deploy.submit`, `token.revoke`, `GET /api/v1/…` for a refusal).
+    pub action: String,
+    /// What it was about: a deploy, schedule, executor or token id, or an application.
+    pub target: String,
+    /// The HTTP status it ended with (201, 403, …).
+    pub outcome: i64,
+    /// The error message of a failure, or a note.
+    pub detail: String,
+}
+
 /// A change other parties may be waiting for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wakeup {
@@ -606,6 +627,12 @@ pub trait Store: Send + Sync + 'static {
     async fn get_record(&self, kind: &str, key: &str) -> Result<Option<String>, StoreError>;
     async fn list_records(&self, kind: &str) -> Result<Vec<(String, String)>, StoreError>;
     async fn delete_record(&self, kind: &str, key: &str) -> Result<bool, StoreError>;
+
+    // --- audit trail (append-only) ---
+    /// Appends one entry; its `seq` is assigned by the store.
+    async fn append_audit(&self, entry: &AuditRecord) -> Result<(), StoreError>;
+    /// The newest `limit` entries, newest first.
+    async fn list_audit(&self, limit: i64) -> Result<Vec<AuditRecord>, StoreError>;
 
     // --- wake-ups ---
     /// Changes made by this process and, where the backend can tell, by others.

@@ -19,10 +19,10 @@ use sqlx::{FromRow, postgres::PgConnectOptions, sqlite::SqlitePool};
 use tokio::{sync::broadcast, task::JoinHandle};
 
 use super::{
-    Backend, Checkpoint, ClaimLimits, Consumed, EnqueueOutcome, EventRecord, ExecutorLease,
-    ExecutorRecord, ExecutorState, Lease, LeaseGrant, Liveness, NewWorkflow, QueueDepth,
-    QueueRecord, Renewal, RunningCount, StepRecord, Store, Wakeup, WorkflowFilter, WorkflowRecord,
-    WorkflowStatus, claim, migrations, postgres, sqlite,
+    AuditRecord, Backend, Checkpoint, ClaimLimits, Consumed, EnqueueOutcome, EventRecord,
+    ExecutorLease, ExecutorRecord, ExecutorState, Lease, LeaseGrant, Liveness, NewWorkflow,
+    QueueDepth, QueueRecord, Renewal, RunningCount, StepRecord, Store, Wakeup, WorkflowFilter,
+    WorkflowRecord, WorkflowStatus, claim, migrations, postgres, sqlite,
 };
 use crate::error::StoreError;
 
@@ -1607,6 +1607,49 @@ impl Store for SqlStore {
             .map(|r| r.rows_affected())
             .map_err(map_err))?;
         Ok(deleted == 1)
+    }
+
+    async fn append_audit(&self, entry: &AuditRecord) -> Result<(), StoreError> {
+        with_pool!(self, pool => sqlx::query(
+            "INSERT INTO manent_audit (at, actor, actor_id, action, target, outcome, detail) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)")
+            .bind(entry.at_ms)
+            .bind(&entry.actor)
+            .bind(&entry.actor_id)
+            .bind(&entry.action)
+            .bind(&entry.target)
+            .bind(entry.outcome)
+            .bind(&entry.detail)
+            .execute(pool)
+            .await
+            .map(|_| ())
+            .map_err(map_err))
+    }
+
+    async fn list_audit(&self, limit: i64) -> Result<Vec<AuditRecord>, StoreError> {
+        type Row = (i64, i64, String, String, String, String, i64, String);
+        let rows: Vec<Row> = with_pool!(self, pool => sqlx::query_as(
+            "SELECT id, at, actor, actor_id, action, target, outcome, detail FROM manent_audit \
+             ORDER BY id DESC LIMIT $1")
+            .bind(limit.max(0))
+            .fetch_all(pool)
+            .await
+            .map_err(map_err))?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(seq, at_ms, actor, actor_id, action, target, outcome, detail)| AuditRecord {
+                    seq,
+                    at_ms,
+                    actor,
+                    actor_id,
+                    action,
+                    target,
+                    outcome,
+                    detail,
+                },
+            )
+            .collect())
     }
 
     fn subscribe(&self) -> broadcast::Receiver<Wakeup> {
