@@ -358,7 +358,7 @@ impl ExternalPlugin {
             if line.trim().is_empty() {
                 continue;
             }
-            let reply: Reply = serde_json::from_str(&line).map_err(|e| {
+            let reply: Reply = crate::protocol::decode_reply(&line).map_err(|e| {
                 protocol_error(
                     format!("a line that is not a protocol {PROTOCOL_VERSION} reply ({e})"),
                     &line,

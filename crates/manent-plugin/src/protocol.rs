@@ -10,6 +10,17 @@ use serde::{Deserialize, Serialize};
 /// The protocol version this crate speaks. A host and a plugin talk only if both speak it.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// Decodes one line a plugin wrote (a reply). The host reads every line through this, so
+/// the fuzz target `plugin_protocol` exercises exactly what a misbehaving plugin reaches.
+pub fn decode_reply(line: &str) -> Result<Reply, serde_json::Error> {
+    serde_json::from_str(line)
+}
+
+/// Decodes one line the host wrote (a request), as a plugin's `serve` loop does.
+pub fn decode_request(line: &str) -> Result<Request, serde_json::Error> {
+    serde_json::from_str(line)
+}
+
 /// One request, host → plugin: `{"id": 1, "method": "deploy", "params": {…}}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {

@@ -92,7 +92,7 @@ pub fn serve_on<H: Handler, R: BufRead, W: Write>(
         if line.trim().is_empty() {
             continue;
         }
-        let request: Request = match serde_json::from_str(&line) {
+        let request: Request = match crate::protocol::decode_request(&line) {
             Ok(r) => r,
             Err(e) => {
                 // Answer with the id if one can be found, so the host can tell whose error.
