@@ -147,3 +147,37 @@ pub(crate) fn acquire_liveness(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_database_file_and_its_wal_are_readable_by_their_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("manent.db");
+        let (pool, _) = connect(&format!("sqlite://{}", path.display()))
+            .await
+            .expect("open a new database");
+        sqlx::query("CREATE TABLE t (x INTEGER)")
+            .execute(&pool)
+            .await
+            .expect("a write creates the WAL");
+        let wal = dir.path().join("manent.db-wal");
+        assert!(wal.exists(), "WAL mode writes a -wal file");
+        for file in [&path, &wal] {
+            let mode = std::fs::metadata(file).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{} holds token hashes: 0600", file.display());
+        }
+        pool.close().await;
+        // An existing database with looser modes is tightened when opened.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let (pool, _) = connect(&format!("sqlite://{}", path.display()))
+            .await
+            .expect("open it again");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "reopening restores 0600");
+        pool.close().await;
+    }
+}
