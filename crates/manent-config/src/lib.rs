@@ -574,7 +574,26 @@ impl Config {
 
     /// `artifacts.sources`, parsed (validation refused any entry that does not parse).
     pub fn artifact_sources(&self) -> ArtifactSources {
-        ArtifactSources::parse(&self.artifacts.sources).unwrap_or_default()
+        ArtifactSources::parse(&self.artifact_source_urls()).unwrap_or_default()
+    }
+
+    /// `artifacts.sources` as URLs: an entry written as a path (no `scheme://`) is a local
+    /// directory, relative to the directory of `manent.yml` like every path of the file.
+    pub fn artifact_source_urls(&self) -> Vec<String> {
+        self.artifacts
+            .sources
+            .iter()
+            .map(|entry| {
+                if entry.contains("://") {
+                    return entry.clone();
+                }
+                let path = self.resolve_path(Path::new(entry));
+                let path = std::path::absolute(&path).unwrap_or(path);
+                url::Url::from_directory_path(&path)
+                    .map(String::from)
+                    .unwrap_or_else(|()| entry.clone())
+            })
+            .collect()
     }
 
     /// The routed queue named `name`.

@@ -21,7 +21,8 @@ use crate::yaml;
 #[serde(default, deny_unknown_fields)]
 pub struct ArtifactsConfig {
     /// The URL prefixes deploys may fetch from (`file:///srv/releases/`,
-    /// `https://artifacts.example.com/builds/`). Without any, nothing can be fetched.
+    /// `https://artifacts.example.com/builds/`); an entry without `scheme://` is a local
+    /// directory, relative to `manent.yml`. Without any, nothing can be fetched.
     #[serde(deserialize_with = "yaml::nullable")]
     pub sources: Vec<String>,
 }
@@ -269,6 +270,35 @@ mod tests {
     #[test]
     fn without_sources_nothing_can_be_fetched() {
         check(&[], "file:///srv/releases/x", Err("none is configured"));
+    }
+
+    #[test]
+    fn a_source_written_as_a_path_is_a_directory_beside_manent_yml() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(root.join("releases")).unwrap();
+        let file = root.join("manent.yml");
+        std::fs::write(
+            &file,
+            "artifacts: {sources: [releases, \"https://h/b/\"]}\n",
+        )
+        .unwrap();
+        let config = crate::Config::load(&file, std::iter::empty()).expect("valid");
+        let sources = config.artifact_sources();
+        let inside = format!("file://{}/releases/app.tar", root.display());
+        assert!(
+            sources.check(&inside).is_ok(),
+            "{inside} is under ./releases"
+        );
+        let beside = format!("file://{}/manent.yml", root.display());
+        assert!(
+            sources.check(&beside).is_err(),
+            "the directory's parent is not"
+        );
+        assert!(
+            sources.check("https://h/b/x").is_ok(),
+            "URL entries stay URLs"
+        );
     }
 
     #[test]

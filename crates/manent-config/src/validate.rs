@@ -490,7 +490,7 @@ impl Validator<'_> {
     }
 
     fn artifacts(&mut self) {
-        if let Err((i, e)) = crate::ArtifactSources::parse(&self.config.artifacts.sources) {
+        if let Err((i, e)) = crate::ArtifactSources::parse(&self.config.artifact_source_urls()) {
             let source = &self.config.artifacts.sources[i];
             self.push(format!("artifacts.sources[{i}]"), format!("`{source}` {e}"));
         }
