@@ -470,11 +470,18 @@ async fn run_manent(site: &Site, w: &Workload, run_id: &str, backend: Db) -> Res
         }
     };
     let executor_id = format!("fanout-{run_id}");
+    // The artifact's directory is the only source deploys may fetch from.
+    let artifact_dir = w
+        .path
+        .parent()
+        .ok_or_else(|| anyhow!("the artifact has no directory"))?;
     let yaml = format!(
-        "database: {{url: {}}}\ndbos: {{executor_id: {}}}\nenvironments: {{source: {}}}\n",
+        "database: {{url: {}}}\ndbos: {{executor_id: {}}}\nenvironments: {{source: {}}}\n\
+         artifacts: {{sources: [{}]}}\n",
         q(&url),
         q(&executor_id),
         q(source.to_string_lossy()),
+        q(artifact_dir.to_string_lossy()),
     );
     let config = Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty())
         .map_err(|e| anyhow!("{e}"))?;
@@ -504,10 +511,18 @@ async fn run_manent(site: &Site, w: &Workload, run_id: &str, backend: Db) -> Res
     );
     let started = Instant::now();
     let submitted_ms = manent_engine::now_ms();
-    let submitted =
-        manent_deploy::service::submit(&client, &config, &descriptor, "deploy.yml", false, "bench")
-            .await
-            .map_err(|e| anyhow!("submit: {e}"))?;
+    let parsed = manent_deploy::service::parse(descriptor, "deploy.yml".into())
+        .await
+        .map_err(|e| anyhow!("parse: {e}"))?;
+    let submitted = manent_deploy::service::submit(
+        &client,
+        &std::sync::Arc::new(config.clone()),
+        parsed,
+        false,
+        &manent_deploy::Submitter::named("bench"),
+    )
+    .await
+    .map_err(|e| anyhow!("submit: {e}"))?;
     let record = client
         .wait(&submitted.id, RUN_TIMEOUT)
         .await
