@@ -50,7 +50,11 @@ pub struct EnvironmentFile {
     /// Secrets the commands get as environment variables, by variable name. Only where to
     /// read them is written here; the values are read on the worker at each step and never
     /// recorded.
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "std::collections::BTreeMap::is_empty"
+    )]
     pub secrets: std::collections::BTreeMap<String, SecretSource>,
 }
 
@@ -1353,6 +1357,30 @@ mod tests {
     }
 
     #[test]
+    fn secrets_name_a_variable_and_exactly_one_place_to_read_it() {
+        let base = "targets: [{name: a, host: a}]\ndeploy: {dest: /srv}\n";
+        let ok = format!("{base}secrets:\n  DB_PASSWORD: {{file: /etc/s}}\n  K_2: {{env: X}}\n");
+        let env = parse_environment(&ok, "prod.yml", "ml/trainer", "prod").expect("valid secrets");
+        assert_eq!(env.secrets.len(), 2, "both secrets are read");
+        for (bad, fragment) in [
+            (
+                "db_password: {file: /etc/s}",
+                "not a secret's variable name",
+            ),
+            ("MANENT_X: {file: /etc/s}", "not a secret's variable name"),
+            ("A: {file: relative/s}", "is relative"),
+            ("A: {file: /etc/s, env: X}", "exactly one of file"),
+            ("A: {}", "exactly one of file"),
+        ] {
+            let text = format!("{base}secrets:\n  {bad}\n");
+            let err = parse_environment(&text, "prod.yml", "ml/trainer", "prod")
+                .expect_err(bad)
+                .to_string();
+            assert!(err.contains(fragment), "{bad}: {err}");
+        }
+    }
+
+    #[test]
     fn target_and_other_errors() {
         check(
             "ssh: {user: ops}\n",
@@ -1384,7 +1412,7 @@ mod tests {
         check(
             "targets: [{name: a, host: a}]\nsshh: {}\n",
             expect![
-                "prod.yml:2: sshh: unknown field `sshh`; remove it or fix its spelling (fields allowed here: targets, ssh, deploy, rollout, checks, approval, depends_on, rollback, overrides)"
+                "prod.yml:2: sshh: unknown field `sshh`; remove it or fix its spelling (fields allowed here: targets, ssh, deploy, rollout, checks, approval, depends_on, rollback, overrides, secrets)"
             ],
         );
         check(
