@@ -48,6 +48,18 @@ pub(crate) async fn connect(url: &str) -> Result<(SqlitePool, Option<PathBuf>), 
         } else {
             None
         })
+        // A run stopped by its executor (fenced, cancelled, drained) is dropped wherever it
+        // is, possibly between `BEGIN IMMEDIATE` and the `Transaction` that would roll it
+        // back: the connection would go back to the pool inside a transaction, holding the
+        // database's write lock until it is closed, and every other writer would wait out
+        // its busy timeout. So a released connection always ends any transaction it is in
+        // (a `ROLLBACK` outside one fails harmlessly).
+        .after_release(|conn, _meta| {
+            Box::pin(async move {
+                let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+                Ok(true)
+            })
+        })
         .connect_with(options)
         .await?;
     Ok((pool, path))
