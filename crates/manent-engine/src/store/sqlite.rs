@@ -10,8 +10,12 @@ use std::{
     time::Duration,
 };
 
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+use sqlx::{
+    Connection, TransactionManager,
+    sqlite::{
+        SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+        SqliteSynchronous, SqliteTransactionManager,
+    },
 };
 use tokio::sync::broadcast;
 
@@ -49,20 +53,27 @@ pub(crate) async fn connect(url: &str) -> Result<(SqlitePool, Option<PathBuf>), 
             None
         })
         // A run stopped by its executor (fenced, cancelled, drained) is dropped wherever it
-        // is, possibly between `BEGIN IMMEDIATE` and the `Transaction` that would roll it
-        // back: the connection would go back to the pool inside a transaction, holding the
-        // database's write lock until it is closed, and every other writer would wait out
-        // its busy timeout. So a released connection always ends any transaction it is in
-        // (a `ROLLBACK` outside one fails harmlessly).
-        .after_release(|conn, _meta| {
-            Box::pin(async move {
-                let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-                Ok(true)
-            })
-        })
+        // is, possibly after `BEGIN IMMEDIATE` ran but before the `Transaction` that would
+        // roll it back was made (sqlx answers the begin through a channel, then checks the
+        // handle: two awaits). The connection would go back to the pool inside a
+        // transaction, holding the database's write lock, and sqlx would count it as one
+        // level deep, refusing the next `begin_with`. So a released connection is rolled
+        // back through sqlx's own transaction manager, which keeps its count right.
+        .after_release(|conn, _meta| Box::pin(end_abandoned_transactions(conn)))
         .connect_with(options)
         .await?;
     Ok((pool, path))
+}
+
+/// Rolls back whatever transaction a released connection is still in. The ping goes
+/// through the connection's command queue behind any rollback a dropped `Transaction`
+/// asked for, so the depth read after it is the connection's real state.
+async fn end_abandoned_transactions(conn: &mut SqliteConnection) -> Result<bool, sqlx::Error> {
+    conn.ping().await?;
+    while conn.is_in_transaction() {
+        SqliteTransactionManager::rollback(conn).await?;
+    }
+    Ok(true)
 }
 
 /// Makes the database file readable by its owner only (0600), creating it so if missing,
@@ -164,9 +175,8 @@ pub(crate) fn acquire_liveness(
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn the_database_file_and_its_wal_are_readable_by_their_owner_only() {
-        use std::os::unix::fs::PermissionsExt;
+    /// A new database file in a temporary directory, with one table `t` written.
+    async fn database_with_a_table() -> (tempfile::TempDir, PathBuf, SqlitePool) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("manent.db");
         let (pool, _) = connect(&format!("sqlite://{}", path.display()))
@@ -175,7 +185,54 @@ mod tests {
         sqlx::query("CREATE TABLE t (x INTEGER)")
             .execute(&pool)
             .await
-            .expect("a write creates the WAL");
+            .expect("a write (it creates the WAL)");
+        (dir, path, pool)
+    }
+
+    #[tokio::test]
+    async fn a_connection_released_inside_an_unowned_transaction_is_rolled_back_and_reusable() {
+        let (_dir, _, pool) = database_with_a_table().await;
+        // The state a run aborted between BEGIN and its `Transaction` leaves: sqlx counts
+        // one level, SQLite holds the write lock, and nobody owns a rollback.
+        let mut abandoned = pool.acquire().await.unwrap();
+        SqliteTransactionManager::begin(&mut abandoned, Some("BEGIN IMMEDIATE".into()))
+            .await
+            .expect("begin without a Transaction");
+        sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&mut *abandoned)
+            .await
+            .unwrap();
+        drop(abandoned);
+        // Every connection the pool may hand out must begin, write and commit: held at
+        // once, so the released one is among them whichever the pool picks.
+        let mut held = Vec::new();
+        for _ in 0..8 {
+            held.push(pool.acquire().await.unwrap());
+        }
+        for (n, conn) in held.iter_mut().enumerate() {
+            let mut tx = conn
+                .begin_with("BEGIN IMMEDIATE")
+                .await
+                .unwrap_or_else(|e| panic!("connection {n} must begin afresh: {e}"));
+            sqlx::query("INSERT INTO t VALUES (2)")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        }
+        drop(held);
+        let ones: i64 = sqlx::query_scalar("SELECT count(*) FROM t WHERE x = 1")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(ones, 0, "the abandoned transaction's write is rolled back");
+        pool.close().await;
+    }
+
+    #[tokio::test]
+    async fn the_database_file_and_its_wal_are_readable_by_their_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, path, pool) = database_with_a_table().await;
         let wal = dir.path().join("manent.db-wal");
         assert!(wal.exists(), "WAL mode writes a -wal file");
         for file in [&path, &wal] {
