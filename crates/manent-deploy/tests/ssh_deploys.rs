@@ -24,7 +24,7 @@ use manent_deploy::{
     workflow::Runtime,
 };
 use manent_engine::{Engine, EngineConfig, WorkflowRecord, WorkflowStatus, store};
-use manent_testkit::{Db, TestDb, sshd::SshHosts};
+use manent_testkit::{Db, TestDb, process_gone, sshd::SshHosts};
 use sha2::{Digest, Sha256};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -811,16 +811,6 @@ async fn a_deploy_resumed_on_another_worker_fetches_and_verifies_the_artifact_ag
         );
     }
     b.stop().await;
-}
-
-/// Gone, or a zombie nobody reaped yet (it runs nothing).
-fn process_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -266,7 +266,22 @@ impl Client {
                         .unwrap_or(0),
                 });
             }
-            self.store.end_executor_lease(executor_id, None).await?;
+            // The holder learns of it at its next renewal and stops; one that cannot
+            // renew (paused, cut off) has stopped its commands by the lease's deadline.
+            // Until then the work stays with it: moved earlier, a step could run twice
+            // at once, here and on whoever claims it (docs/scaling-and-recovery.md).
+            self.store
+                .revoke_executor_lease(executor_id, &lease.holder)
+                .await?;
+            let wait = lease.expires_at_ms - now_ms();
+            if wait > 0 {
+                tracing::warn!(
+                    executor_id,
+                    wait_ms = wait,
+                    "forced recovery: lease revoked; moving its work at the lease's deadline"
+                );
+                tokio::time::sleep(Duration::from_millis(wait.unsigned_abs() + 1)).await;
+            }
         }
         let note = match &live {
             Some(l) => format!(
@@ -277,7 +292,10 @@ impl Client {
         };
         // Events hold JSON.
         let note = serde_json::Value::String(note).to_string();
-        Ok(self.store.recover_executor(executor_id, &note, now).await?)
+        Ok(self
+            .store
+            .recover_executor(executor_id, &note, now_ms())
+            .await?)
     }
 
     pub async fn executors(&self) -> Result<Vec<ExecutorRecord>, EngineError> {

@@ -50,7 +50,7 @@ pub enum EngineError {
     /// `recover` of an executor whose lease is live, without `--force`.
     #[error(
         "executor `{executor_id}` is alive: it holds a live lease (host `{host}`, pid {pid}, renewed {renewed_secs_ago}s ago), \
-         so its workflows may be running right now; stop it first, or pass --force to revoke its lease (it stops at its next renewal)"
+         so its workflows may be running right now; stop it first, or pass --force to revoke its lease (it stops at its next renewal; its workflows move at the lease's deadline)"
     )]
     ExecutorAlive {
         executor_id: String,

@@ -1,13 +1,14 @@
 //! manent-server as operators run it: real processes on SQLite and
 //! PostgreSQL, driven through the `manent` CLI. Crash and restart mid-deploy,
-//! drain on SIGTERM, the duplicate executor id, and the workers view.
+//! drain on SIGTERM, the duplicate executor id, `recover` and its refusals, and
+//! the workers view.
 
 mod common;
 
 use std::process::Command;
 
 use common::{Site, WAIT, ledger_path};
-use manent_testkit::{Db, eventually, signal};
+use manent_testkit::{Db, eventually, process_gone, signal};
 
 macro_rules! on_both_backends {
     ($($name:ident),+ $(,)?) => {
@@ -17,22 +18,27 @@ macro_rules! on_both_backends {
 }
 
 on_both_backends!(
-    a_deploy_killed_mid_way_resumes_after_restart_and_runs_each_completed_step_once,
+    a_deploy_killed_mid_way_resumes_on_a_replaced_machine_and_runs_each_completed_step_once,
+    recover_refuses_a_live_executor_and_an_unknown_one_and_force_moves_the_work,
     sigterm_drains_short_work_and_leaves_long_work_pending_for_the_restart,
     a_second_worker_with_a_live_id_exits_naming_the_host,
     workers_lists_each_worker_with_state_and_heartbeat,
     eight_workers_started_together_on_an_empty_database_all_come_up,
 );
 
-async fn a_deploy_killed_mid_way_resumes_after_restart_and_runs_each_completed_step_once(db: Db) {
+async fn a_deploy_killed_mid_way_resumes_on_a_replaced_machine_and_runs_each_completed_step_once(
+    db: Db,
+) {
     let mut site = Site::new(db, &[]).await;
     let ledger = ledger_path(&site.dir);
     let gate = site.dir.join("gate").display().to_string();
-    // Step 2 waits for a gate file, so the test can kill the worker inside it.
+    // Step 2 reads the artifact through the path manent gives it, records its shell's
+    // pid, then waits for a gate file, so the test can kill the worker inside it.
     let commands = [
         format!("echo one >> {ledger}"),
         format!(
-            "echo two-start >> {ledger}; while [ ! -f {gate} ]; do sleep 0.05; done; echo two-done >> {ledger}"
+            "echo two-start >> {ledger}; echo \"two-read $(cat \"$MANENT_ARTIFACT_ARTIFACT_TXT\")\" >> {ledger}; \
+             echo \"two-pid $$\" >> {ledger}; while [ ! -f {gate} ]; do sleep 0.05; done; echo two-done >> {ledger}"
         ),
         format!("echo three >> {ledger}"),
     ];
@@ -54,12 +60,23 @@ async fn a_deploy_killed_mid_way_resumes_after_restart_and_runs_each_completed_s
     let (code, submitted) = site.cli(&token, &["deploy", "-f", descriptor.to_str().unwrap()]);
     assert_eq!(code, 0, "submission accepted: {submitted}");
     let id = submitted["id"].as_str().unwrap().to_string();
-    eventually("step two has started", WAIT, || async {
-        site.ledger().contains("two-start").then_some(())
+    let pid: i32 = eventually("step two has started", WAIT, || async {
+        site.ledger()
+            .lines()
+            .find_map(|l| l.strip_prefix("two-pid ")?.parse().ok())
     })
     .await;
     signal(site.child(serve), "KILL");
     site.child(serve).wait().unwrap();
+    // kill -9 of the worker ends its command too (issue: commands live and die
+    // with their step), before anything could let it finish.
+    eventually("the killed worker's command is gone", WAIT, || async {
+        process_gone(pid).then_some(())
+    })
+    .await;
+    // The machine is replaced: same executor id (a StatefulSet's pod name), empty
+    // disk. The resumed step must fetch the artifact again, not use the old path.
+    std::fs::remove_dir_all(site.dir.join("work-node-1")).expect("remove the work directory");
     std::fs::write(&gate, "").unwrap();
 
     site.start("serve", "node-1");
@@ -79,12 +96,15 @@ async fn a_deploy_killed_mid_way_resumes_after_restart_and_runs_each_completed_s
         2,
         "the interrupted step restarts: {lines:?}"
     );
-    // The killed worker's shell may outlive it and finish on its own: that is
-    // why steps must be idempotent. What the engine promises is that the
-    // recorded steps never run again.
-    assert!(
-        (1..=2).contains(&count("two-done")),
-        "the interrupted step completes: {lines:?}"
+    assert_eq!(
+        count("two-read payload"),
+        2,
+        "both runs of step two read the artifact, the second from a fresh fetch: {lines:?}"
+    );
+    assert_eq!(
+        count("two-done"),
+        1,
+        "the killed run's command died with its worker and never finished: {lines:?}"
     );
     assert_eq!(count("three"), 1, "later steps run once: {lines:?}");
     assert!(
@@ -93,6 +113,106 @@ async fn a_deploy_killed_mid_way_resumes_after_restart_and_runs_each_completed_s
             .unwrap()
             .iter()
             .all(|s| s["executor_id"] == "node-1")
+    );
+}
+
+async fn recover_refuses_a_live_executor_and_an_unknown_one_and_force_moves_the_work(db: Db) {
+    let mut site = Site::new(db, &[]).await;
+    let ledger = ledger_path(&site.dir);
+    let gate = site.dir.join("gate").display().to_string();
+    let pid_file = site.dir.join("pid").display().to_string();
+    // The command itself notes an overlap: the pid of the run before it still alive.
+    let command = format!(
+        "p=$(cat {pid_file} 2>/dev/null); if [ -n \"$p\" ]; then s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); \
+         if [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo overlap >> {ledger}; fi; fi; echo $$ > {pid_file}; \
+         echo \"start $$\" >> {ledger}; while [ ! -f {gate} ]; do sleep 0.05; done; echo done >> {ledger}"
+    );
+    site.write_environment(
+        "acme/web",
+        "prod",
+        &format!(
+            "targets:\n  - {{name: t1, host: local}}\ndeploy:\n  plugin: command\n  commands:\n    - {}\n",
+            serde_json::to_string(&command).unwrap()
+        ),
+    );
+    let token = site.token();
+    site.start("api", "api");
+    let first = site.start("worker", "w1");
+    site.wait_api().await;
+    let (id, _) = site.submit(&token, "acme/web");
+    let first_pid: i32 = eventually("w1 runs the deploy's command", WAIT, || async {
+        site.ledger()
+            .lines()
+            .find_map(|l| l.strip_prefix("start ")?.parse().ok())
+    })
+    .await;
+    // Ready to take the deploy the moment it is handed back.
+    site.start("worker", "w2");
+
+    let (code, stderr) = site.cli_stderr(&token, &["recover", "--executor", "w1"]);
+    assert_eq!(
+        code, 2,
+        "a live executor is refused without --force: {stderr}"
+    );
+    assert!(
+        stderr.contains("w1") && stderr.contains("--force"),
+        "the refusal names the executor and the way out: {stderr}"
+    );
+    let (code, stderr) = site.cli_stderr(&token, &["recover", "--executor", "nobody"]);
+    assert_eq!(code, 2, "an unknown executor is an error: {stderr}");
+    assert!(
+        stderr.contains("nobody"),
+        "the error names the id: {stderr}"
+    );
+
+    let (code, out) = site.cli(&token, &["recover", "--executor", "w1", "--force"]);
+    assert_eq!(code, 0, "an admin may force the recovery: {out}");
+    // The revoked holder stops at its next renewal, killing its command, and exits
+    // non-zero; the deploy moves to w2 only at the revoked lease's deadline.
+    let status = manent_testkit::wait_exit(site.child(first), WAIT).await;
+    assert!(
+        !status.success(),
+        "the fenced worker exits non-zero: {status}"
+    );
+    eventually("the fenced worker's command is gone", WAIT, || async {
+        process_gone(first_pid).then_some(())
+    })
+    .await;
+    eventually("w2 restarts the interrupted step", WAIT, || async {
+        (site
+            .ledger()
+            .lines()
+            .filter(|l| l.starts_with("start "))
+            .count()
+            == 2)
+            .then_some(())
+    })
+    .await;
+    std::fs::write(&gate, "").unwrap();
+    let done = site.wait_status(&token, &id, "SUCCESS").await;
+    let text = site.ledger();
+    assert_eq!(
+        text.lines().filter(|l| *l == "overlap").count(),
+        0,
+        "w2 started the command only once w1's was gone: {text}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| *l == "done").count(),
+        1,
+        "the step ran to its end once, on w2: {text}"
+    );
+    let (_, logs) = site.cli(&token, &["logs", &id]);
+    assert!(
+        logs.to_string().contains("recovered from executor w1"),
+        "the deploy's log records the recovery: {logs}"
+    );
+    assert!(
+        done["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["executor_id"] == "w2"),
+        "w2 finished the deploy: {done}"
     );
 }
 

@@ -14,7 +14,7 @@ use std::{
 };
 
 use manent_ssh::{Address, Connection, LocalConnection, SshAuth, connect};
-use manent_testkit::{Children, eventually, signal, sshd::SshHosts, wait_exit};
+use manent_testkit::{Children, eventually, process_gone, signal, sshd::SshHosts, wait_exit};
 
 /// Generous bound for waits on other processes; never reached when things work.
 const WAIT: Duration = Duration::from_secs(60);
@@ -37,16 +37,6 @@ async fn recorded_pid(pid_file: &Path) -> i32 {
             .and_then(|s| s.trim().parse::<i32>().ok())
     })
     .await
-}
-
-/// Gone, or a zombie nobody reaped yet (it runs nothing).
-fn process_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
 }
 
 async fn wait_gone(pid: i32, what: &str) {

@@ -248,3 +248,15 @@ pub fn workspace_binary(name: &str, package: &str) -> std::path::PathBuf {
     );
     path
 }
+
+/// True once process `pid` has exited: no such process, or a zombie nobody has
+/// reaped yet (it runs nothing; in a container, pid 1 may never reap it).
+pub fn process_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // The state follows the command name, which is in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}

@@ -599,12 +599,20 @@ pub trait Store: Send + Sync + 'static {
         executor_id: &str,
     ) -> Result<Option<ExecutorLease>, StoreError>;
     /// Ends the lease: `holder`'s own (a clean stop), or whoever holds it
-    /// (`None`: a forced recovery revokes it, and its holder stops at its
-    /// next renewal). Returns whether a lease was ended.
+    /// (`None`). Returns whether a lease was ended.
     async fn end_executor_lease(
         &self,
         executor_id: &str,
         holder: Option<&str>,
+    ) -> Result<bool, StoreError>;
+    /// Takes the lease from `holder` but keeps its deadline: the holder's next
+    /// renewal fails and it stops, and no newcomer is admitted before the
+    /// deadline by which a holder that cannot renew has stopped its commands.
+    /// Returns whether `holder` held it.
+    async fn revoke_executor_lease(
+        &self,
+        executor_id: &str,
+        holder: &str,
     ) -> Result<bool, StoreError>;
 
     // --- records: small JSON documents of the engine's users (tokens, schedules, …) ---

@@ -1558,6 +1558,23 @@ impl Store for SqlStore {
         Ok(ended > 0)
     }
 
+    async fn revoke_executor_lease(
+        &self,
+        executor_id: &str,
+        holder: &str,
+    ) -> Result<bool, StoreError> {
+        let revoked = with_pool!(self, pool => sqlx::query(
+            "UPDATE manent_executor_leases SET holder = $3 WHERE executor_id = $1 AND holder = $2")
+            .bind(executor_id)
+            .bind(holder)
+            .bind(format!("revoked: {holder}"))
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(map_err))?;
+        Ok(revoked > 0)
+    }
+
     async fn put_record(
         &self,
         kind: &str,

@@ -187,7 +187,22 @@ impl Site {
 
     /// Runs the `manent` CLI with `--output json`.
     pub fn cli(&self, token: &str, args: &[&str]) -> (i32, Value) {
-        let out = Command::new(cli_binary())
+        let out = self.run_cli(token, args);
+        let value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (out.status.code().unwrap_or(-1), value)
+    }
+
+    /// Runs the `manent` CLI with `--output json`; returns its exit code and stderr.
+    pub fn cli_stderr(&self, token: &str, args: &[&str]) -> (i32, String) {
+        let out = self.run_cli(token, args);
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn run_cli(&self, token: &str, args: &[&str]) -> std::process::Output {
+        Command::new(cli_binary())
             .args([
                 "--server",
                 &format!("http://127.0.0.1:{}", self.port),
@@ -198,9 +213,7 @@ impl Site {
             ])
             .args(args)
             .output()
-            .expect("run manent");
-        let value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        (out.status.code().unwrap_or(-1), value)
+            .expect("run manent")
     }
 
     /// `manent status ID` as JSON.
