@@ -283,15 +283,9 @@ async fn wait_for_dependency(
 /// Whether `dep` is met: the latest successful (not dry-run) deploy of its
 /// application and environment exists and, if a version is named, runs that version.
 pub async fn dependency_met(client: &Client, dep: &Dependency) -> Result<bool, String> {
-    let latest = crate::service::successful_requests(client)
+    let latest = crate::service::last_success(client, &dep.application, &dep.environment, None)
         .await?
-        .into_iter()
-        .map(|(_, r)| r)
-        .find(|r| {
-            let d = &r.descriptor;
-            let dry_run = r.effective.as_ref().map_or(d.dry_run, |e| e.dry_run);
-            d.application == dep.application && d.environment == dep.environment && !dry_run
-        });
+        .map(|(_, r)| r);
     Ok(match (latest, &dep.version) {
         (None, _) => false,
         (Some(_), None) => true,

@@ -473,15 +473,11 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
     view.effective = request.as_ref().and_then(|r| r.effective.clone());
     if view.phase == "waiting_approval" {
         // What the approver would replace.
-        view.deployed_now = successful_requests(client)
+        view.deployed_now = last_success(client, &view.application, &view.environment, None)
             .await
             .ok()
-            .into_iter()
             .flatten()
-            .filter_map(|(_, r)| r.effective)
-            .find(|p| {
-                p.application == view.application && p.environment == view.environment && !p.dry_run
-            })
+            .and_then(|(_, r)| r.effective)
             .map(|p| p.version);
     }
     // The engine's own bookkeeping (events, sleeps) is not a step of the deploy.
@@ -774,22 +770,50 @@ fn refuse_dependency_cycle(config: &Config, eff: &EffectiveDescriptor) -> Result
 }
 
 /// The requests of the latest successful deploys, newest first, with their ids.
-pub(crate) async fn successful_requests(
+/// The last successful deploy (not a dry run) of `application/environment`, other than
+/// `except`, read from that partition's history a page at a time: however many deploys of
+/// other applications, or dry runs of this one, came after it.
+pub(crate) async fn last_success(
     client: &Client,
-) -> Result<Vec<(String, DeployRequest)>, String> {
-    let records = client
-        .list(&WorkflowFilter {
-            status: Some(WorkflowStatus::Success),
-            name: Some(DEPLOY_WORKFLOW.into()),
-            limit: Some(500),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(records
-        .iter()
-        .filter_map(|r| Some((r.id.clone(), request_of(r)?)))
-        .collect())
+    application: &str,
+    environment: &str,
+    except: Option<&str>,
+) -> Result<Option<(String, DeployRequest)>, String> {
+    const PAGE: i64 = 100;
+    let mut offset = 0;
+    loop {
+        let records = client
+            .list(&WorkflowFilter {
+                status: Some(WorkflowStatus::Success),
+                name: Some(DEPLOY_WORKFLOW.into()),
+                partition_key: Some(manent_model::partition_key(application, environment)),
+                limit: Some(PAGE),
+                offset: Some(offset),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        for record in &records {
+            if Some(record.id.as_str()) == except {
+                continue;
+            }
+            let Some(request) = request_of(record) else {
+                tracing::warn!(deploy_id = %record.id, "a successful deploy's input cannot be read; passed over");
+                continue;
+            };
+            let dry_run = request
+                .effective
+                .as_ref()
+                .map_or(request.descriptor.dry_run, |e| e.dry_run);
+            if !dry_run {
+                return Ok(Some((record.id.clone(), request)));
+            }
+        }
+        if (records.len() as i64) < PAGE {
+            return Ok(None);
+        }
+        offset += PAGE;
+    }
 }
 
 /// The effective descriptor of the last successful (not dry-run) deploy of
@@ -799,14 +823,14 @@ pub async fn previous_success(
     eff: &EffectiveDescriptor,
     deploy_id: &str,
 ) -> Result<Option<EffectiveDescriptor>, String> {
-    Ok(successful_requests(&rt.client)
-        .await?
-        .into_iter()
-        .filter(|(id, _)| id != deploy_id)
-        .filter_map(|(_, r)| r.effective)
-        .find(|p| {
-            p.application == eff.application && p.environment == eff.environment && !p.dry_run
-        }))
+    Ok(last_success(
+        &rt.client,
+        &eff.application,
+        &eff.environment,
+        Some(deploy_id),
+    )
+    .await?
+    .and_then(|(_, r)| r.effective))
 }
 
 #[cfg(test)]

@@ -157,6 +157,14 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             outcome BIGINT NOT NULL,
             detail TEXT NOT NULL)"],
     },
+    Migration {
+        version: 7,
+        name: "one partition's history, newest first, by index",
+        // What ran last on an application/environment (dependencies, rollback,
+        // approvals) is read by partition, however much else has run since.
+        statements: &["CREATE INDEX manent_workflows_partition_history \
+             ON manent_workflows (partition_key, status, created_seq)"],
+    },
 ];
 
 /// The version a fully migrated schema has.

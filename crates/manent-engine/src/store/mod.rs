@@ -373,7 +373,11 @@ pub struct WorkflowFilter {
     pub name: Option<String>,
     pub executor_id: Option<String>,
     pub parent_id: Option<String>,
+    /// `<application>/<environment>` for deploys: one partition's history.
+    pub partition_key: Option<String>,
     pub limit: Option<i64>,
+    /// How many of the newest matches to pass over (paging).
+    pub offset: Option<i64>,
 }
 
 /// One entry of the audit trail: who did what, when, with which outcome.

@@ -934,13 +934,16 @@ impl Store for SqlStore {
         let rows: Vec<WorkflowRow> = with_pool!(self, pool => sqlx::query_as(concat!(
             "SELECT ", wf_cols!(), " FROM manent_workflows WHERE ($1 IS NULL OR status = $1) \
              AND ($2 IS NULL OR queue_name = $2) AND ($3 IS NULL OR name = $3) AND ($4 IS NULL OR executor_id = $4) \
-             AND ($5 IS NULL OR parent_id = $5) ORDER BY created_seq DESC LIMIT $6"))
+             AND ($5 IS NULL OR parent_id = $5) AND ($7 IS NULL OR partition_key = $7) \
+             ORDER BY created_seq DESC LIMIT $6 OFFSET $8"))
             .bind(f.status.map(|s| s.as_str()))
             .bind(&f.queue)
             .bind(&f.name)
             .bind(&f.executor_id)
             .bind(&f.parent_id)
             .bind(f.limit.unwrap_or(1000))
+            .bind(&f.partition_key)
+            .bind(f.offset.unwrap_or(0))
             .fetch_all(pool)
             .await
             .map_err(map_err))?;
