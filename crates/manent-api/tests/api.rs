@@ -434,3 +434,106 @@ async fn metrics_answer_without_a_token_with_deploys_queues_and_workers() {
     }
     worker.shutdown(WAIT).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_whose_recorded_input_cannot_be_read_is_an_error_naming_it_not_a_404() {
+    let api = Api::new().await;
+    let viewer = api.token("alice", Role::Viewer).await;
+    // A deploy workflow whose input a newer (or broken) writer left unreadable.
+    let record = api
+        .client
+        .enqueue(
+            manent_engine::EnqueueRequest::new(
+                manent_deploy::DEPLOY_WORKFLOW,
+                "nobody-serves-this",
+                serde_json::json!({"descriptor": "not a descriptor"}),
+            )
+            .id("garbled"),
+        )
+        .await
+        .expect("enqueue a raw workflow");
+    let (status, body) = api.get("/api/v1/deploys/garbled", Some(&viewer)).await;
+    assert_eq!(
+        status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "the deploy exists but cannot be read: an error, not 404: {body}"
+    );
+    let message = error_of(&body).1;
+    assert!(
+        message.contains("garbled") && message.contains("cannot be read"),
+        "the message names the deploy and the problem: {message}"
+    );
+    let kept = api.client.get(&record.id).await.unwrap();
+    assert!(kept.is_some(), "the record is kept as it is");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_that_cannot_be_read_is_listed_with_its_error_keeps_its_tick_state_and_an_admin_may_delete_it()
+ {
+    let api = Api::new().await;
+    let admin = api.token("root", Role::Admin).await;
+    let store = api.client.store();
+    store
+        .put_record(
+            manent_deploy::schedules::SCHEDULE_KIND,
+            "garbled",
+            "{\"id\": 42}",
+            0,
+        )
+        .await
+        .unwrap();
+    store
+        .put_record(
+            manent_deploy::schedules::TICK_KIND,
+            "garbled",
+            "{\"last_tick\": 1700000000}",
+            0,
+        )
+        .await
+        .unwrap();
+
+    let (status, body) = api.get("/api/v1/schedules", Some(&admin)).await;
+    assert_eq!(status, StatusCode::OK, "the list still answers: {body}");
+    let listed = body
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "garbled")
+        .unwrap_or_else(|| panic!("the unreadable schedule is listed, not hidden: {body}"));
+    assert!(
+        listed["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "it carries the reason: {listed}"
+    );
+    let (status, body) = api.get("/api/v1/schedules/garbled", Some(&admin)).await;
+    assert_eq!(
+        status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "showing it is an error naming it, not a 404: {body}"
+    );
+    assert!(error_of(&body).1.contains("garbled"), "{body}");
+
+    manent_deploy::schedules::tick_once(&api.client, manent_engine::now_ms())
+        .await
+        .expect("a tick pass goes on past the unreadable schedule");
+    assert!(
+        store
+            .get_record(manent_deploy::schedules::TICK_KIND, "garbled")
+            .await
+            .unwrap()
+            .is_some(),
+        "the unreadable schedule's tick state is kept, not taken for an orphan"
+    );
+
+    let (status, body) = api
+        .call("DELETE", "/api/v1/schedules/garbled", Some(&admin), "")
+        .await;
+    assert_eq!(status, StatusCode::OK, "an admin may delete it: {body}");
+    assert!(
+        store
+            .get_record(manent_deploy::schedules::SCHEDULE_KIND, "garbled")
+            .await
+            .unwrap()
+            .is_none(),
+        "deleted on request"
+    );
+}

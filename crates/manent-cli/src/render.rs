@@ -259,8 +259,29 @@ pub fn activity(v: &Value) -> String {
 }
 
 pub fn schedules(v: &Value) -> String {
+    // A stored schedule that cannot be read is listed with its reason, below the table.
+    let unreadable: String = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s.get("error").is_some_and(|e| !e.is_null()))
+        .map(|s| {
+            format!(
+                "\nschedule {} cannot be read: {}",
+                text(&s["id"]),
+                text(&s["error"])
+            )
+        })
+        .collect();
+    let readable: Vec<Value> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s.get("error").is_none_or(Value::is_null))
+        .cloned()
+        .collect();
     table(
-        v,
+        &Value::Array(readable),
         &[
             "id",
             "application",
@@ -272,7 +293,7 @@ pub fn schedules(v: &Value) -> String {
             "paused",
             "queue",
         ],
-    )
+    ) + &unreadable
 }
 
 pub fn schedule(v: &Value) -> String {

@@ -99,6 +99,10 @@ pub struct ScheduleView {
     pub last_deploy: Option<String>,
     pub created_by: String,
     pub created_at: String,
+    /// Why the stored schedule cannot be read; it does not tick until fixed, and
+    /// its other fields are empty. Absent for a readable schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The deploy id of one tick.
@@ -220,11 +224,30 @@ pub async fn create(
 }
 
 pub async fn get(client: &Client, id: &str) -> Result<Option<ScheduleRecord>, EngineError> {
-    Ok(client
+    client
         .store()
         .get_record(SCHEDULE_KIND, id)
         .await?
-        .and_then(|v| serde_json::from_str(&v).ok()))
+        .map(|v| decode_schedule(id, &v))
+        .transpose()
+}
+
+/// A stored schedule, or the reason it cannot be read (the record stays as it is).
+fn decode_schedule(id: &str, value: &str) -> Result<ScheduleRecord, EngineError> {
+    serde_json::from_str(value).map_err(|e| EngineError::Unreadable {
+        kind: "schedule",
+        id: id.to_string(),
+        error: e.to_string(),
+    })
+}
+
+/// A tick state; one that cannot be read is logged and read as no tick yet (ticks
+/// are enqueued under fixed ids, so a tick enqueued again is found, not repeated).
+fn decode_tick_state(id: &str, value: &str) -> TickState {
+    serde_json::from_str(value).unwrap_or_else(|e| {
+        tracing::error!(schedule = %id, error = %e, "a schedule's tick state cannot be read; it is kept and ticks go on from the schedule's start");
+        TickState::default()
+    })
 }
 
 async fn put(client: &Client, record: &ScheduleRecord) -> Result<(), EngineError> {
@@ -242,32 +265,72 @@ async fn tick_states(client: &Client) -> Result<HashMap<String, TickState>, Engi
         .list_records(TICK_KIND)
         .await?
         .into_iter()
-        .filter_map(|(k, v)| Some((k, serde_json::from_str(&v).ok()?)))
+        .map(|(k, v)| {
+            let state = decode_tick_state(&k, &v);
+            (k, state)
+        })
         .collect())
 }
 
-async fn records(client: &Client) -> Result<Vec<ScheduleRecord>, EngineError> {
-    Ok(client
-        .store()
-        .list_records(SCHEDULE_KIND)
-        .await?
-        .into_iter()
-        .filter_map(|(_, v)| serde_json::from_str(&v).ok())
-        .collect())
+/// Every stored schedule: the readable ones, and the ids of those that cannot be
+/// read with the reason (logged here; kept in the database as they are).
+async fn records(
+    client: &Client,
+) -> Result<(Vec<ScheduleRecord>, Vec<(String, String)>), EngineError> {
+    let mut readable = Vec::new();
+    let mut unreadable = Vec::new();
+    for (id, value) in client.store().list_records(SCHEDULE_KIND).await? {
+        match decode_schedule(&id, &value) {
+            Ok(record) => readable.push(record),
+            Err(e) => {
+                tracing::error!(schedule = %id, error = %e, "a stored schedule cannot be read; it does not tick");
+                unreadable.push((id, e.to_string()));
+            }
+        }
+    }
+    Ok((readable, unreadable))
 }
 
 /// Every schedule, with its next tick.
+/// Every schedule, with its next tick; one that cannot be read is listed with its
+/// `error` (and no application, so only unscoped tokens see it).
 pub async fn list(client: &Client) -> Result<Vec<ScheduleView>, EngineError> {
     let states = tick_states(client).await?;
     let now = now_ms();
-    Ok(records(client)
-        .await?
+    let (readable, unreadable) = records(client).await?;
+    let mut views: Vec<ScheduleView> = readable
         .into_iter()
         .map(|r| {
             let state = states.get(&r.id).cloned().unwrap_or_default();
             view(&r, &state, now)
         })
-        .collect())
+        .collect();
+    views.extend(
+        unreadable
+            .into_iter()
+            .map(|(id, error)| unreadable_view(id, error)),
+    );
+    Ok(views)
+}
+
+fn unreadable_view(id: String, error: String) -> ScheduleView {
+    ScheduleView {
+        id,
+        application: String::new(),
+        environment: String::new(),
+        version: String::new(),
+        cron: String::new(),
+        timezone: String::new(),
+        missed: String::new(),
+        paused: false,
+        queue: String::new(),
+        next_tick: None,
+        last_tick: None,
+        last_deploy: None,
+        created_by: String::new(),
+        created_at: String::new(),
+        error: Some(error),
+    }
 }
 
 /// One schedule, with its next tick.
@@ -279,7 +342,7 @@ pub async fn show(client: &Client, id: &str) -> Result<Option<ScheduleView>, Eng
         .store()
         .get_record(TICK_KIND, id)
         .await?
-        .and_then(|v| serde_json::from_str(&v).ok())
+        .map(|v| decode_tick_state(id, &v))
         .unwrap_or_default();
     Ok(Some(view(&record, &state, now_ms())))
 }
@@ -316,6 +379,7 @@ fn view(r: &ScheduleRecord, state: &TickState, now: i64) -> ScheduleView {
         last_deploy: state.last_deploy.clone(),
         created_by: r.created_by.clone(),
         created_at: rfc3339(r.created_at_ms),
+        error: None,
     }
 }
 
@@ -362,11 +426,14 @@ pub async fn delete(client: &Client, id: &str) -> Result<bool, EngineError> {
 /// One pass over every schedule: enqueues the deploys of the ticks due.
 /// Returns the ids enqueued (or found already enqueued).
 pub async fn tick_once(client: &Client, now: i64) -> Result<Vec<String>, EngineError> {
-    // Tick states first: one whose schedule is gone after that was deleted.
+    // Tick states first: one whose schedule is gone after that was deleted. A
+    // schedule that cannot be read is not gone: its tick state stays.
     let states = tick_states(client).await?;
-    let schedules = records(client).await?;
+    let (schedules, unreadable) = records(client).await?;
     for id in states.keys() {
-        if !schedules.iter().any(|s| &s.id == id) {
+        let stored =
+            schedules.iter().any(|s| &s.id == id) || unreadable.iter().any(|(u, _)| u == id);
+        if !stored {
             client.store().delete_record(TICK_KIND, id).await?;
         }
     }

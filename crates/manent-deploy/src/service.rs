@@ -338,8 +338,14 @@ fn event<T: serde::de::DeserializeOwned>(events: &[EventRecord], key: &str) -> O
         .and_then(|e| serde_json::from_str(&e.value).ok())
 }
 
+/// The deploy's recorded request; one that cannot be read is logged (and shown by
+/// `status` as an error) and left out of lists, which cannot tell whose it is.
 fn request_of(record: &WorkflowRecord) -> Option<DeployRequest> {
-    serde_json::from_str(&record.input).ok()
+    serde_json::from_str(&record.input)
+        .inspect_err(|e| {
+            tracing::error!(deploy_id = %record.id, error = %e, "a deploy's recorded input cannot be read; it is kept as it is");
+        })
+        .ok()
 }
 
 fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStatus> {
@@ -444,7 +450,15 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
     }
     let events = client.events(id).await?;
     let Some(mut view) = summary(&record, &events) else {
-        return Ok(None);
+        // A deploy whose input cannot be read exists: say so, never "not found".
+        let error = serde_json::from_str::<DeployRequest>(&record.input)
+            .err()
+            .map_or_else(|| "unknown".to_string(), |e| e.to_string());
+        return Err(EngineError::Unreadable {
+            kind: "deploy",
+            id: id.to_string(),
+            error,
+        });
     };
     for e in events.iter().filter(|e| e.key.starts_with("target:")) {
         if let Ok(outcome) = serde_json::from_str::<TargetOutcome>(&e.value) {
@@ -532,7 +546,7 @@ pub async fn list(
         }
         // A running deploy's phase (waiting for approval, a wave) lives in its events.
         let events = if r.status == WorkflowStatus::Pending {
-            client.events(&r.id).await.unwrap_or_default()
+            client.events(&r.id).await?
         } else {
             Vec::new()
         };
@@ -618,7 +632,7 @@ pub async fn activity(client: &Client) -> Result<Vec<DeployStatus>, EngineError>
             })
             .await?;
         for r in &records {
-            let events = client.events(&r.id).await.unwrap_or_default();
+            let events = client.events(&r.id).await?;
             out.extend(summary(r, &events));
         }
     }
@@ -631,7 +645,7 @@ pub async fn activity(client: &Client) -> Result<Vec<DeployStatus>, EngineError>
         .await?;
     for r in recent.iter().filter(|r| r.status.is_terminal()) {
         // Who approved a finished deploy stays part of its activity.
-        let events = client.events(&r.id).await.unwrap_or_default();
+        let events = client.events(&r.id).await?;
         out.extend(summary(r, &events));
     }
     Ok(out)

@@ -29,6 +29,9 @@ pub struct EnqueueRequest {
     pub not_before_ms: Option<i64>,
     pub dedup_key: Option<String>,
     pub parent_id: Option<String>,
+    /// Why `input` could not be serialised: the enqueue is refused with it, rather
+    /// than storing `null` as the workflow's input.
+    input_error: Option<String>,
 }
 
 impl EnqueueRequest {
@@ -37,16 +40,21 @@ impl EnqueueRequest {
         queue: impl Into<String>,
         input: impl Serialize,
     ) -> Self {
+        let (input, input_error) = match serde_json::to_value(input) {
+            Ok(value) => (value, None),
+            Err(e) => (serde_json::Value::Null, Some(e.to_string())),
+        };
         EnqueueRequest {
             workflow: workflow.into(),
             queue: queue.into(),
-            input: serde_json::to_value(input).unwrap_or(serde_json::Value::Null),
+            input,
             id: None,
             partition_key: None,
             priority: 0,
             not_before_ms: None,
             dedup_key: None,
             parent_id: None,
+            input_error,
         }
     }
     pub fn id(mut self, id: impl Into<String>) -> Self {
@@ -343,6 +351,12 @@ fn new_workflow(req: &EnqueueRequest) -> Result<NewWorkflow, EngineError> {
             "a workflow needs a name and a queue".into(),
         ));
     }
+    if let Some(error) = &req.input_error {
+        return Err(EngineError::InvalidInput(format!(
+            "the input of workflow `{}` cannot be serialised: {error}",
+            req.workflow
+        )));
+    }
     Ok(NewWorkflow {
         id: req
             .id
@@ -400,5 +414,26 @@ fn outcome_record(
             dedup_key: req.dedup_key.unwrap_or_default(),
             existing_id,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_input_that_cannot_be_serialised_refuses_the_enqueue_instead_of_storing_null() {
+        // JSON object keys must be strings: a map keyed by pairs does not serialise.
+        let input: std::collections::HashMap<(i32, i32), i32> = [((1, 2), 3)].into();
+        let request = EnqueueRequest::new("w", "q", input);
+        let refused = new_workflow(&request).expect_err("the enqueue is refused");
+        assert!(
+            refused.to_string().contains("cannot be serialised"),
+            "the error says why: {refused}"
+        );
+        assert!(
+            new_workflow(&EnqueueRequest::new("w", "q", 1)).is_ok(),
+            "a plain input is accepted"
+        );
     }
 }

@@ -91,6 +91,17 @@ pub enum EngineError {
     },
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// A stored record that does not decode. It is kept as it is: never taken as
+    /// absent, never deleted.
+    #[error(
+        "the stored {kind} `{id}` cannot be read ({error}); it is kept unchanged: fix or delete the record, \
+         or run the manent version that wrote it"
+    )]
+    Unreadable {
+        kind: &'static str,
+        id: String,
+        error: String,
+    },
     #[error("the engine is already launched")]
     AlreadyLaunched,
 }
