@@ -3,7 +3,7 @@
 
 use axum::{
     Json,
-    http::StatusCode,
+    http::{StatusCode, header},
     response::{IntoResponse, Response},
 };
 use manent_engine::{EngineError, StoreError};
@@ -98,4 +98,58 @@ impl IntoResponse for AppError {
         }
         (status, Json(json!({ "error": body }))).into_response()
     }
+}
+
+/// The code of an error body for a status the handlers do not produce themselves.
+fn code_for(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "unauthorized",
+        403 => "forbidden",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        409 => "conflict",
+        413 => "payload_too_large",
+        415 => "unsupported_media_type",
+        503 => "unavailable",
+        s if s >= 500 => "internal",
+        _ => "bad_request",
+    }
+}
+
+/// Makes every error of `/api/v1` the documented JSON body. Axum answers some
+/// requests itself, before any handler, in plain text or with no body at all: a body
+/// that is not UTF-8 or not JSON, one over the size limit, an unknown route or method.
+/// Their status and headers (`Allow`) are kept; the text becomes the message.
+pub async fn json_error_body(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    // Rejection texts are short; a longer body is cut, not streamed through.
+    let text = axum::body::to_bytes(body, 16 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        text
+    };
+    let mut out = (
+        status,
+        Json(json!({ "error": { "code": code_for(status), "message": message } })),
+    )
+        .into_response();
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
 }

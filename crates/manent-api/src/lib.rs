@@ -64,7 +64,11 @@ pub fn app(state: AppState) -> Router {
         .route("/tokens", get(admin::list_tokens).post(admin::create_token))
         .route("/tokens/{name}", delete(admin::revoke_token))
         .route("/audit", get(admin::list_audit))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .fallback(|| async {
+            AppError::NotFound("no such API route: see /api/v1/openapi.json".into())
+        })
+        .layer(middleware::map_response(error::json_error_body));
     Router::new()
         .route("/", get(platform::page))
         .route("/platform", get(platform::page))

@@ -537,3 +537,89 @@ async fn a_schedule_that_cannot_be_read_is_listed_with_its_error_keeps_its_tick_
         "deleted on request"
     );
 }
+
+/// Sends raw bytes; returns the status, the content type and the body as JSON.
+async fn raw_call(
+    api: &Api,
+    method: &str,
+    uri: &str,
+    token: &str,
+    body: Vec<u8>,
+) -> (StatusCode, String, Value) {
+    let request = axum::http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("authorization", format!("Bearer {token}"))
+        .body(axum::body::Body::from(body))
+        .unwrap();
+    let response = api.router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (
+        status,
+        content_type,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_axum_rejects_before_any_handler_get_the_json_error_body() {
+    let api = Api::new().await;
+    let admin = api.token("root", Role::Admin).await;
+    let check = |what: &str, want: StatusCode, got: (StatusCode, String, Value)| {
+        let (status, content_type, body) = got;
+        assert_eq!(status, want, "{what}: {body}");
+        assert!(
+            content_type.starts_with("application/json"),
+            "{what}: a JSON body, not {content_type}"
+        );
+        let (code, message) = error_of(&body);
+        assert!(!code.is_empty() && !message.is_empty(), "{what}: {body}");
+    };
+    check(
+        "a body that is not UTF-8",
+        StatusCode::BAD_REQUEST,
+        raw_call(
+            &api,
+            "POST",
+            "/api/v1/deploys",
+            &admin,
+            vec![0xff, 0xfe, b'a'],
+        )
+        .await,
+    );
+    check(
+        "an unknown route",
+        StatusCode::NOT_FOUND,
+        raw_call(&api, "GET", "/api/v1/no-such-thing", &admin, Vec::new()).await,
+    );
+    check(
+        "a method the route does not have",
+        StatusCode::METHOD_NOT_ALLOWED,
+        raw_call(&api, "DELETE", "/api/v1/queues", &admin, Vec::new()).await,
+    );
+    check(
+        "a body over the size limit",
+        StatusCode::PAYLOAD_TOO_LARGE,
+        raw_call(
+            &api,
+            "POST",
+            "/api/v1/deploys",
+            &admin,
+            vec![b'a'; 3 * 1024 * 1024],
+        )
+        .await,
+    );
+    assert_eq!(
+        api.deploy_count().await,
+        0,
+        "nothing was enqueued by the refused requests"
+    );
+}
