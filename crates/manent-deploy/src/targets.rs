@@ -35,6 +35,54 @@ impl TargetOutcome {
     }
 }
 
+/// How the rollback of one switched target went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RollbackResult {
+    /// The previous version runs again.
+    Restored { version: String },
+    /// The rollback itself failed: the target still runs the new version.
+    Failed(String),
+    /// No earlier successful deploy to return to (a first deploy), or it has no way
+    /// back (no `activate`): the target is left as it is.
+    NothingToRestore(String),
+}
+
+impl TargetOutcome {
+    /// This target's outcome after its rollback: `rolled_back` only when the previous
+    /// version runs again; a failed rollback is `failed`, and a target with nothing to
+    /// return to keeps its status. The deploy's own detail comes first.
+    pub fn after_rollback(&self, result: &RollbackResult) -> TargetOutcome {
+        let before = self.detail.clone().unwrap_or_default();
+        let (status, note, switched) = match result {
+            RollbackResult::Restored { version } => (
+                "rolled_back".to_string(),
+                format!("re-activated {version}"),
+                false,
+            ),
+            RollbackResult::Failed(why) => (
+                "failed".to_string(),
+                format!("rollback failed: {why}"),
+                true,
+            ),
+            RollbackResult::NothingToRestore(why) => (
+                self.status.clone(),
+                format!("not rolled back: {why}"),
+                self.switched,
+            ),
+        };
+        TargetOutcome {
+            name: self.name.clone(),
+            status,
+            detail: Some(if before.is_empty() {
+                note
+            } else {
+                format!("{before}; {note}")
+            }),
+            switched,
+        }
+    }
+}
+
 /// The address of a target for the transport.
 pub fn address(eff: &EffectiveDescriptor, target: &Target) -> Address {
     if target.is_local() {

@@ -261,6 +261,8 @@ async fn deploy(
     let region_routing = rt.config.dbos.region_routing;
     let mut outcomes: Vec<TargetOutcome> = Vec::new();
     let mut failure: Option<String> = None;
+    // The waves that never started because an earlier one failed.
+    let mut not_started = 0;
     for (w, wave) in waves.iter().enumerate() {
         phase(
             ctx,
@@ -302,6 +304,7 @@ async fn deploy(
             outcomes.push(outcome);
         }
         if failure.is_some() {
+            not_started = waves.len() - w - 1;
             break;
         }
         if let Some(pause) = eff.rollout.pause
@@ -359,9 +362,15 @@ async fn deploy(
             }
         }
         phase(ctx, "done").await?;
-        return Err(WorkflowError::failed(format!(
-            "deploy failed: {reason}; later waves were not started"
-        )));
+        let mut message = format!("deploy failed: {reason}");
+        if not_started > 0 {
+            message.push_str(&if not_started == 1 {
+                "; the next wave was not started".to_string()
+            } else {
+                format!("; the {not_started} later waves were not started")
+            });
+        }
+        return Err(WorkflowError::failed(message));
     }
     if !eff.dry_run {
         // Deploys waiting for this application/environment check again now.

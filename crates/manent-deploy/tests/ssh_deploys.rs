@@ -147,6 +147,19 @@ impl Site {
     /// `<base>/{target}/{version}`, `current` switched by `activate`, waves `waves` with
     /// two targets at a time, and `extra` YAML.
     fn write_environment(&self, known_hosts: &Path, waves: &str, extra: &str) {
+        let base = path_str(&self.base);
+        let activate = format!("ln -sfn \"$MANENT_VERSION\" \"{base}/$MANENT_TARGET/current\"");
+        self.write_environment_activating(known_hosts, waves, extra, &activate);
+    }
+
+    /// As `write_environment`, with `activate` as the activate command.
+    fn write_environment_activating(
+        &self,
+        known_hosts: &Path,
+        waves: &str,
+        extra: &str,
+        activate: &str,
+    ) {
         let targets: String = self
             .placements
             .iter()
@@ -173,9 +186,7 @@ impl Site {
             key = q(path_str(&self.hosts.client_key)),
             known_hosts = q(path_str(known_hosts)),
             dest = q(format!("{base}/{{target}}/{{version}}")),
-            activate = q(format!(
-                "ln -sfn \"$MANENT_VERSION\" \"{base}/$MANENT_TARGET/current\""
-            )),
+            activate = q(activate),
         );
         std::fs::write(self.source.join("acme/web/prod.yml"), text)
             .expect("write the environment file");
@@ -534,6 +545,78 @@ async fn a_target_with_an_unknown_host_key_fails_and_so_does_the_deploy() {
         !site.root(1).join("v1").exists(),
         "nothing was written to the refused host"
     );
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_whose_activate_switched_then_failed_is_rolled_back_and_a_first_deploy_has_nothing_to_return_to()
+ {
+    let site = Site::new(Db::Sqlite, TWO_TARGETS_TWO_REGIONS).await;
+    let base = path_str(&site.base);
+    // Switches `current`, then fails on t2 for any version but v1: t2 runs the new
+    // version although its activate step failed.
+    let activate = format!(
+        "ln -sfn \"$MANENT_VERSION\" \"{base}/$MANENT_TARGET/current\" && \
+         {{ [ \"$MANENT_VERSION\" = v1 ] || [ \"$MANENT_TARGET\" != t2 ]; }}"
+    );
+    site.write_environment_activating(&site.hosts.known_hosts, "all", "", &activate);
+    let worker = site.worker(&executor_id("w1")).await;
+
+    let v2 = site.artifact("v2");
+    let (first, status) = site.deploy(&worker, &v2, &v2.sha256, false).await;
+    assert_eq!(
+        first.status,
+        WorkflowStatus::Error,
+        "t2's activate fails: {status:#?}"
+    );
+    for name in ["t1", "t2"] {
+        let t = target(&status, name);
+        assert_ne!(
+            t.status, "rolled_back",
+            "a first deploy has nothing to roll {name} back to, so it is not called rolled back"
+        );
+        assert!(
+            t.detail
+                .as_deref()
+                .unwrap_or_default()
+                .contains("no earlier successful deploy"),
+            "{name}'s outcome says there was nothing to return to: {:?}",
+            t.detail
+        );
+    }
+    let error = first.error.clone().unwrap_or_default();
+    assert!(
+        !error.contains("wave"),
+        "with one wave, no later wave is said to be left out: {error}"
+    );
+
+    let v1 = site.artifact("v1");
+    let (ok, status) = site.deploy(&worker, &v1, &v1.sha256, false).await;
+    assert_eq!(
+        ok.status,
+        WorkflowStatus::Success,
+        "v1 activates everywhere: {status:#?}"
+    );
+
+    let (again, status) = site.deploy(&worker, &v2, &v2.sha256, false).await;
+    assert_eq!(
+        again.status,
+        WorkflowStatus::Error,
+        "t2's activate fails again: {status:#?}"
+    );
+    for i in 0..2 {
+        let name = target_name(i);
+        let t = target(&status, &name);
+        assert_eq!(
+            t.status, "rolled_back",
+            "{name} ran v2 (t2 although its activate failed), and went back to v1: {t:?}"
+        );
+        assert_eq!(
+            current_of(site.root(i)),
+            Some(PathBuf::from("v1")),
+            "{name}'s current points at v1 again"
+        );
+    }
     worker.stop().await;
 }
 

@@ -13,7 +13,7 @@ use manent_ssh::ConnectionPool;
 use super::{PassContext, Plugin};
 use crate::{
     artifacts::{self, LocalArtifact},
-    targets::{self, TargetOutcome},
+    targets::{self, RollbackResult, TargetOutcome},
 };
 
 /// `remote-copy` and `command`.
@@ -113,6 +113,9 @@ async fn deploy_target(
         }
         let mut lines = Vec::new();
         if eff.plugin == manent_model::COMMAND_PLUGIN {
+            // The commands are the deploy: once one has started, the target may run the
+            // new version in part, and a rollback must include it.
+            switched = !eff.commands.is_empty();
             for (i, command) in eff.commands.iter().enumerate() {
                 let out: String = ctx
                     .step(&format!("{name}: command {}", i + 1), || async {
@@ -152,6 +155,9 @@ async fn deploy_target(
                     .await?;
                 lines.push(format!("uploaded {remote}"));
             }
+            // From here the target may run the new version, even if `activate` then
+            // fails half-way: a rollback must include it.
+            switched = true;
             if let Some(activate) = &eff.activate {
                 ctx.step(&format!("{name}: activate"), || async {
                     targets::run(pool, eff, target, activate, &env).await
@@ -160,7 +166,6 @@ async fn deploy_target(
                 lines.push("activated".into());
             }
         }
-        switched = true;
         // No intermediate "checking" event: the target stays "deploying" until its outcome
         // (one checkpoint less per target); a failed check's outcome says it was switched.
         lines.extend(run_checks(ctx, pool, eff, target, &env).await?);
@@ -216,33 +221,35 @@ async fn roll_back(
             continue;
         };
         let key = format!("target:{}", target.name);
-        let detail = match previous.and_then(|p| p.activate.as_ref().map(|a| (p, a))) {
-            None => "no previous version to re-activate".to_string(),
-            Some((prev, activate)) => {
-                let env = targets::command_env(prev, deploy_id, target, &[]);
-                let step = ctx
-                    .step(
-                        &format!("{}: reactivate {}", target.name, prev.version),
-                        || async { targets::run(pool, prev, target, activate, &env).await },
-                    )
-                    .await;
-                match step {
-                    Ok(_) => format!("re-activated {}", prev.version),
-                    Err(WorkflowError::Step { message, .. }) => {
-                        format!("rollback failed: {message}")
-                    }
-                    Err(other) => return Err(other),
-                }
-            }
-        };
-        let rolled = TargetOutcome {
-            detail: Some(format!(
-                "{}; {detail}",
-                outcome.detail.clone().unwrap_or_default()
+        let result = match previous {
+            None => RollbackResult::NothingToRestore(format!(
+                "no earlier successful deploy of {}/{} to return to",
+                eff.application, eff.environment
             )),
-            switched: false,
-            ..TargetOutcome::new(&target.name, "rolled_back", None)
+            Some(prev) => match &prev.activate {
+                None => RollbackResult::NothingToRestore(format!(
+                    "version {} has no `activate` command to run again",
+                    prev.version
+                )),
+                Some(activate) => {
+                    let env = targets::command_env(prev, deploy_id, target, &[]);
+                    let step = ctx
+                        .step(
+                            &format!("{}: reactivate {}", target.name, prev.version),
+                            || async { targets::run(pool, prev, target, activate, &env).await },
+                        )
+                        .await;
+                    match step {
+                        Ok(_) => RollbackResult::Restored {
+                            version: prev.version.clone(),
+                        },
+                        Err(WorkflowError::Step { message, .. }) => RollbackResult::Failed(message),
+                        Err(other) => return Err(other),
+                    }
+                }
+            },
         };
+        let rolled = outcome.after_rollback(&result);
         ctx.set_event(&key, &rolled).await?;
         rolled_back.push(rolled);
     }

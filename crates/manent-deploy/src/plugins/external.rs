@@ -13,7 +13,11 @@ use manent_plugin::{
 };
 
 use super::{PassContext, Plugin, builtin::run_checks, ensure_all};
-use crate::{artifacts::LocalArtifact, targets, targets::TargetOutcome};
+use crate::{
+    artifacts::LocalArtifact,
+    targets,
+    targets::{RollbackResult, TargetOutcome},
+};
 
 /// Attempts of a pass whose plugin error is retryable (a crash, a timeout, a busy host).
 const PASS_ATTEMPTS: u32 = 3;
@@ -348,22 +352,20 @@ impl Plugin for External {
         };
         let mut rolled_back = Vec::new();
         for outcome in switched {
-            let detail = match (&result, previous) {
+            let rollback = match (&result, previous) {
                 (Some(Ok(result)), Some(prev)) => match reported(result, &outcome.name) {
-                    Ok(_) => format!("restored {}", prev.version),
-                    Err(why) => format!("rollback failed: {why}"),
+                    Ok(_) => RollbackResult::Restored {
+                        version: prev.version.clone(),
+                    },
+                    Err(why) => RollbackResult::Failed(why),
                 },
-                (Some(Err(message)), _) => format!("rollback failed: {message}"),
-                _ => "no previous version to restore".to_string(),
-            };
-            let rolled = TargetOutcome {
-                detail: Some(format!(
-                    "{}; {detail}",
-                    outcome.detail.clone().unwrap_or_default()
+                (Some(Err(message)), _) => RollbackResult::Failed(message.clone()),
+                _ => RollbackResult::NothingToRestore(format!(
+                    "no earlier successful deploy of {}/{} to return to",
+                    pass.eff.application, pass.eff.environment
                 )),
-                switched: false,
-                ..TargetOutcome::new(&outcome.name, "rolled_back", None)
             };
+            let rolled = outcome.after_rollback(&rollback);
             ctx.set_event(&format!("target:{}", outcome.name), &rolled)
                 .await?;
             rolled_back.push(rolled);
