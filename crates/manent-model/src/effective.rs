@@ -89,7 +89,7 @@ impl EffectiveDescriptor {
             .application
             .split_once('/')
             .unwrap_or(("", descriptor.application.as_str()));
-        let effective = EffectiveDescriptor {
+        let mut effective = EffectiveDescriptor {
             application: descriptor.application.clone(),
             tenant: tenant.to_owned(),
             app: app.to_owned(),
@@ -118,6 +118,12 @@ impl EffectiveDescriptor {
             dry_run: descriptor.dry_run,
             schedule: descriptor.schedule.clone(),
         };
+        effective.depends_on = promotion_safe(
+            std::mem::take(&mut effective.depends_on),
+            &effective.application,
+            &effective.environment,
+            &effective.version,
+        );
         effective.check()?;
         Ok(effective)
     }
@@ -199,6 +205,33 @@ impl EffectiveDescriptor {
     pub fn partition_key(&self) -> String {
         crate::partition_key(&self.application, &self.environment)
     }
+}
+
+/// `version: any` in a dependency: met by a success at any version.
+pub const ANY_VERSION: &str = "any";
+
+/// Resolves what each dependency waits for. One on another environment of the same
+/// application is a promotion: without a version it waits for that environment's
+/// success at this deploy's version (prod gets 1.1 only after staging ran 1.1), not
+/// for any earlier success. `version: any` opts out, for any dependency.
+fn promotion_safe(
+    deps: Vec<Dependency>,
+    application: &str,
+    environment: &str,
+    version: &str,
+) -> Vec<Dependency> {
+    deps.into_iter()
+        .map(|mut dep| {
+            match dep.version.as_deref() {
+                Some(ANY_VERSION) => dep.version = None,
+                None if dep.application == application && dep.environment != environment => {
+                    dep.version = Some(version.to_string());
+                }
+                _ => {}
+            }
+            dep
+        })
+        .collect()
 }
 
 /// The environment file's dependencies, then the descriptor's not already listed; for one
@@ -410,6 +443,20 @@ overrides: [plugin, dest, activate, commands, params]
             expect![[r#"
                 plugin=remote-copy dest=Some("/opt/{application}/{environment}/{version}/{target}") activate=Some("ln -sfn . current") commands=["env-cmd"] params={"a":1,"b":2}
                 version=2.1 dry_run=false deps=["ml/features/prod@1~None", "ml/db/prod@5~Some(60s)", "web/api/prod@*~None"]"#]],
+        );
+    }
+
+    #[test]
+    fn a_dependency_on_another_environment_of_the_same_application_waits_for_the_same_version() {
+        check(
+            "depends_on:\n  - {application: ml/trainer, environment: staging}\n  \
+             - {application: ml/trainer, environment: qa, version: any}\n  \
+             - {application: ml/trainer, environment: canary, version: \"2.0\"}\n  \
+             - {application: web/api, environment: prod, version: any}\n",
+            "targets: [{name: a, host: a}]\ndeploy: {dest: /srv}\n",
+            expect![[r#"
+                plugin=remote-copy dest=Some("/srv") activate=None commands=[] params=
+                version=2.1 dry_run=false deps=["ml/trainer/staging@2.1~None", "ml/trainer/qa@*~None", "ml/trainer/canary@2.0~None", "web/api/prod@*~None"]"#]],
         );
     }
 

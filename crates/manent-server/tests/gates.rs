@@ -2,7 +2,8 @@
 //! for approval survives `kill -9` of every process and proceeds when
 //! approved; rejection and expiry fail it; waiting deploys hold no deploy
 //! slot; a dependency wait releases when the dependency succeeds and not
-//! before; cycles are refused; the route recorded at submission is kept;
+//! before; cycles are refused; a promotion waits for the same version; the
+//! route recorded at submission is kept;
 //! exclusive workers serve the waits too.
 
 mod common;
@@ -24,6 +25,7 @@ on_both_backends!(
     deploys_waiting_for_approval_hold_no_deploy_slot,
     a_dependency_wait_releases_when_the_dependency_succeeds_and_not_before,
     the_route_recorded_before_an_approval_is_kept_after_a_queues_change,
+    a_promotion_waits_for_the_earlier_environment_to_run_the_same_version,
 );
 
 /// An environment of `host: local` targets whose one command appends
@@ -392,4 +394,56 @@ async fn the_route_recorded_before_an_approval_is_kept_after_a_queues_change(db:
     let done = site.wait_status(&token, &id, "SUCCESS").await;
     assert_eq!(done["queue"], "gpu", "the recorded route is kept: {done}");
     assert_eq!(done["executor_id"], "pool", "and only its pool ran it");
+}
+
+/// Submits acme/web `version` to `environment`; returns the deploy's id.
+fn submit_web(site: &Site, token: &str, environment: &str, version: &str) -> String {
+    let text = std::fs::read_to_string(site.descriptor(version))
+        .unwrap()
+        .replace("environment: prod", &format!("environment: {environment}"));
+    let path = site.dir.join(format!("web-{environment}-{version}.yml"));
+    std::fs::write(&path, text).unwrap();
+    let (code, v) = site.cli(token, &["deploy", "-f", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "submission of {environment} {version}: {v}");
+    v["id"].as_str().unwrap().to_string()
+}
+
+async fn a_promotion_waits_for_the_earlier_environment_to_run_the_same_version(db: Db) {
+    let mut site = Site::new(db, &["true"]).await;
+    ledger_environment(&site, "acme/web", "staging", "");
+    ledger_environment(
+        &site,
+        "acme/web",
+        "prod",
+        "depends_on: [{application: acme/web, environment: staging}]\n",
+    );
+    let token = site.token();
+    site.start("serve", "s1");
+    site.wait_api().await;
+
+    let staging_1_0 = submit_web(&site, &token, "staging", "1.0");
+    site.wait_status(&token, &staging_1_0, "SUCCESS").await;
+    // staging runs 1.0: prod's 1.1 must not take that for staging's 1.1.
+    let prod_1_1 = submit_web(&site, &token, "prod", "1.1");
+    let waiting = wait_phase(&site, &token, &prod_1_1, "waiting_dependency").await;
+    assert!(
+        waiting["waiting_for"]
+            .as_str()
+            .is_some_and(|w| w.contains("acme/web/staging")),
+        "prod 1.1 waits for staging: {waiting}"
+    );
+    assert!(
+        !site.ledger().contains("acme/web 1.1"),
+        "nothing of 1.1 ran before staging ran it"
+    );
+    let staging_1_1 = submit_web(&site, &token, "staging", "1.1");
+    site.wait_status(&token, &staging_1_1, "SUCCESS").await;
+    site.wait_status(&token, &prod_1_1, "SUCCESS").await;
+    let ledger = site.ledger();
+    let order: Vec<&str> = ledger.lines().collect();
+    assert_eq!(
+        order,
+        ["acme/web 1.0", "acme/web 1.1", "acme/web 1.1"],
+        "staging 1.0, then staging 1.1, then prod 1.1"
+    );
 }
