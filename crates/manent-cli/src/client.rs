@@ -3,7 +3,25 @@
 
 use std::path::Path;
 
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
+
+/// Everything but RFC 3986's unreserved characters is encoded in a path segment.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// `id` as one path segment: `../tokens` or `a?b` typed as an id stays an id.
+pub fn segment(id: &str) -> String {
+    match id {
+        // A dot segment would be resolved away by URL normalisation.
+        "." => "%2E".to_string(),
+        ".." => "%2E%2E".to_string(),
+        _ => utf8_percent_encode(id, SEGMENT).to_string(),
+    }
+}
 
 #[derive(Debug)]
 pub enum CliError {
@@ -13,6 +31,11 @@ pub enum CliError {
     Rejected(String),
     /// Unreachable, or the token was refused (exit 3).
     Unreachable(String),
+    /// The server could not be reached or answered that it is unavailable (502, 503,
+    /// 504): worth retrying while following a deploy (exit 3).
+    Transient(String),
+    /// No such deploy, schedule, … (exit 2).
+    NotFound(String),
     /// Anything else the server reported (exit 1).
     Failed(String),
 }
@@ -20,8 +43,8 @@ pub enum CliError {
 impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::Usage(_) | CliError::Rejected(_) => 2,
-            CliError::Unreachable(_) => 3,
+            CliError::Usage(_) | CliError::Rejected(_) | CliError::NotFound(_) => 2,
+            CliError::Unreachable(_) | CliError::Transient(_) => 3,
             CliError::Failed(_) => 1,
         }
     }
@@ -33,6 +56,8 @@ impl std::fmt::Display for CliError {
             CliError::Usage(m)
             | CliError::Rejected(m)
             | CliError::Unreachable(m)
+            | CliError::Transient(m)
+            | CliError::NotFound(m)
             | CliError::Failed(m) => f.write_str(m),
         }
     }
@@ -99,7 +124,7 @@ impl ApiClient {
 
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, CliError> {
         let response = request.send().await.map_err(|e| {
-            CliError::Unreachable(format!(
+            CliError::Transient(format!(
                 "cannot reach the server at {}: {}",
                 self.base,
                 causes(&e)
@@ -119,7 +144,9 @@ impl ApiClient {
         };
         Err(match status.as_u16() {
             401 | 403 => CliError::Unreachable(format!("refused: {message}")),
-            400 | 404 | 409 | 422 => CliError::Rejected(message),
+            404 => CliError::NotFound(message),
+            400 | 409 | 422 => CliError::Rejected(message),
+            502..=504 => CliError::Transient(message),
             _ => CliError::Failed(message),
         })
     }
@@ -160,5 +187,21 @@ impl ApiClient {
             .header(reqwest::header::CONTENT_TYPE, content_type)
             .body(text.to_string());
         self.send(request).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::segment;
+
+    #[test]
+    fn an_id_is_encoded_as_one_path_segment() {
+        let check = |id: &str, want: &str| assert_eq!(segment(id), want, "segment({id:?})");
+        check("3f2a-9b_c.d~e", "3f2a-9b_c.d~e");
+        check("nightly@1700000000", "nightly%401700000000");
+        check("../tokens", "..%2Ftokens");
+        check("..", "%2E%2E");
+        check(".", "%2E");
+        check("a?b#c d", "a%3Fb%23c%20d");
     }
 }

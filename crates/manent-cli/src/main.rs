@@ -50,6 +50,7 @@ enum Output {
 enum Command {
     /// Submits a deploy descriptor (YAML or JSON).
     Deploy {
+        /// The descriptor's file; `-` reads it from standard input.
         #[arg(short, long)]
         file: PathBuf,
         /// Waits for the deploy to end, showing its progress.
@@ -59,8 +60,17 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
-    /// A deploy's status, targets and steps.
-    Status { id: String },
+    /// A deploy's status, targets and steps. IDs may be shortened to a unique prefix
+    /// of 6 or more characters (of the 1,000 most recent deploys), here and below.
+    Status {
+        id: String,
+        /// Follows the deploy until it ends, printing each change, then its status.
+        #[arg(long, short)]
+        watch: bool,
+    },
+    /// Waits for a deploy to end, showing its progress (re-attaches after Ctrl-C of
+    /// `deploy --wait`); exits 0 on SUCCESS, 1 otherwise.
+    Wait { id: String },
     /// A deploy's log lines.
     Logs { id: String },
     /// Recent deploys.
@@ -174,8 +184,13 @@ async fn run(args: Args) -> Result<u8, CliError> {
             wait,
             dry_run,
         } => {
-            let text = std::fs::read_to_string(&file)
-                .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", file.display())))?;
+            let text = if file.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin())
+                    .map_err(|e| CliError::Usage(format!("cannot read standard input: {e}")))?
+            } else {
+                std::fs::read_to_string(&file)
+                    .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", file.display())))?
+            };
             let created = api.submit(&text, &file, dry_run).await?;
             let id = created["id"].as_str().unwrap_or_default().to_string();
             // A recurring schedule has no single deploy to wait for: `manent schedules` shows it.
@@ -187,13 +202,25 @@ async fn run(args: Args) -> Result<u8, CliError> {
             render::print(json, &status, render::status);
             Ok(if status["status"] == "SUCCESS" { 0 } else { 1 })
         }
-        Command::Status { id } => {
-            let status = api.get(&format!("/api/v1/deploys/{id}")).await?;
+        Command::Status { id, watch } => {
+            let id = resolve_deploy(&api, &id).await?;
+            let status = if watch {
+                follow(&api, &id, json).await?
+            } else {
+                api.get(&deploy_path(&id, "")).await?
+            };
             render::print(json, &status, render::status);
             Ok(0)
         }
+        Command::Wait { id } => {
+            let id = resolve_deploy(&api, &id).await?;
+            let status = follow(&api, &id, json).await?;
+            render::print(json, &status, render::status);
+            Ok(if status["status"] == "SUCCESS" { 0 } else { 1 })
+        }
         Command::Logs { id } => {
-            let logs = api.get(&format!("/api/v1/deploys/{id}/logs")).await?;
+            let id = resolve_deploy(&api, &id).await?;
+            let logs = api.get(&deploy_path(&id, "/logs")).await?;
             render::print(json, &logs, render::logs);
             Ok(0)
         }
@@ -212,26 +239,25 @@ async fn run(args: Args) -> Result<u8, CliError> {
             Ok(0)
         }
         Command::Cancel { id } => {
-            let out = api
-                .post(&format!("/api/v1/deploys/{id}/cancel"), &Value::Null)
-                .await?;
+            let id = resolve_deploy(&api, &id).await?;
+            let out = api.post(&deploy_path(&id, "/cancel"), &Value::Null).await?;
             render::print(json, &out, render::submitted);
             Ok(0)
         }
         Command::Approve { id, comment } => {
+            let id = resolve_deploy(&api, &id).await?;
             let body = serde_json::json!({ "reason": comment });
-            let out = api
-                .post(&format!("/api/v1/deploys/{id}/approve"), &body)
-                .await?;
-            render::print(json, &out, render::status);
+            let before = api.post(&deploy_path(&id, "/approve"), &body).await?;
+            let after = decided(&api, &id, &before).await?;
+            render::print(json, &after, render::status);
             Ok(0)
         }
         Command::Reject { id, reason } => {
+            let id = resolve_deploy(&api, &id).await?;
             let body = serde_json::json!({ "reason": reason });
-            let out = api
-                .post(&format!("/api/v1/deploys/{id}/reject"), &body)
-                .await?;
-            render::print(json, &out, render::status);
+            let before = api.post(&deploy_path(&id, "/reject"), &body).await?;
+            let after = decided(&api, &id, &before).await?;
+            render::print(json, &after, render::status);
             Ok(0)
         }
         Command::Queues => {
@@ -253,7 +279,10 @@ async fn run(args: Args) -> Result<u8, CliError> {
             let query = if force { "?force=true" } else { "" };
             let out = api
                 .post(
-                    &format!("/api/v1/executors/{executor}/recover{query}"),
+                    &format!(
+                        "/api/v1/executors/{}/recover{query}",
+                        client::segment(&executor)
+                    ),
                     &Value::Null,
                 )
                 .await?;
@@ -277,21 +306,29 @@ async fn run(args: Args) -> Result<u8, CliError> {
         }
         Command::Schedule(ScheduleCommand::Pause { id }) => {
             let out = api
-                .post(&format!("/api/v1/schedules/{id}/pause"), &Value::Null)
+                .post(
+                    &format!("/api/v1/schedules/{}/pause", client::segment(&id)),
+                    &Value::Null,
+                )
                 .await?;
             render::print(json, &out, render::schedule);
             Ok(0)
         }
         Command::Schedule(ScheduleCommand::Resume { id }) => {
             let out = api
-                .post(&format!("/api/v1/schedules/{id}/resume"), &Value::Null)
+                .post(
+                    &format!("/api/v1/schedules/{}/resume", client::segment(&id)),
+                    &Value::Null,
+                )
                 .await?;
             render::print(json, &out, render::schedule);
             Ok(0)
         }
         Command::Completion { .. } => unreachable!("handled before the client is built"),
         Command::Schedule(ScheduleCommand::Delete { id }) => {
-            let out = api.delete(&format!("/api/v1/schedules/{id}")).await?;
+            let out = api
+                .delete(&format!("/api/v1/schedules/{}", client::segment(&id)))
+                .await?;
             render::print(json, &out, render::schedule);
             Ok(0)
         }
@@ -305,12 +342,102 @@ async fn run(args: Args) -> Result<u8, CliError> {
     }
 }
 
+/// `/api/v1/deploys/<id><rest>`, the id encoded as one path segment.
+fn deploy_path(id: &str, rest: &str) -> String {
+    format!("/api/v1/deploys/{}{rest}", client::segment(id))
+}
+
+/// The full id of a deploy given as its id or a unique prefix of 6 or more characters
+/// (among the 1,000 most recent deploys the token may see).
+async fn resolve_deploy(api: &ApiClient, id: &str) -> Result<String, CliError> {
+    match api.get(&deploy_path(id, "")).await {
+        Ok(_) => return Ok(id.to_string()),
+        Err(CliError::NotFound(message)) if id.chars().count() < 6 => {
+            return Err(CliError::NotFound(message));
+        }
+        Err(CliError::NotFound(_)) => {}
+        Err(other) => return Err(other),
+    }
+    let recent = api
+        .get_query("/api/v1/deploys", &[("limit", "1000".to_string())])
+        .await?;
+    let matches: Vec<&str> = recent
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d["id"].as_str())
+        .filter(|full| full.starts_with(id))
+        .collect();
+    match matches.as_slice() {
+        [one] => Ok((*one).to_string()),
+        [] => Err(CliError::NotFound(format!(
+            "no deploy `{id}`, nor one whose id starts with it: see `manent list`"
+        ))),
+        many => Err(CliError::Usage(format!(
+            "`{id}` starts {} deploy ids ({}); give more characters",
+            many.len(),
+            many.iter().take(5).copied().collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+/// The deploy's status once the approval or rejection just sent shows in it: the
+/// workflow records a decision moments after the API accepts it. Gives up after 10 s
+/// and shows what it has.
+async fn decided(api: &ApiClient, id: &str, before: &Value) -> Result<Value, CliError> {
+    let count = |v: &Value| v["approvals"].as_array().map_or(0, Vec::len);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = api.get(&deploy_path(id, "")).await?;
+        let moved = count(&now) > count(before)
+            || now["phase"] != before["phase"]
+            || now["status"] != before["status"];
+        if moved || tokio::time::Instant::now() >= deadline {
+            return Ok(now);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// How long `--wait`, `wait` and `status --watch` keep retrying a server that cannot be
+/// reached or is unavailable (a restart, a failover) before giving up.
+const OUTAGE_LIMIT: Duration = Duration::from_secs(300);
+
 /// Polls the deploy until it ends, printing a line whenever its phase or a
-/// target's status changes (on stderr, so `--output json` stays parseable).
+/// target's status changes (on stderr, so `--output json` stays parseable). A
+/// server that cannot be reached for a while (restarting) is waited for, up to
+/// `OUTAGE_LIMIT`, saying so once.
 async fn follow(api: &ApiClient, id: &str, json: bool) -> Result<Value, CliError> {
     let mut last = String::new();
+    let mut outage_since: Option<tokio::time::Instant> = None;
     loop {
-        let status = api.get(&format!("/api/v1/deploys/{id}")).await?;
+        let status = match api.get(&deploy_path(id, "")).await {
+            Ok(status) => {
+                if outage_since.take().is_some() {
+                    eprintln!("the server answers again");
+                }
+                status
+            }
+            Err(CliError::Transient(message)) => {
+                let since = *outage_since.get_or_insert_with(|| {
+                    eprintln!(
+                        "{}; retrying for up to {}s",
+                        render::terminal_safe(&message),
+                        OUTAGE_LIMIT.as_secs()
+                    );
+                    tokio::time::Instant::now()
+                });
+                if since.elapsed() >= OUTAGE_LIMIT {
+                    return Err(CliError::Transient(format!(
+                        "{message} (for {}s, giving up; `manent wait {id}` re-attaches)",
+                        OUTAGE_LIMIT.as_secs()
+                    )));
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            Err(other) => return Err(other),
+        };
         let line = render::progress_line(&status);
         if line != last {
             if !json {

@@ -1,16 +1,24 @@
 //! How the CLI prints: JSON as the API gave it, or tables for people.
 
-use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
+use std::io::Write;
+
+use comfy_table::{ContentArrangement, Table, presets::UTF8_BORDERS_ONLY};
 use serde_json::Value;
 
 pub fn print(json: bool, value: &Value, human: impl Fn(&Value) -> String) {
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(value).unwrap_or_default()
-        );
+    let text = if json {
+        serde_json::to_string_pretty(value).unwrap_or_default()
     } else {
-        println!("{}", human(value));
+        human(value)
+    };
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{text}").and_then(|()| out.flush()) {
+        // `manent list | head`: the reader has what it wanted; that is not an error.
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("manent: cannot write the output: {e}");
+        std::process::exit(1);
     }
 }
 
@@ -42,6 +50,8 @@ fn text(v: &Value) -> String {
 fn table(rows: &Value, columns: &[&str]) -> String {
     let mut t = Table::new();
     t.load_preset(UTF8_BORDERS_ONLY);
+    // Wraps cells to the terminal's width; a pipe or file gets full lines.
+    t.set_content_arrangement(ContentArrangement::Dynamic);
     t.set_header(columns.iter().map(|c| c.to_uppercase()));
     for row in rows.as_array().into_iter().flatten() {
         t.add_row(columns.iter().map(|c| text(&row[*c])));

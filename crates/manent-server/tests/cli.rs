@@ -1,0 +1,176 @@
+//! The `manent` CLI's habits, against a real server: a descriptor on standard input,
+//! ids by unique prefix, `wait` to re-attach, `deploy --wait` riding out an API restart,
+//! `approve` printing the state after the approval, and a quiet exit on a closed pipe.
+
+mod common;
+
+use std::{
+    io::Write,
+    process::{Command, Output, Stdio},
+};
+
+use common::{Site, WAIT, cli_binary, ledger_path};
+use manent_testkit::{Db, eventually, signal};
+use serde_json::Value;
+
+macro_rules! on_both_backends {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Sqlite).await } )+ }
+        mod postgres { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Postgres).await } )+ }
+    };
+}
+
+on_both_backends!(
+    a_descriptor_on_stdin_ids_by_prefix_and_wait_to_reattach,
+    deploy_wait_rides_out_an_api_restart,
+);
+
+/// `manent` against the site, as JSON, with `stdin` fed to it.
+fn manent(site: &Site, token: &str, args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(cli_binary())
+        .args(["--server", &format!("http://127.0.0.1:{}", site.port)])
+        .args(["--token", token, "--output", "json"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run manent");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+}
+
+async fn a_descriptor_on_stdin_ids_by_prefix_and_wait_to_reattach(db: Db) {
+    let mut site = Site::new(db, &["true"]).await;
+    let token = site.token();
+    site.start("serve", "s1");
+    site.wait_api().await;
+    let descriptor = std::fs::read_to_string(site.descriptor("1.0")).unwrap();
+
+    let out = manent(&site, &token, &["deploy", "-f", "-"], &descriptor);
+    assert_eq!(out.status.code(), Some(0), "`-f -` reads stdin: {out:?}");
+    let id = json_of(&out)["id"].as_str().unwrap().to_string();
+
+    let prefix = &id[..8];
+    let out = manent(&site, &token, &["wait", prefix], "");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "wait ends with the deploy: {out:?}"
+    );
+    let status = json_of(&out);
+    assert_eq!(
+        status["id"],
+        id.as_str(),
+        "the prefix named the deploy: {status}"
+    );
+    assert_eq!(
+        status["status"], "SUCCESS",
+        "wait prints the final status: {status}"
+    );
+
+    let out = manent(&site, &token, &["status", &id[..4]], "");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a prefix under 6 characters is not expanded: {out:?}"
+    );
+    let out = manent(&site, &token, &["logs", "../tokens"], "");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an id is one path segment, never another route: {out:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("../tokens"),
+        "the error names what was asked: {out:?}"
+    );
+
+    // `manent list | head -0`: the reader is gone before the output is written.
+    let mut child = Command::new(cli_binary())
+        .args(["--server", &format!("http://127.0.0.1:{}", site.port)])
+        .args(["--token", &token, "list"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a closed pipe ends the CLI quietly: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "no panic: {stderr}");
+}
+
+async fn deploy_wait_rides_out_an_api_restart(db: Db) {
+    let mut site = Site::new(db, &[]).await;
+    let ledger = ledger_path(&site.dir);
+    let gate = site.dir.join("gate").display().to_string();
+    site.write_environment(
+        "acme/web",
+        "prod",
+        &format!(
+            "targets: [{{name: t1, host: local}}]\ndeploy:\n  plugin: command\n  commands:\n    - {}\n",
+            serde_json::to_string(&format!(
+                "echo started >> {ledger}; while [ ! -f {gate} ]; do sleep 0.05; done"
+            ))
+            .unwrap()
+        ),
+    );
+    let token = site.token();
+    let api = site.start("api", "api");
+    site.start("worker", "w1");
+    site.wait_api().await;
+    let descriptor = site.descriptor("1.0");
+    let mut waiting = Command::new(cli_binary())
+        .args(["--server", &format!("http://127.0.0.1:{}", site.port)])
+        .args(["--token", &token, "--output", "json"])
+        .args(["deploy", "--wait", "-f", descriptor.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(site.dir.join("wait.err")).unwrap())
+        .spawn()
+        .unwrap();
+    eventually("the deploy's command runs", WAIT, || async {
+        site.ledger().contains("started").then_some(())
+    })
+    .await;
+
+    signal(site.child(api), "KILL");
+    site.child(api).wait().unwrap();
+    let err_path = site.dir.join("wait.err");
+    eventually("deploy --wait notices the outage", WAIT, || async {
+        std::fs::read_to_string(&err_path)
+            .unwrap_or_default()
+            .contains("retrying")
+            .then_some(())
+    })
+    .await;
+    assert!(
+        waiting.try_wait().unwrap().is_none(),
+        "deploy --wait keeps waiting while the API is down"
+    );
+    site.start("api", "api");
+    std::fs::write(&gate, "").unwrap();
+    let status = manent_testkit::wait_exit(&mut waiting, WAIT).await;
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut waiting.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert!(
+        status.success(),
+        "deploy --wait ends with the deploy's success after the restart: {status}; {}",
+        std::fs::read_to_string(&err_path).unwrap_or_default()
+    );
+    let final_status: Value = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    assert_eq!(final_status["status"], "SUCCESS", "{stdout}");
+}
