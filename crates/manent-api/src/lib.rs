@@ -45,6 +45,7 @@ pub fn app(state: AppState) -> Router {
         .route("/deploys", post(submit_deploy).get(list_deploys))
         .route("/deploys/{id}", get(deploy_status))
         .route("/deploys/{id}/logs", get(deploy_logs))
+        .route("/deploys/{id}/output", get(deploy_output))
         .route("/deploys/{id}/cancel", post(cancel_deploy))
         .route("/deploys/{id}/approve", post(approve_deploy))
         .route("/deploys/{id}/reject", post(reject_deploy))
@@ -311,9 +312,35 @@ async fn deploy_logs(
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, AppError> {
     visible_deploy(&state, &caller, &id).await?;
-    let lines = service::logs(&state.client, &id)
+    let logs = service::logs(&state.client, &id)
         .await?
         .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))?;
+    Ok(Json(
+        serde_json::to_value(logs).map_err(|e| AppError::Internal(e.to_string()))?,
+    ))
+}
+
+/// `?after=SEQ&limit=N` of `/deploys/{id}/output`.
+#[derive(Debug, serde::Deserialize)]
+struct OutputQuery {
+    #[serde(default)]
+    after: i64,
+    #[serde(default = "default_output_limit")]
+    limit: i64,
+}
+
+fn default_output_limit() -> i64 {
+    1_000
+}
+
+async fn deploy_output(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(id): Path<String>,
+    Query(query): Query<OutputQuery>,
+) -> Result<Json<serde_json::Value>, AppError> {
+    visible_deploy(&state, &caller, &id).await?;
+    let lines = service::output(&state.client, &id, query.after, query.limit).await?;
     Ok(Json(json!({ "id": id, "lines": lines })))
 }
 

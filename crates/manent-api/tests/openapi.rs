@@ -28,6 +28,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/deploys"),
     ("GET", "/api/v1/deploys/{id}"),
     ("GET", "/api/v1/deploys/{id}/logs"),
+    ("GET", "/api/v1/deploys/{id}/output"),
     ("POST", "/api/v1/deploys/{id}/cancel"),
     ("POST", "/api/v1/deploys/{id}/approve"),
     ("POST", "/api/v1/deploys/{id}/reject"),

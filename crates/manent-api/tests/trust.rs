@@ -340,10 +340,18 @@ async fn secrets_reach_commands_as_variables_and_nothing_that_is_shown() {
         .get(&format!("/api/v1/deploys/{id}/logs"), Some(&admin))
         .await;
     let (_, list) = api.get("/api/v1/deploys", Some(&admin)).await;
+    let (_, output) = api
+        .get(&format!("/api/v1/deploys/{id}/output"), Some(&admin))
+        .await;
+    assert!(
+        output.to_string().contains("password=***") && output.to_string().contains("leaked ***"),
+        "the commands' output is kept, masked, stdout and stderr: {output}"
+    );
     for (what, text) in [
         ("status", shown.to_string()),
         ("logs", logs.to_string()),
         ("list", list.to_string()),
+        ("output", output.to_string()),
     ] {
         assert!(
             !text.contains(value),

@@ -71,8 +71,13 @@ enum Command {
     /// Waits for a deploy to end, showing its progress (re-attaches after Ctrl-C of
     /// `deploy --wait`); exits 0 on SUCCESS, 1 otherwise.
     Wait { id: String },
-    /// A deploy's log lines.
-    Logs { id: String },
+    /// A deploy's log lines, in time order, with what its commands printed.
+    Logs {
+        id: String,
+        /// Follows a running deploy: its commands' output as they print it, until it ends.
+        #[arg(long, short)]
+        follow: bool,
+    },
     /// Recent deploys.
     List {
         #[arg(long)]
@@ -218,10 +223,27 @@ async fn run(args: Args) -> Result<u8, CliError> {
             render::print(json, &status, render::status);
             Ok(if status["status"] == "SUCCESS" { 0 } else { 1 })
         }
-        Command::Logs { id } => {
+        Command::Logs { id, follow: false } => {
             let id = resolve_deploy(&api, &id).await?;
             let logs = api.get(&deploy_path(&id, "/logs")).await?;
             render::print(json, &logs, render::logs);
+            Ok(0)
+        }
+        Command::Logs { id, follow: true } => {
+            let id = resolve_deploy(&api, &id).await?;
+            let logs = api.get(&deploy_path(&id, "/logs")).await?;
+            // With --output json: one JSON document per line (the logs, then each
+            // output line), so a reader can parse as it goes.
+            if json {
+                render::print_line(&logs.to_string());
+            } else {
+                render::print(json, &logs, render::logs);
+            }
+            let after = logs["output_seq"].as_i64().unwrap_or(0);
+            let status = follow_from(&api, &id, json, after, Lines::Stdout).await?;
+            if !json {
+                render::print(json, &status, render::progress_line);
+            }
             Ok(0)
         }
         Command::List {
@@ -403,15 +425,47 @@ async fn decided(api: &ApiClient, id: &str, before: &Value) -> Result<Value, Cli
 /// reached or is unavailable (a restart, a failover) before giving up.
 const OUTAGE_LIMIT: Duration = Duration::from_secs(300);
 
+/// Where a follower prints the deploy's output lines.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lines {
+    /// Not at all (`--output json` of `deploy --wait`, `wait`, `status --watch`).
+    Nowhere,
+    /// On stderr, beside the progress lines (`deploy --wait`, `wait`, `status --watch`).
+    Stderr,
+    /// On stdout: they are what `logs -f` prints.
+    Stdout,
+}
+
 /// Polls the deploy until it ends, printing a line whenever its phase or a
-/// target's status changes (on stderr, so `--output json` stays parseable). A
-/// server that cannot be reached for a while (restarting) is waited for, up to
-/// `OUTAGE_LIMIT`, saying so once.
+/// target's status changes and its commands' output as they print it (on stderr,
+/// so `--output json` stays parseable). A server that cannot be reached for a
+/// while (restarting) is waited for, up to `OUTAGE_LIMIT`, saying so once.
 async fn follow(api: &ApiClient, id: &str, json: bool) -> Result<Value, CliError> {
+    let lines = if json { Lines::Nowhere } else { Lines::Stderr };
+    follow_from(api, id, json, 0, lines).await
+}
+
+/// As `follow`, printing output lines after `after` to `lines`.
+async fn follow_from(
+    api: &ApiClient,
+    id: &str,
+    json: bool,
+    mut after: i64,
+    lines: Lines,
+) -> Result<Value, CliError> {
     let mut last = String::new();
     let mut outage_since: Option<tokio::time::Instant> = None;
     loop {
-        let status = match api.get(&deploy_path(id, "")).await {
+        let polled = async {
+            let status = api.get(&deploy_path(id, "")).await?;
+            // Read after the status: once it says the deploy ended, every line is stored.
+            if lines != Lines::Nowhere {
+                after = print_output(api, id, after, lines, json).await?;
+            }
+            Ok::<Value, CliError>(status)
+        }
+        .await;
+        let status = match polled {
             Ok(status) => {
                 if outage_since.take().is_some() {
                     eprintln!("the server answers again");
@@ -440,7 +494,7 @@ async fn follow(api: &ApiClient, id: &str, json: bool) -> Result<Value, CliError
         };
         let line = render::progress_line(&status);
         if line != last {
-            if !json {
+            if lines == Lines::Stderr {
                 eprintln!("{line}");
             }
             last = line;
@@ -452,5 +506,41 @@ async fn follow(api: &ApiClient, id: &str, json: bool) -> Result<Value, CliError
             return Ok(status);
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Prints the deploy's output lines after `after`; returns the last `seq` printed.
+async fn print_output(
+    api: &ApiClient,
+    id: &str,
+    mut after: i64,
+    lines: Lines,
+    json: bool,
+) -> Result<i64, CliError> {
+    const PAGE: usize = 1_000;
+    loop {
+        let page = api
+            .get_query(
+                &deploy_path(id, "/output"),
+                &[("after", after.to_string()), ("limit", PAGE.to_string())],
+            )
+            .await?;
+        let got = page["lines"].as_array().cloned().unwrap_or_default();
+        for line in &got {
+            after = line["seq"].as_i64().unwrap_or(after);
+            let text = if json {
+                line.to_string()
+            } else {
+                render::output_line(line)
+            };
+            match lines {
+                Lines::Stdout => render::print_line(&text),
+                Lines::Stderr => eprintln!("{text}"),
+                Lines::Nowhere => {}
+            }
+        }
+        if got.len() < PAGE {
+            return Ok(after);
+        }
     }
 }

@@ -11,6 +11,27 @@ pub fn print(json: bool, value: &Value, human: impl Fn(&Value) -> String) {
     } else {
         human(value)
     };
+    print_line(&text);
+}
+
+/// One line of a deploy's output as `logs` shows it: `source | line`, `!` for stderr,
+/// `·` for a plugin's progress.
+pub fn output_line(v: &Value) -> String {
+    let mark = match v["stream"].as_str() {
+        Some("stderr") => "!",
+        Some("progress") => "·",
+        _ => "|",
+    };
+    format!(
+        "{} {} {mark} {}",
+        text(&v["at"]),
+        text(&v["source"]),
+        text(&v["line"])
+    )
+}
+
+/// Writes `text` and a newline to stdout; a reader that went away ends the CLI quietly.
+pub fn print_line(text: &str) {
     let mut out = std::io::stdout().lock();
     if let Err(e) = writeln!(out, "{text}").and_then(|()| out.flush()) {
         // `manent list | head`: the reader has what it wanted; that is not an error.

@@ -494,15 +494,61 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
             .and_then(|(_, r)| r.effective)
             .map(|p| p.version);
     }
-    // The engine's own bookkeeping (events, sleeps) is not a step of the deploy.
     view.steps = client
         .steps(id)
         .await?
         .into_iter()
-        .filter(|s| !s.name.starts_with("manent."))
+        .filter(|s| !is_internal_step(&s.name))
         .map(step_view)
         .collect();
     Ok(Some(view))
+}
+
+/// Steps that are bookkeeping, not work on the deploy: the engine's own (events,
+/// sleeps) and the deploy workflow's deadlines, watches and wake-ups. Status and logs
+/// leave them out.
+fn is_internal_step(name: &str) -> bool {
+    name.starts_with("manent.")
+        || name == "approval deadline"
+        || name == "wake dependents"
+        || name.starts_with("dependency deadline ")
+        || name.starts_with("watch ")
+        || name.starts_with("unwatch ")
+}
+
+/// One line a deploy's step printed, as the API shows it (docs/api.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputLineView {
+    pub seq: i64,
+    pub at: String,
+    /// The run of the deploy that printed it: a step run again after a crash prints again.
+    pub attempt: i64,
+    pub source: String,
+    pub stream: String,
+    pub line: String,
+}
+
+/// What the deploy's steps printed after line `after`, at most `limit` lines (the
+/// caller has checked the deploy exists and may be read).
+pub async fn output(
+    client: &Client,
+    id: &str,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<OutputLineView>, EngineError> {
+    Ok(client
+        .output(id, after.max(0), limit.clamp(1, 5_000))
+        .await?
+        .into_iter()
+        .map(|l| OutputLineView {
+            seq: l.seq,
+            at: rfc3339(l.at_ms),
+            attempt: l.generation,
+            source: l.source,
+            stream: l.stream,
+            line: l.line,
+        })
+        .collect())
 }
 
 /// Filters of the deploy list.
@@ -570,25 +616,68 @@ pub async fn list(
         .collect())
 }
 
-/// Log lines of a deploy: its steps in order, with their outcomes.
-pub async fn logs(client: &Client, id: &str) -> Result<Option<Vec<String>>, EngineError> {
+/// How many output lines `logs` shows; the output endpoint pages through all of them.
+const LOG_OUTPUT_LINES: i64 = 5_000;
+
+/// Log lines of a deploy, in time order: its submission, each step's outcome, what its
+/// commands printed (`source | line`, `!` for stderr, `·` for a plugin's progress),
+/// recoveries; then each target's outcome and where the deploy stands.
+pub async fn logs(client: &Client, id: &str) -> Result<Option<DeployLogs>, EngineError> {
     let Some(view) = status(client, id).await? else {
         return Ok(None);
     };
-    let mut lines: Vec<String> = vec![format!(
-        "{} submitted by {} to queue {}",
-        view.created_at, view.submitted_by, view.queue
+    let created_ms = client.get(id).await?.map_or(0, |r| r.created_at_ms);
+    // (when, order among equal times, text)
+    let mut timed: Vec<(i64, u8, String)> = vec![(
+        created_ms,
+        0,
+        format!(
+            "{} submitted by {} to queue {}",
+            view.created_at, view.submitted_by, view.queue
+        ),
     )];
-    for s in &view.steps {
-        let when = s.finished_at.as_deref().unwrap_or(&s.started_at);
+    for s in client
+        .steps(id)
+        .await?
+        .into_iter()
+        .filter(|s| !is_internal_step(&s.name))
+    {
+        let when = s.finished_at_ms.unwrap_or(s.started_at_ms);
         let error = s
             .error
             .as_deref()
             .map(|e| format!(": {e}"))
             .unwrap_or_default();
-        lines.push(format!(
-            "{when} [{}] {} {} (attempts {}){error}",
-            s.executor_id, s.name, s.status, s.attempts
+        timed.push((
+            when,
+            2,
+            format!(
+                "{} [{}] {} {} (attempts {}){error}",
+                rfc3339(when),
+                s.executor_id,
+                s.name,
+                s.status,
+                s.attempts
+            ),
+        ));
+    }
+    let mut output_seq = 0;
+    for line in client.output(id, 0, LOG_OUTPUT_LINES).await? {
+        output_seq = line.seq;
+        let mark = match line.stream.as_str() {
+            "stderr" => "!",
+            "progress" => "·",
+            _ => "|",
+        };
+        timed.push((
+            line.at_ms,
+            1,
+            format!(
+                "{} {} {mark} {}",
+                rfc3339(line.at_ms),
+                line.source,
+                line.line
+            ),
         ));
     }
     for recovery in client
@@ -599,8 +688,15 @@ pub async fn logs(client: &Client, id: &str) -> Result<Option<Vec<String>>, Engi
     {
         let note = serde_json::from_str::<String>(&recovery.value)
             .unwrap_or_else(|_| recovery.value.clone());
-        lines.push(format!("{} {note}", rfc3339(recovery.updated_at_ms)));
+        timed.push((
+            recovery.updated_at_ms,
+            1,
+            format!("{} {note}", rfc3339(recovery.updated_at_ms)),
+        ));
     }
+    // Stable: equal times keep the order they were read in (output in print order).
+    timed.sort_by_key(|(at, order, _)| (*at, *order));
+    let mut lines: Vec<String> = timed.into_iter().map(|(_, _, text)| text).collect();
     for t in &view.targets {
         lines.push(format!(
             "target {}: {}{}",
@@ -616,7 +712,20 @@ pub async fn logs(client: &Client, id: &str) -> Result<Option<Vec<String>>, Engi
         "{} {} phase {}",
         view.updated_at, view.status, view.phase
     ));
-    Ok(Some(lines))
+    Ok(Some(DeployLogs {
+        id: id.to_string(),
+        lines,
+        output_seq,
+    }))
+}
+
+/// A deploy's log lines, and where its output goes on from (docs/api.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeployLogs {
+    pub id: String,
+    pub lines: Vec<String>,
+    /// The `seq` of the last output line in `lines`: `/output?after=` follows from it.
+    pub output_seq: i64,
 }
 
 /// Which worker runs each active deploy, then the most recent ones.

@@ -5,8 +5,9 @@
 
 use std::{sync::Arc, time::Duration};
 
+use manent_engine::OutputWriter;
 use manent_model::{CheckKind, EffectiveDescriptor, Target};
-use manent_ssh::{Address, Connection, ConnectionPool};
+use manent_ssh::{Address, Connection, ConnectionPool, Stream};
 use serde::{Deserialize, Serialize};
 
 use crate::artifacts::LocalArtifact;
@@ -178,16 +179,19 @@ pub async fn run(
     target: &Target,
     command: &str,
     env: &[(String, String)],
+    output: &OutputWriter,
 ) -> Result<String, String> {
     let secrets = Secrets::read(eff).await?;
     let env = with_secrets(env, &secrets);
     let conn = connection(pool, eff, target).await?;
-    let result = match conn.exec(command, &env).await {
-        Ok(out) if out.success() => Ok(out.stdout.trim_end().to_string()),
+    // Every line as it is printed, secrets masked: `manent logs -f` and the page show it.
+    let on_line = |stream: Stream, line: &str| output.line(stream.as_str(), &secrets.redact(line));
+    let result = match conn.exec_streaming(command, &env, &on_line).await {
+        Ok(out) if out.success() => Ok(summary_line(&out.stdout)),
         Ok(out) => Err(format!(
             "`{command}` exited with {}: {}",
             out.status,
-            out.stderr.trim_end()
+            tail(out.stderr.trim_end(), 2000)
         )),
         Err(e) => Err(e.to_string()),
     };
@@ -195,6 +199,33 @@ pub async fn run(
     result
         .map(|out| secrets.redact(&out))
         .map_err(|e| secrets.redact(&e))
+}
+
+/// What a target's outcome says of a command that succeeded: its last line of output,
+/// short (all of it is in the deploy's output).
+fn summary_line(stdout: &str) -> String {
+    let last = stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    match last.char_indices().nth(200) {
+        Some((at, _)) => format!("{}…", &last[..at]),
+        None => last.to_string(),
+    }
+}
+
+/// The end of `text`, at most `max` bytes (on a character boundary), marked when cut.
+fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &text[start..])
 }
 
 /// `env` and the deploy's secrets, the variables a command gets.

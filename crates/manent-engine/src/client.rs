@@ -144,6 +144,17 @@ impl Client {
         Ok(self.store.list_events(id).await?)
     }
 
+    /// What the workflow's steps printed, after line `after` (0: from the start), oldest
+    /// first, at most `limit` lines.
+    pub async fn output(
+        &self,
+        id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<crate::OutputLine>, EngineError> {
+        Ok(self.store.list_output(id, after, limit).await?)
+    }
+
     /// The value of one event, decoded.
     pub async fn event<T: serde::de::DeserializeOwned>(
         &self,

@@ -111,6 +111,18 @@ impl WorkflowContext {
         self.inner.lease.generation
     }
 
+    /// Where a step's body writes what it prints, line by line (`source` says who:
+    /// `web-1: command 1`). Outside the checkpoints: usable inside a step, never
+    /// replayed; readers follow it through [`crate::Client::output`].
+    pub fn output(&self, source: impl Into<String>) -> crate::OutputWriter {
+        crate::OutputWriter::new(
+            self.inner.shared.store.clone(),
+            self.workflow_id().to_string(),
+            self.generation(),
+            source.into(),
+        )
+    }
+
     fn take_index(&self) -> i64 {
         self.inner.next_index.fetch_add(1, Ordering::SeqCst)
     }

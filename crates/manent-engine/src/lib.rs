@@ -15,6 +15,7 @@ mod client;
 mod context;
 mod engine;
 mod error;
+mod output;
 mod policy;
 pub mod store;
 
@@ -22,11 +23,12 @@ pub use client::{Client, EnqueueRequest};
 pub use context::WorkflowContext;
 pub use engine::{Engine, EngineConfig, QueueSpec, ShutdownReport};
 pub use error::{EngineError, StoreError, WorkflowError};
+pub use output::OutputWriter;
 pub use policy::StepPolicy;
 pub use store::{
-    AuditRecord, Backend, EventRecord, ExecutorRecord, ExecutorState, LimitGroup, QueueDepth,
-    QueueRecord, RunningCount, StepRecord, StepStatus, Store, WorkflowFilter, WorkflowRecord,
-    WorkflowStatus,
+    AuditRecord, Backend, EventRecord, ExecutorRecord, ExecutorState, LimitGroup, OutputLine,
+    QueueDepth, QueueRecord, RunningCount, StepRecord, StepStatus, Store, WorkflowFilter,
+    WorkflowRecord, WorkflowStatus,
 };
 
 /// Milliseconds since the Unix epoch: the one clock of the engine's records.

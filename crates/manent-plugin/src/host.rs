@@ -41,6 +41,9 @@ const STDERR_TAIL_LINES: usize = 20;
 const QUOTE_CHARS: usize = 200;
 
 /// An external plugin (`plugins.<name>.external`) on a worker that runs it.
+/// Receives a plugin's `progress` lines: the target it is about (if any) and the message.
+pub type OnProgress<'a> = &'a (dyn Fn(Option<&str>, &str) + Send + Sync);
+
 pub struct ExternalPlugin {
     name: String,
     command: PathBuf,
@@ -129,8 +132,23 @@ impl ExternalPlugin {
     /// Runs `operation` on `pass`: starts the process if none runs (verifying it first), then
     /// sends the request and waits for its result.
     pub async fn call(&self, operation: Operation, pass: &Pass) -> Result<PassResult, PluginError> {
+        self.call_with_progress(operation, pass, &|_, _| {}).await
+    }
+
+    /// As [`ExternalPlugin::call`], handing each `progress` line (its target, if any, and
+    /// message) to `on_progress` as it arrives.
+    pub async fn call_with_progress(
+        &self,
+        operation: Operation,
+        pass: &Pass,
+        on_progress: OnProgress<'_>,
+    ) -> Result<PassResult, PluginError> {
         let value = self
-            .request(operation.as_str(), operation.request(pass.clone()))
+            .request(
+                operation.as_str(),
+                operation.request(pass.clone()),
+                on_progress,
+            )
             .await?;
         serde_json::from_value(value.clone()).map_err(|e| PluginError::Protocol {
             plugin: self.name.clone(),
@@ -149,7 +167,12 @@ impl ExternalPlugin {
         Ok(self.info().expect("a running process has shaken hands"))
     }
 
-    async fn request(&self, operation: &str, body: RequestBody) -> Result<Value, PluginError> {
+    async fn request(
+        &self,
+        operation: &str,
+        body: RequestBody,
+        on_progress: OnProgress<'_>,
+    ) -> Result<Value, PluginError> {
         if *self.stopping.borrow() {
             return Err(self.shutting_down());
         }
@@ -163,7 +186,9 @@ impl ExternalPlugin {
             *guard = Some(self.spawn().await?);
         }
         let process = guard.as_mut().expect("started above");
-        let result = self.exchange(process, operation, body, self.timeout).await;
+        let result = self
+            .exchange(process, operation, body, self.timeout, on_progress)
+            .await;
         if let Err(e) = &result
             && !matches!(e, PluginError::Plugin { .. })
         {
@@ -253,6 +278,7 @@ impl ExternalPlugin {
                 "handshake",
                 body,
                 HANDSHAKE_TIMEOUT.min(self.timeout),
+                &|_, _| {},
             )
             .await
         {
@@ -299,12 +325,13 @@ impl ExternalPlugin {
         operation: &str,
         body: RequestBody,
         timeout: Duration,
+        on_progress: OnProgress<'_>,
     ) -> Result<Value, PluginError> {
         let id = process.next_id;
         process.next_id += 1;
         process.in_flight = true;
         let result = self
-            .exchange_inner(process, id, operation, body, timeout)
+            .exchange_inner(process, id, operation, body, timeout, on_progress)
             .await;
         process.in_flight = false;
         result
@@ -317,6 +344,7 @@ impl ExternalPlugin {
         operation: &str,
         body: RequestBody,
         timeout: Duration,
+        on_progress: OnProgress<'_>,
     ) -> Result<Value, PluginError> {
         let mut line = serde_json::to_string(&Request { id, body }).expect("requests serialize");
         line.push('\n');
@@ -378,6 +406,7 @@ impl ExternalPlugin {
                     target, message, ..
                 } => {
                     tracing::info!(plugin = %self.name, operation, target = target.as_deref().unwrap_or(""), "{message}");
+                    on_progress(target.as_deref(), &message);
                 }
                 Reply::Log { level, message, .. } => match level {
                     LogLevel::Debug => tracing::debug!(plugin = %self.name, "{message}"),

@@ -1,6 +1,7 @@
 //! The `manent` CLI's habits, against a real server: a descriptor on standard input,
 //! ids by unique prefix, `wait` to re-attach, `deploy --wait` riding out an API restart,
-//! `approve` printing the state after the approval, and a quiet exit on a closed pipe.
+//! `approve` printing the state after the approval, a quiet exit on a closed pipe, and
+//! commands' output live in `logs -f` and `deploy --wait`.
 
 mod common;
 
@@ -23,6 +24,7 @@ macro_rules! on_both_backends {
 on_both_backends!(
     a_descriptor_on_stdin_ids_by_prefix_and_wait_to_reattach,
     deploy_wait_rides_out_an_api_restart,
+    logs_follow_shows_what_commands_print_as_they_print_it,
 );
 
 /// `manent` against the site, as JSON, with `stdin` fed to it.
@@ -173,4 +175,93 @@ async fn deploy_wait_rides_out_an_api_restart(db: Db) {
     );
     let final_status: Value = serde_json::from_str(&stdout).unwrap_or(Value::Null);
     assert_eq!(final_status["status"], "SUCCESS", "{stdout}");
+}
+
+async fn logs_follow_shows_what_commands_print_as_they_print_it(db: Db) {
+    let mut site = Site::new(db, &[]).await;
+    let gate = site.dir.join("gate").display().to_string();
+    let command = format!(
+        "for n in 1 2 3; do echo \"line $n\"; done; echo \"a warning\" >&2; \
+         while [ ! -f {gate} ]; do sleep 0.05; done; echo \"after the gate\""
+    );
+    site.write_environment(
+        "acme/web",
+        "prod",
+        &format!(
+            "targets: [{{name: t1, host: local}}]\ndeploy:\n  plugin: command\n  commands:\n    - {}\n",
+            serde_json::to_string(&command).unwrap()
+        ),
+    );
+    let token = site.token();
+    site.start("serve", "s1");
+    site.wait_api().await;
+    let (id, _) = site.submit(&token, "acme/web");
+
+    let out_path = site.dir.join("follow.out");
+    let mut follower = Command::new(cli_binary())
+        .args(["--server", &format!("http://127.0.0.1:{}", site.port)])
+        .args(["--token", &token, "logs", "-f", &id])
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Live: the lines show while the command still runs (it waits for the gate).
+    eventually(
+        "logs -f shows the command's lines as it prints them",
+        WAIT,
+        || async {
+            let text = std::fs::read_to_string(&out_path).unwrap_or_default();
+            (text.contains("t1: command 1 | line 3") && text.contains("t1: command 1 ! a warning"))
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        !std::fs::read_to_string(&out_path)
+            .unwrap()
+            .contains("after the gate"),
+        "the command has not finished yet"
+    );
+    std::fs::write(&gate, "").unwrap();
+    let status = manent_testkit::wait_exit(&mut follower, WAIT).await;
+    assert!(status.success(), "logs -f ends with the deploy: {status}");
+    let followed = std::fs::read_to_string(&out_path).unwrap();
+    assert!(
+        followed.contains("t1: command 1 | after the gate"),
+        "lines printed after the follower attached are shown: {followed}"
+    );
+    assert_eq!(
+        followed.matches("| line 1").count(),
+        1,
+        "each line once: {followed}"
+    );
+
+    let out = manent(&site, &token, &["logs", &id], "");
+    let logs = json_of(&out);
+    let lines: Vec<&str> = logs["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    let at = |needle: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("logs have {needle:?}: {lines:#?}"))
+    };
+    assert!(
+        at("| line 1") < at("| line 2") && at("| line 3") < at("| after the gate"),
+        "output in the order it was printed: {lines:#?}"
+    );
+    assert!(
+        at("| after the gate") < at("t1: command 1 SUCCESS"),
+        "a step's output comes before its outcome: {lines:#?}"
+    );
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("wake dependents") || l.contains("manent.")),
+        "internal steps are not part of the log: {lines:#?}"
+    );
 }

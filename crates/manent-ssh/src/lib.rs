@@ -113,6 +113,54 @@ impl ExecOutput {
     }
 }
 
+/// Which of a command's outputs a line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+impl Stream {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        }
+    }
+}
+
+/// Receives a command's lines as they are printed (without their line ending).
+pub type OnLine<'a> = &'a (dyn Fn(Stream, &str) + Send + Sync);
+
+/// Cuts a byte stream into lines as it arrives; a line's bytes may come in several
+/// pieces. Lossy UTF-8: a target's bytes are shown, never refused.
+#[derive(Default)]
+pub(crate) struct LineSplitter {
+    pending: Vec<u8>,
+}
+
+impl LineSplitter {
+    pub(crate) fn push(&mut self, data: &[u8], mut emit: impl FnMut(&str)) {
+        self.pending.extend_from_slice(data);
+        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+            let mut line: Vec<u8> = self.pending.drain(..=end).collect();
+            line.pop();
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            emit(&String::from_utf8_lossy(&line));
+        }
+    }
+
+    /// The last line, when the stream did not end with a line ending.
+    pub(crate) fn finish(&mut self, mut emit: impl FnMut(&str)) {
+        if !self.pending.is_empty() {
+            emit(&String::from_utf8_lossy(&self.pending));
+            self.pending.clear();
+        }
+    }
+}
+
 /// A way to act on one target.
 #[async_trait::async_trait]
 pub trait Connection: Send + Sync {
@@ -124,6 +172,25 @@ pub trait Connection: Send + Sync {
         command: &str,
         env: &[(String, String)],
     ) -> Result<ExecOutput, TransportError>;
+
+    /// Runs `command` as [`Connection::exec`] does, handing each line of its stdout and
+    /// stderr to `on_line` as it is printed (the output returned is complete too). This
+    /// default hands the lines over at the end, for transports that cannot stream.
+    async fn exec_streaming(
+        &self,
+        command: &str,
+        env: &[(String, String)],
+        on_line: OnLine<'_>,
+    ) -> Result<ExecOutput, TransportError> {
+        let out = self.exec(command, env).await?;
+        for line in out.stdout.lines() {
+            on_line(Stream::Stdout, line);
+        }
+        for line in out.stderr.lines() {
+            on_line(Stream::Stderr, line);
+        }
+        Ok(out)
+    }
 
     /// Uploads `local` to `dest` atomically: creates the parent directory, writes
     /// `<dest>.part`, fsyncs it, renames it to `dest`. Idempotent, streamed, and the file
@@ -184,4 +251,20 @@ pub async fn connect(
         return Ok(Arc::new(LocalConnection::new()));
     }
     Ok(Arc::new(ssh::SshConnection::connect(addr, auth).await?))
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::LineSplitter;
+
+    #[test]
+    fn lines_are_cut_where_they_end_whatever_the_pieces() {
+        let mut lines = LineSplitter::default();
+        let mut got = Vec::new();
+        for piece in [&b"one\ntw"[..], b"o\r\n", b"\n", b"thr\xffee"] {
+            lines.push(piece, |l| got.push(l.to_string()));
+        }
+        lines.finish(|l| got.push(l.to_string()));
+        assert_eq!(got, ["one", "two", "", "thr\u{fffd}ee"]);
+    }
 }

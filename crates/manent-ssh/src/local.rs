@@ -12,7 +12,7 @@ use std::{
 use sha2::{Digest, Sha256};
 
 use crate::{
-    Connection, ExecOutput, TransportError,
+    Connection, ExecOutput, LineSplitter, OnLine, Stream, TransportError,
     shell::{SUPERVISOR, check_env_names},
 };
 
@@ -210,12 +210,48 @@ fn free_space(path: &Path) -> Result<u64, TransportError> {
     }
 }
 
+/// Reads one of a command's outputs to its end, handing each line to `on_line` as it
+/// comes; returns all of it.
+async fn pump(
+    reader: Option<impl tokio::io::AsyncRead + Unpin>,
+    stream: Stream,
+    on_line: OnLine<'_>,
+) -> Result<Vec<u8>, TransportError> {
+    use tokio::io::AsyncReadExt;
+    let Some(mut reader) = reader else {
+        return Ok(Vec::new());
+    };
+    let (mut all, mut chunk) = (Vec::new(), vec![0u8; 8192]);
+    let mut lines = LineSplitter::default();
+    loop {
+        let n = reader.read(&mut chunk).await.map_err(|e| {
+            TransportError::io(format!("cannot read the command's {}", stream.as_str()), e)
+        })?;
+        if n == 0 {
+            break;
+        }
+        all.extend_from_slice(&chunk[..n]);
+        lines.push(&chunk[..n], |l| on_line(stream, l));
+    }
+    lines.finish(|l| on_line(stream, l));
+    Ok(all)
+}
+
 #[async_trait::async_trait]
 impl Connection for LocalConnection {
     async fn exec(
         &self,
         command: &str,
         env: &[(String, String)],
+    ) -> Result<ExecOutput, TransportError> {
+        self.exec_streaming(command, env, &|_, _| {}).await
+    }
+
+    async fn exec_streaming(
+        &self,
+        command: &str,
+        env: &[(String, String)],
+        on_line: OnLine<'_>,
     ) -> Result<ExecOutput, TransportError> {
         check_env_names(env)?;
         tracing::debug!(target = "local", command, "exec");
@@ -252,8 +288,12 @@ impl Connection for LocalConnection {
             .map_err(|e| TransportError::io("cannot start sh", e))?;
         let group = ProcessGroupGuard(child.id());
         let stdin = child.stdin.take();
-        let output = child
-            .wait_with_output()
+        let (stdout, stderr) = tokio::join!(
+            pump(child.stdout.take(), Stream::Stdout, on_line),
+            pump(child.stderr.take(), Stream::Stderr, on_line),
+        );
+        let exit = child
+            .wait()
             .await
             .map_err(|e| TransportError::io("cannot wait for sh", e))?;
         // Ended by itself: what it left in the background on purpose stays.
@@ -261,16 +301,14 @@ impl Connection for LocalConnection {
         drop(stdin);
         let status = {
             use std::os::unix::process::ExitStatusExt;
-            output
-                .status
-                .code()
-                .or_else(|| output.status.signal().map(|s| 128 + s))
+            exit.code()
+                .or_else(|| exit.signal().map(|s| 128 + s))
                 .unwrap_or(-1)
         };
         Ok(ExecOutput {
             status,
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            stdout: String::from_utf8_lossy(&stdout?).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr?).into_owned(),
         })
     }
 

@@ -20,7 +20,8 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::{
-    Address, Connection, ExecOutput, SshAuth, TransportError, known_hosts,
+    Address, Connection, ExecOutput, LineSplitter, OnLine, SshAuth, Stream, TransportError,
+    known_hosts,
     shell::{parent_dir, quote, sh_command_line, sh_script, supervised},
 };
 
@@ -229,6 +230,15 @@ impl SshConnection {
 
     /// Runs an exact command line (already quoted) and collects its output.
     async fn run(&self, command_line: String) -> Result<ExecOutput, TransportError> {
+        self.run_streaming(command_line, None).await
+    }
+
+    /// Runs a command line, handing its lines to `on_line` as they arrive.
+    async fn run_streaming(
+        &self,
+        command_line: String,
+        on_line: Option<OnLine<'_>>,
+    ) -> Result<ExecOutput, TransportError> {
         let channel = self
             .handle
             .channel_open_session()
@@ -241,11 +251,22 @@ impl SshConnection {
         let (mut reader, writer) = channel.split();
         let close = CloseOnDrop(Some(writer));
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        let (mut out_lines, mut err_lines) = (LineSplitter::default(), LineSplitter::default());
         let mut status = None;
         while let Some(msg) = reader.wait().await {
             match msg {
-                ChannelMsg::Data { data } => stdout.extend_from_slice(&data),
-                ChannelMsg::ExtendedData { data, ext: 1 } => stderr.extend_from_slice(&data),
+                ChannelMsg::Data { data } => {
+                    stdout.extend_from_slice(&data);
+                    if let Some(f) = on_line {
+                        out_lines.push(&data, |l| f(Stream::Stdout, l));
+                    }
+                }
+                ChannelMsg::ExtendedData { data, ext: 1 } => {
+                    stderr.extend_from_slice(&data);
+                    if let Some(f) = on_line {
+                        err_lines.push(&data, |l| f(Stream::Stderr, l));
+                    }
+                }
                 ChannelMsg::ExitStatus { exit_status } => {
                     status = Some(i32::try_from(exit_status).unwrap_or(i32::MAX));
                 }
@@ -259,6 +280,10 @@ impl SshConnection {
             }
         }
         close.disarm();
+        if let Some(f) = on_line {
+            out_lines.finish(|l| f(Stream::Stdout, l));
+            err_lines.finish(|l| f(Stream::Stderr, l));
+        }
         let status = status.ok_or_else(|| {
             self.protocol(
                 "running a command",
@@ -525,6 +550,17 @@ impl Connection for SshConnection {
         // Supervised: the command and all it started are killed when this
         // channel closes (a cancelled or stopped run drops it), see `SUPERVISOR`.
         self.run(supervised(&sh_script(command, env)?)).await
+    }
+
+    async fn exec_streaming(
+        &self,
+        command: &str,
+        env: &[(String, String)],
+        on_line: OnLine<'_>,
+    ) -> Result<ExecOutput, TransportError> {
+        tracing::debug!(target = %self.describe(), command, "exec");
+        self.run_streaming(supervised(&sh_script(command, env)?), Some(on_line))
+            .await
     }
 
     async fn put_file_atomic(&self, local: &Path, dest: &str) -> Result<(), TransportError> {

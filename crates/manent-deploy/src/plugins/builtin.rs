@@ -117,13 +117,14 @@ async fn deploy_target(
             // new version in part, and a rollback must include it.
             switched = !eff.commands.is_empty();
             for (i, command) in eff.commands.iter().enumerate() {
+                let step = format!("{name}: command {}", i + 1);
                 let out: String = ctx
-                    .step(&format!("{name}: command {}", i + 1), || async {
+                    .step(&step, || async {
                         if uses_local_copies {
                             // A missing copy (a replaced machine) is fetched and verified again.
                             ensure_all(eff, dir, sources).await?;
                         }
-                        targets::run(pool, eff, target, command, &env).await
+                        run_printing(ctx, &step, pool, eff, target, command, &env).await
                     })
                     .await?;
                 lines.push(format!(
@@ -159,8 +160,9 @@ async fn deploy_target(
             // fails half-way: a rollback must include it.
             switched = true;
             if let Some(activate) = &eff.activate {
-                ctx.step(&format!("{name}: activate"), || async {
-                    targets::run(pool, eff, target, activate, &env).await
+                let step = format!("{name}: activate");
+                ctx.step(&step, || async {
+                    run_printing(ctx, &step, pool, eff, target, activate, &env).await
                 })
                 .await?;
                 lines.push("activated".into());
@@ -192,6 +194,22 @@ async fn deploy_target(
     };
     ctx.set_event(&key, &outcome).await?;
     Ok(outcome)
+}
+
+/// Runs `command` on `target`, its output kept line by line under the step's name.
+async fn run_printing(
+    ctx: &WorkflowContext,
+    step: &str,
+    pool: &ConnectionPool,
+    eff: &EffectiveDescriptor,
+    target: &Target,
+    command: &str,
+    env: &[(String, String)],
+) -> Result<String, String> {
+    let output = ctx.output(step);
+    let result = targets::run(pool, eff, target, command, env, &output).await;
+    output.finish().await;
+    result
 }
 
 pub(crate) async fn ensure_all(
@@ -233,11 +251,11 @@ async fn roll_back(
                 )),
                 Some(activate) => {
                     let env = targets::command_env(prev, deploy_id, target, &[]);
+                    let name = format!("{}: reactivate {}", target.name, prev.version);
                     let step = ctx
-                        .step(
-                            &format!("{}: reactivate {}", target.name, prev.version),
-                            || async { targets::run(pool, prev, target, activate, &env).await },
-                        )
+                        .step(&name, || async {
+                            run_printing(ctx, &name, pool, prev, target, activate, &env).await
+                        })
                         .await;
                     match step {
                         Ok(_) => RollbackResult::Restored {

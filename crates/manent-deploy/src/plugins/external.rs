@@ -66,10 +66,19 @@ impl External {
             };
             let artifacts = artifacts.map_err(PassError::Artifacts)?;
             let request = build_pass(pass, targets, source, previous, &artifacts);
-            self.host
-                .call(operation, &request)
+            // The plugin's progress lines, as they come: `manent logs -f` shows them.
+            let output = ctx.output(&name);
+            let on_progress = |target: Option<&str>, message: &str| match target {
+                Some(target) => output.line("progress", &format!("{target}: {message}")),
+                None => output.line("progress", message),
+            };
+            let result = self
+                .host
+                .call_with_progress(operation, &request, &on_progress)
                 .await
-                .map_err(PassError::Plugin)
+                .map_err(PassError::Plugin);
+            output.finish().await;
+            result
         })
         .await
     }

@@ -165,6 +165,21 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         statements: &["CREATE INDEX manent_workflows_partition_history \
              ON manent_workflows (partition_key, status, created_seq)"],
     },
+    Migration {
+        version: 8,
+        name: "output: what a workflow's commands print, line by line, as they print it",
+        statements: &[
+            "CREATE TABLE manent_output (
+            id {ID},
+            workflow_id TEXT NOT NULL,
+            at BIGINT NOT NULL,
+            generation BIGINT NOT NULL,
+            source TEXT NOT NULL,
+            stream TEXT NOT NULL,
+            line TEXT NOT NULL)",
+            "CREATE INDEX manent_output_workflow ON manent_output (workflow_id, id)",
+        ],
+    },
 ];
 
 /// The version a fully migrated schema has.

@@ -365,6 +365,22 @@ pub struct EventRecord {
     pub updated_at_ms: i64,
 }
 
+/// One line a workflow's step printed (a command's stdout or stderr, a plugin's
+/// progress), kept apart from checkpoints: written as it is printed, never replayed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OutputLine {
+    /// Assigned by the store, increasing: where a reader that follows goes on from.
+    pub seq: i64,
+    pub at_ms: i64,
+    /// The run (claim or recovery) that printed it: a step run again prints again.
+    pub generation: i64,
+    /// Who printed it, e.g. `web-1: command 1`.
+    pub source: String,
+    /// `stdout`, `stderr` or `progress`.
+    pub stream: String,
+    pub line: String,
+}
+
 /// Filters for listing workflows.
 #[derive(Debug, Clone, Default)]
 pub struct WorkflowFilter {
@@ -639,6 +655,21 @@ pub trait Store: Send + Sync + 'static {
     async fn get_record(&self, kind: &str, key: &str) -> Result<Option<String>, StoreError>;
     async fn list_records(&self, kind: &str) -> Result<Vec<(String, String)>, StoreError>;
     async fn delete_record(&self, kind: &str, key: &str) -> Result<bool, StoreError>;
+
+    // --- output (append-only, outside the checkpoints) ---
+    /// Appends lines of one workflow; their `seq` is assigned by the store.
+    async fn append_output(
+        &self,
+        workflow_id: &str,
+        lines: &[OutputLine],
+    ) -> Result<(), StoreError>;
+    /// A workflow's lines with `seq` above `after`, oldest first, at most `limit`.
+    async fn list_output(
+        &self,
+        workflow_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<OutputLine>, StoreError>;
 
     // --- audit trail (append-only) ---
     /// Appends one entry; its `seq` is assigned by the store.

@@ -21,8 +21,8 @@ use tokio::{sync::broadcast, task::JoinHandle};
 use super::{
     AuditRecord, Backend, Checkpoint, ClaimLimits, Consumed, EnqueueOutcome, EventRecord,
     ExecutorLease, ExecutorRecord, ExecutorState, Lease, LeaseGrant, Liveness, NewWorkflow,
-    QueueDepth, QueueRecord, Renewal, RunningCount, StepRecord, Store, Wakeup, WorkflowFilter,
-    WorkflowRecord, WorkflowStatus, claim, migrations, postgres, sqlite,
+    OutputLine, QueueDepth, QueueRecord, Renewal, RunningCount, StepRecord, Store, Wakeup,
+    WorkflowFilter, WorkflowRecord, WorkflowStatus, claim, migrations, postgres, sqlite,
 };
 use crate::error::StoreError;
 
@@ -1627,6 +1627,79 @@ impl Store for SqlStore {
             .map(|r| r.rows_affected())
             .map_err(map_err))?;
         Ok(deleted == 1)
+    }
+
+    async fn append_output(
+        &self,
+        workflow_id: &str,
+        lines: &[OutputLine],
+    ) -> Result<(), StoreError> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        // One statement per batch; batches are small (what a step printed in a moment).
+        let mut sql = String::from(
+            "INSERT INTO manent_output (workflow_id, at, generation, source, stream, line) VALUES ",
+        );
+        let rows: Vec<String> = (0..lines.len())
+            .map(|i| {
+                let b = i * 6;
+                format!(
+                    "(${}, ${}, ${}, ${}, ${}, ${})",
+                    b + 1,
+                    b + 2,
+                    b + 3,
+                    b + 4,
+                    b + 5,
+                    b + 6
+                )
+            })
+            .collect();
+        sql.push_str(&rows.join(", "));
+        with_pool!(self, pool => {
+            let mut query = sqlx::query(&sql);
+            for l in lines {
+                query = query
+                    .bind(workflow_id)
+                    .bind(l.at_ms)
+                    .bind(l.generation)
+                    .bind(&l.source)
+                    .bind(&l.stream)
+                    .bind(&l.line);
+            }
+            query.execute(pool).await.map(|_| ()).map_err(map_err)
+        })
+    }
+
+    async fn list_output(
+        &self,
+        workflow_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<OutputLine>, StoreError> {
+        type Row = (i64, i64, i64, String, String, String);
+        let rows: Vec<Row> = with_pool!(self, pool => sqlx::query_as(
+            "SELECT id, at, generation, source, stream, line FROM manent_output \
+             WHERE workflow_id = $1 AND id > $2 ORDER BY id LIMIT $3")
+            .bind(workflow_id)
+            .bind(after)
+            .bind(limit.max(0))
+            .fetch_all(pool)
+            .await
+            .map_err(map_err))?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(seq, at_ms, generation, source, stream, line)| OutputLine {
+                    seq,
+                    at_ms,
+                    generation,
+                    source,
+                    stream,
+                    line,
+                },
+            )
+            .collect())
     }
 
     async fn append_audit(&self, entry: &AuditRecord) -> Result<(), StoreError> {
