@@ -3,8 +3,8 @@
 
 use manent_config::Config;
 use manent_engine::{
-    Client, EngineError, EventRecord, StepRecord, WorkflowFilter, WorkflowRecord, WorkflowStatus,
-    now_ms,
+    Client, EngineError, EventRecord, ExecutorState, StepRecord, WorkflowFilter, WorkflowRecord,
+    WorkflowStatus, now_ms,
 };
 use std::sync::Arc;
 
@@ -460,6 +460,9 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
             error,
         });
     };
+    if let Some(reason) = waiting_reason(client, &record).await? {
+        view.waiting_for = Some(reason);
+    }
     for e in events.iter().filter(|e| e.key.starts_with("target:")) {
         if let Ok(outcome) = serde_json::from_str::<TargetOutcome>(&e.value) {
             match view.targets.iter_mut().find(|t| t.name == outcome.name) {
@@ -502,6 +505,88 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
         .map(step_view)
         .collect();
     Ok(Some(view))
+}
+
+/// Why a queued deploy does not start, or a claimed one does not move, when the
+/// deploy itself does not say (approval and dependency waits do): the deploy that holds
+/// its environment, the queue no live worker serves, or the stopped worker that holds
+/// it and the command that recovers it. `None` when there is nothing more precise.
+async fn waiting_reason(
+    client: &Client,
+    record: &WorkflowRecord,
+) -> Result<Option<String>, EngineError> {
+    let now = now_ms();
+    match record.status {
+        WorkflowStatus::Enqueued if record.not_before_ms <= now => {
+            let executors = client.executors().await?;
+            let mut live = Vec::new();
+            let mut gone = Vec::new();
+            for e in executors
+                .iter()
+                .filter(|e| e.queues.contains(&record.queue))
+            {
+                let lease = client.store().get_executor_lease(&e.id).await?;
+                if e.state == ExecutorState::Running && lease.is_some_and(|l| l.is_live(now)) {
+                    live.push(e.id.clone());
+                } else {
+                    gone.push(format!("{} ({})", e.id, e.state));
+                }
+            }
+            if live.is_empty() {
+                return Ok(Some(format!(
+                    "a worker serving queue {}: none is running{}",
+                    record.queue,
+                    if gone.is_empty() {
+                        " (no worker has ever served it; see `manent queues`)".to_string()
+                    } else {
+                        format!(" (it was served by {})", gone.join(", "))
+                    }
+                )));
+            }
+            let holders = client
+                .list(&WorkflowFilter {
+                    status: Some(WorkflowStatus::Pending),
+                    name: Some(DEPLOY_WORKFLOW.into()),
+                    partition_key: Some(record.partition_key.clone()),
+                    limit: Some(5),
+                    ..Default::default()
+                })
+                .await?;
+            if !holders.is_empty() {
+                let ids: Vec<String> = holders.iter().map(|h| h.id.clone()).collect();
+                return Ok(Some(format!(
+                    "the environment {}: deploy {} runs there (environment_concurrency)",
+                    record.partition_key,
+                    ids.join(", ")
+                )));
+            }
+            Ok(Some(format!(
+                "a free slot on queue {}: its workers ({}) are at their limits (`manent queues` shows them)",
+                record.queue,
+                live.join(", ")
+            )))
+        }
+        WorkflowStatus::Pending => {
+            let Some(executor) = &record.executor_id else {
+                return Ok(None);
+            };
+            let lease = client.store().get_executor_lease(executor).await?;
+            if lease.is_some_and(|l| l.is_live(now)) {
+                return Ok(None);
+            }
+            let state = client
+                .store()
+                .get_executor(executor)
+                .await?
+                .map_or_else(|| "unknown".to_string(), |e| e.state.to_string());
+            Ok(Some(format!(
+                "worker {executor}, which holds it, to come back: it is {state} and its lease has \
+                 expired; `manent recover --executor {executor}` hands the deploy to another worker \
+                 (or recovery.automatic does)"
+            )))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Steps that are bookkeeping, not work on the deploy: the engine's own (events,

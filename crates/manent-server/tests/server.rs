@@ -20,6 +20,7 @@ macro_rules! on_both_backends {
 on_both_backends!(
     a_deploy_killed_mid_way_resumes_on_a_replaced_machine_and_runs_each_completed_step_once,
     recover_refuses_a_live_executor_and_an_unknown_one_and_force_moves_the_work,
+    waiting_for_names_the_deploy_in_the_way_and_the_worker_that_is_gone,
     sigterm_drains_short_work_and_leaves_long_work_pending_for_the_restart,
     a_second_worker_with_a_live_id_exits_naming_the_host,
     workers_lists_each_worker_with_state_and_heartbeat,
@@ -396,4 +397,64 @@ async fn eight_workers_started_together_on_an_empty_database_all_come_up(db: Db)
             "worker {i} stops cleanly"
         );
     }
+}
+
+async fn waiting_for_names_the_deploy_in_the_way_and_the_worker_that_is_gone(db: Db) {
+    let mut site = Site::new(db, &[]).await;
+    let gate = site.dir.join("gate").display().to_string();
+    let ledger = ledger_path(&site.dir);
+    site.write_environment(
+        "acme/web",
+        "prod",
+        &format!(
+            "targets: [{{name: t1, host: local}}]\ndeploy:\n  plugin: command\n  commands:\n    - {}\n",
+            serde_json::to_string(&format!(
+                "echo started >> {ledger}; while [ ! -f {gate} ]; do sleep 0.05; done"
+            ))
+            .unwrap()
+        ),
+    );
+    site.set_config("dbos: {environment_concurrency: 1}");
+    let token = site.token();
+    site.start("api", "api");
+    let worker = site.start("worker", "w1");
+    site.wait_api().await;
+    let (first, _) = site.submit(&token, "acme/web");
+    eventually("the first deploy runs its command", WAIT, || async {
+        site.ledger().contains("started").then_some(())
+    })
+    .await;
+    let (second, _) = site.submit(&token, "acme/web");
+    let waiting = site
+        .wait_until(&token, &second, "it says which deploy is in its way", |s| {
+            s["waiting_for"]
+                .as_str()
+                .is_some_and(|w| w.contains(&first) && w.contains("acme/web/prod"))
+        })
+        .await;
+    assert_eq!(waiting["status"], "ENQUEUED", "{waiting}");
+
+    signal(site.child(worker), "KILL");
+    site.child(worker).wait().unwrap();
+    let stuck = site
+        .wait_until(
+            &token,
+            &first,
+            "it names the gone worker and the way out",
+            |s| {
+                s["waiting_for"]
+                    .as_str()
+                    .is_some_and(|w| w.contains("manent recover --executor w1"))
+            },
+        )
+        .await;
+    assert_eq!(stuck["status"], "PENDING", "{stuck}");
+    let orphan = site
+        .wait_until(&token, &second, "it says no worker serves its queue", |s| {
+            s["waiting_for"]
+                .as_str()
+                .is_some_and(|w| w.contains("none is running") && w.contains("w1"))
+        })
+        .await;
+    assert_eq!(orphan["status"], "ENQUEUED", "{orphan}");
 }
