@@ -670,18 +670,21 @@ pub async fn list(
             ..Default::default()
         })
         .await?;
+    let records: Vec<&WorkflowRecord> = records
+        .iter()
+        .filter(|r| request_of(r).is_some_and(|req| visible(&req.descriptor.application)))
+        .collect();
+    // A running deploy's phase (waiting for approval, a wave) lives in its events: read
+    // for all of them at once.
+    let running: Vec<String> = records
+        .iter()
+        .filter(|r| r.status == WorkflowStatus::Pending)
+        .map(|r| r.id.clone())
+        .collect();
+    let mut events = client.events_of(&running).await?;
     let mut views = Vec::new();
-    for r in &records {
-        if !request_of(r).is_some_and(|req| visible(&req.descriptor.application)) {
-            continue;
-        }
-        // A running deploy's phase (waiting for approval, a wave) lives in its events.
-        let events = if r.status == WorkflowStatus::Pending {
-            client.events(&r.id).await?
-        } else {
-            Vec::new()
-        };
-        views.extend(summary(r, &events));
+    for r in records {
+        views.extend(summary(r, &events.remove(&r.id).unwrap_or_default()));
     }
     Ok(views
         .into_iter()
@@ -815,20 +818,19 @@ pub struct DeployLogs {
 
 /// Which worker runs each active deploy, then the most recent ones.
 pub async fn activity(client: &Client) -> Result<Vec<DeployStatus>, EngineError> {
-    let mut out = Vec::new();
+    // Five queries whatever the number of deploys: three lists, and their events at once.
+    let mut records = Vec::new();
     for status in [WorkflowStatus::Pending, WorkflowStatus::Enqueued] {
-        let records = client
-            .list(&WorkflowFilter {
-                status: Some(status),
-                name: Some(DEPLOY_WORKFLOW.into()),
-                limit: Some(200),
-                ..Default::default()
-            })
-            .await?;
-        for r in &records {
-            let events = client.events(&r.id).await?;
-            out.extend(summary(r, &events));
-        }
+        records.extend(
+            client
+                .list(&WorkflowFilter {
+                    status: Some(status),
+                    name: Some(DEPLOY_WORKFLOW.into()),
+                    limit: Some(200),
+                    ..Default::default()
+                })
+                .await?,
+        );
     }
     let recent = client
         .list(&WorkflowFilter {
@@ -837,12 +839,14 @@ pub async fn activity(client: &Client) -> Result<Vec<DeployStatus>, EngineError>
             ..Default::default()
         })
         .await?;
-    for r in recent.iter().filter(|r| r.status.is_terminal()) {
-        // Who approved a finished deploy stays part of its activity.
-        let events = client.events(&r.id).await?;
-        out.extend(summary(r, &events));
-    }
-    Ok(out)
+    // Who approved a finished deploy stays part of its activity.
+    records.extend(recent.into_iter().filter(|r| r.status.is_terminal()));
+    let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
+    let mut events = client.events_of(&ids).await?;
+    Ok(records
+        .iter()
+        .filter_map(|r| summary(r, &events.remove(&r.id).unwrap_or_default()))
+        .collect())
 }
 
 /// Who asks to approve or reject a deploy: the API token's name, stable id and role.

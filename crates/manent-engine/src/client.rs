@@ -144,6 +144,19 @@ impl Client {
         Ok(self.store.list_events(id).await?)
     }
 
+    /// The events of several workflows, by workflow id, in one round trip per 500.
+    pub async fn events_of(
+        &self,
+        ids: &[String],
+    ) -> Result<std::collections::HashMap<String, Vec<EventRecord>>, EngineError> {
+        let mut by_id: std::collections::HashMap<String, Vec<EventRecord>> =
+            std::collections::HashMap::new();
+        for (id, event) in self.store.list_events_of(ids).await? {
+            by_id.entry(id).or_default().push(event);
+        }
+        Ok(by_id)
+    }
+
     /// What the workflow's steps printed, after line `after` (0: from the start), oldest
     /// first, at most `limit` lines.
     pub async fn output(

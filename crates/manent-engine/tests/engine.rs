@@ -55,6 +55,7 @@ on_both_backends!(
     a_draining_executor_hands_its_durable_waits_back_to_the_queue,
     cancelling_a_parent_stops_its_running_step_and_cancels_its_children,
     recovering_an_unknown_executor_is_an_error,
+    the_events_of_many_workflows_are_read_at_once,
 );
 
 async fn open(db: &TestDb) -> Arc<dyn Store> {
@@ -1420,4 +1421,44 @@ async fn recovering_an_unknown_executor_is_an_error(db: Db) {
         matches!(refused, Err(EngineError::UnknownExecutor(ref id)) if id == "nobody"),
         "an executor that never existed is an error, not a silent success: {refused:?}"
     );
+}
+
+async fn the_events_of_many_workflows_are_read_at_once(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let e = engine(&db, "w").await;
+    e.register("tag", |ctx: WorkflowContext, n: u32| async move {
+        ctx.set_event("n", &n).await?;
+        ctx.set_event("phase", &"done").await?;
+        Ok::<_, WorkflowError>(())
+    });
+    e.listen(QueueSpec::new("q"));
+    e.launch().await.unwrap();
+    let client = e.client();
+    let mut ids = Vec::new();
+    for n in 0..3u32 {
+        let wf = client
+            .enqueue(EnqueueRequest::new("tag", "q", n))
+            .await
+            .unwrap();
+        wait_success(&client, &wf.id).await;
+        ids.push(wf.id);
+    }
+    ids.push("no-such-workflow".to_string());
+    let by_id = client.events_of(&ids).await.unwrap();
+    for (n, id) in ids.iter().take(3).enumerate() {
+        let events = &by_id[id];
+        let keys: Vec<&str> = events.iter().map(|ev| ev.key.as_str()).collect();
+        assert_eq!(keys, ["n", "phase"], "each workflow's own events, by key");
+        assert_eq!(events[0].value, n.to_string(), "not another workflow's");
+    }
+    assert!(
+        !by_id.contains_key("no-such-workflow"),
+        "an id without events has no entry"
+    );
+    assert!(
+        client.events_of(&[]).await.unwrap().is_empty(),
+        "no ids, no query, nothing"
+    );
+    e.shutdown(WAIT).await;
 }

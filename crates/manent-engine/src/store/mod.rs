@@ -584,6 +584,12 @@ pub trait Store: Send + Sync + 'static {
         step: &StepRecord,
     ) -> Result<Checkpoint, StoreError>;
     async fn list_events(&self, workflow_id: &str) -> Result<Vec<EventRecord>, StoreError>;
+    /// The events of many workflows at once, as `(workflow_id, event)`: a view of many
+    /// deploys costs a constant number of queries, not one per deploy.
+    async fn list_events_of(
+        &self,
+        workflow_ids: &[String],
+    ) -> Result<Vec<(String, EventRecord)>, StoreError>;
 
     // --- executors ---
     async fn upsert_executor(&self, executor: &ExecutorRecord) -> Result<(), StoreError>;

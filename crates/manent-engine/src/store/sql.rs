@@ -1400,6 +1400,40 @@ impl Store for SqlStore {
             .collect())
     }
 
+    async fn list_events_of(
+        &self,
+        workflow_ids: &[String],
+    ) -> Result<Vec<(String, EventRecord)>, StoreError> {
+        let mut out = Vec::new();
+        // Well under both backends' limits on bound parameters.
+        for chunk in workflow_ids.chunks(500) {
+            let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            let sql = format!(
+                "SELECT workflow_id, event_key, value, updated_at FROM manent_events \
+                 WHERE workflow_id IN ({}) ORDER BY workflow_id, event_key",
+                marks.join(", ")
+            );
+            let rows: Vec<(String, String, String, i64)> = with_pool!(self, pool => {
+                let mut query = sqlx::query_as(&sql);
+                for id in chunk {
+                    query = query.bind(id);
+                }
+                query.fetch_all(pool).await.map_err(map_err)
+            })?;
+            out.extend(rows.into_iter().map(|(id, key, value, updated_at_ms)| {
+                (
+                    id,
+                    EventRecord {
+                        key,
+                        value,
+                        updated_at_ms,
+                    },
+                )
+            }));
+        }
+        Ok(out)
+    }
+
     async fn upsert_executor(&self, e: &ExecutorRecord) -> Result<(), StoreError> {
         let queues = serde_json::to_string(&e.queues)
             .map_err(|err| StoreError::Database(err.to_string()))?;
