@@ -222,13 +222,18 @@ async fn deploy(
                 || {
                     let (source, descriptor) = (source.clone(), descriptor.clone());
                     async move {
-                        let env = manent_model::load_environment(
-                            &source,
-                            &descriptor.application,
-                            &descriptor.environment,
-                        )
-                        .map_err(|e| e.to_string())?;
-                        EffectiveDescriptor::build(&descriptor, &env).map_err(|e| e.to_string())
+                        // A file read and a parse: off the async threads.
+                        tokio::task::spawn_blocking(move || {
+                            let env = manent_model::load_environment(
+                                &source,
+                                &descriptor.application,
+                                &descriptor.environment,
+                            )
+                            .map_err(|e| e.to_string())?;
+                            EffectiveDescriptor::build(&descriptor, &env).map_err(|e| e.to_string())
+                        })
+                        .await
+                        .map_err(|e| format!("reading the environment file: {e}"))?
                     }
                 },
             )

@@ -284,7 +284,7 @@ struct WavesVisitor;
 impl<'de> Visitor<'de> for WavesVisitor {
     type Value = Waves;
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("all, by_region, by_az or a list of lists of target names")
     }
 
@@ -315,7 +315,7 @@ impl<'de> Deserialize<'de> for WaveNames {
         impl<'de> Visitor<'de> for V {
             type Value = WaveNames;
 
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a list of target names")
             }
 

@@ -188,7 +188,7 @@ impl<'de> DeserializeSeed<'de> for Seek<'_> {
 impl<'de> de::Visitor<'de> for Seek<'_> {
     type Value = ();
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any value")
     }
 
@@ -251,7 +251,7 @@ impl<'de> DeserializeSeed<'de> for SeekKey<'_> {
 impl<'de> de::Visitor<'de> for SeekKey<'_> {
     type Value = bool;
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a key")
     }
 
@@ -281,7 +281,7 @@ impl<'de> DeserializeSeed<'de> for Here {
 impl<'de> de::Visitor<'de> for Here {
     type Value = ();
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any value")
     }
 

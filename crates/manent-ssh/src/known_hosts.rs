@@ -7,7 +7,9 @@ use russh::keys::{Algorithm, HashAlg, PublicKey, known_hosts::known_host_keys_pa
 
 use crate::TransportError;
 
-fn recorded_keys(
+/// The keys `known_hosts` records for `host:port`. It reads the file: call it off the
+/// async threads.
+pub(crate) fn recorded_keys(
     host: &str,
     port: u16,
     known_hosts: &Path,
@@ -29,6 +31,7 @@ pub(crate) fn fingerprint(key: &PublicKey) -> String {
 /// Accepts `key` for `host:port` only if `known_hosts` records it. A host recorded with
 /// other keys is a changed key (refused even when not strict); a host not recorded at all
 /// is refused when `strict`, accepted with a warning otherwise.
+#[cfg(test)]
 pub(crate) fn check_host_key(
     host: &str,
     port: u16,
@@ -37,6 +40,19 @@ pub(crate) fn check_host_key(
     strict: bool,
 ) -> Result<(), TransportError> {
     let recorded = recorded_keys(host, port, known_hosts)?;
+    check_recorded(host, port, key, &recorded, known_hosts, strict)
+}
+
+/// [`check_host_key`] against keys already read from `known_hosts` (the handshake runs
+/// on the async threads; the file is read before it).
+pub(crate) fn check_recorded(
+    host: &str,
+    port: u16,
+    key: &PublicKey,
+    recorded: &[PublicKey],
+    known_hosts: &Path,
+    strict: bool,
+) -> Result<(), TransportError> {
     if recorded.iter().any(|r| r.key_data() == key.key_data()) {
         return Ok(());
     }
@@ -76,18 +92,9 @@ fn same_family(a: &Algorithm, b: &Algorithm) -> bool {
 
 /// russh's host-key algorithms, those of the keys recorded for the host first, as OpenSSH
 /// does: a host with an RSA and an ed25519 key, known by its RSA key, is asked for that one.
-pub(crate) fn preferred_host_key_algorithms(
-    host: &str,
-    port: u16,
-    known_hosts: &Path,
-) -> Vec<Algorithm> {
+pub(crate) fn preferred_for(recorded: &[PublicKey]) -> Vec<Algorithm> {
     let defaults = russh::Preferred::DEFAULT.key.to_vec();
-    // An unreadable file is reported by the check itself, with its reason.
-    let known: Vec<Algorithm> = recorded_keys(host, port, known_hosts)
-        .unwrap_or_default()
-        .iter()
-        .map(PublicKey::algorithm)
-        .collect();
+    let known: Vec<Algorithm> = recorded.iter().map(PublicKey::algorithm).collect();
     let (mut first, rest): (Vec<_>, Vec<_>) = defaults
         .into_iter()
         .partition(|a| known.iter().any(|k| same_family(a, k)));

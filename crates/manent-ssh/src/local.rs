@@ -271,6 +271,7 @@ impl Connection for LocalConnection {
         // SAFETY: the closure runs in the child between fork and exec, where only
         // async-signal-safe calls are allowed; it makes one prctl(2) system call
         // (rustix calls the kernel directly) and allocates nothing.
+        #[allow(unsafe_code)]
         unsafe {
             cmd.pre_exec(|| {
                 // The worker's death (even SIGKILL) sends the supervisor SIGTERM, on

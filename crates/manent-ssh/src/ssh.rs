@@ -67,6 +67,8 @@ struct Client {
     host: String,
     port: u16,
     known_hosts: PathBuf,
+    /// The keys `known_hosts` records for the host, read before connecting.
+    recorded: Vec<russh::keys::PublicKey>,
     strict: bool,
 }
 
@@ -78,10 +80,11 @@ impl client::Handler for Client {
         server_key: &PublicKeyOrCertificate,
     ) -> Result<bool, Self::Error> {
         match server_key {
-            PublicKeyOrCertificate::PublicKey { key, .. } => known_hosts::check_host_key(
+            PublicKeyOrCertificate::PublicKey { key, .. } => known_hosts::check_recorded(
                 &self.host,
                 self.port,
                 key,
+                &self.recorded,
                 &self.known_hosts,
                 self.strict,
             )
@@ -142,13 +145,22 @@ fn signal_number(sig: &Sig) -> i32 {
 
 impl SshConnection {
     pub(crate) async fn connect(addr: &Address, auth: &SshAuth) -> Result<Self, TransportError> {
-        // Read the key first: a missing or unusable key is reported as such, not as a
+        // Read the key and known_hosts first, on a blocking thread (files, and the key's
+        // decryption): a missing or unusable key is reported as such, not as a
         // connection problem, and costs no round trip.
-        let key = load_secret_key(&auth.key_path, None).map_err(|e| TransportError::Key {
-            path: auth.key_path.clone(),
-            message: e.to_string(),
-        })?;
-        tokio::time::timeout(CONNECT_TIMEOUT, Self::handshake(addr, auth, key))
+        let (key_path, known_hosts) = (auth.key_path.clone(), auth.known_hosts_path.clone());
+        let (host, port) = (addr.host.clone(), addr.port);
+        let (key, recorded) = tokio::task::spawn_blocking(move || {
+            let key = load_secret_key(&key_path, None).map_err(|e| TransportError::Key {
+                path: key_path.clone(),
+                message: e.to_string(),
+            });
+            (key, known_hosts::recorded_keys(&host, port, &known_hosts))
+        })
+        .await
+        .map_err(|e| TransportError::Protocol(format!("reading the SSH key: {e}")))?;
+        let (key, recorded) = (key?, recorded?);
+        tokio::time::timeout(CONNECT_TIMEOUT, Self::handshake(addr, auth, key, recorded))
             .await
             .map_err(|_| {
                 connect_error(
@@ -162,14 +174,10 @@ impl SshConnection {
         addr: &Address,
         auth: &SshAuth,
         key: russh::keys::PrivateKey,
+        recorded: Vec<russh::keys::PublicKey>,
     ) -> Result<Self, TransportError> {
         let preferred = russh::Preferred {
-            key: known_hosts::preferred_host_key_algorithms(
-                &addr.host,
-                addr.port,
-                &auth.known_hosts_path,
-            )
-            .into(),
+            key: known_hosts::preferred_for(&recorded).into(),
             // AES-GCM first: hardware-accelerated on both ends (ring here, OpenSSL in sshd),
             // far cheaper per byte than ChaCha20-Poly1305 where AES-NI exists; both AEADs.
             cipher: PREFERRED_CIPHERS.into(),
@@ -186,6 +194,7 @@ impl SshConnection {
             host: addr.host.clone(),
             port: addr.port,
             known_hosts: auth.known_hosts_path.clone(),
+            recorded,
             strict: auth.strict_host_key_checking,
         };
         let mut handle = client::connect(config, (addr.host.as_str(), addr.port), client)

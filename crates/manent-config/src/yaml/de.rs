@@ -65,7 +65,7 @@ struct DurationVisitor(DurationText);
 impl Visitor<'_> for DurationVisitor {
     type Value = Duration;
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.0.expected)
     }
 
@@ -92,7 +92,7 @@ struct OptionVisitor(DurationText);
 impl<'de> Visitor<'de> for OptionVisitor {
     type Value = Option<Duration>;
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.0.expected)
     }
 
