@@ -310,13 +310,26 @@ impl Default for LogConfig {
 }
 
 /// `worker`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WorkerConfig {
     /// Where fetched artifacts are kept, one directory per executor and deploy, removed as
     /// the deploy ends; a relative path is relative to the directory of `manent.yml`.
     /// Default: under the state directory (see [`Config::worker_workdir`]).
     pub workdir: Option<PathBuf>,
+    /// How long a worker keeps its SSH connections open after a deploy, for the next
+    /// deploy to the same targets (as OpenSSH's `ControlPersist`). `0s`: never.
+    #[serde(with = "serde_util::duration")]
+    pub ssh_keep_warm: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            workdir: None,
+            ssh_keep_warm: Duration::from_secs(60),
+        }
+    }
 }
 
 /// `log.format`.

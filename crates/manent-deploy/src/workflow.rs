@@ -124,6 +124,8 @@ pub struct Runtime {
     pub plugins: Arc<Plugins>,
     /// `artifacts.sources`: the only places artifacts are fetched from.
     pub artifact_sources: Arc<manent_config::ArtifactSources>,
+    /// SSH connections kept open between deploys (`worker.ssh_keep_warm`).
+    pub warm: Arc<manent_ssh::WarmConnections>,
 }
 
 impl Runtime {
@@ -134,12 +136,14 @@ impl Runtime {
             .unwrap_or_else(|| config.worker_workdir());
         let plugins = Arc::new(Plugins::from_config(&config));
         let artifact_sources = Arc::new(config.artifact_sources());
+        let warm = manent_ssh::WarmConnections::new(config.worker.ssh_keep_warm);
         Runtime {
             config,
             client,
             workdir,
             plugins,
             artifact_sources,
+            warm,
         }
     }
 }
@@ -252,7 +256,7 @@ async fn deploy(
     let local = fetch_all(ctx, &eff, &dir, &rt.artifact_sources).await?;
 
     let auth = ssh_auth(rt, &eff);
-    let pool = ConnectionPool::new(auth.clone());
+    let pool = ConnectionPool::with_warm(auth.clone(), rt.warm.clone());
     let pc = PassContext {
         eff: &eff,
         deploy_id: &deploy_id,
@@ -550,7 +554,7 @@ async fn pass(
         .to_string();
     let plugin = plugin_for(ctx, rt, eff)?;
     let auth = ssh_auth(rt, eff);
-    let pool = ConnectionPool::new(auth.clone());
+    let pool = ConnectionPool::with_warm(auth.clone(), rt.warm.clone());
     // The pass's own directory: it may run on the deploy's worker, whose directory the
     // deploy removes when it ends.
     let dir = artifacts::deploy_dir(&rt.workdir, ctx.workflow_id());

@@ -24,7 +24,7 @@ mod ssh;
 
 pub use error::TransportError;
 pub use local::{LocalConnection, sha256_file};
-pub use pool::ConnectionPool;
+pub use pool::{ConnectionPool, WarmConnections};
 
 /// The host name that designates the worker's own machine.
 pub const LOCAL_HOST: &str = "local";
