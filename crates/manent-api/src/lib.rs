@@ -65,6 +65,7 @@ pub fn app(state: AppState) -> Router {
         .route("/tokens", get(admin::list_tokens).post(admin::create_token))
         .route("/tokens/{name}", delete(admin::revoke_token))
         .route("/audit", get(admin::list_audit))
+        .route("/whoami", get(whoami))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token))
         .fallback(|| async {
             AppError::NotFound("no such API route: see /api/v1/openapi.json".into())
@@ -295,7 +296,9 @@ async fn list_deploys(
     Query(filter): Query<ListFilter>,
 ) -> Result<Json<Vec<DeployStatus>>, AppError> {
     let visible = |application: &str| caller.may(Action::Read, Some(application));
-    Ok(Json(service::list(&state.client, &filter, &visible).await?))
+    let mut deploys = service::list(&state.client, &filter, &visible).await?;
+    deploys.iter_mut().for_each(|d| fill_actions(&caller, d));
+    Ok(Json(deploys))
 }
 
 async fn deploy_status(
@@ -303,7 +306,34 @@ async fn deploy_status(
     axum::Extension(caller): axum::Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<DeployStatus>, AppError> {
-    visible_deploy(&state, &caller, &id).await.map(Json)
+    let mut deploy = visible_deploy(&state, &caller, &id).await?;
+    fill_actions(&caller, &mut deploy);
+    Ok(Json(deploy))
+}
+
+/// What `caller` may do to the deploy now, for the page's buttons (the routes check
+/// again: this only spares a viewer buttons that would answer 403).
+fn fill_actions(caller: &Caller, deploy: &mut DeployStatus) {
+    let application = Some(deploy.application.as_str());
+    let mut actions = Vec::new();
+    if deploy.phase == "waiting_approval" && caller.may(Action::Approve, application) {
+        actions.extend(["approve".to_string(), "reject".to_string()]);
+    }
+    if matches!(deploy.status.as_str(), "ENQUEUED" | "PENDING")
+        && caller.may(Action::Deploy, application)
+    {
+        actions.push("cancel".to_string());
+    }
+    deploy.actions = actions;
+}
+
+/// `GET /whoami`: the asking token's name, role and scope.
+async fn whoami(axum::Extension(caller): axum::Extension<Caller>) -> Json<serde_json::Value> {
+    Json(json!({
+        "name": caller.token.name,
+        "role": caller.token.role,
+        "scope": caller.token.on,
+    }))
 }
 
 async fn deploy_logs(
@@ -439,6 +469,7 @@ async fn activity(
 ) -> Result<Json<Vec<DeployStatus>>, AppError> {
     let mut deploys = service::activity(&state.client).await?;
     deploys.retain(|d| caller.may(Action::Read, Some(&d.application)));
+    deploys.iter_mut().for_each(|d| fill_actions(&caller, d));
     Ok(Json(deploys))
 }
 

@@ -47,6 +47,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/v1/tokens"),
     ("DELETE", "/api/v1/tokens/{name}"),
     ("GET", "/api/v1/audit"),
+    ("GET", "/api/v1/whoami"),
 ];
 
 /// The one `/api/v1` route served without a token.

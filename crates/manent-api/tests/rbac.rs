@@ -184,6 +184,7 @@ async fn every_route_answers_each_role_and_scope_as_the_security_model_says() {
             for uri in [
                 format!("/api/v1/deploys/{id}"),
                 format!("/api/v1/deploys/{id}/logs"),
+                format!("/api/v1/deploys/{id}/output"),
             ] {
                 check(site.call("GET", &uri, &token, "").await, read, who, &uri);
             }
@@ -265,6 +266,12 @@ async fn every_route_answers_each_role_and_scope_as_the_security_model_says() {
             admin_only(StatusCode::OK),
             who,
             "reading the audit trail",
+        );
+        check(
+            site.call("GET", "/api/v1/whoami", &token, "").await,
+            StatusCode::OK,
+            who,
+            "asking who it is",
         );
         let new_name = format!("made-by-{n}");
         let body = format!("{{\"name\": \"{new_name}\", \"role\": \"viewer\"}}");

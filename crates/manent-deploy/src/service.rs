@@ -308,6 +308,10 @@ pub struct DeployStatus {
     /// approval; absent when nothing was deployed there yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployed_now: Option<String>,
+    /// What the asking token may do to it now (`approve`, `reject`, `cancel`), filled by
+    /// the API for its caller: the Platform page shows only these buttons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<String>,
 }
 
 /// One approval or rejection, as status and activity show it.
@@ -425,6 +429,7 @@ fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStat
             .unwrap_or_default(),
         effective: None,
         deployed_now: None,
+        actions: Vec::new(),
     })
 }
 

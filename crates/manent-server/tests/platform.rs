@@ -111,7 +111,7 @@ fn assert_no_error_shown(dom: &str, page: &str) {
 async fn the_platform_page_shows_queues_workers_deploys_approvals_and_a_timeline_in_a_real_browser()
 {
     let Some(chromium) = chromium() else { return };
-    let mut site = Site::new(Db::Sqlite, &["true"]).await;
+    let mut site = Site::new(Db::Sqlite, &["echo platform-output-line"]).await;
     site.write_environment(
         "acme/gated",
         "prod",
@@ -154,6 +154,10 @@ async fn the_platform_page_shows_queues_workers_deploys_approvals_and_a_timeline
         done_row.contains("SUCCESS") && !done_row.contains("data-action"),
         "the succeeded deploy shows its status and no button: {done_row}"
     );
+    assert!(
+        done_row.contains("<td>1</td>"),
+        "the deploy's version has its column: {done_row}"
+    );
     let waiting_row = deploy_row(&overview, &waiting);
     assert!(
         waiting_row.contains("waiting_approval"),
@@ -170,12 +174,26 @@ async fn the_platform_page_shows_queues_workers_deploys_approvals_and_a_timeline
         "and Reject and Cancel buttons, since it is still PENDING: {waiting_row}"
     );
 
+    // A viewer sees the same deploys, and no button it could not use.
+    let viewer = site.token_named("eve", "viewer");
+    let as_viewer = dump_dom(&chromium, &site.dir, &format!("{base}#token={viewer}")).await;
+    assert_no_error_shown(&as_viewer, "overview as a viewer");
+    let viewer_row = deploy_row(&as_viewer, &waiting);
+    assert!(
+        viewer_row.contains("waiting_approval") && !viewer_row.contains("data-action"),
+        "a viewer gets no Approve, Reject or Cancel: {viewer_row}"
+    );
+
     let page = dump_dom(
         &chromium,
         &site.dir,
         &format!("{base}#deploy={done}&token={token}"),
     )
     .await;
+    assert!(
+        page.contains("t1: command 1 | platform-output-line"),
+        "the deploy page shows what its command printed: {page}"
+    );
     assert_no_error_shown(&page, "deploy page");
     assert!(
         page.contains(&format!("<code id=\"deploy-id\">{done}</code>")),

@@ -14,6 +14,11 @@
   let token = '';
   let timer = null;
   let busy = false;
+  // The token's role and scope (`GET /whoami`), for what only an admin may do.
+  let me = null;
+  // The deploy whose output is shown, and the last output line read (`seq`).
+  let outputOf = null;
+  let outputSeq = 0;
 
   const $ = (id) => document.getElementById(id);
 
@@ -140,17 +145,19 @@
     return Math.floor(ms / 60000) + ' min ' + Math.round((ms % 60000) / 1000) + ' s';
   }
 
-  /** The buttons a deploy allows: approve / reject while it waits for approval, cancel while active. */
+  const ACTION_LABELS = { approve: 'Approve', reject: 'Reject', cancel: 'Cancel' };
+
+  /** The buttons of what this token may do to the deploy now, as the server says (`actions`). */
   function actionButtons(d) {
-    const buttons = [];
-    if (d.phase === 'waiting_approval') {
-      buttons.push(el('button', { type: 'button', class: 'approve', 'data-action': 'approve', 'data-id': d.id }, 'Approve'));
-      buttons.push(el('button', { type: 'button', class: 'reject', 'data-action': 'reject', 'data-id': d.id }, 'Reject'));
-    }
-    if (d.status === 'ENQUEUED' || d.status === 'PENDING') {
-      buttons.push(el('button', { type: 'button', class: 'cancel', 'data-action': 'cancel', 'data-id': d.id }, 'Cancel'));
-    }
-    return buttons;
+    return (d.actions || []).filter((a) => ACTION_LABELS[a]).map((a) =>
+      el('button', { type: 'button', class: a, 'data-action': a, 'data-id': d.id }, ACTION_LABELS[a]));
+  }
+
+  /** A stale or stopped worker's Recover button, for an unscoped admin. */
+  function workerButtons(w) {
+    const admin = me && me.role === 'admin' && !me.scope;
+    if (!admin || !(w.stale || w.state === 'stopped') || !w.running) return [];
+    return [el('button', { type: 'button', class: 'recover', 'data-action': 'recover', 'data-id': w.executor_id }, 'Recover')];
   }
 
   async function act(action, id) {
@@ -165,11 +172,16 @@
       body = reason.trim() ? { reason: reason.trim() } : undefined;
     } else if (action === 'cancel') {
       if (!confirm('Cancel deploy ' + id + '?')) return;
+    } else if (action === 'recover') {
+      if (!confirm('Hand the deploys of worker ' + id + ' to other workers?')) return;
     } else {
       return;
     }
+    const path = action === 'recover'
+      ? '/executors/' + encodeURIComponent(id) + '/recover'
+      : '/deploys/' + encodeURIComponent(id) + '/' + action;
     try {
-      await api('POST', '/deploys/' + encodeURIComponent(id) + '/' + action, body);
+      await api('POST', path, body);
       clearError();
     } catch (e) {
       showError(e.message);
@@ -190,6 +202,7 @@
       el('td', {}, deployLink(d.id)),
       el('td', {}, d.application),
       el('td', {}, d.environment),
+      el('td', {}, d.version + (d.dry_run ? ' (dry run)' : '')),
       statusCell(d.status),
       el('td', {}, d.phase),
       el('td', {}, d.waiting_for || ''),
@@ -218,9 +231,10 @@
       el('td', {}, el('span', { class: w.stale ? 'stale' : '' }, w.state + (w.stale ? ' (stale)' : ''))),
       el('td', { title: w.heartbeat_at }, age(w.heartbeat_age_secs)),
       el('td', {}, w.running),
-      el('td', {}, (w.queues || []).join(', ')))), 7);
-    replaceRows($('activity'), deployRows(activity), 8);
-    replaceRows($('recent'), deployRows(recent), 8);
+      el('td', {}, (w.queues || []).join(', ')),
+      el('td', { class: 'actions' }, ...workerButtons(w)))), 8);
+    replaceRows($('activity'), deployRows(activity), 9);
+    replaceRows($('recent'), deployRows(recent), 9);
   }
 
   // ---- a deploy's page -------------------------------------------------------------------
@@ -308,8 +322,30 @@
     picture.replaceChildren(...nodes);
   }
 
+  /** Appends what the deploy's commands printed since the last call, as text. */
+  async function showOutput(id) {
+    if (outputOf !== id) {
+      outputOf = id;
+      outputSeq = 0;
+      $('output').replaceChildren();
+    }
+    for (;;) {
+      const page = await api('GET', '/deploys/' + encodeURIComponent(id) + '/output?after=' + outputSeq + '&limit=1000');
+      const lines = (page && page.lines) || [];
+      for (const l of lines) {
+        outputSeq = l.seq;
+        const mark = l.stream === 'stderr' ? '!' : (l.stream === 'progress' ? '·' : '|');
+        $('output').append(el('span', { class: 'line ' + l.stream },
+          l.source + ' ' + mark + ' ' + l.line + '\n'));
+      }
+      if (lines.length < 1000) break;
+    }
+    $('output-empty').hidden = outputSeq > 0;
+  }
+
   async function showDeploy(id) {
     const d = await api('GET', '/deploys/' + encodeURIComponent(id));
+    await showOutput(id);
     $('deploy-id').textContent = d.id;
     $('deploy-facts').replaceChildren(...facts(d));
     $('deploy-actions').replaceChildren(...actionButtons(d));
@@ -340,6 +376,7 @@
     if (!busy) {
       busy = true;
       try {
+        if (!me) me = await api('GET', '/whoami');
         if (deploy) await showDeploy(deploy);
         else await showOverview();
         clearError();
@@ -356,11 +393,13 @@
   $('token-form').addEventListener('submit', (event) => {
     event.preventDefault();
     saveToken($('token-input').value);
+    me = null;
     $('token-input').value = '';
     refresh();
   });
 
   $('forget-token').addEventListener('click', () => {
+    me = null;
     saveToken('');
     refresh();
   });
