@@ -216,8 +216,8 @@ fn duration(ms: i64) -> String {
     let secs = ms / 1000;
     match ms {
         ..1_000 => format!("{ms}ms"),
-        ..60_000 => format!("{}.{}s", secs, (ms % 1000) / 100),
-        ..3_600_000 => format!("{}m{:02}s", secs / 60, secs % 60),
+        1_000..60_000 => format!("{}.{}s", secs, (ms % 1000) / 100),
+        60_000..3_600_000 => format!("{}m{:02}s", secs / 60, secs % 60),
         _ => format!("{}h{:02}m", secs / 3600, (secs % 3600) / 60),
     }
 }
