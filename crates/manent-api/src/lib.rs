@@ -353,6 +353,20 @@ struct DecisionBody {
     reason: Option<String>,
 }
 
+/// An optional JSON body: empty is `T::default()`; one that does not parse is a 400 naming
+/// `field`, showing the `shape` to send.
+fn optional_body<T: Default + serde::de::DeserializeOwned>(
+    body: &str,
+    field: &str,
+    shape: &str,
+) -> Result<T, AppError> {
+    if body.trim().is_empty() {
+        return Ok(T::default());
+    }
+    serde_json::from_str(body)
+        .map_err(|e| AppError::bad_request(field, format!("body: {e}; send {shape} or nothing")))
+}
+
 /// `POST /deploys/{id}/approve` and `/reject`: an approver's decision on a
 /// deploy waiting for approval. 403 if the caller is not one of the policy's
 /// approvers (or approves their own deploy), 409 if it does not wait.
@@ -363,16 +377,7 @@ async fn decide_deploy(
     body: String,
     approve: bool,
 ) -> Result<Json<DeployStatus>, AppError> {
-    let body: DecisionBody = if body.trim().is_empty() {
-        DecisionBody::default()
-    } else {
-        serde_json::from_str(&body).map_err(|e| {
-            AppError::bad_request(
-                "reason",
-                format!("body: {e}; send {{\"reason\": \"…\"}} or nothing"),
-            )
-        })?
-    };
+    let body: DecisionBody = optional_body(&body, "reason", r#"{"reason": "…"}"#)?;
     let deploy = visible_deploy(&state, &caller, &id).await?;
     require(&caller, Action::Approve, Some(&deploy.application))?;
     let approver = Approver {
@@ -642,16 +647,7 @@ async fn rollback_environment(
     Path(path): Path<(String, String, String)>,
     body: String,
 ) -> Result<(StatusCode, Json<Resubmitted>), AppError> {
-    let body: RollbackBody = if body.trim().is_empty() {
-        RollbackBody::default()
-    } else {
-        serde_json::from_str(&body).map_err(|e| {
-            AppError::bad_request(
-                "to",
-                format!("body: {e}; send {{\"to\": \"<version>\"}} or nothing"),
-            )
-        })?
-    };
+    let body: RollbackBody = optional_body(&body, "to", r#"{"to": "<version>"}"#)?;
     let (application, environment) = visible_environment(&caller, path)?;
     require(&caller, Action::Deploy, Some(&application))?;
     let (source, request) = service::rollback_source(
