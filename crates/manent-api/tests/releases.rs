@@ -1,7 +1,8 @@
 //! Releases through the router: an environment's history, the version live in it, rollback
 //! to an earlier successful version and redeploy of a past deploy (docs/cli.md, "Releases"),
-//! with their authorisation (viewers refused, other tenants' deploys and environments 404)
-//! and the refusals that say there is nothing to roll back to.
+//! with their authorisation (viewers refused, other tenants' deploys and environments 404),
+//! the refusals that say there is nothing to roll back to, and the submission path they go
+//! through (today's rules, approvals, the caller as submitter).
 
 mod common;
 
@@ -375,5 +376,55 @@ async fn a_redeploy_of_a_deploy_the_current_rules_refuse_is_refused_naming_the_f
         "a recorded descriptor today's rules accept is submitted: {body}"
     );
     succeeds(&api, body["id"].as_str().unwrap()).await;
+    worker.shutdown(Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_waits_for_approval_like_any_deploy_and_its_caller_is_its_submitter() {
+    let mut api = Api::new().await;
+    let worker = api.worker().await;
+    let root = api.token("root", Role::Admin).await;
+    let ci = api.token("ci", Role::Deployer).await;
+    deployed(&api, &ci, "1.0", false).await;
+    deployed(&api, &ci, "1.1", false).await;
+    // From now on prod needs an approval.
+    let env = api.config.environments_source().join("acme/web/prod.yml");
+    let text = std::fs::read_to_string(&env).unwrap();
+    std::fs::write(&env, format!("{text}approval: {{count: 1}}\n")).unwrap();
+
+    let (status, body) = api.call("POST", ROLLBACK, Some(&root), "").await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "the rollback is submitted: {body}"
+    );
+    let id = body["id"].as_str().unwrap().to_string();
+    let uri = format!("/api/v1/deploys/{id}");
+    manent_testkit::eventually("the rollback waits for approval", WAIT, || async {
+        let (_, s) = api.get(&uri, Some(&root)).await;
+        (s["phase"] == "waiting_approval").then_some(())
+    })
+    .await;
+    let (_, waiting) = api.get(&uri, Some(&root)).await;
+    assert_eq!(
+        (&waiting["submitted_by"], &waiting["deployed_now"]),
+        (&json!("root"), &json!("1.1")),
+        "the caller submitted it, and the approver sees what it replaces: {waiting}"
+    );
+    let (status, body) = api
+        .call("POST", &format!("{uri}/approve"), Some(&root), "")
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "the caller may not approve its own rollback: {body}"
+    );
+    let approver = api.token("alice", Role::Approver).await;
+    let (status, body) = api
+        .call("POST", &format!("{uri}/approve"), Some(&approver), "")
+        .await;
+    assert_eq!(status, StatusCode::OK, "another approver approves: {body}");
+    succeeds(&api, &id).await;
+    assert_eq!(live(&api, &ci).await["version"], "1.0", "1.0 is live again");
     worker.shutdown(Duration::from_secs(10)).await;
 }
