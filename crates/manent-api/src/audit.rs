@@ -94,7 +94,8 @@ pub fn action_of(method: &Method, template: &str) -> String {
         .unwrap_or_default();
     let verb = match (method, segments.as_slice()) {
         (&Method::GET, _) => return format!("GET {template}"),
-        (_, [_, param, verb]) if param.starts_with('{') => *verb,
+        // `/deploys/{id}/cancel`, `/apps/{tenant}/{app}/environments/{environment}/rollback`.
+        (_, [_, .., param, verb]) if param.starts_with('{') => *verb,
         (&Method::POST, ["deploys"]) => "submit",
         (&Method::POST, [_]) => "create",
         (&Method::DELETE, ["tokens", _]) => "revoke",
@@ -199,6 +200,16 @@ mod tests {
                 Method::POST,
                 "/api/v1/schedules/{id}/pause",
                 "schedule.pause",
+            ),
+            (
+                Method::POST,
+                "/api/v1/deploys/{id}/redeploy",
+                "deploy.redeploy",
+            ),
+            (
+                Method::POST,
+                "/api/v1/apps/{tenant}/{app}/environments/{environment}/rollback",
+                "app.rollback",
             ),
             (Method::POST, "/api/v1/tokens", "token.create"),
             (Method::DELETE, "/api/v1/tokens/{name}", "token.revoke"),

@@ -23,7 +23,10 @@ use axum::{
 use manent_config::Config;
 use manent_deploy::{
     schedules::{self, ScheduleView},
-    service::{self, Approver, DecideError, DeployStatus, ListFilter, SubmitError, Submitted},
+    service::{
+        self, Approver, DecideError, DeployStatus, ListFilter, OriginKind, ResubmitError,
+        SubmitError, Submitted,
+    },
     views::{self, ApplicationView, QueueView, TenantView, WorkerView},
 };
 use manent_engine::{Client, store};
@@ -49,6 +52,15 @@ pub fn app(state: AppState) -> Router {
         .route("/deploys/{id}/cancel", post(cancel_deploy))
         .route("/deploys/{id}/approve", post(approve_deploy))
         .route("/deploys/{id}/reject", post(reject_deploy))
+        .route("/deploys/{id}/redeploy", post(redeploy_deploy))
+        .route(
+            "/apps/{tenant}/{app}/environments/{environment}/history",
+            get(environment_history),
+        )
+        .route(
+            "/apps/{tenant}/{app}/environments/{environment}/rollback",
+            post(rollback_environment),
+        )
         .route("/schedules", get(list_schedules))
         .route(
             "/schedules/{id}",
@@ -183,24 +195,29 @@ async fn list_workers(State(state): State<AppState>) -> Result<Json<Vec<WorkerVi
 async fn list_tenants(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-) -> Json<Vec<TenantView>> {
-    let mut tenants = views::tenants(&state.config);
+) -> Result<Json<Vec<TenantView>>, AppError> {
+    // The environments source is a directory tree: read off the async threads.
+    let config = state.config.clone();
+    let mut tenants = tokio::task::spawn_blocking(move || views::tenants(&config))
+        .await
+        .map_err(|e| AppError::Internal(format!("reading the environments source: {e}")))?;
     tenants.retain(|t| caller.may_see_tenant(&t.name));
     for tenant in &mut tenants {
         tenant
             .applications
             .retain(|app| caller.may(Action::Read, Some(app)));
     }
-    Json(tenants)
+    Ok(Json(tenants))
 }
 
 async fn list_applications(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-) -> Json<Vec<ApplicationView>> {
-    let mut apps = views::applications(&state.config);
-    apps.retain(|a| caller.may(Action::Read, Some(&a.application)));
-    Json(apps)
+) -> Result<Json<Vec<ApplicationView>>, AppError> {
+    let visible = |application: &str| caller.may(Action::Read, Some(application));
+    Ok(Json(
+        views::applications_live(&state.client, &state.config, &visible).await?,
+    ))
 }
 
 async fn list_queues(State(state): State<AppState>) -> Result<Json<Vec<QueueView>>, AppError> {
@@ -397,6 +414,20 @@ struct DecisionBody {
     reason: Option<String>,
 }
 
+/// An optional JSON body: empty is `T::default()`; one that does not parse is a 400 naming
+/// `field`, showing the `shape` to send.
+fn optional_body<T: Default + serde::de::DeserializeOwned>(
+    body: &str,
+    field: &str,
+    shape: &str,
+) -> Result<T, AppError> {
+    if body.trim().is_empty() {
+        return Ok(T::default());
+    }
+    serde_json::from_str(body)
+        .map_err(|e| AppError::bad_request(field, format!("body: {e}; send {shape} or nothing")))
+}
+
 /// `POST /deploys/{id}/approve` and `/reject`: an approver's decision on a
 /// deploy waiting for approval. 403 if the caller is not one of the policy's
 /// approvers (or approves their own deploy), 409 if it does not wait.
@@ -407,16 +438,7 @@ async fn decide_deploy(
     body: String,
     approve: bool,
 ) -> Result<Json<DeployStatus>, AppError> {
-    let body: DecisionBody = if body.trim().is_empty() {
-        DecisionBody::default()
-    } else {
-        serde_json::from_str(&body).map_err(|e| {
-            AppError::bad_request(
-                "reason",
-                format!("body: {e}; send {{\"reason\": \"…\"}} or nothing"),
-            )
-        })?
-    };
+    let body: DecisionBody = optional_body(&body, "reason", r#"{"reason": "…"}"#)?;
     let deploy = visible_deploy(&state, &caller, &id).await?;
     require(&caller, Action::Approve, Some(&deploy.application))?;
     let approver = Approver {
@@ -555,4 +577,148 @@ async fn delete_schedule(
     let deleted = schedules::delete(&state.client, &id).await?;
     tracing::info!(schedule = %id, by = %caller.token.name, "schedule deleted");
     Ok(Json(json!({ "id": id, "deleted": deleted })))
+}
+
+/// What a rollback or redeploy answers: the new deploy, and what it resubmitted.
+#[derive(serde::Serialize)]
+struct Resubmitted {
+    #[serde(flatten)]
+    submitted: Submitted,
+    /// The deploy whose recorded descriptor was submitted again.
+    redeploy_of: String,
+    /// `rollback` or `redeploy`.
+    redeploy_kind: &'static str,
+    /// The version deployed (the first artifact's).
+    version: String,
+}
+
+fn resubmit_error(e: ResubmitError) -> AppError {
+    match e {
+        ResubmitError::NotFound(m) => AppError::NotFound(m),
+        ResubmitError::Nothing(m) => AppError::Conflict(m),
+        ResubmitError::Submit(e) => submit_error(e),
+    }
+}
+
+/// Submits `request` (recorded by deploy `source`) again for `caller`, once the caller may
+/// deploy its recorded application.
+async fn resubmit(
+    state: &AppState,
+    caller: &Caller,
+    source: &str,
+    request: manent_deploy::DeployRequest,
+    kind: OriginKind,
+) -> Result<(StatusCode, Json<Resubmitted>), AppError> {
+    require(
+        caller,
+        Action::Deploy,
+        Some(&request.descriptor.application),
+    )?;
+    let version = request
+        .descriptor
+        .artifacts
+        .first()
+        .map(|a| a.version.clone())
+        .unwrap_or_default();
+    let submitted = service::resubmit(
+        &state.client,
+        &state.config,
+        source,
+        request,
+        kind,
+        &manent_deploy::Submitter::new(&caller.token.name, &caller.token.id),
+    )
+    .await
+    .map_err(resubmit_error)?;
+    tracing::info!(deploy = %submitted.id, of = %source, kind = kind.as_str(), by = %caller.token.name, "deploy submitted again");
+    Ok((
+        StatusCode::CREATED,
+        Json(Resubmitted {
+            submitted,
+            redeploy_of: source.to_string(),
+            redeploy_kind: kind.as_str(),
+            version,
+        }),
+    ))
+}
+
+/// `POST /deploys/{id}/redeploy`: the deploy's recorded descriptor, submitted again as it
+/// is by the caller, who must be allowed to deploy its recorded application (another
+/// tenant's deploy is a 404).
+async fn redeploy_deploy(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Resubmitted>), AppError> {
+    let deploy = visible_deploy(&state, &caller, &id).await?;
+    require(&caller, Action::Deploy, Some(&deploy.application))?;
+    let request = service::recorded_request(&state.client, &id)
+        .await
+        .map_err(resubmit_error)?;
+    resubmit(&state, &caller, &id, request, OriginKind::Redeploy).await
+}
+
+/// `{tenant}/{app}` and `{environment}` of an environment's route, once the caller may read
+/// that application: another tenant's environment answers 404, whatever it holds.
+fn visible_environment(
+    caller: &Caller,
+    (tenant, app, environment): (String, String, String),
+) -> Result<(String, String), AppError> {
+    let application = format!("{tenant}/{app}");
+    if caller.may(Action::Read, Some(&application)) {
+        Ok((application, environment))
+    } else {
+        Err(AppError::NotFound(format!(
+            "no deploys of {application} {environment}"
+        )))
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct HistoryQuery {
+    limit: Option<i64>,
+}
+
+/// `GET /apps/{tenant}/{app}/environments/{environment}/history`: that environment's
+/// deploys, newest first.
+async fn environment_history(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(path): Path<(String, String, String)>,
+    Query(query): Query<HistoryQuery>,
+) -> Result<Json<Vec<DeployStatus>>, AppError> {
+    let (application, environment) = visible_environment(&caller, path)?;
+    Ok(Json(
+        service::history(&state.client, &application, &environment, query.limit).await?,
+    ))
+}
+
+/// Body of a rollback (optional): `{"to": "1.0"}`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RollbackBody {
+    to: Option<String>,
+}
+
+/// `POST /apps/{tenant}/{app}/environments/{environment}/rollback`: submits again the
+/// recorded descriptor of an earlier successful version (`to`, or the one before the live
+/// version), as a deploy by the caller. 409 when there is nothing to roll back to.
+async fn rollback_environment(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(path): Path<(String, String, String)>,
+    body: String,
+) -> Result<(StatusCode, Json<Resubmitted>), AppError> {
+    let body: RollbackBody = optional_body(&body, "to", r#"{"to": "<version>"}"#)?;
+    let (application, environment) = visible_environment(&caller, path)?;
+    require(&caller, Action::Deploy, Some(&application))?;
+    let (source, request) = service::rollback_source(
+        &state.client,
+        &application,
+        &environment,
+        body.to.as_deref(),
+    )
+    .await
+    .map_err(resubmit_error)?;
+    resubmit(&state, &caller, &source, request, OriginKind::Rollback).await
 }

@@ -383,10 +383,10 @@ async fn tenants_and_applications_come_from_the_environments_source() {
     assert_eq!(
         apps,
         serde_json::json!([
-            {"application": "acme/api", "tenant": "acme", "environments": ["staging"]},
-            {"application": "acme/web", "tenant": "acme", "environments": ["prod"]},
+            {"application": "acme/api", "tenant": "acme", "environments": ["staging"], "live": {}},
+            {"application": "acme/web", "tenant": "acme", "environments": ["prod"], "live": {}},
         ]),
-        "each <tenant>/<app>/<env>.yml is an environment; other files are not"
+        "each <tenant>/<app>/<env>.yml is an environment; other files are not; nothing is live          before a successful deploy"
     );
     let (status, tenants) = api.get("/api/v1/tenants", Some(&token)).await;
     assert_eq!(status, StatusCode::OK, "{tenants}");

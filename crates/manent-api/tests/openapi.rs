@@ -32,6 +32,15 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/v1/deploys/{id}/cancel"),
     ("POST", "/api/v1/deploys/{id}/approve"),
     ("POST", "/api/v1/deploys/{id}/reject"),
+    ("POST", "/api/v1/deploys/{id}/redeploy"),
+    (
+        "GET",
+        "/api/v1/apps/{tenant}/{app}/environments/{environment}/history",
+    ),
+    (
+        "POST",
+        "/api/v1/apps/{tenant}/{app}/environments/{environment}/rollback",
+    ),
     ("GET", "/api/v1/schedules"),
     ("GET", "/api/v1/schedules/{id}"),
     ("DELETE", "/api/v1/schedules/{id}"),
@@ -134,10 +143,13 @@ fn check(doc: &Value, value: &Value, schema: &Value, at: &str, problems: &mut Ve
     }
     if let Some(object) = value.as_object() {
         let properties = schema.get("properties").and_then(Value::as_object);
-        // A free-form object (plugin parameters, the effective descriptor) says so.
-        let open = schema.get("additionalProperties") == Some(&Value::Bool(true));
+        // A free-form object (plugin parameters, the effective descriptor) says so; a map
+        // (live versions by environment) gives the schema of its values.
+        let additional = schema.get("additionalProperties");
+        let open = additional == Some(&Value::Bool(true));
+        let values = additional.filter(|a| a.is_object());
         for (key, field) in object {
-            match properties.and_then(|p| p.get(key)) {
+            match properties.and_then(|p| p.get(key)).or(values) {
                 Some(property) => check(doc, field, property, &format!("{at}.{key}"), problems),
                 None if open => {}
                 None => problems.push(format!(
@@ -192,7 +204,11 @@ fn references<'a>(node: &'a Value, out: &mut Vec<&'a str>) {
 
 /// A concrete URI of a path template (`{id}` → `x`).
 fn concrete(path: &str) -> String {
-    path.replace("{id}", "x").replace("{name}", "x")
+    ["{id}", "{name}", "{tenant}", "{app}", "{environment}"]
+        .iter()
+        .fold(path.to_string(), |path, parameter| {
+            path.replace(parameter, "x")
+        })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -419,6 +435,70 @@ async fn real_answers_fit_the_documented_schemas() {
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "a finished deploy: {body}");
     assert_fits(&doc, "POST", "/api/v1/deploys/{id}/cancel", status, &body);
+
+    // Releases: the live version, the history, a refused rollback and a redeploy.
+    let (status, body) = api.get("/api/v1/apps", Some(&viewer)).await;
+    assert_eq!(status, StatusCode::OK, "the applications: {body}");
+    assert!(
+        body.to_string().contains(&id),
+        "the deploy is live in acme/web prod: {body}"
+    );
+    assert_fits(&doc, "GET", "/api/v1/apps", status, &body);
+    let environment = "/api/v1/apps/{tenant}/{app}/environments/{environment}";
+    let (status, body) = api
+        .get(
+            "/api/v1/apps/acme/web/environments/prod/history",
+            Some(&viewer),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "the history: {body}");
+    assert_fits(
+        &doc,
+        "GET",
+        &format!("{environment}/history"),
+        status,
+        &body,
+    );
+    let (status, body) = api
+        .call(
+            "POST",
+            "/api/v1/apps/acme/web/environments/prod/rollback",
+            Some(&deployer),
+            "",
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "one version only: {body}");
+    assert_fits(
+        &doc,
+        "POST",
+        &format!("{environment}/rollback"),
+        status,
+        &body,
+    );
+    let (status, body) = api
+        .call(
+            "POST",
+            &format!("/api/v1/deploys/{id}/redeploy"),
+            Some(&deployer),
+            "",
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "redeployed: {body}");
+    assert_fits(&doc, "POST", "/api/v1/deploys/{id}/redeploy", status, &body);
+    let again = body["id"].as_str().expect("an id").to_string();
+    api.client
+        .wait(&again, WAIT)
+        .await
+        .expect("the redeploy ends");
+    let (status, body) = api
+        .get(&format!("/api/v1/deploys/{again}"), Some(&viewer))
+        .await;
+    assert_eq!(
+        body["redeploy_of"],
+        id.as_str(),
+        "where it came from: {body}"
+    );
+    assert_fits(&doc, "GET", "/api/v1/deploys/{id}", status, &body);
 
     // A recurring schedule: its creation, list, view, pause and deletion.
     let cron = format!("{good}schedule:\n  cron: \"0 0 1 1 *\"\n");

@@ -189,6 +189,39 @@ async fn every_route_answers_each_role_and_scope_as_the_security_model_says() {
                 check(site.call("GET", &uri, &token, "").await, read, who, &uri);
             }
 
+            // An environment's history: read by any token in scope.
+            let (tenant, name) = app.split_once('/').unwrap();
+            let environment = format!("/api/v1/apps/{tenant}/{name}/environments/prod");
+            let uri = format!("{environment}/history");
+            check(site.call("GET", &uri, &token, "").await, read, who, &uri);
+
+            // Redeploy submits a deploy; a rollback finds no success (no worker runs here),
+            // so an allowed caller meets 409. Refused ones enqueue nothing.
+            let before = site.api.deploy_count().await;
+            let uri = format!("/api/v1/deploys/{id}/redeploy");
+            let expected = on_recorded(who, app, who.may_deploy(), StatusCode::CREATED);
+            check(
+                site.call("POST", &uri, &token, "").await,
+                expected,
+                who,
+                &uri,
+            );
+            let uri = format!("{environment}/rollback");
+            let rollback = on_recorded(who, app, who.may_deploy(), StatusCode::CONFLICT);
+            check(
+                site.call("POST", &uri, &token, "").await,
+                rollback,
+                who,
+                &uri,
+            );
+            if expected != StatusCode::CREATED {
+                assert_eq!(
+                    site.api.deploy_count().await,
+                    before,
+                    "a refused redeploy or rollback by {who:?} enqueues nothing"
+                );
+            }
+
             // Approve and reject: the deploy waits for nothing, so an allowed caller meets 409.
             for verb in ["approve", "reject"] {
                 let uri = format!("/api/v1/deploys/{id}/{verb}");

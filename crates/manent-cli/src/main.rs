@@ -129,6 +129,36 @@ enum Command {
     /// Pauses, resumes or deletes a recurring deploy.
     #[command(subcommand)]
     Schedule(ScheduleCommand),
+    /// One environment's deploys, newest first: version, status, who, when, duration.
+    History {
+        /// `tenant/app`.
+        application: String,
+        environment: String,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Deploys an earlier successful version again, with the artifacts (URLs, sha256) its
+    /// deploy recorded; by default the version before the one live now. Approvals,
+    /// dependencies, routing and limits apply as to any deploy.
+    Rollback {
+        /// `tenant/app`.
+        application: String,
+        environment: String,
+        /// The version to return to (the newest successful deploy of it).
+        #[arg(long)]
+        to: Option<String>,
+        /// Waits for the rollback to end, showing its progress.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Submits a past deploy's recorded descriptor again, as it was (now, without its
+    /// schedule).
+    Redeploy {
+        id: String,
+        /// Waits for the new deploy to end, showing its progress.
+        #[arg(long)]
+        wait: bool,
+    },
     /// Prints the completion script for SHELL on stdout, e.g.
     /// `manent completion bash > /etc/bash_completion.d/manent`.
     Completion { shell: clap_complete::Shell },
@@ -346,6 +376,39 @@ async fn run(args: Args) -> Result<u8, CliError> {
             render::print(json, &out, render::schedule);
             Ok(0)
         }
+        Command::History {
+            application,
+            environment,
+            limit,
+        } => {
+            let path = environment_path(&application, &environment, "history")?;
+            let list = api
+                .get_query(&path, &[("limit", limit.to_string())])
+                .await?;
+            render::print(json, &list, render::history);
+            Ok(0)
+        }
+        Command::Rollback {
+            application,
+            environment,
+            to,
+            wait,
+        } => {
+            let path = environment_path(&application, &environment, "rollback")?;
+            let body = match to {
+                Some(to) => serde_json::json!({ "to": to }),
+                None => serde_json::json!({}),
+            };
+            let created = api.post(&path, &body).await?;
+            resubmitted(&api, created, wait, json).await
+        }
+        Command::Redeploy { id, wait } => {
+            let id = resolve_deploy(&api, &id).await?;
+            let created = api
+                .post(&deploy_path(&id, "/redeploy"), &Value::Null)
+                .await?;
+            resubmitted(&api, created, wait, json).await
+        }
         Command::Completion { .. } => unreachable!("handled before the client is built"),
         Command::Schedule(ScheduleCommand::Delete { id }) => {
             let out = api
@@ -362,6 +425,43 @@ async fn run(args: Args) -> Result<u8, CliError> {
             Ok(0)
         }
     }
+}
+
+/// `/api/v1/apps/<tenant>/<app>/environments/<environment>/<rest>`, each part encoded as
+/// one path segment.
+fn environment_path(application: &str, environment: &str, rest: &str) -> Result<String, CliError> {
+    let Some((tenant, app)) = application.split_once('/') else {
+        return Err(CliError::Usage(format!(
+            "application `{application}` must be qualified with its tenant, as `tenant/app`"
+        )));
+    };
+    Ok(format!(
+        "/api/v1/apps/{}/{}/environments/{}/{rest}",
+        client::segment(tenant),
+        client::segment(app),
+        client::segment(environment)
+    ))
+}
+
+/// Prints a rollback's or redeploy's new deploy, or with `wait` follows it and prints its
+/// final status (exit 0 on SUCCESS, 1 otherwise).
+async fn resubmitted(
+    api: &ApiClient,
+    created: Value,
+    wait: bool,
+    json: bool,
+) -> Result<u8, CliError> {
+    if !wait {
+        render::print(json, &created, render::resubmitted);
+        return Ok(0);
+    }
+    if !json {
+        eprintln!("{}", render::resubmitted(&created));
+    }
+    let id = created["id"].as_str().unwrap_or_default().to_string();
+    let status = follow(api, &id, json).await?;
+    render::print(json, &status, render::status);
+    Ok(if status["status"] == "SUCCESS" { 0 } else { 1 })
 }
 
 /// `/api/v1/deploys/<id><rest>`, the id encoded as one path segment.

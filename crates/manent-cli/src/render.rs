@@ -204,17 +204,78 @@ pub fn logs(v: &Value) -> String {
 
 pub fn deploys(v: &Value) -> String {
     table(
-        v,
+        &with_duration(v),
         &[
             "id",
             "application",
             "environment",
+            "version",
             "status",
             "phase",
+            "dry_run",
+            "duration",
             "queue",
             "executor_id",
             "created_at",
         ],
+    )
+}
+
+/// The rows with a `duration` column made of `duration_ms` (`850ms`, `12.4s`, `3m05s`,
+/// `2h10m`); `-` while a deploy has not ended.
+fn with_duration(v: &Value) -> Value {
+    let mut rows = v.clone();
+    for row in rows.as_array_mut().into_iter().flatten() {
+        row["duration"] = row["duration_ms"]
+            .as_i64()
+            .map_or(Value::Null, |ms| Value::String(duration(ms)));
+    }
+    rows
+}
+
+fn duration(ms: i64) -> String {
+    let secs = ms / 1000;
+    match ms {
+        ..1_000 => format!("{ms}ms"),
+        1_000..60_000 => format!("{}.{}s", secs, (ms % 1000) / 100),
+        60_000..3_600_000 => format!("{}m{:02}s", secs / 60, secs % 60),
+        _ => format!("{}h{:02}m", secs / 3600, (secs % 3600) / 60),
+    }
+}
+
+/// One environment's deploys (`manent history`), newest first.
+pub fn history(v: &Value) -> String {
+    let mut rows = with_duration(v);
+    for row in rows.as_array_mut().into_iter().flatten() {
+        // `rollback of <id>` / `redeploy of <id>`: where a resubmitted deploy came from.
+        row["origin"] = match (row["redeploy_kind"].as_str(), row["redeploy_of"].as_str()) {
+            (Some(kind), Some(of)) => Value::String(format!("{kind} of {of}")),
+            _ => Value::Null,
+        };
+    }
+    table(
+        &rows,
+        &[
+            "version",
+            "status",
+            "id",
+            "submitted_by",
+            "created_at",
+            "duration",
+            "dry_run",
+            "origin",
+        ],
+    )
+}
+
+/// A rollback's or redeploy's new deploy and what it resubmitted.
+pub fn resubmitted(v: &Value) -> String {
+    format!(
+        "{} of {} (version {}): {}",
+        text(&v["redeploy_kind"]),
+        text(&v["redeploy_of"]),
+        text(&v["version"]),
+        submitted(v)
     )
 }
 
@@ -276,13 +337,16 @@ pub fn workers(v: &Value) -> String {
 
 pub fn activity(v: &Value) -> String {
     table(
-        v,
+        &with_duration(v),
         &[
             "id",
             "application",
             "environment",
+            "version",
             "status",
             "phase",
+            "dry_run",
+            "duration",
             "executor_id",
             "updated_at",
         ],
@@ -360,7 +424,20 @@ pub fn tenants(v: &Value) -> String {
 }
 
 pub fn applications(v: &Value) -> String {
-    table(v, &["application", "tenant", "environments"])
+    // `prod 1.0, staging 1.1`: the version live in each environment that had a success.
+    let mut rows = v.clone();
+    for row in rows.as_array_mut().into_iter().flatten() {
+        let live: Vec<String> = row["live"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(environment, live)| {
+                format!("{} {}", terminal_safe(environment), text(&live["version"]))
+            })
+            .collect();
+        row["live"] = Value::String(live.join(", "));
+    }
+    table(&rows, &["application", "tenant", "environments", "live"])
 }
 
 #[cfg(test)]
@@ -384,6 +461,14 @@ mod tests {
             "line 1\n\tline 2",
             "newlines and tabs stay"
         );
+    }
+
+    #[test]
+    fn durations_read_at_a_glance() {
+        assert_eq!(duration(850), "850ms");
+        assert_eq!(duration(12_480), "12.4s");
+        assert_eq!(duration(185_000), "3m05s");
+        assert_eq!(duration(7_830_000), "2h10m");
     }
 
     #[test]

@@ -164,6 +164,26 @@ pub async fn submit(
     force_dry_run: bool,
     submitted_by: &Submitter,
 ) -> Result<Submitted, SubmitError> {
+    submit_recording(
+        client,
+        config,
+        descriptor,
+        force_dry_run,
+        submitted_by,
+        None,
+    )
+    .await
+}
+
+/// [`submit`], recording `origin` (a rollback's or redeploy's source) with the request.
+async fn submit_recording(
+    client: &Client,
+    config: &Arc<Config>,
+    descriptor: Descriptor,
+    force_dry_run: bool,
+    submitted_by: &Submitter,
+    origin: Option<&Origin>,
+) -> Result<Submitted, SubmitError> {
     let Prepared {
         descriptor,
         route,
@@ -215,6 +235,14 @@ pub async fn submit(
     };
     let request = DeployRequest::new(descriptor, effective, route, submitted_by, now_ms());
     let mut enqueue = request.enqueue();
+    if let (Some(origin), serde_json::Value::Object(input)) = (origin, &mut enqueue.input) {
+        // Beside the request in the same recorded input, so it is written with the enqueue
+        // or not at all; the workflow reads the request and passes over this key.
+        input.insert(
+            ORIGIN_KEY.into(),
+            serde_json::to_value(origin).map_err(|e| SubmitError::Internal(e.to_string()))?,
+        );
+    }
     if let Some(at_ms) = not_before {
         // ENQUEUED (phase `scheduled`) until then, then started through the same queue and limits.
         enqueue = enqueue.not_before(at_ms);
@@ -312,6 +340,23 @@ pub struct DeployStatus {
     /// the API for its caller: the Platform page shows only these buttons.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub actions: Vec<String>,
+    /// When a worker first took it (waits for approval or dependencies included); null
+    /// before.
+    #[serde(default)]
+    pub started_at: Option<String>,
+    /// When it ended (SUCCESS, ERROR, CANCELLED); null while it has not.
+    #[serde(default)]
+    pub finished_at: Option<String>,
+    /// From `started_at` to `finished_at`, in milliseconds; null until both are known.
+    #[serde(default)]
+    pub duration_ms: Option<i64>,
+    /// The deploy whose recorded descriptor this one resubmitted (`manent rollback`,
+    /// `manent redeploy`); null for a deploy submitted otherwise.
+    #[serde(default)]
+    pub redeploy_of: Option<String>,
+    /// `rollback` or `redeploy` when `redeploy_of` is set; null otherwise.
+    #[serde(default)]
+    pub redeploy_kind: Option<String>,
 }
 
 /// One approval or rejection, as status and activity show it.
@@ -374,6 +419,10 @@ fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStat
         .into_iter()
         .map(ApprovalView::from)
         .collect();
+    let finished_ms = record
+        .finished_at_ms
+        .filter(|_| record.status.is_terminal());
+    let origin = origin_of(record);
     let phase = match record.status {
         WorkflowStatus::Enqueued if record.not_before_ms > now_ms() => "scheduled".to_string(),
         WorkflowStatus::Enqueued => "queued".to_string(),
@@ -430,6 +479,14 @@ fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStat
         effective: None,
         deployed_now: None,
         actions: Vec::new(),
+        started_at: record.started_at_ms.map(rfc3339),
+        finished_at: finished_ms.map(rfc3339),
+        duration_ms: record
+            .started_at_ms
+            .zip(finished_ms)
+            .map(|(started, finished)| (finished - started).max(0)),
+        redeploy_of: origin.as_ref().map(|o| o.deploy_id.clone()),
+        redeploy_kind: origin.map(|o| o.kind.as_str().to_string()),
     })
 }
 
@@ -986,7 +1043,6 @@ fn refuse_dependency_cycle(config: &Config, eff: &EffectiveDescriptor) -> Result
     Ok(())
 }
 
-/// The requests of the latest successful deploys, newest first, with their ids.
 /// The last successful deploy (not a dry run) of `application/environment`, other than
 /// `except`, read from that partition's history a page at a time: however many deploys of
 /// other applications, or dry runs of this one, came after it.
@@ -996,6 +1052,19 @@ pub(crate) async fn last_success(
     environment: &str,
     except: Option<&str>,
 ) -> Result<Option<(String, DeployRequest)>, String> {
+    find_success(client, application, environment, |id, _| Some(id) != except)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The newest successful deploy (not a dry run) of `application/environment` that `wanted`
+/// accepts, with its id, reading that partition's successes newest first, a page at a time.
+async fn find_success(
+    client: &Client,
+    application: &str,
+    environment: &str,
+    mut wanted: impl FnMut(&str, &DeployRequest) -> bool,
+) -> Result<Option<(String, DeployRequest)>, EngineError> {
     const PAGE: i64 = 100;
     let mut offset = 0;
     loop {
@@ -1008,12 +1077,8 @@ pub(crate) async fn last_success(
                 offset: Some(offset),
                 ..Default::default()
             })
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         for record in &records {
-            if Some(record.id.as_str()) == except {
-                continue;
-            }
             let Some(request) = request_of(record) else {
                 tracing::warn!(deploy_id = %record.id, "a successful deploy's input cannot be read; passed over");
                 continue;
@@ -1022,7 +1087,7 @@ pub(crate) async fn last_success(
                 .effective
                 .as_ref()
                 .map_or(request.descriptor.dry_run, |e| e.dry_run);
-            if !dry_run {
+            if !dry_run && wanted(&record.id, &request) {
                 return Ok(Some((record.id.clone(), request)));
             }
         }
@@ -1048,6 +1113,231 @@ pub async fn previous_success(
     )
     .await?
     .and_then(|(_, r)| r.effective))
+}
+
+/// The key of a deploy's recorded input that holds its [`Origin`], beside the request's own.
+const ORIGIN_KEY: &str = "redeploy_of";
+
+/// How a deploy came from an earlier one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OriginKind {
+    /// `manent rollback`: an earlier successful version of the application/environment.
+    Rollback,
+    /// `manent redeploy`: a past deploy's descriptor as it was.
+    Redeploy,
+}
+
+impl OriginKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OriginKind::Rollback => "rollback",
+            OriginKind::Redeploy => "redeploy",
+        }
+    }
+}
+
+/// Which deploy a rollback or redeploy resubmitted, recorded with the new deploy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Origin {
+    pub kind: OriginKind,
+    pub deploy_id: String,
+}
+
+/// The [`Origin`] recorded in a deploy's input, if any.
+fn origin_of(record: &WorkflowRecord) -> Option<Origin> {
+    #[derive(Deserialize)]
+    struct Recorded {
+        #[serde(default, rename = "redeploy_of")]
+        origin: Option<Origin>,
+    }
+    serde_json::from_str::<Recorded>(&record.input)
+        .ok()
+        .and_then(|r| r.origin)
+}
+
+/// A deploy's version: its first artifact's (docs/environments.md).
+fn version_of(request: &DeployRequest) -> &str {
+    request
+        .descriptor
+        .artifacts
+        .first()
+        .map_or("", |a| a.version.as_str())
+}
+
+/// One environment's deploys, newest first (all statuses, dry runs included): what
+/// `manent history APP ENV` shows. Read from that partition's history, so other
+/// applications' deploys cost nothing.
+pub async fn history(
+    client: &Client,
+    application: &str,
+    environment: &str,
+    limit: Option<i64>,
+) -> Result<Vec<DeployStatus>, EngineError> {
+    let records = client
+        .list(&WorkflowFilter {
+            name: Some(DEPLOY_WORKFLOW.into()),
+            partition_key: Some(manent_model::partition_key(application, environment)),
+            limit: Some(limit.unwrap_or(50).clamp(1, 1000)),
+            ..Default::default()
+        })
+        .await?;
+    let mut views = Vec::new();
+    for r in &records {
+        // A running deploy's phase (waiting for approval, a wave) lives in its events.
+        let events = if r.status == WorkflowStatus::Pending {
+            client.events(&r.id).await?
+        } else {
+            Vec::new()
+        };
+        views.extend(summary(r, &events));
+    }
+    Ok(views)
+}
+
+/// The version live in one environment: its last successful deploy that was not a dry run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveVersion {
+    pub version: String,
+    pub deploy_id: String,
+    /// When that deploy ended.
+    pub finished_at: Option<String>,
+}
+
+/// The version live in `application/environment`, or `None` before its first success.
+pub async fn live_version(
+    client: &Client,
+    application: &str,
+    environment: &str,
+) -> Result<Option<LiveVersion>, EngineError> {
+    let Some((id, request)) = find_success(client, application, environment, |_, _| true).await?
+    else {
+        return Ok(None);
+    };
+    let finished_at = client
+        .get(&id)
+        .await?
+        .and_then(|r| r.finished_at_ms)
+        .map(rfc3339);
+    Ok(Some(LiveVersion {
+        version: version_of(&request).to_string(),
+        deploy_id: id,
+        finished_at,
+    }))
+}
+
+/// Why a rollback or redeploy was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ResubmitError {
+    /// No such deploy (or no readable one).
+    #[error("{0}")]
+    NotFound(String),
+    /// Nothing to roll back to: says what there is.
+    #[error("{0}")]
+    Nothing(String),
+    /// The submission of the recorded descriptor was refused (the environment file or
+    /// manent.yml changed since), or the engine failed.
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+}
+
+impl From<EngineError> for ResubmitError {
+    fn from(e: EngineError) -> Self {
+        ResubmitError::Submit(SubmitError::Engine(e))
+    }
+}
+
+/// The deploy a rollback of `application/environment` would resubmit: without `to`, the
+/// newest successful (not dry-run) deploy at a version other than the live one; with `to`,
+/// the newest successful deploy at version `to`, unless it is the live version.
+pub async fn rollback_source(
+    client: &Client,
+    application: &str,
+    environment: &str,
+    to: Option<&str>,
+) -> Result<(String, DeployRequest), ResubmitError> {
+    let here = format!("{application} {environment}");
+    let Some((live_id, live)) = find_success(client, application, environment, |_, _| true).await?
+    else {
+        return Err(ResubmitError::Nothing(format!(
+            "nothing to roll back to: {here} has no successful deploy yet"
+        )));
+    };
+    let live_version = version_of(&live).to_string();
+    if to == Some(live_version.as_str()) {
+        return Err(ResubmitError::Nothing(format!(
+            "nothing to roll back to: {live_version} is live in {here} now (deploy {live_id}); \
+             `manent redeploy {live_id}` deploys it again"
+        )));
+    }
+    let found = find_success(client, application, environment, |_, r| match to {
+        Some(to) => version_of(r) == to,
+        None => version_of(r) != live_version,
+    })
+    .await?;
+    found.ok_or_else(|| {
+        ResubmitError::Nothing(match to {
+            Some(to) => format!(
+                "nothing to roll back to: {here} has no successful deploy of version {to} \
+                 (`manent history {here}` lists its deploys)"
+            ),
+            None => format!(
+                "nothing to roll back to: {live_version}, live now (deploy {live_id}), is the \
+                 only version {here} ever ran successfully"
+            ),
+        })
+    })
+}
+
+/// The readable request of deploy `id`.
+pub async fn recorded_request(client: &Client, id: &str) -> Result<DeployRequest, ResubmitError> {
+    let record = client
+        .get(id)
+        .await?
+        .filter(|r| r.name == DEPLOY_WORKFLOW)
+        .ok_or_else(|| ResubmitError::NotFound(format!("no deploy `{id}`")))?;
+    request_of(&record).ok_or_else(|| {
+        ResubmitError::Submit(SubmitError::Internal(format!(
+            "deploy {id}'s recorded request cannot be read; it cannot be deployed again"
+        )))
+    })
+}
+
+/// Submits again the recorded descriptor of deploy `source` (its artifacts with their
+/// recorded URLs and sha256, its `deploy:` overrides, dry run and dependencies), through
+/// the whole submission path: parsed and checked again, resolved against the environment
+/// file as it is now, routed, gated (approvals, dependencies) and limited like any deploy,
+/// submitted by `submitted_by`. It runs now: a recorded `schedule` is left out.
+pub async fn resubmit(
+    client: &Client,
+    config: &Arc<Config>,
+    source: &str,
+    request: DeployRequest,
+    kind: OriginKind,
+    submitted_by: &Submitter,
+) -> Result<Submitted, ResubmitError> {
+    let mut descriptor = request.descriptor;
+    descriptor.schedule = None;
+    // Today's rules apply to the recorded text as to any other descriptor.
+    let text = serde_json::to_string(&descriptor).map_err(|e| {
+        SubmitError::Internal(format!(
+            "deploy {source}'s descriptor cannot be written: {e}"
+        ))
+    })?;
+    let descriptor = parse(text, format!("deploy {source}")).await?;
+    let origin = Origin {
+        kind,
+        deploy_id: source.to_string(),
+    };
+    Ok(submit_recording(
+        client,
+        config,
+        descriptor,
+        false,
+        submitted_by,
+        Some(&origin),
+    )
+    .await?)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The JSON shapes operators see (docs/cli.md), built from engine records:
-//! workers and queues. Field names are a stable interface: add, never rename.
+//! workers, queues, tenants and applications (with their live versions). Field names
+//! are a stable interface: add, never rename.
 
 use std::{
     collections::BTreeMap,
@@ -10,7 +11,10 @@ use manent_config::Config;
 use manent_engine::{Client, EngineError, ExecutorState, RunningCount, now_ms};
 use serde::{Deserialize, Serialize};
 
-use crate::queues::{DEPLOY_LIMIT_GROUP, DeclaredQueue, QueueKind, declared_queues};
+use crate::{
+    queues::{DEPLOY_LIMIT_GROUP, DeclaredQueue, QueueKind, declared_queues},
+    service::{LiveVersion, live_version},
+};
 
 /// RFC 3339 (UTC, milliseconds) of a millisecond timestamp.
 pub fn rfc3339(ms: i64) -> String {
@@ -259,6 +263,10 @@ pub struct ApplicationView {
     pub application: String,
     pub tenant: String,
     pub environments: Vec<String>,
+    /// The version live in each environment that had a successful deploy (its last
+    /// successful deploy that was not a dry run), by environment.
+    #[serde(default)]
+    pub live: BTreeMap<String, LiveVersion>,
 }
 
 /// One tenant, as `manent tenants` shows it.
@@ -283,8 +291,32 @@ pub fn applications(config: &Config) -> Vec<ApplicationView> {
                 .to_string(),
             application,
             environments,
+            live: BTreeMap::new(),
         })
         .collect()
+}
+
+/// The applications `visible` admits, with the version live in each of their environments
+/// (`manent apps`).
+pub async fn applications_live(
+    client: &Client,
+    config: &Config,
+    visible: &(dyn Fn(&str) -> bool + Sync),
+) -> Result<Vec<ApplicationView>, EngineError> {
+    // The environments source is a directory tree: read off the async threads.
+    let owned = config.clone();
+    let mut apps = tokio::task::spawn_blocking(move || applications(&owned))
+        .await
+        .map_err(|e| EngineError::InvalidInput(format!("reading the environments source: {e}")))?;
+    apps.retain(|a| visible(&a.application));
+    for app in &mut apps {
+        for environment in &app.environments {
+            if let Some(live) = live_version(client, &app.application, environment).await? {
+                app.live.insert(environment.clone(), live);
+            }
+        }
+    }
+    Ok(apps)
 }
 
 /// The tenants of `manent.yml` and of the environments source, with their applications.

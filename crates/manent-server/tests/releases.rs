@@ -1,0 +1,168 @@
+//! Releases through the `manent` CLI against a real server, on both backends: an
+//! environment's history, the version live in each environment (`manent apps`), `manent
+//! rollback` to the version before the live one and `manent redeploy` of a past deploy,
+//! each running the recorded artifacts on the targets again (docs/cli.md, "Releases").
+
+mod common;
+
+use std::process::Command;
+
+use common::{Site, cli_binary, ledger_path};
+use manent_testkit::Db;
+use serde_json::Value;
+
+macro_rules! on_both_backends {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Sqlite).await } )+ }
+        mod postgres { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Postgres).await } )+ }
+    };
+}
+
+on_both_backends!(rollback_puts_the_previous_version_back_and_redeploy_the_named_one);
+
+/// `manent ARGS` as a person reads it (tables); returns its exit code and stdout.
+fn table(site: &Site, token: &str, args: &[&str]) -> (i32, String) {
+    let out = Command::new(cli_binary())
+        .args(["--server", &format!("http://127.0.0.1:{}", site.port)])
+        .args(["--token", token])
+        .args(args)
+        .output()
+        .expect("run manent");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The versions the targets ran, in order (the ledger the deploy's command appends to).
+fn ledger_versions(site: &Site) -> Vec<String> {
+    site.ledger().lines().map(str::to_string).collect()
+}
+
+/// The version `manent apps` shows live in acme/web prod.
+fn live(site: &Site, token: &str) -> Value {
+    let (code, apps) = site.cli(token, &["apps"]);
+    assert_eq!(code, 0, "manent apps: {apps}");
+    apps.as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["application"] == "acme/web")
+        .map(|a| a["live"]["prod"]["version"].clone())
+        .unwrap_or(Value::Null)
+}
+
+/// `manent deploy -f <version> --wait`; returns the deploy's id.
+fn deploy(site: &Site, token: &str, version: &str) -> String {
+    let path = site.descriptor(version);
+    let (code, status) = site.cli(token, &["deploy", "--wait", "-f", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{version} is deployed: {status}");
+    status["id"].as_str().unwrap().to_string()
+}
+
+async fn rollback_puts_the_previous_version_back_and_redeploy_the_named_one(db: Db) {
+    let mut site = Site::new(db, &[]).await;
+    let ledger = ledger_path(&site.dir);
+    site.write_environment(
+        "acme/web",
+        "prod",
+        &format!(
+            "targets: [{{name: t1, host: local}}]\ndeploy:\n  plugin: command\n  commands:\n    - \"echo $MANENT_VERSION >> {ledger}\"\n"
+        ),
+    );
+    let token = site.token();
+    site.start("serve", "s1");
+    site.wait_api().await;
+
+    let (code, stderr) = site.cli_stderr(&token, &["rollback", "acme/web", "prod"]);
+    assert_eq!(code, 2, "nothing to roll back to is refused: {stderr}");
+    assert!(
+        stderr.contains("nothing to roll back to") && stderr.contains("no successful deploy yet"),
+        "the refusal says why: {stderr}"
+    );
+
+    let first = deploy(&site, &token, "1.0");
+    let second = deploy(&site, &token, "1.1");
+    assert_eq!(ledger_versions(&site), ["1.0", "1.1"], "both versions ran");
+    assert_eq!(live(&site, &token), "1.1", "1.1 is live");
+
+    let (code, status) = site.cli(&token, &["rollback", "acme/web", "prod", "--wait"]);
+    assert_eq!(code, 0, "the rollback succeeds: {status}");
+    assert_eq!(
+        (
+            status["version"].as_str(),
+            status["redeploy_of"].as_str(),
+            status["redeploy_kind"].as_str()
+        ),
+        (Some("1.0"), Some(first.as_str()), Some("rollback")),
+        "the rollback deploys 1.0's recorded deploy again: {status}"
+    );
+    let rollback = status["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        ledger_versions(&site).last().map(String::as_str),
+        Some("1.0"),
+        "the target runs 1.0 again"
+    );
+    assert_eq!(live(&site, &token), "1.0", "manent apps shows 1.0 live");
+
+    let (code, history) = site.cli(&token, &["history", "acme/web", "prod"]);
+    assert_eq!(code, 0, "manent history: {history}");
+    let rows: Vec<(&str, &str, &str)> = history
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            (
+                d["version"].as_str().unwrap_or("?"),
+                d["id"].as_str().unwrap_or("?"),
+                d["status"].as_str().unwrap_or("?"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("1.0", rollback.as_str(), "SUCCESS"),
+            ("1.1", second.as_str(), "SUCCESS"),
+            ("1.0", first.as_str(), "SUCCESS"),
+        ],
+        "three deploys, newest first, with their versions: {history}"
+    );
+    let (code, text) = table(&site, &token, &["history", "acme/web", "prod"]);
+    assert_eq!(code, 0, "the history table: {text}");
+    for column in ["VERSION", "DURATION", "DRY_RUN", "SUBMITTED_BY"] {
+        assert!(text.contains(column), "the table has {column}: {text}");
+    }
+    assert!(
+        text.contains(&format!("rollback of {first}")),
+        "the table says where the rollback came from: {text}"
+    );
+    let (code, text) = table(&site, &token, &["apps"]);
+    assert!(
+        code == 0 && text.contains("prod 1.0"),
+        "the apps table shows 1.0 live in prod: {text}"
+    );
+
+    let (code, status) = site.cli(&token, &["redeploy", &second[..8], "--wait"]);
+    assert_eq!(code, 0, "the redeploy succeeds: {status}");
+    assert_eq!(
+        (
+            status["version"].as_str(),
+            status["redeploy_of"].as_str(),
+            status["redeploy_kind"].as_str()
+        ),
+        (Some("1.1"), Some(second.as_str()), Some("redeploy")),
+        "the redeploy deploys 1.1's recorded deploy again (the id by prefix): {status}"
+    );
+    assert_eq!(
+        ledger_versions(&site),
+        ["1.0", "1.1", "1.0", "1.1"],
+        "the targets ran each deploy in order"
+    );
+    assert_eq!(live(&site, &token), "1.1", "1.1 is live again");
+
+    let (code, text) = table(&site, &token, &["list"]);
+    assert!(
+        code == 0 && text.contains("VERSION") && text.contains("DURATION"),
+        "the list shows versions and durations: {text}"
+    );
+}
