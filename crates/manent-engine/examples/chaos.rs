@@ -1,24 +1,30 @@
 //! The engine's chaos test, as a command: worker processes are killed with
-//! SIGKILL at random while partitioned workflows run, then the run is checked:
+//! SIGKILL at random while partitioned workflows run, and PostgreSQL is
+//! restarted now and then (crashed or stopped cleanly, down for a random
+//! while, sometimes past the workers' fence window); then the run is checked:
 //! every workflow succeeded, no step ran again after its checkpoint was
 //! recorded, and no concurrency limit was ever exceeded.
 //!
 //! ```text
 //! cargo run --release -p manent-engine --example chaos -- [--quick] [--database-url ADMIN_URL | --sqlite]
 //!     [--workers 3] [--workflows 200] [--steps 5] [--step-ms 100] [--kill-every-ms 2000]
-//!     [--seed N] [--timeout-s 600]
+//!     [--restart-db-every-ms 0] [--seed N] [--timeout-s 600]
 //! ```
 //!
 //! It creates a fresh PostgreSQL database next to the admin URL's (default
 //! `postgres://postgres@127.0.0.1:5432/postgres`) and drops it at the end; with
-//! `--sqlite`, a database file in a temporary directory. Workers are this
-//! program re-executed with `--worker`. Every step body appends `begin` and
-//! `done` lines (workflow, step, partition, pid, generation) to a shared ledger
-//! and returns its generation, which the engine records as the step's output;
-//! a rerun of a recorded step would show up as a ledger line with a higher
-//! generation than the recorded one. The parent appends `killed <pid>` once a
-//! killed worker is reaped, closing that process's open step intervals.
-//! Exits 1 on any violation. `--quick` is the CI preset.
+//! `--sqlite`, a database file in a temporary directory. With
+//! `--restart-db-every-ms N` (N > 0) it runs on a private PostgreSQL cluster of
+//! its own instead (`manent_testkit::PgCluster`; root or the `postgres` user
+//! needed), never restarting a shared one. Workers are this program
+//! re-executed with `--worker`. Every step body appends `begin` and `done`
+//! lines (workflow, step, partition, pid, generation) to a shared ledger, or
+//! `dropped` when its run is stopped before it returns (fenced), and returns
+//! its generation, which the engine records as the step's output; a rerun of a
+//! recorded step would show up as a ledger line with a higher generation than
+//! the recorded one. The parent appends `killed <pid>` once a killed worker is
+//! reaped, closing that process's open step intervals. Exits 1 on any
+//! violation. `--quick` is the CI preset (it includes PostgreSQL restarts).
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -57,6 +63,8 @@ struct Options {
     steps: usize,
     step_ms: u64,
     kill_every: Duration,
+    /// Zero: never; else PostgreSQL (a private cluster) is restarted this often.
+    restart_db_every: Duration,
     seed: u64,
     timeout: Duration,
 }
@@ -72,6 +80,7 @@ impl Options {
             steps: 5,
             step_ms: 100,
             kill_every: Duration::from_millis(2000),
+            restart_db_every: Duration::ZERO,
             seed: rand::random::<u32>().into(),
             timeout: Duration::from_secs(600),
         };
@@ -82,6 +91,7 @@ impl Options {
             o.steps = 5;
             o.step_ms = 150;
             o.kill_every = Duration::from_millis(1500);
+            o.restart_db_every = Duration::from_millis(4000);
             o.timeout = Duration::from_secs(120);
         }
         let mut it = args.iter();
@@ -100,12 +110,16 @@ impl Options {
                 "--steps" => o.steps = number(arg, &value()?)?,
                 "--step-ms" => o.step_ms = number(arg, &value()?)?,
                 "--kill-every-ms" => o.kill_every = Duration::from_millis(number(arg, &value()?)?),
+                "--restart-db-every-ms" => {
+                    o.restart_db_every = Duration::from_millis(number(arg, &value()?)?)
+                }
                 "--seed" => o.seed = number(arg, &value()?)?,
                 "--timeout-s" => o.timeout = Duration::from_secs(number(arg, &value()?)?),
                 "-h" | "--help" => {
                     println!(
                         "usage: chaos [--quick] [--database-url ADMIN_URL | --sqlite] [--workers N] \
-                         [--workflows N] [--steps N] [--step-ms MS] [--kill-every-ms MS] [--seed N] [--timeout-s S]"
+                         [--workflows N] [--steps N] [--step-ms MS] [--kill-every-ms MS] \
+                         [--restart-db-every-ms MS (0: never)] [--seed N] [--timeout-s S]"
                     );
                     std::process::exit(0);
                 }
@@ -114,6 +128,12 @@ impl Options {
         }
         if o.workers == 0 || o.steps == 0 || o.kill_every.is_zero() {
             bail!("--workers, --steps and --kill-every-ms must be positive");
+        }
+        if o.sqlite && !o.restart_db_every.is_zero() {
+            if args.iter().any(|a| a == "--restart-db-every-ms") {
+                bail!("--restart-db-every-ms restarts PostgreSQL; it does not apply to --sqlite");
+            }
+            o.restart_db_every = Duration::ZERO;
         }
         Ok(o)
     }
@@ -134,6 +154,10 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("--worker") {
         return match runtime.block_on(worker(&args[1..])) {
             Ok(()) => ExitCode::SUCCESS,
+            Err(e) if e.downcast_ref::<DatabaseDown>().is_some() => {
+                eprintln!("worker: {e:#}");
+                ExitCode::from(DATABASE_DOWN_EXIT)
+            }
             Err(e) => {
                 eprintln!("worker: {e:#}");
                 ExitCode::from(3)
@@ -158,6 +182,49 @@ fn main() -> ExitCode {
 }
 
 // ---------------------------------------------------------------- the worker
+
+/// A worker's exit status when it could not start because the database was
+/// down (restarted by the parent): the parent starts it again, no violation.
+const DATABASE_DOWN_EXIT: u8 = 75;
+
+/// The database could not be reached while the worker started.
+#[derive(Debug, thiserror::Error)]
+#[error("the database is unreachable while starting: {0}")]
+struct DatabaseDown(String);
+
+/// Appends `begin` at once, and `done` (the body returned) or `dropped` (its
+/// run was stopped first: fenced, or the process is stopping) when it goes.
+struct Body {
+    ledger: Arc<PathBuf>,
+    fields: (String, usize, String),
+    done: bool,
+}
+
+impl Body {
+    fn begin(ledger: Arc<PathBuf>, wf: &str, step: usize, rest: String) -> Body {
+        append(&ledger, &format!("{wf} {step} begin {rest}"));
+        Body {
+            ledger,
+            fields: (wf.to_string(), step, rest),
+            done: false,
+        }
+    }
+
+    fn done(mut self) {
+        self.done = true;
+        let (wf, step, rest) = &self.fields;
+        append(&self.ledger, &format!("{wf} {step} done {rest}"));
+    }
+}
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        if !self.done {
+            let (wf, step, rest) = &self.fields;
+            append(&self.ledger, &format!("{wf} {step} dropped {rest}"));
+        }
+    }
+}
 
 /// Appends one line in one write: with O_APPEND, lines of concurrent processes never interleave.
 fn append(path: &Path, line: &str) {
@@ -194,7 +261,14 @@ async fn worker(args: &[String]) -> Result<()> {
     let pid = std::process::id();
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
 
-    let store = store::open(&url).await?;
+    // The database may be down for a restart: wait for it (the parent's timeout bounds this).
+    let store = loop {
+        match store::open(&url).await {
+            Ok(store) => break store,
+            Err(e) if e.is_transient() => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(e) => return Err(e.into()),
+        }
+    };
     let mut config = EngineConfig::new(&id);
     config.stale_after = Duration::from_millis(STALE_MS);
     config.heartbeat_interval = Duration::from_millis(HEARTBEAT_MS);
@@ -214,17 +288,16 @@ async fn worker(args: &[String]) -> Result<()> {
                 (ctx.workflow_id(), ctx.partition_key(), ctx.generation());
             for step in 0..steps {
                 ctx.step(&format!("s{step}"), || async {
-                    append(
-                        &ledger,
-                        &format!("{wf} {step} begin {partition} {pid} {generation}"),
+                    let body = Body::begin(
+                        ledger.clone(),
+                        wf,
+                        step,
+                        format!("{partition} {pid} {generation}"),
                     );
                     // A little work, of varying length.
                     let ms = step_ms / 2 + rand::random::<u64>() % (step_ms + 1);
                     tokio::time::sleep(Duration::from_millis(ms)).await;
-                    append(
-                        &ledger,
-                        &format!("{wf} {step} done {partition} {pid} {generation}"),
-                    );
+                    body.done();
                     Ok::<_, String>(generation)
                 })
                 .await?;
@@ -232,7 +305,13 @@ async fn worker(args: &[String]) -> Result<()> {
             Ok(())
         }
     });
-    engine.launch().await?;
+    match engine.launch().await {
+        Ok(()) => {}
+        Err(manent_engine::EngineError::Store(e)) if e.is_transient() => {
+            return Err(DatabaseDown(e.to_string()).into());
+        }
+        Err(e) => return Err(e.into()),
+    }
     terminate.recv().await;
     engine.shutdown(Duration::from_secs(5)).await;
     Ok(())
@@ -240,11 +319,14 @@ async fn worker(args: &[String]) -> Result<()> {
 
 // ---------------------------------------------------------------- the parent
 
-/// The database of one run: a fresh PostgreSQL database (dropped at the end) or a SQLite file.
+/// The database of one run: a fresh PostgreSQL database (dropped at the end),
+/// one in a private cluster of the run's own (removed at the end; the one the
+/// run restarts), or a SQLite file.
 struct RunDb {
     url: String,
     admin_url: String,
     pg_name: Option<String>,
+    cluster: Option<manent_testkit::PgCluster>,
 }
 
 impl RunDb {
@@ -254,6 +336,22 @@ impl RunDb {
                 url: format!("sqlite://{}", dir.join("chaos.db").display()),
                 admin_url: String::new(),
                 pg_name: None,
+                cluster: None,
+            });
+        }
+        if !o.restart_db_every.is_zero() {
+            // Started on a blocking thread: it runs initdb and pg_ctl.
+            let cluster = tokio::task::spawn_blocking(manent_testkit::PgCluster::start).await?;
+            let url = cluster.create_database("manent_chaos").await;
+            println!(
+                "chaos: a private PostgreSQL cluster on port {} (restarted during the run)",
+                cluster.port()
+            );
+            return Ok(RunDb {
+                url,
+                admin_url: cluster.admin_url(),
+                pg_name: None,
+                cluster: Some(cluster),
             });
         }
         let name = format!("manent_chaos_{}", uuid::Uuid::new_v4().simple());
@@ -269,6 +367,7 @@ impl RunDb {
             url: format!("{base}/{name}"),
             admin_url: o.admin_url.clone(),
             pg_name: Some(name),
+            cluster: None,
         })
     }
 
@@ -294,6 +393,10 @@ struct Workers {
     /// Slots killed and waiting to be restarted at the given time.
     restarts: Vec<(usize, Instant)>,
     violations: Vec<String>,
+    /// Whether the database is restarted during the run (a worker may then
+    /// fail to start, and is started again).
+    restarting_db: bool,
+    refused_starts: usize,
 }
 
 impl Workers {
@@ -341,10 +444,15 @@ impl Workers {
                 None => None,
             };
             if let Some((pid, status)) = exited {
-                self.violations.push(format!(
-                    "worker {} (pid {pid}) exited on its own: {status}; see its log",
-                    Self::id(slot)
-                ));
+                if status.code() == Some(i32::from(DATABASE_DOWN_EXIT)) && self.restarting_db {
+                    // Started while PostgreSQL was being restarted: start it again.
+                    self.refused_starts += 1;
+                } else {
+                    self.violations.push(format!(
+                        "worker {} (pid {pid}) exited on its own: {status}; see its log",
+                        Self::id(slot)
+                    ));
+                }
                 self.slots[slot] = None;
                 append(&self.ledger, &format!("killed {pid}"));
                 self.start(slot)?;
@@ -394,6 +502,56 @@ fn signal(pid: u32, signal: &str) {
 struct Counts {
     kills: usize,
     delayed_restarts: usize,
+    db_restarts: usize,
+    /// Of those, how many kept the database down past the workers' fence window.
+    db_long_outages: usize,
+}
+
+/// A PostgreSQL restart in progress: down since, back up at `until`.
+struct Outage {
+    until: Instant,
+}
+
+/// Stops the private cluster (a crash or a clean stop, at random) for a
+/// random while: mostly a blip, sometimes past the workers' fence window (a
+/// quarter of stale_after short of it), so that they all fence themselves
+/// and resume once their lease renews.
+async fn stop_database(
+    cluster: &manent_testkit::PgCluster,
+    rng: &mut StdRng,
+    counts: &mut Counts,
+) -> Result<Outage> {
+    let mode = if rng.random_bool(0.5) {
+        manent_testkit::StopMode::Immediate
+    } else {
+        manent_testkit::StopMode::Fast
+    };
+    let fence_ms = STALE_MS - STALE_MS / 4;
+    // The first outage is a long one, so that even a short run meets fencing.
+    let long = counts.db_restarts == 0 || rng.random_bool(0.4);
+    let down_ms = if long {
+        counts.db_long_outages += 1;
+        fence_ms + 250 + rng.random_range(0..1000)
+    } else {
+        rng.random_range(50..fence_ms / 2)
+    };
+    counts.db_restarts += 1;
+    let stop = std::panic::AssertUnwindSafe(|| cluster.stop(mode));
+    tokio::task::block_in_place(|| std::panic::catch_unwind(stop))
+        .map_err(|_| anyhow::anyhow!("could not stop the private PostgreSQL cluster"))?;
+    println!(
+        "  database stopped ({mode:?}) for {down_ms} ms{}",
+        if long { ", past the fence window" } else { "" }
+    );
+    Ok(Outage {
+        until: Instant::now() + Duration::from_millis(down_ms),
+    })
+}
+
+fn start_database(cluster: &manent_testkit::PgCluster) -> Result<()> {
+    let start = std::panic::AssertUnwindSafe(|| cluster.start_again());
+    tokio::task::block_in_place(|| std::panic::catch_unwind(start))
+        .map_err(|_| anyhow::anyhow!("could not start the private PostgreSQL cluster again"))
 }
 
 async fn parent(o: Options) -> Result<bool> {
@@ -434,6 +592,8 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
         slots: (0..o.workers).map(|_| None).collect(),
         restarts: Vec::new(),
         violations: Vec::new(),
+        restarting_db: db.cluster.is_some(),
+        refused_starts: 0,
     };
     for slot in 0..o.workers {
         workers.start(slot)?;
@@ -454,16 +614,36 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
     let mut counts = Counts {
         kills: 0,
         delayed_restarts: 0,
+        db_restarts: 0,
+        db_long_outages: 0,
     };
     let mut next_kill = started + o.kill_every;
+    let mut next_db_restart = started + o.restart_db_every;
+    let mut outage: Option<Outage> = None;
     let deadline = started + o.timeout;
     let mut last_report = started;
     let finished = loop {
-        let depths = client.queue_depths().await?;
-        let open: i64 = depths.iter().map(|d| d.enqueued + d.running).sum();
-        if open == 0 {
+        if let (Some(cluster), Some(down)) = (&db.cluster, &outage)
+            && Instant::now() >= down.until
+        {
+            start_database(cluster)?;
+            println!("  {:>5.1}s: database back", started.elapsed().as_secs_f64());
+            outage = None;
+            next_db_restart = Instant::now() + o.restart_db_every;
+        }
+        // While the database is down (or coming back) there is nothing to read;
+        // bounded, since the pool would keep trying to connect for its acquire timeout.
+        let depths = tokio::time::timeout(Duration::from_millis(500), client.queue_depths()).await;
+        let open: Option<i64> = match depths {
+            Ok(Ok(depths)) => Some(depths.iter().map(|d| d.enqueued + d.running).sum()),
+            Ok(Err(_)) | Err(_) if db.cluster.is_some() => None,
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => bail!("the database did not answer within 500 ms"),
+        };
+        if open == Some(0) {
             break true;
         }
+        let open = open.map_or_else(|| "?".to_string(), |n| n.to_string());
         let now = Instant::now();
         if now >= deadline {
             break false;
@@ -488,6 +668,12 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
             workers.start(slot)?;
         }
         workers.check_unexpected_exits()?;
+        if let Some(cluster) = &db.cluster
+            && outage.is_none()
+            && now >= next_db_restart
+        {
+            outage = Some(stop_database(cluster, &mut rng, &mut counts).await?);
+        }
         if now >= next_kill {
             next_kill = now + o.kill_every;
             let alive: Vec<usize> = (0..o.workers)
@@ -512,6 +698,9 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let elapsed = started.elapsed();
+    if let (Some(cluster), Some(_)) = (&db.cluster, &outage) {
+        start_database(cluster)?;
+    }
     workers.stop_all().await;
     let mut violations = std::mem::take(&mut workers.violations);
     if !finished {
@@ -521,17 +710,23 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
     let report = verify(o, &client, &ledger, &mut violations).await?;
     println!(
         "chaos: {} workflows ({} succeeded) in {:.1}s = {:.1} wf/s; {} kills ({} restarted late); \
-         {} step bodies run for {} steps: {} reruns of interrupted steps ({} by runs fenced while alive)",
+         {} database restarts ({} past the fence window, {} worker starts refused meanwhile); \
+         {} step bodies run for {} steps: {} reruns of interrupted steps ({} by runs fenced while alive, \
+         {} stopped mid-body)",
         o.workflows,
         report.succeeded,
         elapsed.as_secs_f64(),
         report.succeeded as f64 / elapsed.as_secs_f64(),
         counts.kills,
         counts.delayed_restarts,
+        counts.db_restarts,
+        counts.db_long_outages,
+        workers.refused_starts,
         report.bodies,
         o.workflows * o.steps,
         report.reruns,
         report.fenced_live,
+        report.dropped,
     );
     println!(
         "chaos: max concurrency seen: {} overall (limit {GLOBAL_LIMIT}), {} per partition (limit {PARTITION_LIMIT}), \
@@ -558,14 +753,24 @@ struct Report {
     /// Interrupted runs whose process was not killed: recovered away from a
     /// live worker that looked stale (an overloaded machine), then fenced.
     fenced_live: usize,
+    /// Step bodies stopped before they returned (their run fenced or stopped).
+    dropped: usize,
     max_total: usize,
     max_partition: usize,
     max_worker: usize,
 }
 
+/// What a ledger line of a step body says.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Begin,
+    Done,
+    Dropped,
+}
+
 /// A ledger line of a step body.
 struct StepLine {
-    begin: bool,
+    kind: Kind,
     partition: String,
     pid: u32,
     generation: i64,
@@ -579,9 +784,10 @@ fn parse_line(line: &str) -> Option<((String, usize), StepLine)> {
     Some((
         (wf.to_string(), step.parse().ok()?),
         StepLine {
-            begin: match *kind {
-                "begin" => true,
-                "done" => false,
+            kind: match *kind {
+                "begin" => Kind::Begin,
+                "done" => Kind::Done,
+                "dropped" => Kind::Dropped,
                 _ => return None,
             },
             partition: partition.to_string(),
@@ -621,7 +827,10 @@ async fn verify(
             continue;
         };
         let running = open.entry(l.pid).or_default();
-        if l.begin {
+        if l.kind == Kind::Dropped {
+            report.dropped += 1;
+        }
+        if l.kind == Kind::Begin {
             running.push((key.0.clone(), key.1, l.partition.clone()));
             total += 1;
             let p = per_partition.entry(l.partition.clone()).or_default();
@@ -703,7 +912,7 @@ async fn verify(
                 ))
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            let begins: Vec<&StepLine> = lines.iter().filter(|l| l.begin).collect();
+            let begins: Vec<&StepLine> = lines.iter().filter(|l| l.kind == Kind::Begin).collect();
             report.bodies += begins.len();
             let interrupted: Vec<&&StepLine> =
                 begins.iter().filter(|l| l.generation < recorded).collect();
@@ -726,12 +935,11 @@ async fn verify(
                 ));
             }
             let recording = lines.iter().filter(|l| l.generation == recorded);
-            let (b, d) = recording.fold(
-                (0, 0),
-                |(b, d), l| {
-                    if l.begin { (b + 1, d) } else { (b, d + 1) }
-                },
-            );
+            let (b, d) = recording.fold((0, 0), |(b, d), l| match l.kind {
+                Kind::Begin => (b + 1, d),
+                Kind::Done => (b, d + 1),
+                Kind::Dropped => (b, d),
+            });
             if (b, d) != (1, 1) {
                 violations.push(format!(
                     "step {} of {}: the recording run (generation {recorded}) logged {b} begins and {d} ends",
