@@ -65,11 +65,19 @@ struct Options {
     kill_every: Duration,
     /// Zero: never; else PostgreSQL (a private cluster) is restarted this often.
     restart_db_every: Duration,
+    /// Zero: never; else worker 0 runs in a network namespace of its own and
+    /// its link to PostgreSQL (a private cluster) is cut this often.
+    partition_every: Duration,
     seed: u64,
     timeout: Duration,
 }
 
 impl Options {
+    /// Whether the run needs a PostgreSQL cluster of its own (it restarts it, or cuts a worker off it).
+    fn private_db(&self) -> bool {
+        !self.restart_db_every.is_zero() || !self.partition_every.is_zero()
+    }
+
     fn parse(args: &[String]) -> Result<Options> {
         let mut o = Options {
             admin_url: std::env::var("MANENT_TEST_POSTGRES")
@@ -81,6 +89,7 @@ impl Options {
             step_ms: 100,
             kill_every: Duration::from_millis(2000),
             restart_db_every: Duration::ZERO,
+            partition_every: Duration::ZERO,
             seed: rand::random::<u32>().into(),
             timeout: Duration::from_secs(600),
         };
@@ -92,6 +101,7 @@ impl Options {
             o.step_ms = 150;
             o.kill_every = Duration::from_millis(1500);
             o.restart_db_every = Duration::from_millis(4000);
+            o.partition_every = Duration::from_millis(5000);
             o.timeout = Duration::from_secs(120);
         }
         let mut it = args.iter();
@@ -113,13 +123,17 @@ impl Options {
                 "--restart-db-every-ms" => {
                     o.restart_db_every = Duration::from_millis(number(arg, &value()?)?)
                 }
+                "--partition-every-ms" => {
+                    o.partition_every = Duration::from_millis(number(arg, &value()?)?)
+                }
                 "--seed" => o.seed = number(arg, &value()?)?,
                 "--timeout-s" => o.timeout = Duration::from_secs(number(arg, &value()?)?),
                 "-h" | "--help" => {
                     println!(
                         "usage: chaos [--quick] [--database-url ADMIN_URL | --sqlite] [--workers N] \
                          [--workflows N] [--steps N] [--step-ms MS] [--kill-every-ms MS] \
-                         [--restart-db-every-ms MS (0: never)] [--seed N] [--timeout-s S]"
+                         [--restart-db-every-ms MS (0: never)] [--partition-every-ms MS (0: never)] \
+                         [--seed N] [--timeout-s S]"
                     );
                     std::process::exit(0);
                 }
@@ -129,11 +143,14 @@ impl Options {
         if o.workers == 0 || o.steps == 0 || o.kill_every.is_zero() {
             bail!("--workers, --steps and --kill-every-ms must be positive");
         }
-        if o.sqlite && !o.restart_db_every.is_zero() {
-            if args.iter().any(|a| a == "--restart-db-every-ms") {
-                bail!("--restart-db-every-ms restarts PostgreSQL; it does not apply to --sqlite");
+        if o.sqlite {
+            for option in ["--restart-db-every-ms", "--partition-every-ms"] {
+                if args.iter().any(|a| a == option) {
+                    bail!("{option} is about PostgreSQL; it does not apply to --sqlite");
+                }
             }
             o.restart_db_every = Duration::ZERO;
+            o.partition_every = Duration::ZERO;
         }
         Ok(o)
     }
@@ -327,6 +344,8 @@ struct RunDb {
     admin_url: String,
     pg_name: Option<String>,
     cluster: Option<manent_testkit::PgCluster>,
+    /// Worker 0's network namespace and the URL it reaches the cluster at from there.
+    partition: Option<(manent_testkit::NetNs, String)>,
 }
 
 impl RunDb {
@@ -337,21 +356,46 @@ impl RunDb {
                 admin_url: String::new(),
                 pg_name: None,
                 cluster: None,
+                partition: None,
             });
         }
-        if !o.restart_db_every.is_zero() {
-            // Started on a blocking thread: it runs initdb and pg_ctl.
-            let cluster = tokio::task::spawn_blocking(manent_testkit::PgCluster::start).await?;
+        if o.private_db() {
+            let partitioned = !o.partition_every.is_zero();
+            // On a blocking thread: it runs ip, initdb and pg_ctl.
+            let (cluster, ns) = tokio::task::spawn_blocking(move || {
+                let ns = partitioned.then(manent_testkit::NetNs::new);
+                let cluster = match &ns {
+                    Some(ns) => manent_testkit::PgCluster::start_listening(
+                        std::slice::from_ref(&ns.host_addr),
+                        std::slice::from_ref(&ns.network),
+                    ),
+                    None => manent_testkit::PgCluster::start(),
+                };
+                (cluster, ns)
+            })
+            .await?;
             let url = cluster.create_database("manent_chaos").await;
             println!(
-                "chaos: a private PostgreSQL cluster on port {} (restarted during the run)",
-                cluster.port()
+                "chaos: a private PostgreSQL cluster on port {}{}",
+                cluster.port(),
+                match &ns {
+                    Some(ns) => format!(
+                        "; worker 0 in network namespace {} reaches it at {}",
+                        ns.name, ns.host_addr
+                    ),
+                    None => String::new(),
+                }
             );
+            let partition = ns.map(|ns| {
+                let far = cluster.url_at(&ns.host_addr, "manent_chaos");
+                (ns, far)
+            });
             return Ok(RunDb {
                 url,
                 admin_url: cluster.admin_url(),
                 pg_name: None,
                 cluster: Some(cluster),
+                partition,
             });
         }
         let name = format!("manent_chaos_{}", uuid::Uuid::new_v4().simple());
@@ -368,6 +412,7 @@ impl RunDb {
             admin_url: o.admin_url.clone(),
             pg_name: Some(name),
             cluster: None,
+            partition: None,
         })
     }
 
@@ -393,10 +438,12 @@ struct Workers {
     /// Slots killed and waiting to be restarted at the given time.
     restarts: Vec<(usize, Instant)>,
     violations: Vec<String>,
-    /// Whether the database is restarted during the run (a worker may then
-    /// fail to start, and is started again).
-    restarting_db: bool,
+    /// Whether the database is restarted or worker 0 cut off during the run
+    /// (a worker may then fail to start, and is started again).
+    db_faults: bool,
     refused_starts: usize,
+    /// Worker 0's network namespace and database URL, when it is partitioned now and then.
+    far: Option<(String, String)>,
 }
 
 impl Workers {
@@ -409,10 +456,18 @@ impl Workers {
             .create(true)
             .append(true)
             .open(self.dir.join(format!("{}.log", Self::id(slot))))?;
-        let child = Command::new(&self.exe)
+        let (mut command, url) = match (&self.far, slot) {
+            (Some((ns, far_url)), 0) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&self.exe);
+                (c, far_url.as_str())
+            }
+            _ => (Command::new(&self.exe), self.url.as_str()),
+        };
+        let child = command
             .arg("--worker")
             .args(["--id", &Self::id(slot)])
-            .args(["--database-url", &self.url])
+            .args(["--database-url", url])
             .arg("--ledger")
             .arg(&self.ledger)
             .args(["--steps", &self.options.steps.to_string()])
@@ -444,8 +499,9 @@ impl Workers {
                 None => None,
             };
             if let Some((pid, status)) = exited {
-                if status.code() == Some(i32::from(DATABASE_DOWN_EXIT)) && self.restarting_db {
-                    // Started while PostgreSQL was being restarted: start it again.
+                if status.code() == Some(i32::from(DATABASE_DOWN_EXIT)) && self.db_faults {
+                    // Started while PostgreSQL was being restarted (or out of
+                    // reach): start it again.
                     self.refused_starts += 1;
                 } else {
                     self.violations.push(format!(
@@ -505,6 +561,24 @@ struct Counts {
     db_restarts: usize,
     /// Of those, how many kept the database down past the workers' fence window.
     db_long_outages: usize,
+    partitions: usize,
+    /// Of those, how many lasted past stale_after (the others recover worker 0's work).
+    long_partitions: usize,
+}
+
+/// How long worker 0's link is cut: the first time and often past
+/// stale_after, so that the others recover its work while it fences itself;
+/// otherwise a blip it rides out.
+fn partition_length(rng: &mut StdRng, counts: &mut Counts) -> (Duration, bool) {
+    counts.partitions += 1;
+    let long = counts.partitions == 1 || rng.random_bool(0.5);
+    let ms = if long {
+        counts.long_partitions += 1;
+        STALE_MS + 500 + rng.random_range(0..2000)
+    } else {
+        rng.random_range(50..(STALE_MS - STALE_MS / 4) / 2)
+    };
+    (Duration::from_millis(ms), long)
 }
 
 /// A PostgreSQL restart in progress: down since, back up at `until`.
@@ -592,8 +666,12 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
         slots: (0..o.workers).map(|_| None).collect(),
         restarts: Vec::new(),
         violations: Vec::new(),
-        restarting_db: db.cluster.is_some(),
+        db_faults: db.cluster.is_some(),
         refused_starts: 0,
+        far: db
+            .partition
+            .as_ref()
+            .map(|(ns, far)| (ns.name.clone(), far.clone())),
     };
     for slot in 0..o.workers {
         workers.start(slot)?;
@@ -616,7 +694,11 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
         delayed_restarts: 0,
         db_restarts: 0,
         db_long_outages: 0,
+        partitions: 0,
+        long_partitions: 0,
     };
+    let mut next_partition = started + o.partition_every;
+    let mut healed_at: Option<Instant> = None;
     let mut next_kill = started + o.kill_every;
     let mut next_db_restart = started + o.restart_db_every;
     let mut outage: Option<Outage> = None;
@@ -668,6 +750,31 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
             workers.start(slot)?;
         }
         workers.check_unexpected_exits()?;
+        if let Some((ns, _)) = &db.partition {
+            match healed_at {
+                Some(at) if now >= at => {
+                    ns.heal();
+                    healed_at = None;
+                    next_partition = now + o.partition_every;
+                    println!(
+                        "  {:>5.1}s: worker 0's link healed",
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+                None if now >= next_partition => {
+                    let (length, long) = partition_length(&mut rng, &mut counts);
+                    ns.cut();
+                    healed_at = Some(now + length);
+                    println!(
+                        "  {:>5.1}s: worker 0 cut off from PostgreSQL for {} ms{}",
+                        started.elapsed().as_secs_f64(),
+                        length.as_millis(),
+                        if long { ", past stale_after" } else { "" }
+                    );
+                }
+                _ => {}
+            }
+        }
         if let Some(cluster) = &db.cluster
             && outage.is_none()
             && now >= next_db_restart
@@ -701,6 +808,9 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
     if let (Some(cluster), Some(_)) = (&db.cluster, &outage) {
         start_database(cluster)?;
     }
+    if let (Some((ns, _)), Some(_)) = (&db.partition, healed_at) {
+        ns.heal();
+    }
     workers.stop_all().await;
     let mut violations = std::mem::take(&mut workers.violations);
     if !finished {
@@ -711,6 +821,7 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
     println!(
         "chaos: {} workflows ({} succeeded) in {:.1}s = {:.1} wf/s; {} kills ({} restarted late); \
          {} database restarts ({} past the fence window, {} worker starts refused meanwhile); \
+         {} partitions of worker 0 ({} past stale_after); \
          {} step bodies run for {} steps: {} reruns of interrupted steps ({} by runs fenced while alive, \
          {} stopped mid-body)",
         o.workflows,
@@ -722,6 +833,8 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
         counts.db_restarts,
         counts.db_long_outages,
         workers.refused_starts,
+        counts.partitions,
+        counts.long_partitions,
         report.bodies,
         o.workflows * o.steps,
         report.reruns,
