@@ -776,6 +776,7 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
             }
         }
         if let Some(cluster) = &db.cluster
+            && !o.restart_db_every.is_zero()
             && outage.is_none()
             && now >= next_db_restart
         {
