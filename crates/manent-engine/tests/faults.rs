@@ -807,6 +807,143 @@ async fn partitioned(takeover: Takeover) {
     );
 }
 
+/// The partition strikes while the worker is inside a transaction (a claim
+/// holding its queue's advisory lock, or rows it locked): PostgreSQL keeps
+/// that session, and its locks, until it learns the client is gone, which
+/// TCP alone tells it only after hours. The engine's sessions end an idle
+/// transaction themselves (`idle_in_transaction_session_timeout`), so the
+/// others are held up for that long at most: the other worker recovers the
+/// partitioned worker's work and runs everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_partitioned_in_the_middle_of_a_transaction_holds_up_the_others_only_briefly() {
+    const STEPS: usize = 3;
+    const WORKFLOWS: usize = 40;
+    let limits = Limits {
+        worker: 2,
+        partition: 1,
+        global: 8,
+    };
+    manent_testkit::init_tracing();
+    let started = std::time::Instant::now();
+    let ns = NetNs::new();
+    let cluster = PgCluster::start_listening(
+        std::slice::from_ref(&ns.host_addr),
+        std::slice::from_ref(&ns.network),
+    );
+    let url = cluster.create_database("faults").await;
+    let far_url = cluster.url_at(&ns.host_addr, "faults");
+    let client = Client::new(store::open(&url).await.expect("open the test database"));
+    let mut procs = Procs::new();
+    let log_cluster = cluster.log_path();
+    procs.server_log = Some(Box::new(move || {
+        std::fs::read_to_string(&log_cluster).unwrap_or_default()
+    }));
+    let common = |spec: Spec| {
+        spec.limits(limits)
+            .set("MANENT_TEST_STALE_MS", 2000)
+            .set("MANENT_TEST_STEPS", STEPS)
+            .set("MANENT_TEST_STEP_MS", 5)
+    };
+    let a = procs.spawn(common(Spec::worker("x", &far_url)), Some(&ns));
+    let pid_a = procs.pid(a);
+    procs.wait_ready(a).await;
+    let requests = (0..WORKFLOWS)
+        .map(|n| {
+            EnqueueRequest::new(WORKFLOW, QUEUE, ())
+                .id(format!("wf-{n:02}"))
+                .partition(format!("p{}", n % 10))
+        })
+        .collect();
+    for outcome in client.enqueue_many(requests).await.expect("enqueue") {
+        outcome.expect("each workflow is enqueued");
+    }
+    let begun = format!(" {pid_a} ");
+    procs
+        .ledger
+        .wait_for("the worker to run steps", |l| {
+            l.starts_with("begin ") && l.contains(&begun)
+        })
+        .await;
+
+    // Freeze the worker until it is caught inside a transaction, cut it off
+    // there, and let it go on (alive, partitioned).
+    let mut caught = false;
+    for _ in 0..2000 {
+        signal(&procs.children.0[a], "STOP");
+        manent_testkit::wait_stopped(&procs.children.0[a], WAIT).await;
+        if sessions_in_transaction(&url, &ns.ns_addr).await > 0 {
+            caught = true;
+            break;
+        }
+        signal(&procs.children.0[a], "CONT");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(caught, "the worker was caught inside a transaction");
+    ns.cut();
+    append(&procs.ledger.0, "partition");
+    signal(&procs.children.0[a], "CONT");
+
+    let b = procs.spawn(
+        common(Spec::worker("y", &url)).set("MANENT_TEST_RECOVERY", 1),
+        None,
+    );
+    procs.wait_ready(b).await;
+    let all = wait_all_succeed(&client, WORKFLOWS, WAIT).await;
+    assert!(
+        procs.output(a).contains("could not be renewed in time"),
+        "the partitioned worker fenced itself; output:\n{}",
+        procs.output(a)
+    );
+    eventually(
+        "PostgreSQL to end the cut-off session's transaction",
+        WAIT,
+        || async {
+            cluster
+                .log()
+                .contains("idle-in-transaction timeout")
+                .then_some(())
+        },
+    )
+    .await;
+    ns.heal();
+
+    let r = procs.replay(limits);
+    let violations = check_records(&client, &all, STEPS, &procs.ledger.steps()).await;
+    assert!(
+        violations.is_empty(),
+        "every step recorded once by the run that logged it, none rerun after its record: {violations:#?}"
+    );
+    // Cut off, the worker may still begin a step of a workflow it holds
+    // until its fence window ends (its lease lets it act); the replay proved
+    // that every such body ended or was stopped before another process
+    // began a step of the same workflow.
+    eprintln!(
+        "partition mid-transaction: {} step bodies ({} stopped by fencing) in {:.1}s",
+        r.begins,
+        r.drops,
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Sessions from `client_addr` inside a transaction that are waiting for
+/// their client (`idle in transaction`): they hold whatever they locked.
+async fn sessions_in_transaction(url: &str, client_addr: &str) -> i64 {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url)
+        .await
+        .expect("connect to PostgreSQL");
+    let n: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE client_addr = $1::inet \
+         AND state = 'idle in transaction'",
+    )
+    .bind(client_addr)
+    .fetch_one(&mut conn)
+    .await
+    .expect("read pg_stat_activity");
+    let _ = conn.close().await;
+    n
+}
+
 // ----------------------------------------------------------------- child side
 
 mod child {
