@@ -511,7 +511,12 @@ async fn postgresql_restarted_twice_under_200_workflows_and_3_workers_loses_none
                     .set("MANENT_TEST_RECOVERY", 1)
                     .set("MANENT_TEST_STALE_MS", 2000)
                     .set("MANENT_TEST_STEPS", STEPS)
-                    .set("MANENT_TEST_STEP_MS", 30),
+                    .set("MANENT_TEST_STEP_MS", 30)
+                    // Every 33rd workflow (each in its own partition) has a step longer than the fence
+                    // window: one in flight when the database goes down is
+                    // stopped mid-body, and the ledger shows it ended first.
+                    .set("MANENT_TEST_SLOW_EVERY", 33)
+                    .set("MANENT_TEST_SLOW_MS", 2000),
                 None,
             )
         })
@@ -1047,6 +1052,8 @@ mod child {
         let steps = number("MANENT_TEST_STEPS").unwrap_or(3);
         let work = Duration::from_millis(number("MANENT_TEST_STEP_MS").unwrap_or(20));
         let gated = number("MANENT_TEST_GATED_STEP");
+        let slow_every = number("MANENT_TEST_SLOW_EVERY");
+        let slow = Duration::from_millis(number("MANENT_TEST_SLOW_MS").unwrap_or(0));
         engine.register(WORKFLOW, move |ctx: WorkflowContext, (): ()| {
             let (ledger, gate) = (ledger.clone(), gate.clone());
             async move {
@@ -1063,7 +1070,12 @@ mod child {
                                 tokio::time::sleep(Duration::from_millis(10)).await;
                             }
                         }
-                        tokio::time::sleep(work).await;
+                        // Step s1 of workflow wf-<n> with n a multiple of
+                        // MANENT_TEST_SLOW_EVERY lasts MANENT_TEST_SLOW_MS.
+                        let n: Option<u64> = wf.strip_prefix("wf-").and_then(|n| n.parse().ok());
+                        let is_slow = step == 1
+                            && matches!((n, slow_every), (Some(n), Some(every)) if n % every == 0);
+                        tokio::time::sleep(if is_slow { slow } else { work }).await;
                         body.end();
                         Ok::<_, String>(generation)
                     })
