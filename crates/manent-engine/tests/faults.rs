@@ -2,8 +2,9 @@
 //! a private PostgreSQL cluster of each test's own (the shared one on 5432
 //! must never be restarted): PostgreSQL restarted (crash, then a planned
 //! restart) under 200 workflows and 3 workers, and a worker partitioned from
-//! PostgreSQL in its own network namespace while another takes over its id
-//! or recovers its work. Checked from a ledger every step body appends to:
+//! PostgreSQL in its own network namespace (at rest, or in the middle of a
+//! transaction) while another takes over its id or recovers its work.
+//! Checked from a ledger every step body appends to:
 //! every workflow succeeds, no workflow ever has two step bodies running at
 //! once, no recorded step runs again, no concurrency limit is exceeded.
 //!
