@@ -1,24 +1,30 @@
 //! The engine's chaos test, as a command: worker processes are killed with
-//! SIGKILL at random while partitioned workflows run, then the run is checked:
+//! SIGKILL at random while partitioned workflows run, and PostgreSQL is
+//! restarted now and then (crashed or stopped cleanly, down for a random
+//! while, sometimes past the workers' fence window); then the run is checked:
 //! every workflow succeeded, no step ran again after its checkpoint was
 //! recorded, and no concurrency limit was ever exceeded.
 //!
 //! ```text
 //! cargo run --release -p manent-engine --example chaos -- [--quick] [--database-url ADMIN_URL | --sqlite]
 //!     [--workers 3] [--workflows 200] [--steps 5] [--step-ms 100] [--kill-every-ms 2000]
-//!     [--seed N] [--timeout-s 600]
+//!     [--restart-db-every-ms 0] [--seed N] [--timeout-s 600]
 //! ```
 //!
 //! It creates a fresh PostgreSQL database next to the admin URL's (default
 //! `postgres://postgres@127.0.0.1:5432/postgres`) and drops it at the end; with
-//! `--sqlite`, a database file in a temporary directory. Workers are this
-//! program re-executed with `--worker`. Every step body appends `begin` and
-//! `done` lines (workflow, step, partition, pid, generation) to a shared ledger
-//! and returns its generation, which the engine records as the step's output;
-//! a rerun of a recorded step would show up as a ledger line with a higher
-//! generation than the recorded one. The parent appends `killed <pid>` once a
-//! killed worker is reaped, closing that process's open step intervals.
-//! Exits 1 on any violation. `--quick` is the CI preset.
+//! `--sqlite`, a database file in a temporary directory. With
+//! `--restart-db-every-ms N` (N > 0) it runs on a private PostgreSQL cluster of
+//! its own instead (`manent_testkit::PgCluster`; root or the `postgres` user
+//! needed), never restarting a shared one. Workers are this program
+//! re-executed with `--worker`. Every step body appends `begin` and `done`
+//! lines (workflow, step, partition, pid, generation) to a shared ledger, or
+//! `dropped` when its run is stopped before it returns (fenced), and returns
+//! its generation, which the engine records as the step's output; a rerun of a
+//! recorded step would show up as a ledger line with a higher generation than
+//! the recorded one. The parent appends `killed <pid>` once a killed worker is
+//! reaped, closing that process's open step intervals. Exits 1 on any
+//! violation. `--quick` is the CI preset (it includes PostgreSQL restarts).
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -57,11 +63,21 @@ struct Options {
     steps: usize,
     step_ms: u64,
     kill_every: Duration,
+    /// Zero: never; else PostgreSQL (a private cluster) is restarted this often.
+    restart_db_every: Duration,
+    /// Zero: never; else worker 0 runs in a network namespace of its own and
+    /// its link to PostgreSQL (a private cluster) is cut this often.
+    partition_every: Duration,
     seed: u64,
     timeout: Duration,
 }
 
 impl Options {
+    /// Whether the run needs a PostgreSQL cluster of its own (it restarts it, or cuts a worker off it).
+    fn private_db(&self) -> bool {
+        !self.restart_db_every.is_zero() || !self.partition_every.is_zero()
+    }
+
     fn parse(args: &[String]) -> Result<Options> {
         let mut o = Options {
             admin_url: std::env::var("MANENT_TEST_POSTGRES")
@@ -72,6 +88,8 @@ impl Options {
             steps: 5,
             step_ms: 100,
             kill_every: Duration::from_millis(2000),
+            restart_db_every: Duration::ZERO,
+            partition_every: Duration::ZERO,
             seed: rand::random::<u32>().into(),
             timeout: Duration::from_secs(600),
         };
@@ -82,6 +100,8 @@ impl Options {
             o.steps = 5;
             o.step_ms = 150;
             o.kill_every = Duration::from_millis(1500);
+            o.restart_db_every = Duration::from_millis(4000);
+            o.partition_every = Duration::from_millis(5000);
             o.timeout = Duration::from_secs(120);
         }
         let mut it = args.iter();
@@ -100,12 +120,20 @@ impl Options {
                 "--steps" => o.steps = number(arg, &value()?)?,
                 "--step-ms" => o.step_ms = number(arg, &value()?)?,
                 "--kill-every-ms" => o.kill_every = Duration::from_millis(number(arg, &value()?)?),
+                "--restart-db-every-ms" => {
+                    o.restart_db_every = Duration::from_millis(number(arg, &value()?)?)
+                }
+                "--partition-every-ms" => {
+                    o.partition_every = Duration::from_millis(number(arg, &value()?)?)
+                }
                 "--seed" => o.seed = number(arg, &value()?)?,
                 "--timeout-s" => o.timeout = Duration::from_secs(number(arg, &value()?)?),
                 "-h" | "--help" => {
                     println!(
                         "usage: chaos [--quick] [--database-url ADMIN_URL | --sqlite] [--workers N] \
-                         [--workflows N] [--steps N] [--step-ms MS] [--kill-every-ms MS] [--seed N] [--timeout-s S]"
+                         [--workflows N] [--steps N] [--step-ms MS] [--kill-every-ms MS] \
+                         [--restart-db-every-ms MS (0: never)] [--partition-every-ms MS (0: never)] \
+                         [--seed N] [--timeout-s S]"
                     );
                     std::process::exit(0);
                 }
@@ -114,6 +142,15 @@ impl Options {
         }
         if o.workers == 0 || o.steps == 0 || o.kill_every.is_zero() {
             bail!("--workers, --steps and --kill-every-ms must be positive");
+        }
+        if o.sqlite {
+            for option in ["--restart-db-every-ms", "--partition-every-ms"] {
+                if args.iter().any(|a| a == option) {
+                    bail!("{option} is about PostgreSQL; it does not apply to --sqlite");
+                }
+            }
+            o.restart_db_every = Duration::ZERO;
+            o.partition_every = Duration::ZERO;
         }
         Ok(o)
     }
@@ -134,6 +171,10 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("--worker") {
         return match runtime.block_on(worker(&args[1..])) {
             Ok(()) => ExitCode::SUCCESS,
+            Err(e) if e.downcast_ref::<DatabaseDown>().is_some() => {
+                eprintln!("worker: {e:#}");
+                ExitCode::from(DATABASE_DOWN_EXIT)
+            }
             Err(e) => {
                 eprintln!("worker: {e:#}");
                 ExitCode::from(3)
@@ -158,6 +199,49 @@ fn main() -> ExitCode {
 }
 
 // ---------------------------------------------------------------- the worker
+
+/// A worker's exit status when it could not start because the database was
+/// down (restarted by the parent): the parent starts it again, no violation.
+const DATABASE_DOWN_EXIT: u8 = 75;
+
+/// The database could not be reached while the worker started.
+#[derive(Debug, thiserror::Error)]
+#[error("the database is unreachable while starting: {0}")]
+struct DatabaseDown(String);
+
+/// Appends `begin` at once, and `done` (the body returned) or `dropped` (its
+/// run was stopped first: fenced, or the process is stopping) when it goes.
+struct Body {
+    ledger: Arc<PathBuf>,
+    fields: (String, usize, String),
+    done: bool,
+}
+
+impl Body {
+    fn begin(ledger: Arc<PathBuf>, wf: &str, step: usize, rest: String) -> Body {
+        append(&ledger, &format!("{wf} {step} begin {rest}"));
+        Body {
+            ledger,
+            fields: (wf.to_string(), step, rest),
+            done: false,
+        }
+    }
+
+    fn done(mut self) {
+        self.done = true;
+        let (wf, step, rest) = &self.fields;
+        append(&self.ledger, &format!("{wf} {step} done {rest}"));
+    }
+}
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        if !self.done {
+            let (wf, step, rest) = &self.fields;
+            append(&self.ledger, &format!("{wf} {step} dropped {rest}"));
+        }
+    }
+}
 
 /// Appends one line in one write: with O_APPEND, lines of concurrent processes never interleave.
 fn append(path: &Path, line: &str) {
@@ -194,7 +278,14 @@ async fn worker(args: &[String]) -> Result<()> {
     let pid = std::process::id();
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
 
-    let store = store::open(&url).await?;
+    // The database may be down for a restart: wait for it (the parent's timeout bounds this).
+    let store = loop {
+        match store::open(&url).await {
+            Ok(store) => break store,
+            Err(e) if e.is_transient() => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(e) => return Err(e.into()),
+        }
+    };
     let mut config = EngineConfig::new(&id);
     config.stale_after = Duration::from_millis(STALE_MS);
     config.heartbeat_interval = Duration::from_millis(HEARTBEAT_MS);
@@ -214,17 +305,16 @@ async fn worker(args: &[String]) -> Result<()> {
                 (ctx.workflow_id(), ctx.partition_key(), ctx.generation());
             for step in 0..steps {
                 ctx.step(&format!("s{step}"), || async {
-                    append(
-                        &ledger,
-                        &format!("{wf} {step} begin {partition} {pid} {generation}"),
+                    let body = Body::begin(
+                        ledger.clone(),
+                        wf,
+                        step,
+                        format!("{partition} {pid} {generation}"),
                     );
                     // A little work, of varying length.
                     let ms = step_ms / 2 + rand::random::<u64>() % (step_ms + 1);
                     tokio::time::sleep(Duration::from_millis(ms)).await;
-                    append(
-                        &ledger,
-                        &format!("{wf} {step} done {partition} {pid} {generation}"),
-                    );
+                    body.done();
                     Ok::<_, String>(generation)
                 })
                 .await?;
@@ -232,7 +322,13 @@ async fn worker(args: &[String]) -> Result<()> {
             Ok(())
         }
     });
-    engine.launch().await?;
+    match engine.launch().await {
+        Ok(()) => {}
+        Err(manent_engine::EngineError::Store(e)) if e.is_transient() => {
+            return Err(DatabaseDown(e.to_string()).into());
+        }
+        Err(e) => return Err(e.into()),
+    }
     terminate.recv().await;
     engine.shutdown(Duration::from_secs(5)).await;
     Ok(())
@@ -240,11 +336,16 @@ async fn worker(args: &[String]) -> Result<()> {
 
 // ---------------------------------------------------------------- the parent
 
-/// The database of one run: a fresh PostgreSQL database (dropped at the end) or a SQLite file.
+/// The database of one run: a fresh PostgreSQL database (dropped at the end),
+/// one in a private cluster of the run's own (removed at the end; the one the
+/// run restarts), or a SQLite file.
 struct RunDb {
     url: String,
     admin_url: String,
     pg_name: Option<String>,
+    cluster: Option<manent_testkit::PgCluster>,
+    /// Worker 0's network namespace and the URL it reaches the cluster at from there.
+    partition: Option<(manent_testkit::NetNs, String)>,
 }
 
 impl RunDb {
@@ -254,6 +355,47 @@ impl RunDb {
                 url: format!("sqlite://{}", dir.join("chaos.db").display()),
                 admin_url: String::new(),
                 pg_name: None,
+                cluster: None,
+                partition: None,
+            });
+        }
+        if o.private_db() {
+            let partitioned = !o.partition_every.is_zero();
+            // On a blocking thread: it runs ip, initdb and pg_ctl.
+            let (cluster, ns) = tokio::task::spawn_blocking(move || {
+                let ns = partitioned.then(manent_testkit::NetNs::new);
+                let cluster = match &ns {
+                    Some(ns) => manent_testkit::PgCluster::start_listening(
+                        std::slice::from_ref(&ns.host_addr),
+                        std::slice::from_ref(&ns.network),
+                    ),
+                    None => manent_testkit::PgCluster::start(),
+                };
+                (cluster, ns)
+            })
+            .await?;
+            let url = cluster.create_database("manent_chaos").await;
+            println!(
+                "chaos: a private PostgreSQL cluster on port {}{}",
+                cluster.port(),
+                match &ns {
+                    Some(ns) => format!(
+                        "; worker 0 in network namespace {} reaches it at {}",
+                        ns.name, ns.host_addr
+                    ),
+                    None => String::new(),
+                }
+            );
+            let partition = ns.map(|ns| {
+                let far = cluster.url_at(&ns.host_addr, "manent_chaos");
+                (ns, far)
+            });
+            return Ok(RunDb {
+                url,
+                admin_url: cluster.admin_url(),
+                pg_name: None,
+                cluster: Some(cluster),
+                partition,
             });
         }
         let name = format!("manent_chaos_{}", uuid::Uuid::new_v4().simple());
@@ -269,6 +411,8 @@ impl RunDb {
             url: format!("{base}/{name}"),
             admin_url: o.admin_url.clone(),
             pg_name: Some(name),
+            cluster: None,
+            partition: None,
         })
     }
 
@@ -294,6 +438,12 @@ struct Workers {
     /// Slots killed and waiting to be restarted at the given time.
     restarts: Vec<(usize, Instant)>,
     violations: Vec<String>,
+    /// Whether the database is restarted or worker 0 cut off during the run
+    /// (a worker may then fail to start, and is started again).
+    db_faults: bool,
+    refused_starts: usize,
+    /// Worker 0's network namespace and database URL, when it is partitioned now and then.
+    far: Option<(String, String)>,
 }
 
 impl Workers {
@@ -306,10 +456,18 @@ impl Workers {
             .create(true)
             .append(true)
             .open(self.dir.join(format!("{}.log", Self::id(slot))))?;
-        let child = Command::new(&self.exe)
+        let (mut command, url) = match (&self.far, slot) {
+            (Some((ns, far_url)), 0) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&self.exe);
+                (c, far_url.as_str())
+            }
+            _ => (Command::new(&self.exe), self.url.as_str()),
+        };
+        let child = command
             .arg("--worker")
             .args(["--id", &Self::id(slot)])
-            .args(["--database-url", &self.url])
+            .args(["--database-url", url])
             .arg("--ledger")
             .arg(&self.ledger)
             .args(["--steps", &self.options.steps.to_string()])
@@ -341,10 +499,16 @@ impl Workers {
                 None => None,
             };
             if let Some((pid, status)) = exited {
-                self.violations.push(format!(
-                    "worker {} (pid {pid}) exited on its own: {status}; see its log",
-                    Self::id(slot)
-                ));
+                if status.code() == Some(i32::from(DATABASE_DOWN_EXIT)) && self.db_faults {
+                    // Started while PostgreSQL was being restarted (or out of
+                    // reach): start it again.
+                    self.refused_starts += 1;
+                } else {
+                    self.violations.push(format!(
+                        "worker {} (pid {pid}) exited on its own: {status}; see its log",
+                        Self::id(slot)
+                    ));
+                }
                 self.slots[slot] = None;
                 append(&self.ledger, &format!("killed {pid}"));
                 self.start(slot)?;
@@ -394,6 +558,74 @@ fn signal(pid: u32, signal: &str) {
 struct Counts {
     kills: usize,
     delayed_restarts: usize,
+    db_restarts: usize,
+    /// Of those, how many kept the database down past the workers' fence window.
+    db_long_outages: usize,
+    partitions: usize,
+    /// Of those, how many lasted past stale_after (the others recover worker 0's work).
+    long_partitions: usize,
+}
+
+/// How long worker 0's link is cut: the first time and often past
+/// stale_after, so that the others recover its work while it fences itself;
+/// otherwise a blip it rides out.
+fn partition_length(rng: &mut StdRng, counts: &mut Counts) -> (Duration, bool) {
+    counts.partitions += 1;
+    let long = counts.partitions == 1 || rng.random_bool(0.5);
+    let ms = if long {
+        counts.long_partitions += 1;
+        STALE_MS + 500 + rng.random_range(0..2000)
+    } else {
+        rng.random_range(50..(STALE_MS - STALE_MS / 4) / 2)
+    };
+    (Duration::from_millis(ms), long)
+}
+
+/// A PostgreSQL restart in progress: down since, back up at `until`.
+struct Outage {
+    until: Instant,
+}
+
+/// Stops the private cluster (a crash or a clean stop, at random) for a
+/// random while: mostly a blip, sometimes past the workers' fence window (a
+/// quarter of stale_after short of it), so that they all fence themselves
+/// and resume once their lease renews.
+async fn stop_database(
+    cluster: &manent_testkit::PgCluster,
+    rng: &mut StdRng,
+    counts: &mut Counts,
+) -> Result<Outage> {
+    let mode = if rng.random_bool(0.5) {
+        manent_testkit::StopMode::Immediate
+    } else {
+        manent_testkit::StopMode::Fast
+    };
+    let fence_ms = STALE_MS - STALE_MS / 4;
+    // The first outage is a long one, so that even a short run meets fencing.
+    let long = counts.db_restarts == 0 || rng.random_bool(0.4);
+    let down_ms = if long {
+        counts.db_long_outages += 1;
+        fence_ms + 250 + rng.random_range(0..1000)
+    } else {
+        rng.random_range(50..fence_ms / 2)
+    };
+    counts.db_restarts += 1;
+    let stop = std::panic::AssertUnwindSafe(|| cluster.stop(mode));
+    tokio::task::block_in_place(|| std::panic::catch_unwind(stop))
+        .map_err(|_| anyhow::anyhow!("could not stop the private PostgreSQL cluster"))?;
+    println!(
+        "  database stopped ({mode:?}) for {down_ms} ms{}",
+        if long { ", past the fence window" } else { "" }
+    );
+    Ok(Outage {
+        until: Instant::now() + Duration::from_millis(down_ms),
+    })
+}
+
+fn start_database(cluster: &manent_testkit::PgCluster) -> Result<()> {
+    let start = std::panic::AssertUnwindSafe(|| cluster.start_again());
+    tokio::task::block_in_place(|| std::panic::catch_unwind(start))
+        .map_err(|_| anyhow::anyhow!("could not start the private PostgreSQL cluster again"))
 }
 
 async fn parent(o: Options) -> Result<bool> {
@@ -434,6 +666,12 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
         slots: (0..o.workers).map(|_| None).collect(),
         restarts: Vec::new(),
         violations: Vec::new(),
+        db_faults: db.cluster.is_some(),
+        refused_starts: 0,
+        far: db
+            .partition
+            .as_ref()
+            .map(|(ns, far)| (ns.name.clone(), far.clone())),
     };
     for slot in 0..o.workers {
         workers.start(slot)?;
@@ -454,16 +692,40 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
     let mut counts = Counts {
         kills: 0,
         delayed_restarts: 0,
+        db_restarts: 0,
+        db_long_outages: 0,
+        partitions: 0,
+        long_partitions: 0,
     };
+    let mut next_partition = started + o.partition_every;
+    let mut healed_at: Option<Instant> = None;
     let mut next_kill = started + o.kill_every;
+    let mut next_db_restart = started + o.restart_db_every;
+    let mut outage: Option<Outage> = None;
     let deadline = started + o.timeout;
     let mut last_report = started;
     let finished = loop {
-        let depths = client.queue_depths().await?;
-        let open: i64 = depths.iter().map(|d| d.enqueued + d.running).sum();
-        if open == 0 {
+        if let (Some(cluster), Some(down)) = (&db.cluster, &outage)
+            && Instant::now() >= down.until
+        {
+            start_database(cluster)?;
+            println!("  {:>5.1}s: database back", started.elapsed().as_secs_f64());
+            outage = None;
+            next_db_restart = Instant::now() + o.restart_db_every;
+        }
+        // While the database is down (or coming back) there is nothing to read;
+        // bounded, since the pool would keep trying to connect for its acquire timeout.
+        let depths = tokio::time::timeout(Duration::from_millis(500), client.queue_depths()).await;
+        let open: Option<i64> = match depths {
+            Ok(Ok(depths)) => Some(depths.iter().map(|d| d.enqueued + d.running).sum()),
+            Ok(Err(_)) | Err(_) if db.cluster.is_some() => None,
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => bail!("the database did not answer within 500 ms"),
+        };
+        if open == Some(0) {
             break true;
         }
+        let open = open.map_or_else(|| "?".to_string(), |n| n.to_string());
         let now = Instant::now();
         if now >= deadline {
             break false;
@@ -488,6 +750,38 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
             workers.start(slot)?;
         }
         workers.check_unexpected_exits()?;
+        if let Some((ns, _)) = &db.partition {
+            match healed_at {
+                Some(at) if now >= at => {
+                    ns.heal();
+                    healed_at = None;
+                    next_partition = now + o.partition_every;
+                    println!(
+                        "  {:>5.1}s: worker 0's link healed",
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+                None if now >= next_partition => {
+                    let (length, long) = partition_length(&mut rng, &mut counts);
+                    ns.cut();
+                    healed_at = Some(now + length);
+                    println!(
+                        "  {:>5.1}s: worker 0 cut off from PostgreSQL for {} ms{}",
+                        started.elapsed().as_secs_f64(),
+                        length.as_millis(),
+                        if long { ", past stale_after" } else { "" }
+                    );
+                }
+                _ => {}
+            }
+        }
+        if let Some(cluster) = &db.cluster
+            && !o.restart_db_every.is_zero()
+            && outage.is_none()
+            && now >= next_db_restart
+        {
+            outage = Some(stop_database(cluster, &mut rng, &mut counts).await?);
+        }
         if now >= next_kill {
             next_kill = now + o.kill_every;
             let alive: Vec<usize> = (0..o.workers)
@@ -512,6 +806,12 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let elapsed = started.elapsed();
+    if let (Some(cluster), Some(_)) = (&db.cluster, &outage) {
+        start_database(cluster)?;
+    }
+    if let (Some((ns, _)), Some(_)) = (&db.partition, healed_at) {
+        ns.heal();
+    }
     workers.stop_all().await;
     let mut violations = std::mem::take(&mut workers.violations);
     if !finished {
@@ -521,17 +821,26 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
     let report = verify(o, &client, &ledger, &mut violations).await?;
     println!(
         "chaos: {} workflows ({} succeeded) in {:.1}s = {:.1} wf/s; {} kills ({} restarted late); \
-         {} step bodies run for {} steps: {} reruns of interrupted steps ({} by runs fenced while alive)",
+         {} database restarts ({} past the fence window, {} worker starts refused meanwhile); \
+         {} partitions of worker 0 ({} past stale_after); \
+         {} step bodies run for {} steps: {} reruns of interrupted steps ({} by runs fenced while alive, \
+         {} stopped mid-body)",
         o.workflows,
         report.succeeded,
         elapsed.as_secs_f64(),
         report.succeeded as f64 / elapsed.as_secs_f64(),
         counts.kills,
         counts.delayed_restarts,
+        counts.db_restarts,
+        counts.db_long_outages,
+        workers.refused_starts,
+        counts.partitions,
+        counts.long_partitions,
         report.bodies,
         o.workflows * o.steps,
         report.reruns,
         report.fenced_live,
+        report.dropped,
     );
     println!(
         "chaos: max concurrency seen: {} overall (limit {GLOBAL_LIMIT}), {} per partition (limit {PARTITION_LIMIT}), \
@@ -558,14 +867,24 @@ struct Report {
     /// Interrupted runs whose process was not killed: recovered away from a
     /// live worker that looked stale (an overloaded machine), then fenced.
     fenced_live: usize,
+    /// Step bodies stopped before they returned (their run fenced or stopped).
+    dropped: usize,
     max_total: usize,
     max_partition: usize,
     max_worker: usize,
 }
 
+/// What a ledger line of a step body says.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Begin,
+    Done,
+    Dropped,
+}
+
 /// A ledger line of a step body.
 struct StepLine {
-    begin: bool,
+    kind: Kind,
     partition: String,
     pid: u32,
     generation: i64,
@@ -579,9 +898,10 @@ fn parse_line(line: &str) -> Option<((String, usize), StepLine)> {
     Some((
         (wf.to_string(), step.parse().ok()?),
         StepLine {
-            begin: match *kind {
-                "begin" => true,
-                "done" => false,
+            kind: match *kind {
+                "begin" => Kind::Begin,
+                "done" => Kind::Done,
+                "dropped" => Kind::Dropped,
                 _ => return None,
             },
             partition: partition.to_string(),
@@ -621,7 +941,10 @@ async fn verify(
             continue;
         };
         let running = open.entry(l.pid).or_default();
-        if l.begin {
+        if l.kind == Kind::Dropped {
+            report.dropped += 1;
+        }
+        if l.kind == Kind::Begin {
             running.push((key.0.clone(), key.1, l.partition.clone()));
             total += 1;
             let p = per_partition.entry(l.partition.clone()).or_default();
@@ -703,7 +1026,7 @@ async fn verify(
                 ))
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            let begins: Vec<&StepLine> = lines.iter().filter(|l| l.begin).collect();
+            let begins: Vec<&StepLine> = lines.iter().filter(|l| l.kind == Kind::Begin).collect();
             report.bodies += begins.len();
             let interrupted: Vec<&&StepLine> =
                 begins.iter().filter(|l| l.generation < recorded).collect();
@@ -726,12 +1049,11 @@ async fn verify(
                 ));
             }
             let recording = lines.iter().filter(|l| l.generation == recorded);
-            let (b, d) = recording.fold(
-                (0, 0),
-                |(b, d), l| {
-                    if l.begin { (b + 1, d) } else { (b, d + 1) }
-                },
-            );
+            let (b, d) = recording.fold((0, 0), |(b, d), l| match l.kind {
+                Kind::Begin => (b + 1, d),
+                Kind::Done => (b, d + 1),
+                Kind::Dropped => (b, d),
+            });
             if (b, d) != (1, 1) {
                 violations.push(format!(
                     "step {} of {}: the recording run (generation {recorded}) logged {b} begins and {d} ends",

@@ -1,5 +1,6 @@
 //! Test support shared by manent's crates: a fresh database per test on
-//! either backend, and a guard that kills child processes at the end.
+//! either backend, a guard that kills child processes at the end, and for
+//! fault tests a private PostgreSQL cluster and a network namespace.
 //!
 //! PostgreSQL is required: a test that cannot reach it fails, it is never
 //! skipped in silence. `MANENT_TEST_POSTGRES` overrides the admin URL
@@ -9,7 +10,12 @@ use std::{path::PathBuf, process::Child};
 
 use sqlx::{Connection, postgres::PgConnection};
 
+pub mod netns;
+pub mod pg_cluster;
 pub mod sshd;
+
+pub use netns::NetNs;
+pub use pg_cluster::{PgCluster, StopMode};
 
 /// The two backends every storage test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

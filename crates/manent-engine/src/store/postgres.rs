@@ -22,11 +22,38 @@ pub(crate) const LOCK_NAMESPACE_EXECUTOR: i32 = 0x4d4e_0001;
 pub(crate) const LOCK_NAMESPACE_QUEUE: i32 = 0x4d4e_0002;
 pub(crate) const LOCK_MIGRATIONS: i64 = 0x4d4e_0000_0003;
 
+/// How long a session of ours may sit inside a transaction waiting for us
+/// before the server ends it. Our transactions never wait on anything but the
+/// database between their statements, so a session idle in one belongs to a
+/// process that is cut off or frozen; the server keeps such a session, and
+/// every lock it holds (a claim's queue lock, rows a recovery must update),
+/// until TCP tells it the client is gone, which takes hours: every other
+/// worker would wait that long. Ended, its transaction rolls back (a claim
+/// never half-done) and the process, if alive, meets a lost connection:
+/// a transient error it retries. A URL that sets it in `options` wins.
+pub(crate) const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(5);
+
 pub(crate) async fn connect(url: &str) -> Result<(PgPool, PgConnectOptions), sqlx::Error> {
     let options = PgConnectOptions::from_str(url)?.application_name("manent");
+    let set_timeout = !options
+        .get_options()
+        .is_some_and(|o| o.contains("idle_in_transaction_session_timeout"));
     let pool = PgPoolOptions::new()
         .max_connections(24)
         .acquire_timeout(Duration::from_secs(30))
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                if set_timeout {
+                    sqlx::query(&format!(
+                        "SET idle_in_transaction_session_timeout = {}",
+                        IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
+                    ))
+                    .execute(conn)
+                    .await?;
+                }
+                Ok(())
+            })
+        })
         .connect_with(options.clone())
         .await?;
     Ok((pool, options))
