@@ -10,11 +10,11 @@ use manent_engine::{Client, QueueSpec, StepPolicy, WorkflowContext, WorkflowErro
 use manent_model::{Approval, Dependency, EffectiveDescriptor};
 use serde::{Deserialize, Serialize};
 
-use crate::workflow::{DeployRequest, same_token};
-
-/// The queue deploys wait on. Not one of the configuration's queues: it has no
-/// limits and never appears in `manent queues`.
-pub const GATE_QUEUE: &str = "manent.gate";
+pub use crate::request::{
+    APPROVAL_TOPIC, Decision, EVENT_APPROVAL_POLICY, EVENT_APPROVALS, EVENT_WAITING, GATE_QUEUE,
+    needs_gate,
+};
+use crate::request::{DeployRequest, approval_required, same_token};
 
 /// The gate queue as every worker serves it: no limit that a waiting deploy could exhaust.
 pub fn gate_queue_spec() -> QueueSpec {
@@ -23,54 +23,13 @@ pub fn gate_queue_spec() -> QueueSpec {
         .worker_concurrency(100_000)
 }
 
-/// Message topic of approvals and rejections.
-pub const APPROVAL_TOPIC: &str = "approval";
 /// Message topic that nudges a deploy waiting for a dependency.
 const DEPENDENCY_TOPIC: &str = "dependency";
 /// Record kind: `<application>/<environment>/<waiting deploy id>` of a dependency wait.
 const DEPENDENCY_WAITER_KIND: &str = "dependency-waiter";
 
-/// Event keys published by the gate.
-pub const EVENT_APPROVAL_POLICY: &str = "approval_policy";
-pub const EVENT_APPROVALS: &str = "approvals";
-pub const EVENT_WAITING: &str = "waiting";
-
 /// A "forever" that still fits the engine's millisecond deadlines.
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// One approver's decision, as sent to the deploy and recorded in its events.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Decision {
-    /// The approver (the API token's name).
-    pub by: String,
-    /// The approver's token id (empty in decisions recorded before ids existed).
-    #[serde(default)]
-    pub by_id: String,
-    pub approve: bool,
-    /// The comment of an approval or the reason of a rejection.
-    #[serde(default)]
-    pub reason: Option<String>,
-    pub at_ms: i64,
-}
-
-/// Whether a deploy must wait on the gate queue before taking a slot.
-/// Decided at submission and recorded with the request.
-pub fn needs_gate(effective: Option<&EffectiveDescriptor>) -> bool {
-    match effective {
-        // The environment could not be read at submission: its approval policy and
-        // dependencies are known only once a worker reads it, so the deploy waits to know.
-        None => true,
-        Some(eff) => approval_required(eff).is_some() || !eff.depends_on.is_empty(),
-    }
-}
-
-/// The approval policy that applies, if approval is required. A dry-run changes
-/// nothing and needs no approval.
-fn approval_required(eff: &EffectiveDescriptor) -> Option<&Approval> {
-    eff.approval
-        .as_ref()
-        .filter(|a| a.required && a.count > 0 && !eff.dry_run)
-}
 
 /// Runs the waits of a gated deploy, then moves it to its route's queue.
 /// On replay (on the route's worker) every wait returns its record at once.
@@ -124,7 +83,7 @@ async fn wait_for_approval(
                 approvers_text(policy),
                 deadline.map_or(String::new(), |d| format!(
                     "; expires at {}",
-                    crate::views::rfc3339(d)
+                    crate::request::rfc3339(d)
                 ))
             ),
         )
@@ -283,7 +242,7 @@ async fn wait_for_dependency(
 /// Whether `dep` is met: the latest successful (not dry-run) deploy of its
 /// application and environment exists and, if a version is named, runs that version.
 pub async fn dependency_met(client: &Client, dep: &Dependency) -> Result<bool, String> {
-    let latest = crate::service::last_success(client, &dep.application, &dep.environment, None)
+    let latest = crate::history::last_success(client, &dep.application, &dep.environment, None)
         .await?
         .map(|(_, r)| r);
     Ok(match (latest, &dep.version) {

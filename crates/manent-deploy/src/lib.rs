@@ -4,9 +4,11 @@
 
 pub mod artifacts;
 pub mod gate;
+pub mod history;
 pub mod metrics;
 pub mod plugins;
 pub mod queues;
+pub mod request;
 pub mod schedules;
 pub mod secrets;
 pub mod service;

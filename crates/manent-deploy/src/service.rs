@@ -14,12 +14,13 @@ use manent_model::{
 };
 use serde::{Deserialize, Serialize};
 
+pub use crate::history::{LiveVersion, Origin, OriginKind, live_version, previous_success};
 use crate::{
-    gate::{self, Decision},
+    gate,
+    history::{ORIGIN_KEY, find_success, last_success, origin_of, request_of, version_of},
+    request::{DEPLOY_WORKFLOW, Decision, DeployRequest, Submitter, rfc3339, same_token},
     schedules,
     targets::TargetOutcome,
-    views::rfc3339,
-    workflow::{DEPLOY_WORKFLOW, DeployRequest, Runtime, Submitter, same_token},
 };
 
 /// Why a submission was refused.
@@ -385,16 +386,6 @@ fn event<T: serde::de::DeserializeOwned>(events: &[EventRecord], key: &str) -> O
         .iter()
         .find(|e| e.key == key)
         .and_then(|e| serde_json::from_str(&e.value).ok())
-}
-
-/// The deploy's recorded request; one that cannot be read is logged (and shown by
-/// `status` as an error) and left out of lists, which cannot tell whose it is.
-fn request_of(record: &WorkflowRecord) -> Option<DeployRequest> {
-    serde_json::from_str(&record.input)
-        .inspect_err(|e| {
-            tracing::error!(deploy_id = %record.id, error = %e, "a deploy's recorded input cannot be read; it is kept as it is");
-        })
-        .ok()
 }
 
 fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStatus> {
@@ -1043,128 +1034,6 @@ fn refuse_dependency_cycle(config: &Config, eff: &EffectiveDescriptor) -> Result
     Ok(())
 }
 
-/// The last successful deploy (not a dry run) of `application/environment`, other than
-/// `except`, read from that partition's history a page at a time: however many deploys of
-/// other applications, or dry runs of this one, came after it.
-pub(crate) async fn last_success(
-    client: &Client,
-    application: &str,
-    environment: &str,
-    except: Option<&str>,
-) -> Result<Option<(String, DeployRequest)>, String> {
-    find_success(client, application, environment, |id, _| Some(id) != except)
-        .await
-        .map_err(|e| e.to_string())
-}
-
-/// The newest successful deploy (not a dry run) of `application/environment` that `wanted`
-/// accepts, with its id, reading that partition's successes newest first, a page at a time.
-async fn find_success(
-    client: &Client,
-    application: &str,
-    environment: &str,
-    mut wanted: impl FnMut(&str, &DeployRequest) -> bool,
-) -> Result<Option<(String, DeployRequest)>, EngineError> {
-    const PAGE: i64 = 100;
-    let mut offset = 0;
-    loop {
-        let records = client
-            .list(&WorkflowFilter {
-                status: Some(WorkflowStatus::Success),
-                name: Some(DEPLOY_WORKFLOW.into()),
-                partition_key: Some(manent_model::partition_key(application, environment)),
-                limit: Some(PAGE),
-                offset: Some(offset),
-                ..Default::default()
-            })
-            .await?;
-        for record in &records {
-            let Some(request) = request_of(record) else {
-                tracing::warn!(deploy_id = %record.id, "a successful deploy's input cannot be read; passed over");
-                continue;
-            };
-            let dry_run = request
-                .effective
-                .as_ref()
-                .map_or(request.descriptor.dry_run, |e| e.dry_run);
-            if !dry_run && wanted(&record.id, &request) {
-                return Ok(Some((record.id.clone(), request)));
-            }
-        }
-        if (records.len() as i64) < PAGE {
-            return Ok(None);
-        }
-        offset += PAGE;
-    }
-}
-
-/// The effective descriptor of the last successful (not dry-run) deploy of
-/// the same application and environment, other than `deploy_id`.
-pub async fn previous_success(
-    rt: &Runtime,
-    eff: &EffectiveDescriptor,
-    deploy_id: &str,
-) -> Result<Option<EffectiveDescriptor>, String> {
-    Ok(last_success(
-        &rt.client,
-        &eff.application,
-        &eff.environment,
-        Some(deploy_id),
-    )
-    .await?
-    .and_then(|(_, r)| r.effective))
-}
-
-/// The key of a deploy's recorded input that holds its [`Origin`], beside the request's own.
-const ORIGIN_KEY: &str = "redeploy_of";
-
-/// How a deploy came from an earlier one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OriginKind {
-    /// `manent rollback`: an earlier successful version of the application/environment.
-    Rollback,
-    /// `manent redeploy`: a past deploy's descriptor as it was.
-    Redeploy,
-}
-
-impl OriginKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OriginKind::Rollback => "rollback",
-            OriginKind::Redeploy => "redeploy",
-        }
-    }
-}
-
-/// Which deploy a rollback or redeploy resubmitted, recorded with the new deploy.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Origin {
-    pub kind: OriginKind,
-    pub deploy_id: String,
-}
-
-/// The [`Origin`] recorded in a deploy's input, if any.
-fn origin_of(record: &WorkflowRecord) -> Option<Origin> {
-    #[derive(Deserialize)]
-    struct Recorded {
-        #[serde(default, rename = "redeploy_of")]
-        origin: Option<Origin>,
-    }
-    serde_json::from_str::<Recorded>(&record.input)
-        .ok()
-        .and_then(|r| r.origin)
-}
-
-/// A deploy's version: its first artifact's (docs/environments.md).
-fn version_of(request: &DeployRequest) -> &str {
-    request
-        .descriptor
-        .artifacts
-        .first()
-        .map_or("", |a| a.version.as_str())
-}
-
 /// One environment's deploys, newest first (all statuses, dry runs included): what
 /// `manent history APP ENV` shows. Read from that partition's history, so other
 /// applications' deploys cost nothing.
@@ -1193,37 +1062,6 @@ pub async fn history(
         views.extend(summary(r, &events));
     }
     Ok(views)
-}
-
-/// The version live in one environment: its last successful deploy that was not a dry run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LiveVersion {
-    pub version: String,
-    pub deploy_id: String,
-    /// When that deploy ended.
-    pub finished_at: Option<String>,
-}
-
-/// The version live in `application/environment`, or `None` before its first success.
-pub async fn live_version(
-    client: &Client,
-    application: &str,
-    environment: &str,
-) -> Result<Option<LiveVersion>, EngineError> {
-    let Some((id, request)) = find_success(client, application, environment, |_, _| true).await?
-    else {
-        return Ok(None);
-    };
-    let finished_at = client
-        .get(&id)
-        .await?
-        .and_then(|r| r.finished_at_ms)
-        .map(rfc3339);
-    Ok(Some(LiveVersion {
-        version: version_of(&request).to_string(),
-        deploy_id: id,
-        finished_at,
-    }))
 }
 
 /// Why a rollback or redeploy was refused.

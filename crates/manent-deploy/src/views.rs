@@ -2,25 +2,18 @@
 //! workers, queues, tenants and applications (with their live versions). Field names
 //! are a stable interface: add, never rename.
 
-use std::{
-    collections::BTreeMap,
-    time::{Duration, UNIX_EPOCH},
-};
+use std::collections::BTreeMap;
 
 use manent_config::Config;
 use manent_engine::{Client, EngineError, ExecutorState, RunningCount, now_ms};
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    history::{LiveVersion, live_version},
     queues::{DEPLOY_LIMIT_GROUP, DeclaredQueue, QueueKind, declared_queues},
-    service::{LiveVersion, live_version},
 };
 
-/// RFC 3339 (UTC, milliseconds) of a millisecond timestamp.
-pub fn rfc3339(ms: i64) -> String {
-    let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    humantime::format_rfc3339_millis(t).to_string()
-}
+pub use crate::request::rfc3339;
 
 /// One worker (executor), as `manent workers` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,105 +6,18 @@
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use manent_config::Config;
-use manent_engine::{Engine, EnqueueRequest, StepPolicy, WorkflowContext, WorkflowError};
-use manent_model::{Descriptor, EffectiveDescriptor, OnFailure, Route, Target, plan_waves};
+use manent_engine::{Engine, StepPolicy, WorkflowContext, WorkflowError};
+use manent_model::{EffectiveDescriptor, OnFailure, Target, plan_waves};
 use manent_ssh::{ConnectionPool, SshAuth};
 use serde::{Deserialize, Serialize};
 
+pub use crate::request::{DEPLOY_WORKFLOW, DeployRequest, Submitter, same_token};
 use crate::{
     artifacts::{self, LocalArtifact},
     gate,
     plugins::{PassContext, Plugin, Plugins},
     targets::TargetOutcome,
 };
-
-/// The workflow's registered name.
-pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
-
-/// Who submits a deploy or creates a schedule: the API token's name and stable id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Submitter {
-    pub name: String,
-    /// Empty when there is no token (tests, tools): then names are compared.
-    pub token_id: String,
-}
-
-impl Submitter {
-    pub fn new(name: impl Into<String>, token_id: impl Into<String>) -> Self {
-        Submitter {
-            name: name.into(),
-            token_id: token_id.into(),
-        }
-    }
-
-    /// A submitter known only by name.
-    pub fn named(name: impl Into<String>) -> Self {
-        Submitter::new(name, "")
-    }
-}
-
-/// Whether two (name, token id) pairs are the same token: by id when both have one (a name
-/// revoked and created again is another token), else by name (records made before ids).
-pub fn same_token(a: (&str, &str), b: (&str, &str)) -> bool {
-    if a.1.is_empty() || b.1.is_empty() {
-        a.0 == b.0
-    } else {
-        a.1 == b.1
-    }
-}
-
-/// What a submission records: the request, with its route decided once.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DeployRequest {
-    pub descriptor: Descriptor,
-    /// Built at submission; `None` when the environment configuration could
-    /// not be read then (it is built by the worker's first step).
-    pub effective: Option<EffectiveDescriptor>,
-    pub route: Route,
-    pub submitted_by: String,
-    /// The submitting token's stable id (empty in requests recorded before ids existed):
-    /// the self-approval check compares it, not the name.
-    #[serde(default)]
-    pub submitted_by_id: String,
-    pub submitted_at_ms: i64,
-    /// Whether the deploy first waits on the gate queue (approval, dependencies),
-    /// holding no deploy slot, before it moves to `route.queue`. Decided at submission.
-    #[serde(default)]
-    pub gated: bool,
-}
-
-impl DeployRequest {
-    pub fn new(
-        descriptor: Descriptor,
-        effective: Option<EffectiveDescriptor>,
-        route: Route,
-        submitted_by: &Submitter,
-        submitted_at_ms: i64,
-    ) -> Self {
-        DeployRequest {
-            gated: gate::needs_gate(effective.as_ref()),
-            descriptor,
-            effective,
-            route,
-            submitted_by: submitted_by.name.clone(),
-            submitted_by_id: submitted_by.token_id.clone(),
-            submitted_at_ms,
-        }
-    }
-
-    /// How this deploy is enqueued: on the gate queue when it must wait first,
-    /// else on its route's queue; partitioned by `<application>/<environment>`.
-    pub fn enqueue(&self) -> EnqueueRequest {
-        let queue = if self.gated {
-            gate::GATE_QUEUE
-        } else {
-            self.route.queue.as_str()
-        };
-        let partition =
-            manent_model::partition_key(&self.descriptor.application, &self.descriptor.environment);
-        EnqueueRequest::new(DEPLOY_WORKFLOW, queue, self).partition(partition)
-    }
-}
 
 /// The final output of a successful deploy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -330,7 +243,7 @@ async fn deploy(
             phase(ctx, "rolling back").await?;
             let previous: Option<EffectiveDescriptor> = ctx
                 .step("find previous version", || async {
-                    crate::service::previous_success(rt, &eff, &deploy_id).await
+                    crate::history::previous_success(&rt.client, &eff, &deploy_id).await
                 })
                 .await?;
             let switched: Vec<TargetOutcome> =

@@ -1,0 +1,169 @@
+//! What ran in one application/environment: its deploys' recorded requests read back,
+//! the last success (for dependencies, rollback and approvals), the live version, and
+//! where a rollback or redeploy came from. Read by partition, whatever else ran.
+
+use manent_engine::{Client, EngineError, WorkflowFilter, WorkflowRecord, WorkflowStatus};
+use manent_model::EffectiveDescriptor;
+use serde::{Deserialize, Serialize};
+
+use crate::request::{DEPLOY_WORKFLOW, DeployRequest, rfc3339};
+
+/// The deploy's recorded request; one that cannot be read is logged (and shown by
+/// `status` as an error) and left out of lists, which cannot tell whose it is.
+pub(crate) fn request_of(record: &WorkflowRecord) -> Option<DeployRequest> {
+    serde_json::from_str(&record.input)
+        .inspect_err(|e| {
+            tracing::error!(deploy_id = %record.id, error = %e, "a deploy's recorded input cannot be read; it is kept as it is");
+        })
+        .ok()
+}
+
+/// The last successful deploy (not a dry run) of `application/environment`, other than
+/// `except`, read from that partition's history a page at a time: however many deploys of
+/// other applications, or dry runs of this one, came after it.
+pub(crate) async fn last_success(
+    client: &Client,
+    application: &str,
+    environment: &str,
+    except: Option<&str>,
+) -> Result<Option<(String, DeployRequest)>, String> {
+    find_success(client, application, environment, |id, _| Some(id) != except)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The newest successful deploy (not a dry run) of `application/environment` that `wanted`
+/// accepts, with its id, reading that partition's successes newest first, a page at a time.
+pub(crate) async fn find_success(
+    client: &Client,
+    application: &str,
+    environment: &str,
+    mut wanted: impl FnMut(&str, &DeployRequest) -> bool,
+) -> Result<Option<(String, DeployRequest)>, EngineError> {
+    const PAGE: i64 = 100;
+    let mut offset = 0;
+    loop {
+        let records = client
+            .list(&WorkflowFilter {
+                status: Some(WorkflowStatus::Success),
+                name: Some(DEPLOY_WORKFLOW.into()),
+                partition_key: Some(manent_model::partition_key(application, environment)),
+                limit: Some(PAGE),
+                offset: Some(offset),
+                ..Default::default()
+            })
+            .await?;
+        for record in &records {
+            let Some(request) = request_of(record) else {
+                tracing::warn!(deploy_id = %record.id, "a successful deploy's input cannot be read; passed over");
+                continue;
+            };
+            let dry_run = request
+                .effective
+                .as_ref()
+                .map_or(request.descriptor.dry_run, |e| e.dry_run);
+            if !dry_run && wanted(&record.id, &request) {
+                return Ok(Some((record.id.clone(), request)));
+            }
+        }
+        if (records.len() as i64) < PAGE {
+            return Ok(None);
+        }
+        offset += PAGE;
+    }
+}
+
+/// The effective descriptor of the last successful (not dry-run) deploy of
+/// the same application and environment, other than `deploy_id`.
+pub async fn previous_success(
+    client: &Client,
+    eff: &EffectiveDescriptor,
+    deploy_id: &str,
+) -> Result<Option<EffectiveDescriptor>, String> {
+    Ok(
+        last_success(client, &eff.application, &eff.environment, Some(deploy_id))
+            .await?
+            .and_then(|(_, r)| r.effective),
+    )
+}
+
+/// The key of a deploy's recorded input that holds its [`Origin`], beside the request's own.
+pub(crate) const ORIGIN_KEY: &str = "redeploy_of";
+
+/// How a deploy came from an earlier one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OriginKind {
+    /// `manent rollback`: an earlier successful version of the application/environment.
+    Rollback,
+    /// `manent redeploy`: a past deploy's descriptor as it was.
+    Redeploy,
+}
+
+impl OriginKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OriginKind::Rollback => "rollback",
+            OriginKind::Redeploy => "redeploy",
+        }
+    }
+}
+
+/// Which deploy a rollback or redeploy resubmitted, recorded with the new deploy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Origin {
+    pub kind: OriginKind,
+    pub deploy_id: String,
+}
+
+/// The [`Origin`] recorded in a deploy's input, if any.
+pub(crate) fn origin_of(record: &WorkflowRecord) -> Option<Origin> {
+    #[derive(Deserialize)]
+    struct Recorded {
+        #[serde(default, rename = "redeploy_of")]
+        origin: Option<Origin>,
+    }
+    serde_json::from_str::<Recorded>(&record.input)
+        .ok()
+        .and_then(|r| r.origin)
+}
+
+/// A deploy's version: its first artifact's (docs/environments.md).
+pub(crate) fn version_of(request: &DeployRequest) -> &str {
+    request
+        .descriptor
+        .artifacts
+        .first()
+        .map_or("", |a| a.version.as_str())
+}
+
+/// The version live in one environment: its last successful deploy that was not a dry run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveVersion {
+    pub version: String,
+    pub deploy_id: String,
+    /// When that deploy ended.
+    pub finished_at: Option<String>,
+}
+
+/// The version live in `application/environment`, or `None` before its first success.
+pub async fn live_version(
+    client: &Client,
+    application: &str,
+    environment: &str,
+) -> Result<Option<LiveVersion>, EngineError> {
+    let Some((id, request)) = find_success(client, application, environment, |_, _| true).await?
+    else {
+        return Ok(None);
+    };
+    let finished_at = client
+        .get(&id)
+        .await?
+        .and_then(|r| r.finished_at_ms)
+        .map(rfc3339);
+    Ok(Some(LiveVersion {
+        version: version_of(&request).to_string(),
+        deploy_id: id,
+        finished_at,
+    }))
+}
