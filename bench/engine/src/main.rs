@@ -43,9 +43,14 @@
 //! directory, deleted afterwards with its `-wal`/`-shm` files and the engine's `.executors` lock
 //! directory.
 
+mod backlog;
+mod fresh;
+mod workers;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -67,12 +72,19 @@ const WORKER_CONCURRENCY: u32 = 50;
 const LATENCY_BASE: u64 = 1_000_000_000;
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
+/// How long each step sleeps (0 in the peers' workload; `--step-sleep-ms` in the workers mode,
+/// where it makes the steps I/O-bound).
+static STEP_SLEEP_MS: AtomicU64 = AtomicU64::new(0);
+/// Workflow bodies that returned in this process. The backlog mode watches it instead of
+/// counting rows every 10 ms, which would scan a growing table while being measured.
+static FINISHED: AtomicU64 = AtomicU64::new(0);
+
 /// Start instants recorded by the first step of latency-sample workflows, keyed by input.
 static FIRST_STEP_STARTS: LazyLock<Mutex<HashMap<u64, Instant>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Setting {
+pub(crate) enum Setting {
     Default,
     Tuned,
 }
@@ -121,13 +133,13 @@ impl Setting {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Backend {
+pub(crate) enum Backend {
     Postgres,
     Sqlite,
 }
 
 impl Backend {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Backend::Postgres => "postgres",
             Backend::Sqlite => "sqlite",
@@ -135,31 +147,93 @@ impl Backend {
     }
 }
 
-struct Args {
-    database_url: String,
-    workflows: u64,
-    latency_samples: usize,
-    settings: Vec<Setting>,
-    backends: Vec<Backend>,
-    timeout: Duration,
+/// What one invocation measures.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Mode {
+    /// The peers' workload (throughput and start latency), comparable with bench/peers.
+    Peers,
+    /// Throughput with a large backlog over many partitions (backlog.rs).
+    Backlog,
+    /// Throughput of 1, 2, 4… worker processes on one PostgreSQL (workers.rs).
+    Workers,
+    /// A child of the workers mode: one executor serving the queue until stdin closes.
+    Worker,
+}
+
+pub(crate) struct Args {
+    pub mode: Mode,
+    pub database_url: String,
+    pub workflows: u64,
+    pub latency_samples: usize,
+    pub settings: Vec<Setting>,
+    pub backends: Vec<Backend>,
+    pub timeout: Duration,
+    /// Backlog mode: the backlog sizes, one fresh database each.
+    pub backlogs: Vec<u64>,
+    /// Backlog and workers modes: workflow `i` has key `p{i % partitions}`.
+    pub partitions: u64,
+    /// Backlog mode: the clock stops at min(backlog, window) workflows in SUCCESS.
+    pub window: u64,
+    /// Backlog mode: requests per `Client::enqueue_many` call.
+    pub chunk: usize,
+    /// Workers mode: the numbers of worker processes, one fresh database each.
+    pub workers: Vec<u32>,
+    pub step_sleep_ms: u64,
+    /// Backlog mode and each worker process: the queue's worker concurrency.
+    pub worker_concurrency: Option<u32>,
+    /// Worker child: its executor id.
+    pub executor_id: String,
+}
+
+fn list<T: FromStr>(flag: &str, value: &str) -> Result<Vec<T>> {
+    value
+        .split(',')
+        .map(|v| {
+            v.trim()
+                .replace('_', "")
+                .parse()
+                .map_err(|_| anyhow!("{flag} takes a comma-separated list of numbers, not {value}"))
+        })
+        .collect()
 }
 
 fn parse_args() -> Result<Args> {
     let mut args = Args {
+        mode: Mode::Peers,
         database_url: DEFAULT_URL.to_owned(),
         workflows: 2000,
         latency_samples: 50,
         settings: vec![Setting::Default, Setting::Tuned],
         backends: vec![Backend::Postgres, Backend::Sqlite],
         timeout: Duration::from_secs(600),
+        backlogs: vec![1_000, 10_000, 100_000],
+        partitions: 5_000,
+        window: 10_000,
+        chunk: 1_000,
+        workers: vec![1, 2, 4],
+        step_sleep_ms: 50,
+        worker_concurrency: None,
+        executor_id: EXECUTOR_ID.to_owned(),
     };
+    let mut workflows_set = false;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
+            "--mode" => {
+                args.mode = match value()?.as_str() {
+                    "peers" => Mode::Peers,
+                    "backlog" => Mode::Backlog,
+                    "workers" => Mode::Workers,
+                    other => bail!("--mode must be peers, backlog or workers, not {other}"),
+                }
+            }
+            "--worker" => args.mode = Mode::Worker,
+            "--executor-id" => args.executor_id = value()?,
             "--database-url" => args.database_url = value()?,
             "--workflows" => {
-                args.workflows = value()?.parse().context("--workflows takes a number")?
+                args.workflows = value()?.parse().context("--workflows takes a number")?;
+                workflows_set = true;
             }
             "--latency-samples" => {
                 args.latency_samples = value()?
@@ -186,27 +260,66 @@ fn parse_args() -> Result<Args> {
                 args.timeout =
                     Duration::from_secs(value()?.parse().context("--timeout-secs takes a number")?)
             }
+            "--backlogs" => args.backlogs = list("--backlogs", &value()?)?,
+            "--partitions" => {
+                args.partitions = value()?.parse().context("--partitions takes a number")?
+            }
+            "--window" => args.window = value()?.parse().context("--window takes a number")?,
+            "--chunk" => args.chunk = value()?.parse().context("--chunk takes a number")?,
+            "--workers" => args.workers = list("--workers", &value()?)?,
+            "--step-sleep-ms" => {
+                args.step_sleep_ms = value()?.parse().context("--step-sleep-ms takes a number")?
+            }
+            "--worker-concurrency" => {
+                args.worker_concurrency = Some(
+                    value()?
+                        .parse()
+                        .context("--worker-concurrency takes a number")?,
+                )
+            }
             "-h" | "--help" => {
                 eprintln!(
-                    "usage: manent-engine-bench [--database-url URL] [--workflows N] \
-                     [--latency-samples N] [--setting default|tuned|both] \
-                     [--backend postgres|sqlite|both] [--timeout-secs S]"
+                    "usage: manent-engine-bench [--mode peers|backlog|workers] [--database-url URL]\n\
+                     \x20 peers (default): [--workflows N] [--latency-samples N] \
+                     [--setting default|tuned|both] [--backend postgres|sqlite|both] \
+                     [--timeout-secs S]\n\
+                     \x20 backlog: [--backlogs 1000,10000,100000] [--partitions 5000] \
+                     [--window 10000] [--chunk 1000] [--worker-concurrency 50] \
+                     [--backend ..] [--timeout-secs S]\n\
+                     \x20 workers (PostgreSQL): [--workers 1,2,4] [--workflows 3000] \
+                     [--step-sleep-ms 50] [--worker-concurrency 10] [--partitions 5000] \
+                     [--timeout-secs S]"
                 );
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other}"),
         }
     }
-    if args.workflows == 0 {
-        bail!("--workflows must be at least 1");
+    if args.mode == Mode::Workers && !workflows_set {
+        args.workflows = 3_000;
+    }
+    if args.workflows == 0 || args.partitions == 0 || args.window == 0 || args.chunk == 0 {
+        bail!("--workflows, --partitions, --window and --chunk must be at least 1");
+    }
+    if args.backlogs.contains(&0) || args.workers.contains(&0) {
+        bail!("--backlogs and --workers take numbers of at least 1");
     }
     Ok(args)
 }
 
-/// The workflow under test: three trivial steps, each returning a small value.
+async fn step_pause() {
+    let ms = STEP_SLEEP_MS.load(Ordering::Relaxed);
+    if ms > 0 {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
+/// The workflow under test: three trivial steps, each returning a small value (each sleeping
+/// `STEP_SLEEP_MS` first, which is 0 except in the workers mode).
 async fn bench_workflow(ctx: WorkflowContext, input: u64) -> Result<u64, WorkflowError> {
     let a: u64 = ctx
         .step("step1", move || async move {
+            step_pause().await;
             if input >= LATENCY_BASE {
                 FIRST_STEP_STARTS
                     .lock()
@@ -218,14 +331,17 @@ async fn bench_workflow(ctx: WorkflowContext, input: u64) -> Result<u64, Workflo
         .await?;
     let b: u64 = ctx
         .step("step2", move || async move {
+            step_pause().await;
             Ok::<u64, std::convert::Infallible>(a + 2)
         })
         .await?;
     let c: u64 = ctx
         .step("step3", move || async move {
+            step_pause().await;
             Ok::<u64, std::convert::Infallible>(b + 3)
         })
         .await?;
+    FINISHED.fetch_add(1, Ordering::Relaxed);
     Ok(c)
 }
 
@@ -584,6 +700,12 @@ async fn main() -> Result<()> {
         .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
         .init();
     let args = parse_args()?;
+    match args.mode {
+        Mode::Peers => {}
+        Mode::Backlog => return backlog::run(&args).await,
+        Mode::Workers => return workers::run(&args).await,
+        Mode::Worker => return workers::serve(&args).await,
+    }
     for &backend in &args.backends {
         for &setting in &args.settings {
             let outcome = run(&args, backend, setting)
