@@ -122,7 +122,7 @@ async fn measure_on(
         let finished = FINISHED.load(std::sync::atomic::Ordering::Relaxed);
         if plan.is_none() && finished >= (window / 10).max(1) {
             let explained = Instant::now();
-            let text = explain_claim(&probe, concurrency).await?;
+            let text = explain_claim(&probe, backend, concurrency).await?;
             eprintln!(
                 "[{label}] claim plan at {finished} finished ({:.1} ms to explain):\n{text}",
                 explained.elapsed().as_secs_f64() * 1000.0
@@ -195,10 +195,14 @@ async fn measure_on(
     }))
 }
 
-/// The claim's two reads as the engine runs them now, with this moment's running partitions
-/// written into the page query as literals (the engine binds them; the plan is the same
-/// partial-index scan either way, which the plans themselves show).
-async fn explain_claim(probe: &crate::fresh::Probe, concurrency: u32) -> Result<String> {
+/// The claim's two reads as the engine runs them now (its SQL, its session setting), with this
+/// moment's running partitions written into the page query as literals where the engine binds
+/// them.
+async fn explain_claim(
+    probe: &crate::fresh::Probe,
+    backend: Backend,
+    concurrency: u32,
+) -> Result<String> {
     let running = probe
         .strings(&format!(
             "SELECT partition_key FROM manent_workflows WHERE queue_name = '{QUEUE}' \
@@ -212,8 +216,13 @@ async fn explain_claim(probe: &crate::fresh::Probe, concurrency: u32) -> Result<
          SELECT CAST(1 AS BIGINT), executor_id, partition_key, COUNT(*) FROM manent_workflows \
          WHERE limit_group = NULL AND status = 'PENDING' GROUP BY executor_id, partition_key"
     );
+    // The engine names the index on SQLite (`claim_page_sql` in store/sql.rs).
+    let indexed_by = match backend {
+        Backend::Postgres => "",
+        Backend::Sqlite => " INDEXED BY manent_workflows_claimable",
+    };
     let mut page = format!(
-        "SELECT id, partition_key, priority, created_seq FROM manent_workflows \
+        "SELECT id, partition_key, priority, created_seq FROM manent_workflows{indexed_by} \
          WHERE queue_name = '{QUEUE}' AND status = 'ENQUEUED' AND not_before <= {}",
         now_ms()
     );

@@ -144,17 +144,24 @@ impl Probe {
         .with_context(|| format!("running `{sql}`"))
     }
 
-    /// The plan of `sql` as the database executes it now: `EXPLAIN (ANALYZE, BUFFERS)` on
-    /// PostgreSQL; on SQLite, which has no EXPLAIN ANALYZE, `EXPLAIN QUERY PLAN` and the mean
-    /// wall time of 20 executions.
+    /// The plan of `sql` as the database executes it now inside a claim: `EXPLAIN (ANALYZE,
+    /// BUFFERS)` on PostgreSQL, in a transaction with `enable_sort` off as the engine's claim
+    /// transaction has it (`PG_CLAIM_PRELUDE` in crates/manent-engine/src/store/sql.rs); on
+    /// SQLite, which has no EXPLAIN ANALYZE, `EXPLAIN QUERY PLAN` and the mean wall time of 20
+    /// executions.
     pub(crate) async fn explain(&self, sql: &str) -> Result<String> {
         match self {
             Probe::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                sqlx::query("SELECT set_config('enable_sort', 'off', true)")
+                    .execute(&mut *tx)
+                    .await?;
                 let lines: Vec<String> =
                     sqlx::query_scalar(&format!("EXPLAIN (ANALYZE, BUFFERS) {sql}"))
-                        .fetch_all(pool)
+                        .fetch_all(&mut *tx)
                         .await
                         .with_context(|| format!("explaining `{sql}`"))?;
+                tx.rollback().await?;
                 Ok(lines.join("\n"))
             }
             Probe::Sqlite(pool) => {
