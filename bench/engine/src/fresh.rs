@@ -20,6 +20,17 @@ pub(crate) fn loadavg() -> String {
         .unwrap_or_else(|_| "unknown".to_owned())
 }
 
+/// CPU time (user + system) a process has used so far, in ms, from `/proc/<pid>/stat`
+/// (clock ticks of 10 ms, the Linux default `CLK_TCK` of 100).
+pub(crate) fn cpu_ms(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, in parentheses, may hold spaces: count fields after it.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) * 10.0)
+}
+
 pub(crate) enum FreshDb {
     Postgres {
         admin: PgPool,

@@ -403,6 +403,55 @@ impl Counter {
             Counter::Sqlite(pool) => pool.close().await,
         }
     }
+
+    /// CPU used so far by this process and (PostgreSQL) by the server processes serving the
+    /// engine's connections to this database (all but the counter's own), by pid.
+    async fn cpu(&self) -> Result<(f64, HashMap<i32, f64>)> {
+        let own = fresh::cpu_ms(std::process::id()).unwrap_or(0.0);
+        let mut backends = HashMap::new();
+        if let Counter::Postgres(pool) = self {
+            let pids: Vec<i32> = sqlx::query_scalar(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+                 AND pid <> pg_backend_pid()",
+            )
+            .fetch_all(pool)
+            .await
+            .context("listing the database's server processes")?;
+            for pid in pids {
+                if let Some(ms) = fresh::cpu_ms(pid as u32) {
+                    backends.insert(pid, ms);
+                }
+            }
+        }
+        Ok((own, backends))
+    }
+}
+
+impl Counter {
+    /// From the engine's own timestamps (ms): the mean time from claim to finish of a workflow,
+    /// and the mean time from a workflow's finish to the claim of the next one on its key.
+    async fn timeline(&self) -> Result<(Option<f64>, Option<f64>)> {
+        const SQL: &str = "SELECT CAST(AVG(finished_at - started_at) AS DOUBLE PRECISION), \
+             CAST(AVG(gap) AS DOUBLE PRECISION) FROM (SELECT started_at, finished_at, \
+             started_at - LAG(finished_at) OVER (PARTITION BY partition_key ORDER BY created_seq) \
+             AS gap FROM manent_workflows WHERE status = 'SUCCESS') AS t";
+        match self {
+            Counter::Postgres(pool) => sqlx::query_as(SQL).fetch_one(pool).await,
+            Counter::Sqlite(pool) => sqlx::query_as(SQL).fetch_one(pool).await,
+        }
+        .context("reading the run timeline")
+    }
+}
+
+/// CPU used between two [`Counter::cpu`] readings: (this process, the server processes) in ms.
+/// A server process that started in between counts from zero.
+fn cpu_between(before: &(f64, HashMap<i32, f64>), after: &(f64, HashMap<i32, f64>)) -> (f64, f64) {
+    let server = after
+        .1
+        .iter()
+        .map(|(pid, ms)| ms - before.1.get(pid).copied().unwrap_or(0.0))
+        .sum();
+    (after.0 - before.0, server)
 }
 
 /// xorshift64 seeded from the clock: enough to scatter the latency probes over the poll cycle.
@@ -450,6 +499,10 @@ struct Outcome {
     latencies_ms: Vec<f64>,
     /// Why the latency probe stopped early, if it did.
     latency_aborted: Option<String>,
+    /// CPU ms used during the timed window: (this process, PostgreSQL's server processes).
+    cpu_ms: (f64, f64),
+    /// Mean claim-to-finish time and mean finish-to-next-claim gap on a key, in ms.
+    timeline: (Option<f64>, Option<f64>),
 }
 
 /// The database file and the files and directory SQLite and the engine keep beside it.
@@ -571,6 +624,7 @@ async fn measure(
     let started = Instant::now();
     let launch_seconds = (started - launch_start).as_secs_f64();
     let target = i64::try_from(args.workflows)?;
+    let cpu_before = counter.cpu().await?;
     let (seconds, completed, timed_out) = loop {
         let (done, failed) = counter.counts().await?;
         if failed > 0 {
@@ -584,6 +638,8 @@ async fn measure(
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
+    let cpu_ms = cpu_between(&cpu_before, &counter.cpu().await?);
+    let timeline = counter.timeline().await?;
     if timed_out {
         eprintln!(
             "[{label}] TIMED OUT: {completed} of {} workflows finished in {seconds:.3} s; \
@@ -600,6 +656,8 @@ async fn measure(
             fallback_poll,
             latencies_ms: Vec::new(),
             latency_aborted: None,
+            cpu_ms,
+            timeline,
         });
     }
     eprintln!(
@@ -658,6 +716,8 @@ async fn measure(
         fallback_poll,
         latencies_ms,
         latency_aborted,
+        cpu_ms,
+        timeline,
     })
 }
 
@@ -732,6 +792,25 @@ async fn main() -> Result<()> {
                 outcome.launch_seconds,
                 sorted.len()
             );
+            let (own_cpu, server_cpu) = outcome.cpu_ms;
+            let per_wf = |ms: f64| ms / outcome.completed.max(1) as f64;
+            note.push_str(&format!(
+                "; CPU in the timed window: this process {own_cpu:.0} ms ({:.2} ms/wf)",
+                per_wf(own_cpu)
+            ));
+            if backend == Backend::Postgres {
+                note.push_str(&format!(
+                    ", PostgreSQL server processes of the engine's connections {server_cpu:.0} ms \
+                     ({:.2} ms/wf)",
+                    per_wf(server_cpu)
+                ));
+            }
+            if let (Some(run), Some(gap)) = outcome.timeline {
+                note.push_str(&format!(
+                    "; a workflow ran {run:.1} ms from claim to finish on average, and the next \
+                     one on its key was claimed {gap:.1} ms after it finished"
+                ));
+            }
             if outcome.timed_out {
                 note.push_str(&format!(
                     "; TIMED OUT: only {} of {} workflows reached SUCCESS within {:.0}s, \
