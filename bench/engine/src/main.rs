@@ -2,6 +2,10 @@
 //! (`crates/manent-engine`), on Postgres and on SQLite, and prints one JSON line per
 //! (backend, setting) on stdout, in the peers' format with `"engine":"manent"`.
 //!
+//! `--mode backlog` (backlog.rs) and `--mode workers` (workers.rs, whose child processes run
+//! this binary with `--worker`) are manent-only measurements; this file is the peers' mode,
+//! the workflow all modes share, and the argument parsing.
+//!
 //! # Workload (the peers', unchanged)
 //!
 //! N workflows (default 2,000) of three trivial steps each (input + 1, + 2, + 3; no sleep) are
