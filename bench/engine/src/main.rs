@@ -2,6 +2,10 @@
 //! (`crates/manent-engine`), on Postgres and on SQLite, and prints one JSON line per
 //! (backend, setting) on stdout, in the peers' format with `"engine":"manent"`.
 //!
+//! `--mode backlog` (backlog.rs) and `--mode workers` (workers.rs, whose child processes run
+//! this binary with `--worker`) are manent-only measurements; this file is the peers' mode,
+//! the workflow all modes share, and the argument parsing.
+//!
 //! # Workload (the peers', unchanged)
 //!
 //! N workflows (default 2,000) of three trivial steps each (input + 1, + 2, + 3; no sleep) are
@@ -43,9 +47,14 @@
 //! directory, deleted afterwards with its `-wal`/`-shm` files and the engine's `.executors` lock
 //! directory.
 
+mod backlog;
+mod fresh;
+mod workers;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -67,12 +76,19 @@ const WORKER_CONCURRENCY: u32 = 50;
 const LATENCY_BASE: u64 = 1_000_000_000;
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
+/// How long each step sleeps (0 in the peers' workload; `--step-sleep-ms` in the workers mode,
+/// where it makes the steps I/O-bound).
+static STEP_SLEEP_MS: AtomicU64 = AtomicU64::new(0);
+/// Workflow bodies that returned in this process. The backlog mode watches it instead of
+/// counting rows every 10 ms, which would scan a growing table while being measured.
+static FINISHED: AtomicU64 = AtomicU64::new(0);
+
 /// Start instants recorded by the first step of latency-sample workflows, keyed by input.
 static FIRST_STEP_STARTS: LazyLock<Mutex<HashMap<u64, Instant>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Setting {
+pub(crate) enum Setting {
     Default,
     Tuned,
 }
@@ -121,13 +137,13 @@ impl Setting {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Backend {
+pub(crate) enum Backend {
     Postgres,
     Sqlite,
 }
 
 impl Backend {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Backend::Postgres => "postgres",
             Backend::Sqlite => "sqlite",
@@ -135,31 +151,93 @@ impl Backend {
     }
 }
 
-struct Args {
-    database_url: String,
-    workflows: u64,
-    latency_samples: usize,
-    settings: Vec<Setting>,
-    backends: Vec<Backend>,
-    timeout: Duration,
+/// What one invocation measures.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Mode {
+    /// The peers' workload (throughput and start latency), comparable with bench/peers.
+    Peers,
+    /// Throughput with a large backlog over many partitions (backlog.rs).
+    Backlog,
+    /// Throughput of 1, 2, 4… worker processes on one PostgreSQL (workers.rs).
+    Workers,
+    /// A child of the workers mode: one executor serving the queue until stdin closes.
+    Worker,
+}
+
+pub(crate) struct Args {
+    pub mode: Mode,
+    pub database_url: String,
+    pub workflows: u64,
+    pub latency_samples: usize,
+    pub settings: Vec<Setting>,
+    pub backends: Vec<Backend>,
+    pub timeout: Duration,
+    /// Backlog mode: the backlog sizes, one fresh database each.
+    pub backlogs: Vec<u64>,
+    /// Backlog and workers modes: workflow `i` has key `p{i % partitions}`.
+    pub partitions: u64,
+    /// Backlog mode: the clock stops at min(backlog, window) workflows in SUCCESS.
+    pub window: u64,
+    /// Backlog mode: requests per `Client::enqueue_many` call.
+    pub chunk: usize,
+    /// Workers mode: the numbers of worker processes, one fresh database each.
+    pub workers: Vec<u32>,
+    pub step_sleep_ms: u64,
+    /// Backlog mode and each worker process: the queue's worker concurrency.
+    pub worker_concurrency: Option<u32>,
+    /// Worker child: its executor id.
+    pub executor_id: String,
+}
+
+fn list<T: FromStr>(flag: &str, value: &str) -> Result<Vec<T>> {
+    value
+        .split(',')
+        .map(|v| {
+            v.trim()
+                .replace('_', "")
+                .parse()
+                .map_err(|_| anyhow!("{flag} takes a comma-separated list of numbers, not {value}"))
+        })
+        .collect()
 }
 
 fn parse_args() -> Result<Args> {
     let mut args = Args {
+        mode: Mode::Peers,
         database_url: DEFAULT_URL.to_owned(),
         workflows: 2000,
         latency_samples: 50,
         settings: vec![Setting::Default, Setting::Tuned],
         backends: vec![Backend::Postgres, Backend::Sqlite],
         timeout: Duration::from_secs(600),
+        backlogs: vec![1_000, 10_000, 100_000],
+        partitions: 5_000,
+        window: 10_000,
+        chunk: 1_000,
+        workers: vec![1, 2, 4],
+        step_sleep_ms: 50,
+        worker_concurrency: None,
+        executor_id: EXECUTOR_ID.to_owned(),
     };
+    let mut workflows_set = false;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
+            "--mode" => {
+                args.mode = match value()?.as_str() {
+                    "peers" => Mode::Peers,
+                    "backlog" => Mode::Backlog,
+                    "workers" => Mode::Workers,
+                    other => bail!("--mode must be peers, backlog or workers, not {other}"),
+                }
+            }
+            "--worker" => args.mode = Mode::Worker,
+            "--executor-id" => args.executor_id = value()?,
             "--database-url" => args.database_url = value()?,
             "--workflows" => {
-                args.workflows = value()?.parse().context("--workflows takes a number")?
+                args.workflows = value()?.parse().context("--workflows takes a number")?;
+                workflows_set = true;
             }
             "--latency-samples" => {
                 args.latency_samples = value()?
@@ -186,27 +264,66 @@ fn parse_args() -> Result<Args> {
                 args.timeout =
                     Duration::from_secs(value()?.parse().context("--timeout-secs takes a number")?)
             }
+            "--backlogs" => args.backlogs = list("--backlogs", &value()?)?,
+            "--partitions" => {
+                args.partitions = value()?.parse().context("--partitions takes a number")?
+            }
+            "--window" => args.window = value()?.parse().context("--window takes a number")?,
+            "--chunk" => args.chunk = value()?.parse().context("--chunk takes a number")?,
+            "--workers" => args.workers = list("--workers", &value()?)?,
+            "--step-sleep-ms" => {
+                args.step_sleep_ms = value()?.parse().context("--step-sleep-ms takes a number")?
+            }
+            "--worker-concurrency" => {
+                args.worker_concurrency = Some(
+                    value()?
+                        .parse()
+                        .context("--worker-concurrency takes a number")?,
+                )
+            }
             "-h" | "--help" => {
                 eprintln!(
-                    "usage: manent-engine-bench [--database-url URL] [--workflows N] \
-                     [--latency-samples N] [--setting default|tuned|both] \
-                     [--backend postgres|sqlite|both] [--timeout-secs S]"
+                    "usage: manent-engine-bench [--mode peers|backlog|workers] [--database-url URL]\n\
+                     \x20 peers (default): [--workflows N] [--latency-samples N] \
+                     [--setting default|tuned|both] [--backend postgres|sqlite|both] \
+                     [--timeout-secs S]\n\
+                     \x20 backlog: [--backlogs 1000,10000,100000] [--partitions 5000] \
+                     [--window 10000] [--chunk 1000] [--worker-concurrency 50] \
+                     [--backend ..] [--timeout-secs S]\n\
+                     \x20 workers (PostgreSQL): [--workers 1,2,4] [--workflows 3000] \
+                     [--step-sleep-ms 50] [--worker-concurrency 10] [--partitions 5000] \
+                     [--timeout-secs S]"
                 );
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other}"),
         }
     }
-    if args.workflows == 0 {
-        bail!("--workflows must be at least 1");
+    if args.mode == Mode::Workers && !workflows_set {
+        args.workflows = 3_000;
+    }
+    if args.workflows == 0 || args.partitions == 0 || args.window == 0 || args.chunk == 0 {
+        bail!("--workflows, --partitions, --window and --chunk must be at least 1");
+    }
+    if args.backlogs.contains(&0) || args.workers.contains(&0) {
+        bail!("--backlogs and --workers take numbers of at least 1");
     }
     Ok(args)
 }
 
-/// The workflow under test: three trivial steps, each returning a small value.
+async fn step_pause() {
+    let ms = STEP_SLEEP_MS.load(Ordering::Relaxed);
+    if ms > 0 {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
+/// The workflow under test: three trivial steps, each returning a small value (each sleeping
+/// `STEP_SLEEP_MS` first, which is 0 except in the workers mode).
 async fn bench_workflow(ctx: WorkflowContext, input: u64) -> Result<u64, WorkflowError> {
     let a: u64 = ctx
         .step("step1", move || async move {
+            step_pause().await;
             if input >= LATENCY_BASE {
                 FIRST_STEP_STARTS
                     .lock()
@@ -218,14 +335,17 @@ async fn bench_workflow(ctx: WorkflowContext, input: u64) -> Result<u64, Workflo
         .await?;
     let b: u64 = ctx
         .step("step2", move || async move {
+            step_pause().await;
             Ok::<u64, std::convert::Infallible>(a + 2)
         })
         .await?;
     let c: u64 = ctx
         .step("step3", move || async move {
+            step_pause().await;
             Ok::<u64, std::convert::Infallible>(b + 3)
         })
         .await?;
+    FINISHED.fetch_add(1, Ordering::Relaxed);
     Ok(c)
 }
 
@@ -287,6 +407,55 @@ impl Counter {
             Counter::Sqlite(pool) => pool.close().await,
         }
     }
+
+    /// CPU used so far by this process and (PostgreSQL) by the server processes serving the
+    /// engine's connections to this database (all but the counter's own), by pid.
+    async fn cpu(&self) -> Result<(f64, HashMap<i32, f64>)> {
+        let own = fresh::cpu_ms(std::process::id()).unwrap_or(0.0);
+        let mut backends = HashMap::new();
+        if let Counter::Postgres(pool) = self {
+            let pids: Vec<i32> = sqlx::query_scalar(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+                 AND pid <> pg_backend_pid()",
+            )
+            .fetch_all(pool)
+            .await
+            .context("listing the database's server processes")?;
+            for pid in pids {
+                if let Some(ms) = fresh::cpu_ms(pid as u32) {
+                    backends.insert(pid, ms);
+                }
+            }
+        }
+        Ok((own, backends))
+    }
+}
+
+impl Counter {
+    /// From the engine's own timestamps (ms): the mean time from claim to finish of a workflow,
+    /// and the mean time from a workflow's finish to the claim of the next one on its key.
+    async fn timeline(&self) -> Result<(Option<f64>, Option<f64>)> {
+        const SQL: &str = "SELECT CAST(AVG(finished_at - started_at) AS DOUBLE PRECISION), \
+             CAST(AVG(gap) AS DOUBLE PRECISION) FROM (SELECT started_at, finished_at, \
+             started_at - LAG(finished_at) OVER (PARTITION BY partition_key ORDER BY created_seq) \
+             AS gap FROM manent_workflows WHERE status = 'SUCCESS') AS t";
+        match self {
+            Counter::Postgres(pool) => sqlx::query_as(SQL).fetch_one(pool).await,
+            Counter::Sqlite(pool) => sqlx::query_as(SQL).fetch_one(pool).await,
+        }
+        .context("reading the run timeline")
+    }
+}
+
+/// CPU used between two [`Counter::cpu`] readings: (this process, the server processes) in ms.
+/// A server process that started in between counts from zero.
+fn cpu_between(before: &(f64, HashMap<i32, f64>), after: &(f64, HashMap<i32, f64>)) -> (f64, f64) {
+    let server = after
+        .1
+        .iter()
+        .map(|(pid, ms)| ms - before.1.get(pid).copied().unwrap_or(0.0))
+        .sum();
+    (after.0 - before.0, server)
 }
 
 /// xorshift64 seeded from the clock: enough to scatter the latency probes over the poll cycle.
@@ -334,6 +503,10 @@ struct Outcome {
     latencies_ms: Vec<f64>,
     /// Why the latency probe stopped early, if it did.
     latency_aborted: Option<String>,
+    /// CPU ms used during the timed window: (this process, PostgreSQL's server processes).
+    cpu_ms: (f64, f64),
+    /// Mean claim-to-finish time and mean finish-to-next-claim gap on a key, in ms.
+    timeline: (Option<f64>, Option<f64>),
 }
 
 /// The database file and the files and directory SQLite and the engine keep beside it.
@@ -455,6 +628,7 @@ async fn measure(
     let started = Instant::now();
     let launch_seconds = (started - launch_start).as_secs_f64();
     let target = i64::try_from(args.workflows)?;
+    let cpu_before = counter.cpu().await?;
     let (seconds, completed, timed_out) = loop {
         let (done, failed) = counter.counts().await?;
         if failed > 0 {
@@ -468,6 +642,8 @@ async fn measure(
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
+    let cpu_ms = cpu_between(&cpu_before, &counter.cpu().await?);
+    let timeline = counter.timeline().await?;
     if timed_out {
         eprintln!(
             "[{label}] TIMED OUT: {completed} of {} workflows finished in {seconds:.3} s; \
@@ -484,6 +660,8 @@ async fn measure(
             fallback_poll,
             latencies_ms: Vec::new(),
             latency_aborted: None,
+            cpu_ms,
+            timeline,
         });
     }
     eprintln!(
@@ -542,6 +720,8 @@ async fn measure(
         fallback_poll,
         latencies_ms,
         latency_aborted,
+        cpu_ms,
+        timeline,
     })
 }
 
@@ -584,6 +764,12 @@ async fn main() -> Result<()> {
         .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
         .init();
     let args = parse_args()?;
+    match args.mode {
+        Mode::Peers => {}
+        Mode::Backlog => return backlog::run(&args).await,
+        Mode::Workers => return workers::run(&args).await,
+        Mode::Worker => return workers::serve(&args).await,
+    }
     for &backend in &args.backends {
         for &setting in &args.settings {
             let outcome = run(&args, backend, setting)
@@ -610,6 +796,25 @@ async fn main() -> Result<()> {
                 outcome.launch_seconds,
                 sorted.len()
             );
+            let (own_cpu, server_cpu) = outcome.cpu_ms;
+            let per_wf = |ms: f64| ms / outcome.completed.max(1) as f64;
+            note.push_str(&format!(
+                "; CPU in the timed window: this process {own_cpu:.0} ms ({:.2} ms/wf)",
+                per_wf(own_cpu)
+            ));
+            if backend == Backend::Postgres {
+                note.push_str(&format!(
+                    ", PostgreSQL server processes of the engine's connections {server_cpu:.0} ms \
+                     ({:.2} ms/wf)",
+                    per_wf(server_cpu)
+                ));
+            }
+            if let (Some(run), Some(gap)) = outcome.timeline {
+                note.push_str(&format!(
+                    "; a workflow ran {run:.1} ms from claim to finish on average, and the next \
+                     one on its key was claimed {gap:.1} ms after it finished"
+                ));
+            }
             if outcome.timed_out {
                 note.push_str(&format!(
                     "; TIMED OUT: only {} of {} workflows reached SUCCESS within {:.0}s, \
