@@ -18,6 +18,7 @@ on_both_backends!(
     a_routed_deploy_waits_for_its_pool_and_plain_workers_never_take_it,
     an_exclusive_worker_takes_only_its_queues,
     region_passes_run_only_on_their_regions_workers,
+    a_cancelled_region_routed_deploy_ships_nothing_to_a_region_whose_worker_comes_later,
     environment_concurrency_serializes_one_environment_while_others_run,
     global_and_per_worker_concurrency_are_never_exceeded,
 );
@@ -355,5 +356,100 @@ async fn global_and_per_worker_concurrency_are_never_exceeded(db: Db) {
     assert!(
         per_worker <= 2,
         "concurrency 2 per worker is never exceeded: {per_worker}: {lines:?}"
+    );
+}
+
+async fn a_cancelled_region_routed_deploy_ships_nothing_to_a_region_whose_worker_comes_later(
+    db: Db,
+) {
+    let mut site = Site::new(db, &[]).await;
+    site.set_config("dbos: {region_routing: true}\n");
+    let ledger = common::ledger_path(&site.dir);
+    let gate = site.dir.join("gate").display().to_string();
+    let command = format!(
+        "echo \"start $MANENT_TARGET $$\" >> {ledger}; while [ ! -f {gate} ]; do sleep 0.05; done; \
+         echo \"done $MANENT_TARGET\" >> {ledger}"
+    );
+    site.write_environment(
+        "acme/web",
+        "prod",
+        &format!(
+            "targets:\n  - {{name: eu-1, host: local, region: eu}}\n  - {{name: ap-1, host: local, region: ap}}\n\
+             deploy: {{plugin: command, commands: [{}]}}\nrollout: {{waves: all}}\n",
+            serde_json::to_string(&command).unwrap()
+        ),
+    );
+    let token = site.token();
+    site.start("api", "api");
+    site.start_with("worker", "worker-eu", &[("MANENT__DBOS__REGION", "eu")]);
+    site.wait_api().await;
+    let (id, _) = site.submit(&token, "acme/web");
+    // eu's pass runs; ap's waits on `default.ap`, which no worker serves yet.
+    let eu_pid: i32 = eventually("eu's command runs", WAIT, || async {
+        site.ledger()
+            .lines()
+            .find_map(|l| l.strip_prefix("start eu-1 ")?.parse().ok())
+    })
+    .await;
+    let store = manent_engine::store::open(&site.db.url).await.unwrap();
+    let passes = || async {
+        store
+            .list_workflows(&manent_engine::WorkflowFilter {
+                parent_id: Some(id.clone()),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+    };
+    eventually("ap's pass is enqueued", WAIT, || async {
+        passes()
+            .await
+            .iter()
+            .any(|p| p.queue == "default.ap")
+            .then_some(())
+    })
+    .await;
+
+    let (code, out) = site.cli(&token, &["cancel", &id]);
+    assert_eq!(code, 0, "cancel is accepted: {out}");
+    site.wait_status(&token, &id, "CANCELLED").await;
+    eventually("eu's command is killed", WAIT, || async {
+        manent_testkit::process_gone(eu_pid).then_some(())
+    })
+    .await;
+    for pass in passes().await {
+        assert_eq!(
+            pass.status,
+            manent_engine::WorkflowStatus::Cancelled,
+            "every region pass is cancelled with its deploy, ap's before any worker took it: {}",
+            pass.queue
+        );
+    }
+
+    // ap's worker comes up later: there is nothing left for it to take.
+    site.start_with("worker", "worker-ap", &[("MANENT__DBOS__REGION", "ap")]);
+    eventually("ap's worker is up", WAIT, || async {
+        store
+            .get_executor("worker-ap")
+            .await
+            .ok()
+            .flatten()
+            .map(|_| ())
+    })
+    .await;
+    std::fs::write(&gate, "").unwrap();
+    let text = site.ledger();
+    assert!(
+        !text.contains("ap-1") && !text.contains("done eu-1"),
+        "nothing shipped to ap, and eu's command never finished: {text}"
+    );
+    let status = site.status(&token, &id);
+    assert!(
+        status["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["status"] == "cancelled"),
+        "both targets are recorded as cancelled: {status}"
     );
 }
