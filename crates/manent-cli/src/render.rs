@@ -108,6 +108,13 @@ pub fn status(v: &Value) -> String {
     if v["error"].is_string() {
         out.push_str(&format!("  error: {}\n", text(&v["error"])));
     }
+    if v["redeploy_of"].is_string() {
+        out.push_str(&format!(
+            "  {} of {}\n",
+            text(&v["redeploy_kind"]),
+            text(&v["redeploy_of"])
+        ));
+    }
     if v["waiting_for"].is_string() {
         out.push_str(&format!("  waiting for {}\n", text(&v["waiting_for"])));
     }
@@ -460,6 +467,23 @@ mod tests {
             terminal_safe("line 1\n\tline 2"),
             "line 1\n\tline 2",
             "newlines and tabs stay"
+        );
+    }
+
+    #[test]
+    fn a_rollback_says_what_it_came_from() {
+        let rolled = serde_json::json!({"id": "n", "redeploy_kind": "rollback",
+            "redeploy_of": "3f2a9c", "targets": [], "steps": []});
+        assert!(
+            status(&rolled).contains("  rollback of 3f2a9c\n"),
+            "status names the deploy a rollback resubmitted: {}",
+            status(&rolled)
+        );
+        let plain = serde_json::json!({"id": "n", "redeploy_of": null, "targets": [], "steps": []});
+        assert!(
+            !status(&plain).contains(" of "),
+            "a deploy submitted otherwise says nothing of it: {}",
+            status(&plain)
         );
     }
 
