@@ -15,9 +15,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    fs::OpenOptions,
-    io::Write,
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Command, Stdio},
     time::Duration,
 };
@@ -25,7 +23,9 @@ use std::{
 use manent_engine::{
     Client, EnqueueRequest, StepStatus, WorkflowFilter, WorkflowRecord, WorkflowStatus, store,
 };
-use manent_testkit::{Children, NetNs, PgCluster, StopMode, eventually, signal, wait_exit};
+use manent_testkit::{
+    Children, NetNs, PgCluster, StopMode, append_line as append, eventually, signal, wait_exit,
+};
 
 /// Generous bounds for waits on other processes; never reached when things work.
 const WAIT: Duration = Duration::from_secs(90);
@@ -632,6 +632,44 @@ async fn a_worker_partitioned_from_postgresql_fences_itself_and_runs_nothing_mor
     partitioned(Takeover::Recovery).await;
 }
 
+/// A worker's network namespace, a cluster it reaches through the namespace's link
+/// (`far_url`) while the parent and other workers use loopback (`url`), and the
+/// parent's client and processes (whose failure reports carry the cluster's log).
+struct PartitionSite {
+    ns: NetNs,
+    cluster: PgCluster,
+    url: String,
+    far_url: String,
+    client: Client,
+    procs: Procs,
+}
+
+impl PartitionSite {
+    async fn new() -> Self {
+        let ns = NetNs::new();
+        let cluster = PgCluster::start_listening(
+            std::slice::from_ref(&ns.host_addr),
+            std::slice::from_ref(&ns.network),
+        );
+        let url = cluster.create_database("faults").await;
+        let far_url = cluster.url_at(&ns.host_addr, "faults");
+        let client = Client::new(store::open(&url).await.expect("open the test database"));
+        let mut procs = Procs::new();
+        let log_cluster = cluster.log_path();
+        procs.server_log = Some(Box::new(move || {
+            std::fs::read_to_string(&log_cluster).unwrap_or_default()
+        }));
+        PartitionSite {
+            ns,
+            cluster,
+            url,
+            far_url,
+            client,
+            procs,
+        }
+    }
+}
+
 #[derive(PartialEq)]
 enum Takeover {
     SameId,
@@ -648,19 +686,15 @@ async fn partitioned(takeover: Takeover) {
     };
     manent_testkit::init_tracing();
     let started = std::time::Instant::now();
-    let ns = NetNs::new();
-    let cluster = PgCluster::start_listening(
-        std::slice::from_ref(&ns.host_addr),
-        std::slice::from_ref(&ns.network),
-    );
-    let url = cluster.create_database("faults").await;
-    let far_url = cluster.url_at(&ns.host_addr, "faults");
-    let client = Client::new(store::open(&url).await.expect("open the test database"));
-    let mut procs = Procs::new();
-    let log_cluster = cluster.log_path();
-    procs.server_log = Some(Box::new(move || {
-        std::fs::read_to_string(&log_cluster).unwrap_or_default()
-    }));
+    let PartitionSite {
+        ns,
+        // Bound, not `_`: the cluster lives until the test ends.
+        cluster: _cluster,
+        url,
+        far_url,
+        client,
+        mut procs,
+    } = PartitionSite::new().await;
 
     // Step s1 of each workflow waits for the gate: the partition cuts the
     // worker off in the middle of it, with s0 recorded.
@@ -831,19 +865,14 @@ async fn a_worker_partitioned_in_the_middle_of_a_transaction_holds_up_the_others
     };
     manent_testkit::init_tracing();
     let started = std::time::Instant::now();
-    let ns = NetNs::new();
-    let cluster = PgCluster::start_listening(
-        std::slice::from_ref(&ns.host_addr),
-        std::slice::from_ref(&ns.network),
-    );
-    let url = cluster.create_database("faults").await;
-    let far_url = cluster.url_at(&ns.host_addr, "faults");
-    let client = Client::new(store::open(&url).await.expect("open the test database"));
-    let mut procs = Procs::new();
-    let log_cluster = cluster.log_path();
-    procs.server_log = Some(Box::new(move || {
-        std::fs::read_to_string(&log_cluster).unwrap_or_default()
-    }));
+    let PartitionSite {
+        ns,
+        cluster,
+        url,
+        far_url,
+        client,
+        mut procs,
+    } = PartitionSite::new().await;
     let common = |spec: Spec| {
         spec.limits(limits)
             .set("MANENT_TEST_STALE_MS", 2000)
@@ -966,17 +995,7 @@ mod child {
 
     use super::{QUEUE, WORKFLOW, append};
 
-    fn var(name: &str) -> Option<String> {
-        std::env::var(name).ok().filter(|v| !v.is_empty())
-    }
-
-    fn required(name: &str) -> String {
-        var(name).unwrap_or_else(|| panic!("the parent sets {name}"))
-    }
-
-    fn number(name: &str) -> Option<u64> {
-        var(name).map(|v| v.parse().unwrap_or_else(|_| panic!("{name} is a number")))
-    }
+    use manent_testkit::child_env::{number, required, var};
 
     pub(super) fn run() -> ! {
         manent_testkit::init_tracing();
@@ -1104,15 +1123,4 @@ mod child {
         engine.shutdown(Duration::from_secs(10)).await;
         0
     }
-}
-
-/// Appends one line in one write: with O_APPEND, lines of concurrent processes never interleave.
-fn append(path: &Path, line: &str) {
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("open the ledger");
-    file.write_all(format!("{line}\n").as_bytes())
-        .expect("append to the ledger");
 }

@@ -8,9 +8,7 @@
 
 use std::{
     collections::HashMap,
-    fs::OpenOptions,
-    io::Write,
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Child, Command, Stdio},
     time::Duration,
 };
@@ -19,7 +17,9 @@ use manent_engine::{
     Client, EnqueueRequest, StepStatus, Store, WorkflowStatus,
     store::{self, SqlStore},
 };
-use manent_testkit::{Children, Db, TestDb, eventually, signal, wait_exit, wait_stopped};
+use manent_testkit::{
+    Children, Db, TestDb, append_line as append, eventually, signal, wait_exit, wait_stopped,
+};
 
 /// Generous bounds for waits on other processes; never reached when things work.
 const WAIT: Duration = Duration::from_secs(60);
@@ -863,17 +863,7 @@ mod child {
 
     use super::append;
 
-    fn var(name: &str) -> Option<String> {
-        std::env::var(name).ok().filter(|v| !v.is_empty())
-    }
-
-    fn required(name: &str) -> String {
-        var(name).unwrap_or_else(|| panic!("the parent sets {name}"))
-    }
-
-    fn number(name: &str) -> Option<u64> {
-        var(name).map(|v| v.parse().unwrap_or_else(|_| panic!("{name} is a number")))
-    }
+    use manent_testkit::child_env::{number, required, var};
 
     pub(super) fn run(role: &str) -> ! {
         manent_testkit::init_tracing();
@@ -1016,15 +1006,4 @@ mod child {
         append(&ledger, &format!("stopped {pid}"));
         0
     }
-}
-
-/// Appends one line in one write: with O_APPEND, lines of concurrent processes never interleave.
-fn append(path: &Path, line: &str) {
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("open the ledger");
-    file.write_all(format!("{line}\n").as_bytes())
-        .expect("append to the ledger");
 }

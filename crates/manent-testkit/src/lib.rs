@@ -266,3 +266,34 @@ pub fn process_gone(pid: i32) -> bool {
             .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
     }
 }
+
+/// Appends `line` to a ledger file that several processes write (one `write` of a
+/// whole line on a file opened for appending: lines never interleave).
+pub fn append_line(path: &std::path::Path, line: &str) {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open the ledger");
+    file.write_all(format!("{line}\n").as_bytes())
+        .expect("append to the ledger");
+}
+
+/// The settings a re-executed test binary gets from its parent, in environment variables.
+pub mod child_env {
+    /// The variable's value, `None` when unset or empty.
+    pub fn var(name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+
+    /// The variable's value; the parent always sets it.
+    pub fn required(name: &str) -> String {
+        var(name).unwrap_or_else(|| panic!("the parent sets {name}"))
+    }
+
+    /// The variable as a number, `None` when unset.
+    pub fn number(name: &str) -> Option<u64> {
+        var(name).map(|v| v.parse().unwrap_or_else(|_| panic!("{name} is a number")))
+    }
+}
