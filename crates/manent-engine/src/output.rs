@@ -3,10 +3,7 @@
 //! source, written in small batches by a task of its own so a chatty command never
 //! waits on the database.
 
-use std::sync::{
-    Arc, Mutex,
-    atomic::{AtomicBool, Ordering},
-};
+use std::sync::{Arc, Mutex};
 
 use tokio::{sync::mpsc, task::JoinHandle};
 
@@ -125,7 +122,8 @@ async fn write_batches(
     workflow_id: String,
     mut rx: mpsc::UnboundedReceiver<OutputLine>,
 ) {
-    static WARNED: AtomicBool = AtomicBool::new(false);
+    // Said once per source (one command's output), not once per batch.
+    let mut warned = false;
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         tokio::time::sleep(GATHER).await;
@@ -137,9 +135,10 @@ async fn write_batches(
         }
         if let Err(e) = store.append_output(&workflow_id, &batch).await {
             // Output is what a command printed, not the deploy's state: losing some is
-            // logged (once per process, a database outage would repeat it per batch).
-            if !WARNED.swap(true, Ordering::Relaxed) {
-                tracing::warn!(workflow_id, error = %e, lines = batch.len(), "cannot store command output; lines are lost until the database answers");
+            // logged, once per command (an outage would otherwise repeat it per batch).
+            if !warned {
+                warned = true;
+                tracing::warn!(workflow_id, error = %e, lines = batch.len(), "cannot store command output; this command's lines are lost until the database answers");
             }
         }
     }
