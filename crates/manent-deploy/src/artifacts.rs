@@ -15,6 +15,86 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
+/// Why an artifact could not be made present and verified on this worker.
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactError {
+    #[error("artifact url `{url}` {reason}")]
+    Refused {
+        url: String,
+        reason: manent_config::SourceError,
+    },
+    #[error(
+        "artifact url `{url}` resolves to {}, which is under none of artifacts.sources; \
+         nothing was fetched",
+        resolved.display()
+    )]
+    ResolvesOutside { url: String, resolved: PathBuf },
+    #[error("artifact url `{url}` is not a local path")]
+    NotALocalPath { url: String },
+    #[error("cannot read {url}: {error}")]
+    Read { url: String, error: std::io::Error },
+    #[error("cannot {action} {}: {error}", path.display())]
+    WorkDir {
+        action: &'static str,
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// The whole chain is shown: reqwest's own message ("error following redirect") does
+    /// not say which redirect was refused, its source does.
+    #[error("cannot fetch {url}: {}", error_chain(error))]
+    Fetch { url: String, error: reqwest::Error },
+    #[error("cannot fetch {url}: HTTP {status}")]
+    Status {
+        url: String,
+        status: reqwest::StatusCode,
+    },
+    #[error(
+        "artifact `{name}` from {url}: sha256 mismatch: expected {expected}, got {actual}; \
+         nothing was deployed"
+    )]
+    Mismatch {
+        name: String,
+        url: String,
+        expected: String,
+        actual: String,
+    },
+}
+
+impl ArtifactError {
+    /// Whether trying again may succeed: a read, a network failure or a server error may
+    /// pass; a refused source, a redirect out of the sources, a missing file or a wrong
+    /// sha256 will not, and retrying them only delays the deploy's failure.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ArtifactError::Refused { .. }
+            | ArtifactError::ResolvesOutside { .. }
+            | ArtifactError::NotALocalPath { .. }
+            | ArtifactError::Mismatch { .. } => false,
+            ArtifactError::Read { error, .. } => error.kind() != std::io::ErrorKind::NotFound,
+            ArtifactError::Fetch { error, .. } => !error.is_redirect() && !error.is_builder(),
+            ArtifactError::Status { status, .. } => {
+                status.is_server_error() || *status == reqwest::StatusCode::TOO_MANY_REQUESTS
+            }
+            ArtifactError::WorkDir { .. } => true,
+        }
+    }
+}
+
+/// `error` and each of its sources, joined with `: `.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// An artifact present and verified in the working directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LocalArtifact {
@@ -88,7 +168,7 @@ pub async fn ensure_local(
     artifact: &Artifact,
     dir: &Path,
     sources: &ArtifactSources,
-) -> Result<LocalArtifact, String> {
+) -> Result<LocalArtifact, ArtifactError> {
     let path = dir.join(&artifact.name);
     let expected = artifact.sha256.to_ascii_lowercase();
     if let Ok(meta) = tokio::fs::metadata(&path).await
@@ -119,19 +199,29 @@ pub async fn ensure_local(
     }
     create_private_dir(dir)
         .await
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        .map_err(|error| ArtifactError::WorkDir {
+            action: "create",
+            path: dir.to_path_buf(),
+            error,
+        })?;
     let part = dir.join(format!("{}.part", artifact.name));
     let (actual, size) = download(&artifact.url, &part, sources).await?;
     if actual != expected {
         let _ = tokio::fs::remove_file(&part).await;
-        return Err(format!(
-            "artifact `{}` from {}: sha256 mismatch: expected {expected}, got {actual}; nothing was deployed",
-            artifact.name, artifact.url
-        ));
+        return Err(ArtifactError::Mismatch {
+            name: artifact.name.clone(),
+            url: artifact.url.clone(),
+            expected,
+            actual,
+        });
     }
     tokio::fs::rename(&part, &path)
         .await
-        .map_err(|e| format!("cannot move {} into place: {e}", part.display()))?;
+        .map_err(|error| ArtifactError::WorkDir {
+            action: "move into place",
+            path: part.clone(),
+            error,
+        })?;
     if let Ok(meta) = tokio::fs::metadata(&path).await {
         remember(&path, &meta, &actual);
     }
@@ -163,78 +253,86 @@ async fn download(
     url: &str,
     dest: &Path,
     sources: &ArtifactSources,
-) -> Result<(String, u64), String> {
+) -> Result<(String, u64), ArtifactError> {
     let parsed = sources
         .check(url)
-        .map_err(|e| format!("artifact url `{url}` {e}"))?;
-    let mut out = tokio::fs::File::create(dest)
-        .await
-        .map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
+        .map_err(|reason| ArtifactError::Refused {
+            url: url.to_string(),
+            reason,
+        })?;
+    let write_error = |error| ArtifactError::WorkDir {
+        action: "write",
+        path: dest.to_path_buf(),
+        error,
+    };
+    let read_error = |error| ArtifactError::Read {
+        url: url.to_string(),
+        error,
+    };
+    let fetch_error = |error| ArtifactError::Fetch {
+        url: url.to_string(),
+        error,
+    };
+    let mut out = tokio::fs::File::create(dest).await.map_err(write_error)?;
     let mut hasher = Sha256::new();
     let mut size = 0u64;
     if parsed.scheme() == "file" {
         use tokio::io::AsyncReadExt;
         let path = parsed
             .to_file_path()
-            .map_err(|()| format!("artifact url `{url}` is not a local path"))?;
+            .map_err(|()| ArtifactError::NotALocalPath {
+                url: url.to_string(),
+            })?;
         // A symlink under a source may point anywhere: the resolved path must stay under one.
-        let resolved = tokio::fs::canonicalize(&path)
-            .await
-            .map_err(|e| format!("cannot read {url}: {e}"))?;
+        let resolved = tokio::fs::canonicalize(&path).await.map_err(read_error)?;
         if !sources.contains_path(&resolved) {
-            return Err(format!(
-                "artifact url `{url}` resolves to {}, which is under none of artifacts.sources; \
-                 nothing was fetched",
-                resolved.display()
-            ));
+            return Err(ArtifactError::ResolvesOutside {
+                url: url.to_string(),
+                resolved,
+            });
         }
-        let mut input = tokio::fs::File::open(&resolved)
-            .await
-            .map_err(|e| format!("cannot read {url}: {e}"))?;
+        let mut input = tokio::fs::File::open(&resolved).await.map_err(read_error)?;
         let mut buf = vec![0u8; 256 * 1024];
         loop {
-            let n = input
-                .read(&mut buf)
-                .await
-                .map_err(|e| format!("cannot read {url}: {e}"))?;
+            let n = input.read(&mut buf).await.map_err(read_error)?;
             if n == 0 {
                 break;
             }
             hasher.update(&buf[..n]);
-            out.write_all(&buf[..n])
-                .await
-                .map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
+            out.write_all(&buf[..n]).await.map_err(write_error)?;
             size += n as u64;
         }
     } else {
-        let mut response = http_client(sources)?
+        let mut response = http_client(sources)
+            .map_err(fetch_error)?
             .get(parsed)
             .send()
             .await
-            .map_err(|e| format!("cannot fetch {url}: {e}"))?;
+            .map_err(fetch_error)?;
         if !response.status().is_success() {
-            return Err(format!("cannot fetch {url}: HTTP {}", response.status()));
+            return Err(ArtifactError::Status {
+                url: url.to_string(),
+                status: response.status(),
+            });
         }
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| format!("cannot fetch {url}: {e}"))?
-        {
+        while let Some(chunk) = response.chunk().await.map_err(fetch_error)? {
             hasher.update(&chunk);
-            out.write_all(&chunk)
-                .await
-                .map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
+            out.write_all(&chunk).await.map_err(write_error)?;
             size += chunk.len() as u64;
         }
     }
     out.sync_all()
         .await
-        .map_err(|e| format!("cannot sync {}: {e}", dest.display()))?;
+        .map_err(|error| ArtifactError::WorkDir {
+            action: "sync",
+            path: dest.to_path_buf(),
+            error,
+        })?;
     Ok((hex::encode(hasher.finalize()), size))
 }
 
 /// An HTTP client that follows a redirect only to a URL under `sources` (at most 10).
-fn http_client(sources: &ArtifactSources) -> Result<reqwest::Client, String> {
+fn http_client(sources: &ArtifactSources) -> reqwest::Result<reqwest::Client> {
     let sources = sources.clone();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::custom(move |attempt| {
@@ -250,7 +348,6 @@ fn http_client(sources: &ArtifactSources) -> Result<reqwest::Client, String> {
             }
         }))
         .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))
 }
 
 #[cfg(test)]
@@ -302,7 +399,10 @@ mod tests {
         std::fs::write(&src, b"tampered").unwrap();
         let other = dir.path().join("other");
         let err = ensure_local(&bad, &other, &sources).await.unwrap_err();
-        assert!(err.contains("sha256 mismatch"), "{err}");
+        assert!(
+            matches!(err, ArtifactError::Mismatch { .. }) && !err.is_transient(),
+            "a wrong sha256 is a mismatch, not retried: {err}"
+        );
         assert!(
             !other.join("app.tar").exists(),
             "nothing under the artifact's name after a mismatch"
@@ -360,10 +460,111 @@ mod source_tests {
         let err = ensure_local(&artifact, &work, &sources)
             .await
             .expect_err("a symlink leading out of the source is refused");
-        assert!(err.contains("under none of artifacts.sources"), "{err}");
+        assert!(
+            matches!(err, ArtifactError::ResolvesOutside { .. }) && !err.is_transient(),
+            "a symlink out of the sources is refused for good: {err}"
+        );
         assert!(
             !work.join("app.tar").exists(),
             "nothing of the linked file reaches the work directory"
+        );
+    }
+
+    /// A one-route-per-path HTTP/1.1 server on loopback: `/builds/moved` redirects within
+    /// the source, `/builds/app.tar` redirects out of it (to an "internal" endpoint), and
+    /// `/builds/current` and `/internal/secret` answer bodies. Returns its base URL.
+    async fn redirecting_server() -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let routes_base = base.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let base = routes_base.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let line = String::from_utf8_lossy(&request);
+                    let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+                    let response = match path.as_str() {
+                        "/builds/moved" => format!(
+                            "HTTP/1.1 302 Found\r\nLocation: {base}/builds/current\r\n\
+                             Content-Length: 0\r\nConnection: close\r\n\r\n"
+                        ),
+                        "/builds/app.tar" => format!(
+                            "HTTP/1.1 302 Found\r\nLocation: {base}/internal/secret\r\n\
+                             Content-Length: 0\r\nConnection: close\r\n\r\n"
+                        ),
+                        "/builds/current" | "/internal/secret" => {
+                            let body = if path == "/builds/current" {
+                                "release"
+                            } else {
+                                "secret"
+                            };
+                            format!(
+                                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\
+                                 Connection: close\r\n\r\n{body}",
+                                body.len()
+                            )
+                        }
+                        _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\
+                              Connection: close\r\n\r\n"
+                            .to_string(),
+                    };
+                    let _ = socket.write_all(response.as_bytes()).await;
+                });
+            }
+        });
+        base
+    }
+
+    #[tokio::test]
+    async fn a_redirect_is_followed_within_the_sources_and_refused_out_of_them() {
+        let base = redirecting_server().await;
+        let sources = ArtifactSources::parse(&[format!("{base}/builds/")]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let fetch = |path: &str, body: &[u8]| Artifact {
+            name: "app.tar".into(),
+            artifact_type: "tarball".into(),
+            version: "1".into(),
+            url: format!("{base}{path}"),
+            sha256: hex::encode(Sha256::digest(body)),
+        };
+
+        let within = ensure_local(
+            &fetch("/builds/moved", b"release"),
+            &dir.path().join("a"),
+            &sources,
+        )
+        .await
+        .expect("a redirect to another URL under the source is followed");
+        assert_eq!(std::fs::read(&within.path).unwrap(), b"release");
+
+        let work = dir.path().join("b");
+        let err = ensure_local(&fetch("/builds/app.tar", b"secret"), &work, &sources)
+            .await
+            .expect_err("a redirect to an internal endpoint outside the sources is refused");
+        assert!(
+            err.to_string()
+                .contains("which is under none of artifacts.sources"),
+            "the error says the redirect left the sources: {err}"
+        );
+        assert!(
+            !err.is_transient(),
+            "a refused redirect is not retried: {err}"
+        );
+        assert!(
+            !work.join("app.tar").exists(),
+            "nothing of the internal endpoint reaches the work directory"
         );
     }
 }

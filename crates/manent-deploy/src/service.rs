@@ -82,10 +82,10 @@ fn prepare(
     refuse_unlisted_sources(config, &descriptor)?;
     let source = config.environments_source();
     let env = load_environment(&source, &descriptor.application, &descriptor.environment);
-    // A missing environment file, like an unreadable source, is one that
-    // "cannot be read at that moment" (the seed): the deploy is routed by its
-    // artifact types and resolves its environment when it runs. An invalid
-    // file is refused.
+    // A missing environment file, like an unreadable source, is one that cannot be read at
+    // submission (docs/configuration.md, `plugins[].artifact_types`): the deploy is routed
+    // by its artifact types and resolves its environment when it runs. An invalid file is
+    // refused.
     if let Err(e) = &env
         && !e.is_environment_unavailable()
     {

@@ -386,9 +386,10 @@ async fn fetch_all(
     let mut local = Vec::new();
     for artifact in &eff.artifacts {
         let fetched: LocalArtifact = ctx
-            .step_with(
+            .step_retrying_if(
                 &format!("fetch {}", artifact.name),
                 StepPolicy::retry(3, Duration::from_secs(1)),
+                artifacts::ArtifactError::is_transient,
                 || async { artifacts::ensure_local(artifact, dir, sources).await },
             )
             .await?;

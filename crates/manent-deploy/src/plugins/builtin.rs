@@ -219,7 +219,11 @@ pub(crate) async fn ensure_all(
 ) -> Result<Vec<LocalArtifact>, String> {
     let mut out = Vec::new();
     for a in &eff.artifacts {
-        out.push(artifacts::ensure_local(a, dir, sources).await?);
+        out.push(
+            artifacts::ensure_local(a, dir, sources)
+                .await
+                .map_err(|e| e.to_string())?,
+        );
     }
     Ok(out)
 }
