@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use manent_engine::{Client, QueueSpec, StepPolicy, WorkflowContext, WorkflowError, now_ms};
+use manent_engine::{
+    Client, EngineError, QueueSpec, StepPolicy, WorkflowContext, WorkflowError, now_ms,
+};
 use manent_model::{Approval, Dependency, EffectiveDescriptor};
 use serde::{Deserialize, Serialize};
 
@@ -182,7 +184,6 @@ async fn wait_for_dependency(
             .store()
             .put_record(DEPENDENCY_WAITER_KIND, &waiter_key, "{}", now_ms())
             .await
-            .map_err(|e| e.to_string())
     })
     .await?;
     let mut backoff = Duration::from_millis(500);
@@ -195,7 +196,7 @@ async fn wait_for_dependency(
                 StepPolicy::retry(5, Duration::from_secs(1)),
                 || async {
                     if dependency_met(client, dep).await? {
-                        Ok::<_, String>(DependencyState::Met)
+                        Ok::<_, EngineError>(DependencyState::Met)
                     } else if deadline.is_some_and(|d| now_ms() >= d) {
                         Ok(DependencyState::Expired)
                     } else {
@@ -233,7 +234,6 @@ async fn wait_for_dependency(
             .delete_record(DEPENDENCY_WAITER_KIND, &waiter_key)
             .await
             .map(|_| ())
-            .map_err(|e| e.to_string())
     })
     .await?;
     Ok(())
@@ -241,7 +241,7 @@ async fn wait_for_dependency(
 
 /// Whether `dep` is met: the latest successful (not dry-run) deploy of its
 /// application and environment exists and, if a version is named, runs that version.
-pub async fn dependency_met(client: &Client, dep: &Dependency) -> Result<bool, String> {
+pub async fn dependency_met(client: &Client, dep: &Dependency) -> Result<bool, EngineError> {
     let latest = crate::history::last_success(client, &dep.application, &dep.environment, None)
         .await?
         .map(|(_, r)| r);
@@ -257,13 +257,9 @@ pub async fn wake_dependents(
     client: &Client,
     application: &str,
     environment: &str,
-) -> Result<usize, String> {
+) -> Result<usize, EngineError> {
     let prefix = format!("{application}/{environment}/");
-    let waiters = client
-        .store()
-        .list_records(DEPENDENCY_WAITER_KIND)
-        .await
-        .map_err(|e| e.to_string())?;
+    let waiters = client.store().list_records(DEPENDENCY_WAITER_KIND).await?;
     let mut woken = 0;
     for (key, _) in waiters {
         if let Some(waiting_deploy) = key.strip_prefix(&prefix) {

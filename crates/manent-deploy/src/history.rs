@@ -26,10 +26,8 @@ pub(crate) async fn last_success(
     application: &str,
     environment: &str,
     except: Option<&str>,
-) -> Result<Option<(String, DeployRequest)>, String> {
-    find_success(client, application, environment, |id, _| Some(id) != except)
-        .await
-        .map_err(|e| e.to_string())
+) -> Result<Option<(String, DeployRequest)>, EngineError> {
+    find_success(client, application, environment, |id, _| Some(id) != except).await
 }
 
 /// The newest successful deploy (not a dry run) of `application/environment` that `wanted`
@@ -79,7 +77,7 @@ pub async fn previous_success(
     client: &Client,
     eff: &EffectiveDescriptor,
     deploy_id: &str,
-) -> Result<Option<EffectiveDescriptor>, String> {
+) -> Result<Option<EffectiveDescriptor>, EngineError> {
     Ok(
         last_success(client, &eff.application, &eff.environment, Some(deploy_id))
             .await?

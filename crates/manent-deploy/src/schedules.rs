@@ -110,19 +110,40 @@ pub fn tick_id(schedule_id: &str, tick_secs: i64) -> String {
     format!("{schedule_id}@{tick_secs}")
 }
 
+/// Why a schedule's `cron` or `timezone` is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    #[error(
+        "`{expr}` is not a cron expression ({reason}); write five fields (minute hour \
+         day-of-month month day-of-week) or six with a leading seconds field"
+    )]
+    Cron { expr: String, reason: String },
+    #[error("`{name}` is not a known time zone; write an IANA name such as UTC or Europe/Paris")]
+    TimeZone { name: String },
+}
+
+impl From<ScheduleError> for EngineError {
+    fn from(e: ScheduleError) -> Self {
+        EngineError::InvalidInput(e.to_string())
+    }
+}
+
 /// Parses a cron expression: five fields, or six with a leading seconds field.
-pub fn parse_cron(expr: &str) -> Result<Cron, String> {
+pub fn parse_cron(expr: &str) -> Result<Cron, ScheduleError> {
     CronParser::builder()
         .seconds(Seconds::Optional)
         .build()
         .parse(expr)
-        .map_err(|e| e.to_string())
+        .map_err(|e| ScheduleError::Cron {
+            expr: expr.to_owned(),
+            reason: e.to_string(),
+        })
 }
 
 /// Parses an IANA time-zone name.
-pub fn parse_timezone(name: &str) -> Result<Tz, String> {
-    name.parse::<Tz>().map_err(|_| {
-        format!("`{name}` is not a known time zone; write an IANA name such as UTC or Europe/Paris")
+pub fn parse_timezone(name: &str) -> Result<Tz, ScheduleError> {
+    name.parse::<Tz>().map_err(|_| ScheduleError::TimeZone {
+        name: name.to_owned(),
     })
 }
 
@@ -196,8 +217,8 @@ pub async fn create(
     missed: Missed,
     created_by: &Submitter,
 ) -> Result<ScheduleRecord, EngineError> {
-    let parsed = parse_cron(cron).map_err(EngineError::InvalidInput)?;
-    let tz = parse_timezone(timezone).map_err(EngineError::InvalidInput)?;
+    let parsed = parse_cron(cron)?;
+    let tz = parse_timezone(timezone)?;
     let now = now_ms();
     let record = ScheduleRecord {
         id: format!("sch-{}", uuid::Uuid::new_v4().simple()),
@@ -457,8 +478,8 @@ async fn tick_schedule(
     state: TickState,
     now: i64,
 ) -> Result<Vec<String>, EngineError> {
-    let cron = parse_cron(&schedule.cron).map_err(EngineError::InvalidInput)?;
-    let tz = parse_timezone(&schedule.timezone).map_err(EngineError::InvalidInput)?;
+    let cron = parse_cron(&schedule.cron)?;
+    let tz = parse_timezone(&schedule.timezone)?;
     let floor = schedule.floor_ms(&state).div_euclid(1000);
     let plan = plan(&cron, tz, schedule.missed, floor, now.div_euclid(1000));
     let Some(last_tick) = plan.last_tick else {
@@ -694,6 +715,12 @@ mod tests {
         assert!(parse_timezone("Mars/Base").is_err());
         assert!(parse_cron("* * * * *").is_ok());
         assert!(parse_cron("*/5 * * * * *").is_ok());
+        let refused = parse_cron("61 * * * *").unwrap_err();
+        assert!(
+            matches!(&refused, ScheduleError::Cron { expr, .. } if expr == "61 * * * *")
+                && refused.to_string().contains("write five fields"),
+            "a refused cron names the expression and says what to write: {refused}"
+        );
     }
     /// Tickers racing, a stale tick state, a pause and a long outage, on a real store.
     #[tokio::test]

@@ -7,6 +7,29 @@ use manent_model::EffectiveDescriptor;
 /// What stands for a secret's value in output, errors and events.
 pub const MASK: &str = "***";
 
+/// Why a secret could not be read on this worker. It names the secret and where it was
+/// looked for, never a value.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("secret {name}: cannot read {} on this worker: {error}", file.display())]
+    File {
+        name: String,
+        file: std::path::PathBuf,
+        error: std::io::Error,
+    },
+    #[error("secret {name}: the worker has no variable {var} (or it is not UTF-8)")]
+    Variable { name: String, var: String },
+    #[error("secret {name}: names neither a file nor a variable")]
+    NoSource { name: String },
+}
+
+/// The target steps (targets.rs) still report their failures as text.
+impl From<SecretError> for String {
+    fn from(e: SecretError) -> Self {
+        e.to_string()
+    }
+}
+
 /// The secrets of one deploy, read on this worker.
 #[derive(Default)]
 pub struct Secrets {
@@ -25,23 +48,23 @@ impl std::fmt::Debug for Secrets {
 impl Secrets {
     /// Reads every secret of `eff`. A missing file or variable is an error naming the
     /// secret and where it was looked for, never its value.
-    pub async fn read(eff: &EffectiveDescriptor) -> Result<Secrets, String> {
+    pub async fn read(eff: &EffectiveDescriptor) -> Result<Secrets, SecretError> {
         let mut values = Vec::with_capacity(eff.secrets.len());
         for (name, source) in &eff.secrets {
             let value = match (&source.file, &source.env) {
                 (Some(file), _) => tokio::fs::read_to_string(file)
                     .await
                     .map(|text| text.strip_suffix('\n').unwrap_or(&text).to_owned())
-                    .map_err(|e| {
-                        format!(
-                            "secret {name}: cannot read {} on this worker: {e}",
-                            file.display()
-                        )
+                    .map_err(|error| SecretError::File {
+                        name: name.clone(),
+                        file: file.clone(),
+                        error,
                     })?,
-                (None, Some(var)) => std::env::var(var).map_err(|_| {
-                    format!("secret {name}: the worker has no variable {var} (or it is not UTF-8)")
+                (None, Some(var)) => std::env::var(var).map_err(|_| SecretError::Variable {
+                    name: name.clone(),
+                    var: var.clone(),
                 })?,
-                (None, None) => return Err(format!("secret {name}: no file and no env")),
+                (None, None) => return Err(SecretError::NoSource { name: name.clone() }),
             };
             values.push((name.clone(), value));
         }

@@ -201,7 +201,7 @@ async fn submit_recording(
         if let Err(message) = schedules::parse_cron(cron) {
             return Err(SubmitError::Invalid {
                 field: Some("schedule.cron".into()),
-                message: format!("schedule.cron: `{cron}` {message}"),
+                message: format!("schedule.cron: {message}"),
             });
         }
         if let Err(message) = schedules::parse_timezone(timezone) {
