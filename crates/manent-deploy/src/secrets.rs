@@ -23,13 +23,6 @@ pub enum SecretError {
     NoSource { name: String },
 }
 
-/// The target steps (targets.rs) still report their failures as text.
-impl From<SecretError> for String {
-    fn from(e: SecretError) -> Self {
-        e.to_string()
-    }
-}
-
 /// The secrets of one deploy, read on this worker.
 #[derive(Default)]
 pub struct Secrets {

@@ -7,11 +7,78 @@ use std::{sync::Arc, time::Duration};
 
 use manent_engine::OutputWriter;
 use manent_model::{CheckKind, EffectiveDescriptor, Target};
-use manent_ssh::{Address, Connection, ConnectionPool, Stream};
+use manent_ssh::{Address, Connection, ConnectionPool, Stream, TransportError};
 use serde::{Deserialize, Serialize};
 
-use crate::artifacts::LocalArtifact;
-use crate::secrets::Secrets;
+use crate::artifacts::{ArtifactError, LocalArtifact};
+use crate::secrets::{SecretError, Secrets};
+
+/// Why an operation on one target failed. Its text is recorded and shown, so every field
+/// that may quote a target's output holds it with the deploy's secrets already masked
+/// (docs/security.md, "Secrets").
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("{target}: {error}")]
+    Connect {
+        target: String,
+        error: TransportError,
+    },
+    #[error("remote-copy needs deploy.dest in the environment file")]
+    NoDest,
+    #[error("upload to {remote}: {error}")]
+    Upload {
+        remote: String,
+        error: TransportError,
+    },
+    #[error("`{command}` exited with {status}: {stderr}")]
+    Exited {
+        command: String,
+        status: i32,
+        /// The end of its stderr (at most 2,000 bytes), secrets masked.
+        stderr: String,
+    },
+    /// A transport failure while running a command or reading the target; the text is
+    /// masked, as a remote command's failure quotes its stderr.
+    #[error("{0}")]
+    Transport(String),
+    #[error("{dest}: {free} bytes free, {needed} needed")]
+    NoSpace {
+        dest: String,
+        free: u64,
+        needed: u64,
+    },
+    #[error("a check failed: {0}")]
+    Check(String),
+    #[error("timed out after {0:?}")]
+    TimedOut(Duration),
+    #[error("artifact {0} is missing from the work directory after its fetch")]
+    ArtifactMissing(String),
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    #[error(transparent)]
+    Artifact(#[from] ArtifactError),
+}
+
+impl TargetError {
+    /// Whether another attempt may succeed: a connection or transport failure may pass; a
+    /// missing `dest`, a full disk, a refused or corrupt artifact or a missing secret
+    /// will not.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            TargetError::Connect { .. }
+            | TargetError::Upload { .. }
+            | TargetError::Transport(_)
+            | TargetError::TimedOut(_)
+            | TargetError::Check(_)
+            | TargetError::Exited { .. } => true,
+            TargetError::Artifact(e) => e.is_transient(),
+            TargetError::NoDest
+            | TargetError::NoSpace { .. }
+            | TargetError::ArtifactMissing(_)
+            | TargetError::Secret(_) => false,
+        }
+    }
+}
 
 /// The outcome of one target, published as the event `target:<name>`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,10 +213,13 @@ pub async fn connection(
     pool: &ConnectionPool,
     eff: &EffectiveDescriptor,
     target: &Target,
-) -> Result<Arc<dyn Connection>, String> {
+) -> Result<Arc<dyn Connection>, TargetError> {
     pool.get(&address(eff, target))
         .await
-        .map_err(|e| format!("{}: {e}", target.name))
+        .map_err(|error| TargetError::Connect {
+            target: target.name.clone(),
+            error,
+        })
 }
 
 /// remote-copy: puts one artifact at `<dest>/<name>` (via `.part` and rename).
@@ -158,17 +228,18 @@ pub async fn upload(
     eff: &EffectiveDescriptor,
     target: &Target,
     artifact: &LocalArtifact,
-) -> Result<String, String> {
-    let dest = eff
-        .dest_for(target)
-        .ok_or("remote-copy needs deploy.dest")?;
+) -> Result<String, TargetError> {
+    let dest = eff.dest_for(target).ok_or(TargetError::NoDest)?;
     let remote = format!("{}/{}", dest.trim_end_matches('/'), artifact.name);
     let conn = connection(pool, eff, target).await?;
     // The `.part` is verified against the artifact's sha256 before the rename, so a bad
     // copy never lands under the real name.
     conn.put_file_verified(&artifact.path, &remote, &artifact.sha256)
         .await
-        .map_err(|e| format!("upload to {remote}: {e}"))?;
+        .map_err(|error| TargetError::Upload {
+            remote: remote.clone(),
+            error,
+        })?;
     Ok(remote)
 }
 
@@ -180,25 +251,22 @@ pub async fn run(
     command: &str,
     env: &[(String, String)],
     output: &OutputWriter,
-) -> Result<String, String> {
+) -> Result<String, TargetError> {
     let secrets = Secrets::read(eff).await?;
     let env = with_secrets(env, &secrets);
     let conn = connection(pool, eff, target).await?;
     // Every line as it is printed, secrets masked: `manent logs -f` and the page show it.
     let on_line = |stream: Stream, line: &str| output.line(stream.as_str(), &secrets.redact(line));
-    let result = match conn.exec_streaming(command, &env, &on_line).await {
-        Ok(out) if out.success() => Ok(summary_line(&out.stdout)),
-        Ok(out) => Err(format!(
-            "`{command}` exited with {}: {}",
-            out.status,
-            tail(out.stderr.trim_end(), 2000)
-        )),
-        Err(e) => Err(e.to_string()),
-    };
     // What a step returns is recorded and shown: never a secret's value.
-    result
-        .map(|out| secrets.redact(&out))
-        .map_err(|e| secrets.redact(&e))
+    match conn.exec_streaming(command, &env, &on_line).await {
+        Ok(out) if out.success() => Ok(secrets.redact(&summary_line(&out.stdout))),
+        Ok(out) => Err(TargetError::Exited {
+            command: secrets.redact(command),
+            status: out.status,
+            stderr: secrets.redact(&tail(out.stderr.trim_end(), 2000)),
+        }),
+        Err(e) => Err(TargetError::Transport(secrets.redact(&e.to_string()))),
+    }
 }
 
 /// What a target's outcome says of a command that succeeded: its last line of output,
@@ -240,7 +308,7 @@ pub async fn plan(
     eff: &EffectiveDescriptor,
     target: &Target,
     artifacts: &[LocalArtifact],
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, TargetError> {
     let conn = connection(pool, eff, target).await?;
     let mut lines = Vec::new();
     if eff.plugin == manent_model::COMMAND_PLUGIN {
@@ -248,17 +316,15 @@ pub async fn plan(
             lines.push(format!("would run command {}: {c}", i + 1));
         }
     } else {
-        let dest = eff
-            .dest_for(target)
-            .ok_or("remote-copy needs deploy.dest")?;
+        let dest = eff.dest_for(target).ok_or(TargetError::NoDest)?;
         let needed: u64 = artifacts.iter().map(|a| a.size).sum();
-        let free = conn.free_space(&dest).await.map_err(|e| e.to_string())?;
+        let free = conn.free_space(&dest).await.map_err(transport)?;
         if free < needed {
-            return Err(format!("{dest}: {free} bytes free, {needed} needed"));
+            return Err(TargetError::NoSpace { dest, free, needed });
         }
         for a in artifacts {
             let remote = format!("{}/{}", dest.trim_end_matches('/'), a.name);
-            match conn.sha256(&remote).await.map_err(|e| e.to_string())? {
+            match conn.sha256(&remote).await.map_err(transport)? {
                 Some(sum) if sum == a.sha256 => lines.push(format!("{remote} unchanged")),
                 Some(_) => lines.push(format!("would replace {remote}")),
                 None => lines.push(format!("would upload {remote}")),
@@ -282,7 +348,7 @@ pub async fn check_once(
     kind: &CheckKind,
     timeout: Duration,
     env: &[(String, String)],
-) -> Result<String, String> {
+) -> Result<String, TargetError> {
     let attempt = async {
         match kind {
             CheckKind::Http { url, expect_status } => {
@@ -290,18 +356,20 @@ pub async fn check_once(
                     .get(url)
                     .send()
                     .await
-                    .map_err(|e| format!("GET {url}: {e}"))?
+                    .map_err(|e| TargetError::Check(format!("GET {url}: {e}")))?
                     .status();
                 if status.as_u16() == *expect_status {
                     Ok(format!("GET {url}: {status}"))
                 } else {
-                    Err(format!("GET {url}: {status}, expected {expect_status}"))
+                    Err(TargetError::Check(format!(
+                        "GET {url}: {status}, expected {expect_status}"
+                    )))
                 }
             }
             CheckKind::Tcp { host, port } => {
                 tokio::net::TcpStream::connect((host.as_str(), *port))
                     .await
-                    .map_err(|e| format!("tcp {host}:{port}: {e}"))?;
+                    .map_err(|e| TargetError::Check(format!("tcp {host}:{port}: {e}")))?;
                 Ok(format!("tcp {host}:{port} open"))
             }
             CheckKind::Command {
@@ -314,20 +382,69 @@ pub async fn check_once(
                 let out = conn
                     .exec(command, &env)
                     .await
-                    .map_err(|e| secrets.redact(&e.to_string()))?;
+                    .map_err(|e| TargetError::Transport(secrets.redact(&e.to_string())))?;
                 if out.status == *expect_exit {
                     Ok(format!("`{command}` exited {}", out.status))
                 } else {
-                    Err(secrets.redact(&format!(
+                    Err(TargetError::Check(secrets.redact(&format!(
                         "`{command}` exited {}, expected {expect_exit}: {}",
                         out.status,
                         out.stderr.trim_end()
-                    )))
+                    ))))
                 }
             }
         }
     };
     tokio::time::timeout(timeout, attempt)
         .await
-        .unwrap_or_else(|_| Err(format!("timed out after {timeout:?}")))
+        .unwrap_or(Err(TargetError::TimedOut(timeout)))
+}
+
+/// A transport error reading the target (free space, a checksum): it quotes no output.
+fn transport(error: TransportError) -> TargetError {
+    TargetError::Transport(error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_failures_that_may_pass_are_retried() {
+        let check = |error: TargetError, transient: bool| {
+            assert_eq!(
+                error.is_transient(),
+                transient,
+                "{error}: retried {} (a retry must have a chance to succeed)",
+                error.is_transient()
+            );
+        };
+        check(TargetError::Transport("connection reset".into()), true);
+        check(TargetError::TimedOut(Duration::from_secs(5)), true);
+        check(TargetError::NoDest, false);
+        check(
+            TargetError::NoSpace {
+                dest: "/srv".into(),
+                free: 1,
+                needed: 2,
+            },
+            false,
+        );
+        check(TargetError::ArtifactMissing("app.tar".into()), false);
+        check(
+            TargetError::Secret(SecretError::NoSource {
+                name: "DB_PASSWORD".into(),
+            }),
+            false,
+        );
+        check(
+            TargetError::Artifact(ArtifactError::Mismatch {
+                name: "app.tar".into(),
+                url: "file:///srv/releases/app.tar".into(),
+                expected: "a".repeat(64),
+                actual: "b".repeat(64),
+            }),
+            false,
+        );
+    }
 }

@@ -12,8 +12,8 @@ use manent_ssh::ConnectionPool;
 
 use super::{PassContext, Plugin};
 use crate::{
-    artifacts::{self, LocalArtifact},
-    targets::{self, RollbackResult, TargetOutcome},
+    artifacts::{self, ArtifactError, LocalArtifact},
+    targets::{self, RollbackResult, TargetError, TargetOutcome},
 };
 
 /// `remote-copy` and `command`.
@@ -140,16 +140,17 @@ async fn deploy_target(
         } else {
             for a in local {
                 let remote: String = ctx
-                    .step_with(
+                    .step_retrying_if(
                         &format!("{name}: upload {}", a.name),
                         StepPolicy::retry(3, Duration::from_secs(1)).recording_start(),
+                        TargetError::is_transient,
                         || async {
                             // After a recovery on another machine the artifact may be missing here.
                             let present = ensure_all(eff, dir, sources).await?;
                             let artifact = present
                                 .iter()
                                 .find(|p| p.name == a.name)
-                                .ok_or("artifact vanished")?;
+                                .ok_or_else(|| TargetError::ArtifactMissing(a.name.clone()))?;
                             targets::upload(pool, eff, target, artifact).await
                         },
                     )
@@ -205,7 +206,7 @@ async fn run_printing(
     target: &Target,
     command: &str,
     env: &[(String, String)],
-) -> Result<String, String> {
+) -> Result<String, TargetError> {
     let output = ctx.output(step);
     let result = targets::run(pool, eff, target, command, env, &output).await;
     output.finish().await;
@@ -216,14 +217,10 @@ pub(crate) async fn ensure_all(
     eff: &EffectiveDescriptor,
     dir: &std::path::Path,
     sources: &manent_config::ArtifactSources,
-) -> Result<Vec<LocalArtifact>, String> {
+) -> Result<Vec<LocalArtifact>, ArtifactError> {
     let mut out = Vec::new();
     for a in &eff.artifacts {
-        out.push(
-            artifacts::ensure_local(a, dir, sources)
-                .await
-                .map_err(|e| e.to_string())?,
-        );
+        out.push(artifacts::ensure_local(a, dir, sources).await?);
     }
     Ok(out)
 }

@@ -87,8 +87,8 @@ impl External {
 /// Why a pass step failed.
 #[derive(Debug, thiserror::Error)]
 enum PassError {
-    #[error("{0}")]
-    Artifacts(String),
+    #[error(transparent)]
+    Artifacts(crate::artifacts::ArtifactError),
     #[error(transparent)]
     Plugin(manent_plugin::PluginError),
 }
@@ -96,8 +96,8 @@ enum PassError {
 impl PassError {
     fn retryable(&self) -> bool {
         match self {
-            // A download may pass the next time.
-            PassError::Artifacts(_) => true,
+            // A download may pass the next time; a refused source or a wrong sha256 not.
+            PassError::Artifacts(e) => e.is_transient(),
             PassError::Plugin(e) => e.retryable(),
         }
     }
