@@ -455,3 +455,74 @@ async fn approve_reject_and_cancel_clicked_in_a_real_browser_take_effect_and_a_v
     let shots = seen["screenshots"].as_array().map_or(0, Vec::len);
     assert_eq!(shots, 6, "every screenshot was kept: {seen}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_routed_deploy_is_drawn_as_wave_bands_with_their_region_passes_and_one_output_pane_per_target()
+ {
+    let Some(chromium) = chromium() else { return };
+    let mut site = Site::new(Db::Sqlite, &[]).await;
+    site.set_config("dbos: {region_routing: true}\n");
+    site.write_environment(
+        "acme/web",
+        "prod",
+        "targets:\n  - {name: eu-1, host: local, region: eu}\n  - {name: us-1, host: local, region: us}\n\
+         deploy: {plugin: command, commands: [\"echo printed-by-$MANENT_TARGET\"]}\nrollout: {waves: by_region}\n",
+    );
+    let token = site.token();
+    site.start_api_and_region_workers().await;
+    let (id, _) = site.submit(&token, "acme/web");
+    let done = site.wait_status(&token, &id, "SUCCESS").await;
+    let passes = done["passes"].as_array().map_or(0, Vec::len);
+    assert_eq!(passes, 2, "status has the two region passes: {done}");
+
+    let base = format!("http://127.0.0.1:{}/", site.port);
+    let page = dump_dom(
+        &chromium,
+        &site.dir,
+        &format!("{base}#deploy={id}&token={token}"),
+    )
+    .await;
+    assert_no_error_shown(&page, "deploy page");
+    let svg = page
+        .find("<svg")
+        .map(|at| &page[at..at + page[at..].find("</svg>").expect("the svg ends")])
+        .unwrap_or_else(|| panic!("the deploy page draws an SVG timeline: {page}"));
+    for wave in ["Wave 1/2: eu", "Wave 2/2: us"] {
+        assert!(
+            svg.contains(wave),
+            "the timeline has a labelled band {wave:?}: {svg}"
+        );
+    }
+    for (region, worker) in [("eu", "worker-eu"), ("us", "worker-us")] {
+        assert!(
+            svg.contains(&format!("region {region} pass · {worker}")),
+            "the timeline draws the {region} pass and its worker: {svg}"
+        );
+    }
+    assert_eq!(
+        svg.matches("data-pass=").count(),
+        2,
+        "one row per pass: {svg}"
+    );
+    let eu_band = svg.find("Wave 1/2: eu").expect("the eu band");
+    let us_band = svg.find("Wave 2/2: us").expect("the us band");
+    let eu_step = svg.find(">eu-1: command 1<").expect("eu-1's step is drawn");
+    let us_step = svg.find(">us-1: command 1<").expect("us-1's step is drawn");
+    assert!(
+        eu_band < eu_step && eu_step < us_band && us_band < us_step,
+        "each pass's steps are drawn in their wave's band: {svg}"
+    );
+    for target in ["eu-1", "us-1"] {
+        let pane = page
+            .find(&format!("data-output-target=\"{target}\""))
+            .unwrap_or_else(|| panic!("{target} has an output pane: {page}"));
+        let end = page[pane..]
+            .find("</details>")
+            .map_or(page.len(), |e| pane + e);
+        assert!(
+            page[pane..end].contains(&format!("printed-by-{target}")),
+            "{target}'s pane shows what its pass's command printed: {}",
+            &page[pane..end]
+        );
+    }
+}

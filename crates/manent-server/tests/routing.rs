@@ -121,10 +121,7 @@ async fn region_passes_run_only_on_their_regions_workers(db: Db) {
         ),
     );
     let token = site.token();
-    site.start("api", "api");
-    site.start_with("worker", "worker-eu", &[("MANENT__DBOS__REGION", "eu")]);
-    site.start_with("worker", "worker-us", &[("MANENT__DBOS__REGION", "us")]);
-    site.wait_api().await;
+    site.start_api_and_region_workers().await;
     let (id, _) = site.submit(&token, "acme/web");
     let status = site.wait_status(&token, &id, "SUCCESS").await;
     let passes: Vec<(String, String, String)> = status["passes"]
