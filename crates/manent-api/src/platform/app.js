@@ -479,7 +479,11 @@
     replaceRows($('approvals'), (d.approvals || []).map((a) => el('tr', {},
       el('td', {}, a.by), el('td', {}, a.decision), el('td', {}, a.reason || ''), el('td', {}, a.at))), 4);
     replaceRows($('steps'), stepsByStart(d).map((s) => el('tr', {},
-      el('td', {}, s.name), statusCell(s.status), el('td', {}, s.attempts), el('td', {}, s.started_at),
+      el('td', {}, s.name),
+      // A step still RUNNING when its deploy ended was stopped with it.
+      s.status === 'RUNNING' && !isRunning(s, d)
+        ? el('td', {}, el('span', { class: 'status CANCELLED' }, 'RUNNING (stopped)')) : statusCell(s.status),
+      el('td', {}, s.attempts), el('td', {}, s.started_at),
       el('td', {}, s.finished_at ? duration(Date.parse(s.finished_at) - Date.parse(s.started_at))
         : (isRunning(s, d) ? el('span', { class: 'elapsed', 'data-since': s.started_at }, duration(Date.now() - Date.parse(s.started_at))) : '…')),
       el('td', {}, s.executor_id), el('td', {}, s.error || ''))), 7);
