@@ -60,8 +60,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, anyhow, bail};
 use manent_engine::{
-    Client, Engine, EngineConfig, EngineError, EnqueueRequest, QueueSpec, Store, WorkflowContext,
-    WorkflowError, WorkflowStatus, store,
+    Client, Engine, EngineConfig, EngineError, EnqueueRequest, QueueSpec, StepPolicy, Store,
+    WorkflowContext, WorkflowError, WorkflowStatus, store,
 };
 use sqlx::Executor as _;
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -79,6 +79,10 @@ const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 /// How long each step sleeps (0 in the peers' workload; `--step-sleep-ms` in the workers mode,
 /// where it makes the steps I/O-bound).
 static STEP_SLEEP_MS: AtomicU64 = AtomicU64::new(0);
+/// `--record-start`: every step records its start before its body runs
+/// (`StepPolicy::recording_start`, one write more per step), to measure what that costs.
+pub(crate) static RECORD_START: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 /// Workflow bodies that returned in this process. The backlog mode watches it instead of
 /// counting rows every 10 ms, which would scan a growing table while being measured.
 static FINISHED: AtomicU64 = AtomicU64::new(0);
@@ -233,6 +237,7 @@ fn parse_args() -> Result<Args> {
                 }
             }
             "--worker" => args.mode = Mode::Worker,
+            "--record-start" => RECORD_START.store(true, Ordering::SeqCst),
             "--executor-id" => args.executor_id = value()?,
             "--database-url" => args.database_url = value()?,
             "--workflows" => {
@@ -286,7 +291,7 @@ fn parse_args() -> Result<Args> {
                     "usage: manent-engine-bench [--mode peers|backlog|workers] [--database-url URL]\n\
                      \x20 peers (default): [--workflows N] [--latency-samples N] \
                      [--setting default|tuned|both] [--backend postgres|sqlite|both] \
-                     [--timeout-secs S]\n\
+                     [--timeout-secs S] [--record-start]\n\
                      \x20 backlog: [--backlogs 1000,10000,100000] [--partitions 5000] \
                      [--window 10000] [--chunk 1000] [--worker-concurrency 50] \
                      [--backend ..] [--timeout-secs S]\n\
@@ -318,11 +323,19 @@ async fn step_pause() {
     }
 }
 
+fn step_policy() -> StepPolicy {
+    if RECORD_START.load(Ordering::Relaxed) {
+        StepPolicy::default().recording_start()
+    } else {
+        StepPolicy::default()
+    }
+}
+
 /// The workflow under test: three trivial steps, each returning a small value (each sleeping
 /// `STEP_SLEEP_MS` first, which is 0 except in the workers mode).
 async fn bench_workflow(ctx: WorkflowContext, input: u64) -> Result<u64, WorkflowError> {
     let a: u64 = ctx
-        .step("step1", move || async move {
+        .step_with("step1", step_policy(), move || async move {
             step_pause().await;
             if input >= LATENCY_BASE {
                 FIRST_STEP_STARTS
@@ -334,13 +347,13 @@ async fn bench_workflow(ctx: WorkflowContext, input: u64) -> Result<u64, Workflo
         })
         .await?;
     let b: u64 = ctx
-        .step("step2", move || async move {
+        .step_with("step2", step_policy(), move || async move {
             step_pause().await;
             Ok::<u64, std::convert::Infallible>(a + 2)
         })
         .await?;
     let c: u64 = ctx
-        .step("step3", move || async move {
+        .step_with("step3", step_policy(), move || async move {
             step_pause().await;
             Ok::<u64, std::convert::Infallible>(b + 3)
         })
@@ -808,6 +821,9 @@ async fn main() -> Result<()> {
                      ({:.2} ms/wf)",
                     per_wf(server_cpu)
                 ));
+            }
+            if RECORD_START.load(Ordering::Relaxed) {
+                note.push_str("; --record-start: every step records its start before its body");
             }
             if let (Some(run), Some(gap)) = outcome.timeline {
                 note.push_str(&format!(

@@ -66,12 +66,17 @@ async fn start_worker(
     concurrency: u32,
 ) -> Result<Worker> {
     let exe = std::env::current_exe().context("finding the benchmark's own binary")?;
-    let child = Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .arg("--worker")
         .args(["--database-url", url])
         .args(["--executor-id", &executor_id])
         .args(["--worker-concurrency", &concurrency.to_string()])
-        .args(["--step-sleep-ms", &args.step_sleep_ms.to_string()])
+        .args(["--step-sleep-ms", &args.step_sleep_ms.to_string()]);
+    if crate::RECORD_START.load(std::sync::atomic::Ordering::Relaxed) {
+        command.arg("--record-start");
+    }
+    let child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

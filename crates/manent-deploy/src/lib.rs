@@ -13,6 +13,7 @@ pub mod schedules;
 pub mod secrets;
 pub mod service;
 pub mod targets;
+pub mod timeline;
 pub mod views;
 pub mod workflow;
 

@@ -21,6 +21,7 @@ use crate::{
     request::{DEPLOY_WORKFLOW, Decision, DeployRequest, Submitter, rfc3339, same_token},
     schedules,
     targets::TargetOutcome,
+    timeline::{self, PassView, WaveView},
 };
 
 /// Why a submission was refused.
@@ -358,6 +359,13 @@ pub struct DeployStatus {
     /// `rollback` or `redeploy` when `redeploy_of` is set; null otherwise.
     #[serde(default)]
     pub redeploy_kind: Option<String>,
+    /// The rollout's waves and their targets (`status` only): the timeline's bands.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waves: Vec<WaveView>,
+    /// The region passes of a region-routed deploy (`status` only); their steps are
+    /// among `steps`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passes: Vec<PassView>,
 }
 
 /// One approval or rejection, as status and activity show it.
@@ -454,7 +462,13 @@ fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStat
         error: record.error.clone(),
         submitted_by: request.submitted_by.clone(),
         created_at: rfc3339(record.created_at_ms),
-        updated_at: rfc3339(record.updated_at_ms),
+        // The last thing that happened to it: a phase or a target's progress is an event.
+        updated_at: rfc3339(
+            events
+                .iter()
+                .map(|e| e.updated_at_ms)
+                .fold(record.updated_at_ms, i64::max),
+        ),
         waiting_for,
         approvals,
         artifacts: d.artifacts.clone(),
@@ -478,6 +492,8 @@ fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStat
             .map(|(started, finished)| (finished - started).max(0)),
         redeploy_of: origin.as_ref().map(|o| o.deploy_id.clone()),
         redeploy_kind: origin.map(|o| o.kind.as_str().to_string()),
+        waves: Vec::new(),
+        passes: Vec::new(),
     })
 }
 
@@ -516,7 +532,15 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
     if let Some(reason) = waiting_reason(client, &record).await? {
         view.waiting_for = Some(reason);
     }
-    for e in events.iter().filter(|e| e.key.starts_with("target:")) {
+    let passes = timeline::passes(client, id, &view.queue).await?;
+    // A pass's own events first: the deploy republishes its targets' outcomes when the
+    // pass ends, and those win.
+    for e in passes
+        .events
+        .iter()
+        .chain(&events)
+        .filter(|e| e.key.starts_with("target:"))
+    {
         if let Ok(outcome) = serde_json::from_str::<TargetOutcome>(&e.value) {
             match view.targets.iter_mut().find(|t| t.name == outcome.name) {
                 Some(t) => {
@@ -550,13 +574,27 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
             .and_then(|(_, r)| r.effective)
             .map(|p| p.version);
     }
-    view.steps = client
-        .steps(id)
-        .await?
+    let steps = client.steps(id).await?;
+    // The last thing that happened to it, a step started or ended included (docs/api.md).
+    let last_ms = steps
+        .iter()
+        .chain(&passes.steps)
+        .map(|s| s.finished_at_ms.unwrap_or(s.started_at_ms))
+        .chain(events.iter().chain(&passes.events).map(|e| e.updated_at_ms))
+        .fold(record.updated_at_ms, i64::max);
+    view.updated_at = rfc3339(last_ms);
+    view.steps = steps
         .into_iter()
+        .chain(passes.steps)
         .filter(|s| !is_internal_step(&s.name))
         .map(step_view)
         .collect();
+    view.waves = view
+        .effective
+        .as_ref()
+        .map(timeline::waves)
+        .unwrap_or_default();
+    view.passes = passes.views;
     Ok(Some(view))
 }
 
@@ -674,19 +712,20 @@ pub async fn output(
     after: i64,
     limit: i64,
 ) -> Result<Vec<OutputLineView>, EngineError> {
-    Ok(client
-        .output(id, after.max(0), limit.clamp(1, 5_000))
-        .await?
-        .into_iter()
-        .map(|l| OutputLineView {
-            seq: l.seq,
-            at: rfc3339(l.at_ms),
-            attempt: l.generation,
-            source: l.source,
-            stream: l.stream,
-            line: l.line,
-        })
-        .collect())
+    Ok(
+        timeline::output(client, id, after.max(0), limit.clamp(1, 5_000))
+            .await?
+            .into_iter()
+            .map(|l| OutputLineView {
+                seq: l.seq,
+                at: rfc3339(l.at_ms),
+                attempt: l.generation,
+                source: l.source,
+                stream: l.stream,
+                line: l.line,
+            })
+            .collect(),
+    )
 }
 
 /// Filters of the deploy list.
@@ -777,10 +816,12 @@ pub async fn logs(client: &Client, id: &str) -> Result<Option<DeployLogs>, Engin
             view.created_at, view.submitted_by, view.queue
         ),
     )];
+    let passes = timeline::passes(client, id, &view.queue).await?;
     for s in client
         .steps(id)
         .await?
         .into_iter()
+        .chain(passes.steps)
         .filter(|s| !is_internal_step(&s.name))
     {
         let when = s.finished_at_ms.unwrap_or(s.started_at_ms);
@@ -803,7 +844,7 @@ pub async fn logs(client: &Client, id: &str) -> Result<Option<DeployLogs>, Engin
         ));
     }
     let mut output_seq = 0;
-    for line in client.output(id, 0, LOG_OUTPUT_LINES).await? {
+    for line in timeline::output(client, id, 0, LOG_OUTPUT_LINES).await? {
         output_seq = line.seq;
         let mark = match line.stream.as_str() {
             "stderr" => "!",
@@ -871,7 +912,8 @@ pub struct DeployLogs {
 
 /// Which worker runs each active deploy, then the most recent ones.
 pub async fn activity(client: &Client) -> Result<Vec<DeployStatus>, EngineError> {
-    // Five queries whatever the number of deploys: three lists, and their events at once.
+    // Four queries whatever the number of deploys: three lists, and their events at once
+    // (crates/manent-deploy/tests/view_queries.rs counts them).
     let mut records = Vec::new();
     for status in [WorkflowStatus::Pending, WorkflowStatus::Enqueued] {
         records.extend(

@@ -1,13 +1,16 @@
-//! The Platform page (docs/api.md) in a real headless browser: `manent-server serve` with
-//! one deploy that succeeded and one waiting for approval, and Debian's `chromium`
-//! (`MANENT_TEST_CHROMIUM`, set by `scripts/test`) loading the page with a token in the URL
-//! fragment and dumping the DOM its script built from the API. The data is waited for with
-//! chromium's virtual time budget, not with sleeps.
+//! The Platform page (docs/api.md) in a real headless browser, Debian's `chromium`
+//! (`MANENT_TEST_CHROMIUM`, set by `scripts/test`), against `manent-server serve`:
+//! - the DOM its script built from the API for one deploy that succeeded and one waiting for
+//!   approval, dumped by chromium (waited for with its virtual time budget, not sleeps);
+//! - real clicks on Approve, Reject and Cancel (a running deploy, its running step and
+//!   output shown live) and a viewer's page without buttons, driven by `playwright-core`
+//!   (`platform-browser/clicks.cjs`, `MANENT_TEST_PLAYWRIGHT`), each click's effect checked
+//!   through the API; screenshots are kept in `<target>/test-artifacts/platform`.
 
 mod common;
 
 use std::{
-    path::Path,
+    path::{Path, PathBuf},
     process::{Command, Stdio},
 };
 
@@ -228,4 +231,298 @@ async fn the_platform_page_shows_queues_workers_deploys_approvals_and_a_timeline
         !page.contains("data-action="),
         "a finished deploy offers no approve, reject or cancel: {page}"
     );
+}
+
+/// The `node_modules` holding `playwright-core` (`MANENT_TEST_PLAYWRIGHT`, installed by
+/// `scripts/test` with `npm ci` from `tests/platform-browser/package-lock.json`), or `None`
+/// (said loudly) off CI. On CI a missing driver fails the test.
+fn playwright() -> Option<PathBuf> {
+    match std::env::var("MANENT_TEST_PLAYWRIGHT") {
+        Ok(path) if !path.trim().is_empty() => Some(PathBuf::from(path)),
+        _ if std::env::var_os("CI").is_some() => panic!(
+            "MANENT_TEST_PLAYWRIGHT is unset on CI: the Platform page's buttons must be clicked \
+             in a real browser (scripts/test runs `npm ci` for tests/platform-browser and sets it)"
+        ),
+        _ => {
+            eprintln!(
+                "\n!!!!!!!! SKIPPED: clicking the Platform page's buttons needs \
+                 MANENT_TEST_PLAYWRIGHT, the node_modules of crates/manent-server/tests/platform-browser \
+                 (`npm ci` there); scripts/test sets it !!!!!!!!\n"
+            );
+            None
+        }
+    }
+}
+
+/// Where the browser test keeps its screenshots: `<target>/test-artifacts/platform`.
+fn artifacts_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("the target directory holds tmp/")
+        .join("test-artifacts/platform");
+    std::fs::create_dir_all(&dir).expect("create the screenshots' directory");
+    dir
+}
+
+/// Runs `platform-browser/clicks.cjs` with `config` and returns what it saw.
+async fn click_through(node_modules: &Path, config: &Value, scratch: &Path) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/platform-browser/clicks.cjs");
+    let stdout_path = scratch.join("clicks.out");
+    let stderr_path = scratch.join("clicks.err");
+    let mut child = Command::new("node")
+        .arg(&script)
+        .arg(config.to_string())
+        .env("NODE_PATH", node_modules)
+        .env("HOME", scratch)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout_path).expect("create the driver's stdout"))
+        .stderr(std::fs::File::create(&stderr_path).expect("create the driver's stderr"))
+        .spawn()
+        .expect("start node (the browser driver)");
+    // The driver waits for the page's conditions itself (60 s each); this is a safety net.
+    let status = eventually("the browser driver exits", WAIT * 4, || {
+        let status = child.try_wait().expect("poll node");
+        async move { status }
+    })
+    .await;
+    let out = std::fs::read_to_string(&stdout_path).unwrap_or_default();
+    let err = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    assert!(
+        status.success(),
+        "the browser driver ran to the end ({status}): {out}\n{err}"
+    );
+    let seen: Value = serde_json::from_str(out.trim())
+        .unwrap_or_else(|e| panic!("the driver printed one JSON object ({e}): {out}\n{err}"));
+    assert!(
+        seen.get("failure").is_none(),
+        "the browser driver did every click and saw every condition: {}\n(screenshots in {})",
+        seen["failure"],
+        config["artifacts"]
+    );
+    seen
+}
+
+/// Whether the deploy's status records `by`'s `decision` with `reason`.
+fn decided(status: &Value, by: &str, decision: &str, reason: &str) -> bool {
+    status["approvals"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|a| a["by"] == by && a["decision"] == decision && a["reason"] == reason)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approve_reject_and_cancel_clicked_in_a_real_browser_take_effect_and_a_viewer_gets_no_button()
+ {
+    let Some(chromium) = chromium() else { return };
+    let Some(node_modules) = playwright() else {
+        return;
+    };
+    let mut site = Site::new(Db::Sqlite, &["true"]).await;
+    // One application each, so that no deploy waits for another's environment.
+    for application in ["acme/approve", "acme/reject", "acme/waits"] {
+        site.write_environment(
+            application,
+            "prod",
+            "targets: [{name: t1, host: local}]\ndeploy:\n  plugin: command\n  commands: [\"true\"]\napproval: {}\n",
+        );
+    }
+    // A deploy that runs until it is cancelled: its second command is the running step.
+    site.write_environment(
+        "acme/slow",
+        "prod",
+        "targets: [{name: t1, host: local}]\ndeploy:\n  plugin: command\n  commands: [\"echo started-c\", \"sleep 600\"]\n",
+    );
+    let token = site.token();
+    let approver = site.token_named("carol", "admin");
+    let viewer = site.token_named("eve", "viewer");
+    site.start("serve", "s1");
+    site.wait_api().await;
+
+    let (to_approve, _) = site.submit(&token, "acme/approve");
+    let (to_reject, _) = site.submit(&token, "acme/reject");
+    let (left_waiting, _) = site.submit(&token, "acme/waits");
+    let (to_cancel, _) = site.submit(&token, "acme/slow");
+    for id in [&to_approve, &to_reject, &left_waiting] {
+        site.wait_until(&token, id, "phase waiting_approval", |s: &Value| {
+            s["phase"] == "waiting_approval"
+        })
+        .await;
+    }
+    let running = site
+        .wait_until(
+            &token,
+            &to_cancel,
+            "runs its second command",
+            |s: &Value| {
+                s["steps"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|step| step["name"] == "t1: command 2" && step["status"] == "RUNNING")
+            },
+        )
+        .await;
+    assert!(
+        running["steps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|step| step["name"] == "t1: command 2" && step["finished_at"].is_null()),
+        "status shows the running step with its start and no end: {running}"
+    );
+
+    let artifacts = artifacts_dir();
+    eprintln!("the Platform page's screenshots: {}", artifacts.display());
+    let config = serde_json::json!({
+        "base": format!("http://127.0.0.1:{}/", site.port),
+        "chromium": chromium,
+        "artifacts": artifacts,
+        "approver": approver,
+        "viewer": viewer,
+        "approve": to_approve,
+        "reject": to_reject,
+        "cancel": to_cancel,
+        "waiting": left_waiting,
+    });
+    let seen = click_through(&node_modules, &config, &site.dir).await;
+
+    let approved = site.wait_status(&token, &to_approve, "SUCCESS").await;
+    assert!(
+        decided(&approved, "carol", "approved", "approved from the browser"),
+        "the Approve click approved the deploy as carol, with the prompt's comment: {approved}"
+    );
+    let rejected = site
+        .wait_until(
+            &token,
+            &to_reject,
+            "ends after its rejection",
+            |s: &Value| s["phase"] == "done",
+        )
+        .await;
+    assert!(
+        decided(&rejected, "carol", "rejected", "rejected from the browser"),
+        "the Reject click rejected the deploy with the prompt's reason: {rejected}"
+    );
+    assert_ne!(
+        rejected["status"], "SUCCESS",
+        "a rejected deploy does not succeed: {rejected}"
+    );
+    let cancelled = site.status(&token, &to_cancel);
+    assert_eq!(
+        cancelled["status"], "CANCELLED",
+        "the Cancel click on the running deploy's page cancelled it: {cancelled}"
+    );
+    let waiting = site.status(&token, &left_waiting);
+    assert_eq!(
+        waiting["phase"], "waiting_approval",
+        "the deploy no one clicked still waits: {waiting}"
+    );
+
+    assert!(
+        seen["running_step"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("command 2, running for")),
+        "the running deploy's target shows its running step: {seen}"
+    );
+    assert_ne!(
+        seen["elapsed_first"], seen["elapsed_later"],
+        "the running step's elapsed time grows on the page: {seen}"
+    );
+    assert_eq!(
+        seen["output_panes"],
+        serde_json::json!(["t1"]),
+        "the output is shown in one pane per target: {seen}"
+    );
+    assert_eq!(
+        seen["viewer_overview_buttons"], 0,
+        "a viewer sees no Approve, Reject, Cancel or Recover button on the overview: {seen}"
+    );
+    assert_eq!(
+        seen["viewer_deploy_buttons"], 0,
+        "a viewer sees no button on a deploy waiting for approval: {seen}"
+    );
+    assert_eq!(
+        seen["dialogs"].as_array().map_or(0, Vec::len),
+        3,
+        "each click asked its question (approve comment, reject reason, cancel): {seen}"
+    );
+    assert_eq!(
+        (&seen["approver_error"], &seen["viewer_error"]),
+        (&Value::Bool(false), &Value::Bool(false)),
+        "no API error was shown: {seen}"
+    );
+    let shots = seen["screenshots"].as_array().map_or(0, Vec::len);
+    assert_eq!(shots, 6, "every screenshot was kept: {seen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_routed_deploy_is_drawn_as_wave_bands_with_their_region_passes_and_one_output_pane_per_target()
+ {
+    let Some(chromium) = chromium() else { return };
+    let mut site = Site::new(Db::Sqlite, &[]).await;
+    site.set_config("dbos: {region_routing: true}\n");
+    site.write_environment(
+        "acme/web",
+        "prod",
+        "targets:\n  - {name: eu-1, host: local, region: eu}\n  - {name: us-1, host: local, region: us}\n\
+         deploy: {plugin: command, commands: [\"echo printed-by-$MANENT_TARGET\"]}\nrollout: {waves: by_region}\n",
+    );
+    let token = site.token();
+    site.start_api_and_region_workers().await;
+    let (id, _) = site.submit(&token, "acme/web");
+    let done = site.wait_status(&token, &id, "SUCCESS").await;
+    let passes = done["passes"].as_array().map_or(0, Vec::len);
+    assert_eq!(passes, 2, "status has the two region passes: {done}");
+
+    let base = format!("http://127.0.0.1:{}/", site.port);
+    let page = dump_dom(
+        &chromium,
+        &site.dir,
+        &format!("{base}#deploy={id}&token={token}"),
+    )
+    .await;
+    assert_no_error_shown(&page, "deploy page");
+    let svg = page
+        .find("<svg")
+        .map(|at| &page[at..at + page[at..].find("</svg>").expect("the svg ends")])
+        .unwrap_or_else(|| panic!("the deploy page draws an SVG timeline: {page}"));
+    for wave in ["Wave 1/2: eu", "Wave 2/2: us"] {
+        assert!(
+            svg.contains(wave),
+            "the timeline has a labelled band {wave:?}: {svg}"
+        );
+    }
+    for (region, worker) in [("eu", "worker-eu"), ("us", "worker-us")] {
+        assert!(
+            svg.contains(&format!("region {region} pass · {worker}")),
+            "the timeline draws the {region} pass and its worker: {svg}"
+        );
+    }
+    assert_eq!(
+        svg.matches("data-pass=").count(),
+        2,
+        "one row per pass: {svg}"
+    );
+    let eu_band = svg.find("Wave 1/2: eu").expect("the eu band");
+    let us_band = svg.find("Wave 2/2: us").expect("the us band");
+    let eu_step = svg.find(">eu-1: command 1<").expect("eu-1's step is drawn");
+    let us_step = svg.find(">us-1: command 1<").expect("us-1's step is drawn");
+    assert!(
+        eu_band < eu_step && eu_step < us_band && us_band < us_step,
+        "each pass's steps are drawn in their wave's band: {svg}"
+    );
+    for target in ["eu-1", "us-1"] {
+        let pane = page
+            .find(&format!("data-output-target=\"{target}\""))
+            .unwrap_or_else(|| panic!("{target} has an output pane: {page}"));
+        let end = page[pane..]
+            .find("</details>")
+            .map_or(page.len(), |e| pane + e);
+        assert!(
+            page[pane..end].contains(&format!("printed-by-{target}")),
+            "{target}'s pane shows what its pass's command printed: {}",
+            &page[pane..end]
+        );
+    }
 }

@@ -117,16 +117,62 @@ async fn region_passes_run_only_on_their_regions_workers(db: Db) {
         "prod",
         &format!(
             "targets:\n  - {{name: eu-1, host: local, region: eu}}\n  - {{name: us-1, host: local, region: us}}\n\
-             deploy: {{plugin: command, commands: [\"echo $MANENT_TARGET >> {ledger}\"]}}\nrollout: {{waves: by_region}}\n"
+             deploy: {{plugin: command, commands: [\"echo $MANENT_TARGET >> {ledger}; echo printed-by-$MANENT_TARGET\"]}}\nrollout: {{waves: by_region}}\n"
         ),
     );
     let token = site.token();
-    site.start("api", "api");
-    site.start_with("worker", "worker-eu", &[("MANENT__DBOS__REGION", "eu")]);
-    site.start_with("worker", "worker-us", &[("MANENT__DBOS__REGION", "us")]);
-    site.wait_api().await;
+    site.start_api_and_region_workers().await;
     let (id, _) = site.submit(&token, "acme/web");
-    site.wait_status(&token, &id, "SUCCESS").await;
+    let status = site.wait_status(&token, &id, "SUCCESS").await;
+    let passes: Vec<(String, String, String)> = status["passes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            (
+                p["region"].as_str().unwrap_or_default().to_string(),
+                p["executor_id"].as_str().unwrap_or_default().to_string(),
+                p["status"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        passes,
+        [("eu", "worker-eu"), ("us", "worker-us")].map(|(r, w)| (
+            r.to_string(),
+            w.to_string(),
+            "SUCCESS".to_string()
+        )),
+        "status lists each region's pass, its worker and outcome, in the order they started: {status}"
+    );
+    assert_eq!(
+        status["waves"],
+        serde_json::json!([{"name": "eu", "targets": ["eu-1"]}, {"name": "us", "targets": ["us-1"]}]),
+        "status lists the rollout's waves: {status}"
+    );
+    for (step, worker) in [
+        ("eu-1: command 1", "worker-eu"),
+        ("us-1: command 1", "worker-us"),
+    ] {
+        assert!(
+            status["steps"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|s| s["name"] == step
+                    && s["executor_id"] == worker
+                    && s["status"] == "SUCCESS"),
+            "the pass's step {step:?} is among the deploy's steps, run by {worker}: {status}"
+        );
+    }
+    let (_, logs) = site.cli(&token, &["logs", &id]);
+    let text = logs["lines"].to_string();
+    for target in ["eu-1", "us-1"] {
+        assert!(
+            text.contains(&format!("{target}: command 1 | printed-by-{target}")),
+            "what the {target} pass's command printed is in the deploy's logs: {text}"
+        );
+    }
     let store = manent_engine::store::open(&site.db.url).await.unwrap();
     let passes = store
         .list_workflows(&manent_engine::WorkflowFilter {

@@ -43,8 +43,11 @@
     return node;
   }
 
-  // A target's outcome, coloured like the deploy status it amounts to.
-  const TARGET_STATUSES = { deployed: 'SUCCESS', planned: 'SUCCESS', failed: 'ERROR', rolled_back: 'CANCELLED' };
+  // A target's outcome (or a step's RUNNING), coloured like the deploy status it amounts to.
+  const TARGET_STATUSES = {
+    deployed: 'SUCCESS', planned: 'SUCCESS', failed: 'ERROR', rolled_back: 'CANCELLED',
+    deploying: 'PENDING', RUNNING: 'PENDING', cancelled: 'CANCELLED',
+  };
 
   function statusClass(status) {
     if (STATUSES.includes(status)) return status;
@@ -260,70 +263,169 @@
       .map((x) => x.s);
   }
 
-  /** The target a step works on (`<target>: …`), or the deploy itself. */
-  function stepGroup(step, targets) {
-    const target = targets.find((t) => step.name.startsWith(t.name + ':'));
+  /** The target a step (or an output line's source) works on (`<target>: …`), or ''. */
+  function targetOf(name, targets) {
+    const target = targets.find((t) => name.startsWith(t.name + ':'));
     return target ? target.name : '';
   }
 
+  const TERMINAL = ['SUCCESS', 'ERROR', 'CANCELLED'];
+
   /**
-   * One horizontal bar per step on a shared time axis (x from the first step's start to each
-   * step's finish), coloured by status; steps of one target share a shaded band, so the
-   * rollout's targets and their steps read as a picture.
+   * When a step's bar ends: its finish; for a step still RUNNING, now while the deploy runs,
+   * or the deploy's end when it ended under the step (cancelled, failed over).
+   */
+  function stepEnd(s, d, now) {
+    const start = Date.parse(s.started_at);
+    if (s.finished_at) return Date.parse(s.finished_at);
+    if (s.status !== 'RUNNING') return start;
+    if (TERMINAL.includes(d.status)) return d.finished_at ? Date.parse(d.finished_at) : start;
+    return now;
+  }
+
+  /** A step RUNNING in a deploy that still runs: drawn growing, with its elapsed time. */
+  function isRunning(s, d) {
+    return s.status === 'RUNNING' && !TERMINAL.includes(d.status);
+  }
+
+  function barClass(s, d) {
+    if (s.status === 'RUNNING') return isRunning(s, d) ? 'PENDING' : 'CANCELLED';
+    return statusClass(s.status);
+  }
+
+  /**
+   * The timeline's rows, top to bottom: the deploy's own steps, then one band per wave of
+   * the rollout (labelled), holding its region passes and each of its targets' steps.
+   */
+  function timelineRows(d) {
+    const targets = d.targets || [];
+    const steps = stepsByStart(d);
+    const rows = [];
+    const own = steps.filter((s) => !targetOf(s.name, targets));
+    if (own.length) {
+      rows.push({ kind: 'band', label: 'Deploy', band: 0 });
+      own.forEach((s) => rows.push({ kind: 'step', step: s, band: 0 }));
+    }
+    const waves = (d.waves && d.waves.length) ? d.waves
+      : [{ name: '', targets: targets.map((t) => t.name) }];
+    const placed = new Set();
+    waves.forEach((w, i) => {
+      const band = i + 1;
+      const label = waves.length > 1 || w.name
+        ? 'Wave ' + (i + 1) + '/' + waves.length + (w.name ? ': ' + w.name : '') : 'Targets';
+      rows.push({ kind: 'band', label, band, wave: i + 1 });
+      for (const p of (d.passes || []).filter((p) => p.targets.some((t) => w.targets.includes(t)))) {
+        rows.push({ kind: 'pass', pass: p, band });
+      }
+      for (const name of w.targets) {
+        placed.add(name);
+        steps.filter((s) => targetOf(s.name, targets) === name)
+          .forEach((s) => rows.push({ kind: 'step', step: s, band }));
+      }
+    });
+    // Targets no wave names (a rollback's, a target added since): after the waves.
+    const rest = steps.filter((s) => targetOf(s.name, targets) && !placed.has(targetOf(s.name, targets)));
+    rest.forEach((s) => rows.push({ kind: 'step', step: s, band: waves.length + 1 }));
+    return rows;
+  }
+
+  /**
+   * One horizontal bar per step on a shared time axis (x from the first start to the last
+   * end), coloured by status; a step that runs grows until now and says for how long. Rows
+   * are grouped in labelled bands, one per wave, with the region passes that deployed it.
    */
   function drawTimeline(d) {
     const picture = $('timeline');
-    const steps = stepsByStart(d);
-    const targets = d.targets || [];
-    $('timeline-empty').hidden = steps.length > 0;
+    const rows = timelineRows(d);
+    const hasSteps = rows.some((r) => r.kind === 'step');
+    $('timeline-empty').hidden = hasSteps;
     const now = Date.now();
-    const spans = steps.map((s) => {
-      const start = Date.parse(s.started_at);
-      const end = s.finished_at ? Date.parse(s.finished_at) : (s.status === 'PENDING' ? now : start);
-      return { start, end: Math.max(end, start) };
-    });
-    const t0 = spans.length ? Math.min(...spans.map((s) => s.start)) : 0;
-    const t1 = spans.length ? Math.max(...spans.map((s) => s.end)) : 0;
+    const span = (r) => {
+      if (r.kind === 'step') {
+        const start = Date.parse(r.step.started_at);
+        return { start, end: Math.max(stepEnd(r.step, d, now), start) };
+      }
+      if (r.kind === 'pass' && r.pass.started_at) {
+        const start = Date.parse(r.pass.started_at);
+        const end = r.pass.finished_at ? Date.parse(r.pass.finished_at)
+          : (TERMINAL.includes(d.status) && d.finished_at ? Date.parse(d.finished_at) : now);
+        return { start, end: Math.max(end, start) };
+      }
+      return null;
+    };
+    const spans = rows.map(span);
+    const known = spans.filter((s) => s);
+    const t0 = known.length ? Math.min(...known.map((s) => s.start)) : 0;
+    const t1 = known.length ? Math.max(...known.map((s) => s.end)) : 0;
     const total = Math.max(t1 - t0, 1);
-    const label = 260, chart = 620, row = 22, top = 24, pad = 8;
+    const label = 280, chart = 600, row = 22, top = 24, pad = 8;
     const width = label + chart + pad * 2;
-    const height = steps.length ? top + steps.length * row + pad : 0;
+    const height = hasSteps ? top + rows.length * row + pad : 0;
     picture.setAttribute('width', width);
     picture.setAttribute('height', height);
     picture.setAttribute('viewBox', '0 0 ' + width + ' ' + height);
     const nodes = [];
-    if (steps.length) {
-      for (let i = 0; i <= 4; i++) {
-        const x = label + (chart * i) / 4;
-        nodes.push(svg('line', { class: 'axis', x1: x, x2: x, y1: top - 6, y2: height - pad }));
-        nodes.push(svg('text', { class: 'tick', x, y: top - 10, 'text-anchor': i === 4 ? 'end' : 'middle' },
-          '+' + duration(Math.round((total * i) / 4))));
-      }
-    }
-    const groups = steps.map((s) => stepGroup(s, targets));
-    const shaded = [];
-    groups.forEach((g, i) => {
-      const first = i === 0 || groups[i - 1] !== g;
-      shaded[i] = first ? (i === 0 ? false : !shaded[i - 1]) : shaded[i - 1];
+    if (!hasSteps) { picture.replaceChildren(); return; }
+    rows.forEach((r, i) => {
+      if (r.band % 2 === 1) nodes.push(svg('rect', { class: 'band', x: 0, y: top + i * row, width, height: row }));
     });
-    steps.forEach((s, i) => {
+    for (let i = 0; i <= 4; i++) {
+      const x = label + (chart * i) / 4;
+      nodes.push(svg('line', { class: 'axis', x1: x, x2: x, y1: top - 6, y2: height - pad }));
+      nodes.push(svg('text', { class: 'tick', x, y: top - 10, 'text-anchor': i === 4 ? 'end' : 'middle' },
+        '+' + duration(Math.round((total * i) / 4))));
+    }
+    const bar = (s, cls, y, attrs) => {
+      const x = Math.min(label + ((s.start - t0) / total) * chart, label + chart - 2);
+      const w = Math.max(((s.end - s.start) / total) * chart, 2);
+      return svg('rect', Object.assign({ class: 'bar ' + cls, x, y: y + 4, width: w, height: row - 8, rx: 3 }, attrs || {}));
+    };
+    const short = (text, max) => (text.length > max ? text.slice(0, max - 1) + '…' : text);
+    rows.forEach((r, i) => {
       const y = top + i * row;
-      const x = Math.min(label + ((spans[i].start - t0) / total) * chart, label + chart - 2);
-      const w = Math.max(((spans[i].end - spans[i].start) / total) * chart, 2);
-      const name = s.name.length > 38 ? s.name.slice(0, 37) + '…' : s.name;
-      const tip = s.name + ' — ' + s.status + ', ' + duration(spans[i].end - spans[i].start) +
-        (s.attempts > 1 ? ', ' + s.attempts + ' attempts' : '') + (s.error ? '\n' + s.error : '');
-      nodes.push(svg('g', { 'data-step': i, class: 'step' },
-        svg('title', {}, tip),
-        shaded[i] ? svg('rect', { class: 'band', x: 0, y, width, height: row }) : null,
-        svg('text', { x: pad, y: y + row / 2 + 4 }, name),
-        svg('rect', { class: 'bar ' + statusClass(s.status), x, y: y + 4, width: w, height: row - 8, rx: 3 })));
+      const text = (x, content, cls) => svg('text', { x, y: y + row / 2 + 4, class: cls }, content);
+      if (r.kind === 'band') {
+        nodes.push(svg('g', { class: 'wave', 'data-wave': r.wave || null }, text(pad, r.label, 'band-label')));
+      } else if (r.kind === 'pass') {
+        const p = r.pass;
+        const tip = 'region ' + p.region + ' (' + p.mode + ') — ' + p.status +
+          (p.executor_id ? ' on ' + p.executor_id : '') + '\n' + p.targets.join(', ');
+        nodes.push(svg('g', { class: 'pass', 'data-pass': p.id },
+          svg('title', {}, tip),
+          text(pad + 10, short('region ' + p.region + ' pass' + (p.mode === 'rollback' ? ' (rollback)' : '') +
+            (p.executor_id ? ' · ' + p.executor_id : ''), 40), 'pass-label'),
+          spans[i] ? bar(spans[i], 'pass-bar ' + statusClass(p.status === 'PENDING' ? 'PENDING' : p.status), y) : null));
+      } else {
+        const s = r.step;
+        const running = isRunning(s, d);
+        const elapsed = duration(spans[i].end - spans[i].start);
+        const tip = s.name + ' — ' + (running ? 'running for ' + elapsed : s.status + ', ' + elapsed) +
+          (s.attempts > 1 ? ', ' + s.attempts + ' attempts' : '') + (s.error ? '\n' + s.error : '');
+        nodes.push(svg('g', { 'data-step': i, class: 'step' + (running ? ' running' : '') },
+          svg('title', {}, tip),
+          text(pad + 10, short(s.name, running ? 30 : 40)),
+          bar(spans[i], barClass(s, d), y, running ? { 'data-since': s.started_at } : null),
+          running ? svg('text', { class: 'elapsed', x: label - 6, y: y + row / 2 + 4, 'text-anchor': 'end', 'data-since': s.started_at },
+            elapsed) : null));
+      }
     });
     picture.replaceChildren(...nodes);
   }
 
-  /** Appends what the deploy's commands printed since the last call, as text. */
-  async function showOutput(id) {
+  /** The pane of `target`'s output ('' for the deploy's own), made when first needed. */
+  function outputPane(target) {
+    const box = $('output');
+    for (const pane of box.children) {
+      if (pane.getAttribute('data-output-target') === target) return pane.querySelector('pre');
+    }
+    const pane = el('details', { open: '', class: 'pane', 'data-output-target': target },
+      el('summary', {}, target ? 'Target ' + target : 'Deploy'), el('pre', {}));
+    box.append(pane);
+    return pane.querySelector('pre');
+  }
+
+  /** Appends what the deploy's commands printed since the last call, as text, per target. */
+  async function showOutput(id, targets) {
     if (outputOf !== id) {
       outputOf = id;
       outputSeq = 0;
@@ -335,28 +437,55 @@
       for (const l of lines) {
         outputSeq = l.seq;
         const mark = l.stream === 'stderr' ? '!' : (l.stream === 'progress' ? '·' : '|');
-        $('output').append(el('span', { class: 'line ' + l.stream },
-          l.source + ' ' + mark + ' ' + l.line + '\n'));
+        const pre = outputPane(targetOf(l.source, targets));
+        const follow = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+        pre.append(el('span', { class: 'line ' + l.stream }, l.source + ' ' + mark + ' ' + l.line + '\n'));
+        // Follows the output as it grows, unless the reader scrolled up to read.
+        if (follow) pre.scrollTop = pre.scrollHeight;
       }
       if (lines.length < 1000) break;
     }
     $('output-empty').hidden = outputSeq > 0;
   }
 
+  /** What each target runs now, for its row: the step and for how long. */
+  function runningStepOf(target, d) {
+    return (d.steps || []).find((s) => isRunning(s, d) && targetOf(s.name, d.targets || []) === target);
+  }
+
+  /** Keeps every "running for" figure growing between two reads of the API. */
+  function tickElapsed() {
+    const now = Date.now();
+    for (const node of document.querySelectorAll('text.elapsed[data-since], span.elapsed[data-since]')) {
+      node.textContent = duration(now - Date.parse(node.getAttribute('data-since')));
+    }
+  }
+
   async function showDeploy(id) {
     const d = await api('GET', '/deploys/' + encodeURIComponent(id));
-    await showOutput(id);
+    await showOutput(id, d.targets || []);
     $('deploy-id').textContent = d.id;
     $('deploy-facts').replaceChildren(...facts(d));
     $('deploy-actions').replaceChildren(...actionButtons(d));
     drawTimeline(d);
-    replaceRows($('targets'), (d.targets || []).map((t) => el('tr', {},
-      el('td', {}, t.name), statusCell(t.status), el('td', {}, t.detail || ''))), 3);
+    replaceRows($('targets'), (d.targets || []).map((t) => {
+      const running = runningStepOf(t.name, d);
+      return el('tr', { 'data-target': t.name },
+        el('td', {}, t.name), statusCell(t.status),
+        el('td', {}, running ? el('span', { class: 'running-step' }, running.name.slice(t.name.length + 1).trim() + ', running for ',
+          el('span', { class: 'elapsed', 'data-since': running.started_at }, duration(Date.now() - Date.parse(running.started_at)))) : ''),
+        el('td', {}, t.detail || ''));
+    }), 4);
     replaceRows($('approvals'), (d.approvals || []).map((a) => el('tr', {},
       el('td', {}, a.by), el('td', {}, a.decision), el('td', {}, a.reason || ''), el('td', {}, a.at))), 4);
     replaceRows($('steps'), stepsByStart(d).map((s) => el('tr', {},
-      el('td', {}, s.name), statusCell(s.status), el('td', {}, s.attempts), el('td', {}, s.started_at),
-      el('td', {}, s.finished_at ? duration(Date.parse(s.finished_at) - Date.parse(s.started_at)) : '…'),
+      el('td', {}, s.name),
+      // A step still RUNNING when its deploy ended was stopped with it.
+      s.status === 'RUNNING' && !isRunning(s, d)
+        ? el('td', {}, el('span', { class: 'status CANCELLED' }, 'RUNNING (stopped)')) : statusCell(s.status),
+      el('td', {}, s.attempts), el('td', {}, s.started_at),
+      el('td', {}, s.finished_at ? duration(Date.parse(s.finished_at) - Date.parse(s.started_at))
+        : (isRunning(s, d) ? el('span', { class: 'elapsed', 'data-since': s.started_at }, duration(Date.now() - Date.parse(s.started_at))) : '…')),
       el('td', {}, s.executor_id), el('td', {}, s.error || ''))), 7);
   }
 
@@ -412,4 +541,5 @@
   loadToken();
   takeTokenFromFragment();
   refresh();
+  setInterval(tickElapsed, 1000);
 })();

@@ -104,7 +104,7 @@ async fn deploy_target(
     let result: Result<Vec<String>, WorkflowError> = async {
         if eff.dry_run {
             let lines: Vec<String> = ctx
-                .step(&format!("{name}: plan"), || async {
+                .step_with(&format!("{name}: plan"), shown_running(), || async {
                     let present = ensure_all(eff, dir, sources).await?;
                     targets::plan(pool, eff, target, &present).await
                 })
@@ -119,7 +119,7 @@ async fn deploy_target(
             for (i, command) in eff.commands.iter().enumerate() {
                 let step = format!("{name}: command {}", i + 1);
                 let out: String = ctx
-                    .step(&step, || async {
+                    .step_with(&step, shown_running(), || async {
                         if uses_local_copies {
                             // A missing copy (a replaced machine) is fetched and verified again.
                             ensure_all(eff, dir, sources).await?;
@@ -162,7 +162,7 @@ async fn deploy_target(
             switched = true;
             if let Some(activate) = &eff.activate {
                 let step = format!("{name}: activate");
-                ctx.step(&step, || async {
+                ctx.step_with(&step, shown_running(), || async {
                     run_printing(ctx, &step, pool, eff, target, activate, &env).await
                 })
                 .await?;
@@ -195,6 +195,13 @@ async fn deploy_target(
     };
     ctx.set_event(&key, &outcome).await?;
     Ok(outcome)
+}
+
+/// The policy of a step that works on a target (a command, `activate`, a plan): run once,
+/// its start recorded so that status, the Platform page and `logs` show it while it runs
+/// (docs/api.md). One write more per step, small beside a command over SSH.
+fn shown_running() -> StepPolicy {
+    StepPolicy::default().recording_start()
 }
 
 /// Runs `command` on `target`, its output kept line by line under the step's name.
@@ -254,7 +261,7 @@ async fn roll_back(
                     let env = targets::command_env(prev, deploy_id, target, &[]);
                     let name = format!("{}: reactivate {}", target.name, prev.version);
                     let step = ctx
-                        .step(&name, || async {
+                        .step_with(&name, shown_running(), || async {
                             run_printing(ctx, &name, pool, prev, target, activate, &env).await
                         })
                         .await;
@@ -290,7 +297,8 @@ pub(crate) async fn run_checks(
         let policy = StepPolicy {
             backoff_factor: 1.0,
             ..StepPolicy::retry(check.retries + 1, check.interval)
-        };
+        }
+        .recording_start();
         let out: String = ctx
             .step_with(
                 &format!("{}: check {}", target.name, check.label()),

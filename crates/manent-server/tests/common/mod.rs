@@ -144,6 +144,15 @@ impl Site {
         self.children.push(child)
     }
 
+    /// Starts an API process and one worker per region, `worker-eu` (region eu) and
+    /// `worker-us` (region us), and waits for the API.
+    pub async fn start_api_and_region_workers(&mut self) {
+        self.start("api", "api");
+        self.start_with("worker", "worker-eu", &[("MANENT__DBOS__REGION", "eu")]);
+        self.start_with("worker", "worker-us", &[("MANENT__DBOS__REGION", "us")]);
+        self.wait_api().await;
+    }
+
     pub fn child(&mut self, i: usize) -> &mut Child {
         &mut self.children.0[i]
     }

@@ -1,0 +1,148 @@
+//! What a deploy's timeline is drawn from besides its own steps: the waves its rollout
+//! plans, and the region passes (child workflows on `<queue>.<region>`) that deployed a
+//! wave's targets under region routing, with their steps, target events and output
+//! (docs/api.md, "The Platform page").
+
+use std::collections::HashMap;
+
+use manent_engine::{
+    Client, EngineError, EventRecord, OutputLine, StepRecord, WorkflowFilter, WorkflowRecord,
+};
+use manent_model::{EffectiveDescriptor, plan_waves};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    request::rfc3339,
+    workflow::{PASS_WORKFLOW, PassMode, PassRequest},
+};
+
+/// One wave of the rollout: its name and its targets, in the order they are deployed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaveView {
+    pub name: String,
+    pub targets: Vec<String>,
+}
+
+/// One region's pass of a region-routed deploy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PassView {
+    /// The pass's own workflow id (`<deploy id>.<n>`).
+    pub id: String,
+    pub region: String,
+    /// `deploy` or `rollback`.
+    pub mode: String,
+    pub status: String,
+    pub executor_id: Option<String>,
+    pub targets: Vec<String>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+}
+
+/// The waves `eff` deploys, as status shows them.
+pub fn waves(eff: &EffectiveDescriptor) -> Vec<WaveView> {
+    plan_waves(eff)
+        .into_iter()
+        .map(|w| WaveView {
+            name: w.name,
+            targets: w.targets.into_iter().map(|t| t.name).collect(),
+        })
+        .collect()
+}
+
+/// A deploy's region passes and what they recorded, read in a constant number of queries
+/// plus one per pass (its steps).
+pub struct Passes {
+    pub views: Vec<PassView>,
+    /// Every pass's steps, in pass order.
+    pub steps: Vec<StepRecord>,
+    /// Every pass's events (its targets' progress before the deploy republishes them).
+    pub events: Vec<EventRecord>,
+}
+
+/// The passes deploy `id` started (none unless it is region-routed), oldest first.
+pub async fn passes(client: &Client, id: &str, queue: &str) -> Result<Passes, EngineError> {
+    let mut children = pass_records(client, id).await?;
+    // Started in this order (`<deploy id>.<position>`); the time first, as positions of
+    // later waves are larger anyway.
+    children.sort_by_key(|c| {
+        let position =
+            c.id.rsplit_once('.')
+                .and_then(|(_, n)| n.parse::<i64>().ok());
+        (c.created_at_ms, position)
+    });
+    let ids: Vec<String> = children.iter().map(|c| c.id.clone()).collect();
+    let mut events_by_id = if ids.is_empty() {
+        HashMap::new()
+    } else {
+        client.events_of(&ids).await?
+    };
+    let mut passes = Passes {
+        views: Vec::new(),
+        steps: Vec::new(),
+        events: Vec::new(),
+    };
+    for child in &children {
+        let request: Option<PassRequest> = serde_json::from_str(&child.input).ok();
+        let Some(request) = request else {
+            return Err(EngineError::Unreadable {
+                kind: "region pass",
+                id: child.id.clone(),
+                error: "its input is not a pass request".into(),
+            });
+        };
+        passes.views.push(PassView {
+            id: child.id.clone(),
+            region: child
+                .queue
+                .strip_prefix(&format!("{queue}."))
+                .unwrap_or(&child.queue)
+                .to_string(),
+            mode: match request.mode {
+                PassMode::Deploy => "deploy",
+                PassMode::Rollback { .. } => "rollback",
+            }
+            .into(),
+            status: child.status.to_string(),
+            executor_id: child.executor_id.clone(),
+            targets: request.targets,
+            started_at: child.started_at_ms.map(rfc3339),
+            finished_at: child
+                .finished_at_ms
+                .filter(|_| child.status.is_terminal())
+                .map(rfc3339),
+        });
+        passes.steps.extend(client.steps(&child.id).await?);
+        passes
+            .events
+            .extend(events_by_id.remove(&child.id).unwrap_or_default());
+    }
+    Ok(passes)
+}
+
+/// What deploy `id` and its passes printed after `after`, oldest first, at most `limit`
+/// lines: `seq` is one sequence for every workflow, so the lines of the deploy and its
+/// passes merge in print order.
+pub async fn output(
+    client: &Client,
+    id: &str,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<OutputLine>, EngineError> {
+    let mut lines = client.output(id, after, limit).await?;
+    for child in pass_records(client, id).await? {
+        lines.extend(client.output(&child.id, after, limit).await?);
+    }
+    lines.sort_by_key(|l| l.seq);
+    lines.truncate(usize::try_from(limit).unwrap_or(0));
+    Ok(lines)
+}
+
+async fn pass_records(client: &Client, id: &str) -> Result<Vec<WorkflowRecord>, EngineError> {
+    client
+        .list(&WorkflowFilter {
+            parent_id: Some(id.to_string()),
+            name: Some(PASS_WORKFLOW.into()),
+            ..Default::default()
+        })
+        .await
+}
