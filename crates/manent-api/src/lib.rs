@@ -426,7 +426,7 @@ async fn list_deploys(
 
 /// The status of one deploy.
 #[utoipa::path(get, path = "/deploys/{id}", tag = "deploys", operation_id = "getDeploy",
-    params(("id" = String, Path, description = "The deploy's id, as answered by the submission.")),
+    params(DeployId),
     responses(
         (status = 200, description = "The deploy, with its targets and steps.", body = DeployStatus),
         (status = 404, description = "No such deploy (or one the token may not see).", body = ErrorBody),
@@ -434,7 +434,7 @@ async fn list_deploys(
 async fn deploy_status(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(DeployId { id }): Path<DeployId>,
 ) -> Result<Json<DeployStatus>, AppError> {
     let mut deploy = visible_deploy(&state, &caller, &id).await?;
     fill_actions(&caller, &mut deploy);
@@ -474,7 +474,7 @@ async fn whoami(axum::Extension(caller): axum::Extension<Caller>) -> Json<WhoAmI
 
 /// The log lines of one deploy.
 #[utoipa::path(get, path = "/deploys/{id}/logs", tag = "deploys", operation_id = "getDeployLogs",
-    params(("id" = String, Path, description = "The deploy's id, as answered by the submission.")),
+    params(DeployId),
     responses(
         (status = 200, description = "Its submission, steps, output, recoveries and targets, in time order.", body = DeployLogs),
         (status = 404, description = "No such deploy (or one the token may not see).", body = ErrorBody),
@@ -482,7 +482,7 @@ async fn whoami(axum::Extension(caller): axum::Extension<Caller>) -> Json<WhoAmI
 async fn deploy_logs(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(DeployId { id }): Path<DeployId>,
 ) -> Result<Json<DeployLogs>, AppError> {
     visible_deploy(&state, &caller, &id).await?;
     service::logs(&state.client, &id)
@@ -507,7 +507,7 @@ fn default_output_limit() -> i64 {
 /// What one deploy's commands printed, line by line.
 #[utoipa::path(get, path = "/deploys/{id}/output", tag = "deploys", operation_id = "getDeployOutput",
     params(
-        ("id" = String, Path, description = "The deploy's id, as answered by the submission."),
+        DeployId,
         ("after" = Option<i64>, Query, minimum = 0, description = "Only lines with a greater `seq` (default 0: from the start)."),
         ("limit" = Option<i64>, Query, minimum = 1, maximum = 5000, description = "At most this many lines (default 1,000, at most 5,000)."),
     ),
@@ -519,7 +519,7 @@ fn default_output_limit() -> i64 {
 async fn deploy_output(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(DeployId { id }): Path<DeployId>,
     Query(query): Query<OutputQuery>,
 ) -> Result<Json<DeployOutput>, AppError> {
     visible_deploy(&state, &caller, &id).await?;
@@ -529,7 +529,7 @@ async fn deploy_output(
 
 /// Cancel a deploy.
 #[utoipa::path(post, path = "/deploys/{id}/cancel", tag = "deploys", operation_id = "cancelDeploy",
-    params(("id" = String, Path, description = "The deploy's id, as answered by the submission.")),
+    params(DeployId),
     responses(
         (status = 200, description = "Cancelled: the deploy's id, status and queue.", body = Submitted),
         (status = 403, description = "The token may not deploy this application.", body = ErrorBody),
@@ -539,7 +539,7 @@ async fn deploy_output(
 async fn cancel_deploy(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(DeployId { id }): Path<DeployId>,
 ) -> Result<Json<Submitted>, AppError> {
     let deploy = visible_deploy(&state, &caller, &id).await?;
     require(&caller, Action::Deploy, Some(&deploy.application))?;
@@ -607,7 +607,7 @@ async fn decide_deploy(
 
 /// Approve a deploy waiting for approval.
 #[utoipa::path(post, path = "/deploys/{id}/approve", tag = "deploys", operation_id = "approveDeploy",
-    params(("id" = String, Path, description = "The deploy's id, as answered by the submission.")),
+    params(DeployId),
     request_body(content = Option<DecisionBody>, content_type = "application/json",
         description = "Optional: `{\"reason\": \"…\"}`, or nothing."),
     responses(
@@ -620,7 +620,7 @@ async fn decide_deploy(
 async fn approve_deploy(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(DeployId { id }): Path<DeployId>,
     body: String,
 ) -> Result<Json<DeployStatus>, AppError> {
     decide_deploy(state, caller, id, body, true).await
@@ -628,7 +628,7 @@ async fn approve_deploy(
 
 /// Reject a deploy waiting for approval.
 #[utoipa::path(post, path = "/deploys/{id}/reject", tag = "deploys", operation_id = "rejectDeploy",
-    params(("id" = String, Path, description = "The deploy's id, as answered by the submission.")),
+    params(DeployId),
     request_body(content = Option<DecisionBody>, content_type = "application/json",
         description = "Optional: `{\"reason\": \"…\"}`, or nothing."),
     responses(
@@ -641,7 +641,7 @@ async fn approve_deploy(
 async fn reject_deploy(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(DeployId { id }): Path<DeployId>,
     body: String,
 ) -> Result<Json<DeployStatus>, AppError> {
     decide_deploy(state, caller, id, body, false).await
@@ -674,7 +674,7 @@ async fn list_schedules(
 
 /// One schedule.
 #[utoipa::path(get, path = "/schedules/{id}", tag = "schedules", operation_id = "getSchedule",
-    params(("id" = String, Path, description = "The schedule's id, as answered by the submission of its descriptor.")),
+    params(ScheduleId),
     responses(
         (status = 200, description = "The schedule.", body = ScheduleView),
         (status = 404, description = "No such schedule (or one the token may not see).", body = ErrorBody),
@@ -682,7 +682,7 @@ async fn list_schedules(
 async fn schedule_status(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(ScheduleId { id }): Path<ScheduleId>,
 ) -> Result<Json<ScheduleView>, AppError> {
     schedules::show(&state.client, &id)
         .await?
@@ -721,7 +721,7 @@ async fn set_schedule_paused(
 
 /// Pause a schedule.
 #[utoipa::path(post, path = "/schedules/{id}/pause", tag = "schedules", operation_id = "pauseSchedule",
-    params(("id" = String, Path, description = "The schedule's id, as answered by the submission of its descriptor.")),
+    params(ScheduleId),
     responses(
         (status = 200, description = "The schedule, paused.", body = ScheduleView),
         (status = 403, description = "The token may not deploy its application.", body = ErrorBody),
@@ -730,14 +730,14 @@ async fn set_schedule_paused(
 async fn pause_schedule(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(ScheduleId { id }): Path<ScheduleId>,
 ) -> Result<Json<ScheduleView>, AppError> {
     set_schedule_paused(state, caller, id, true).await
 }
 
 /// Resume a paused schedule.
 #[utoipa::path(post, path = "/schedules/{id}/resume", tag = "schedules", operation_id = "resumeSchedule",
-    params(("id" = String, Path, description = "The schedule's id, as answered by the submission of its descriptor.")),
+    params(ScheduleId),
     responses(
         (status = 200, description = "The schedule, resumed.", body = ScheduleView),
         (status = 403, description = "The token may not deploy its application.", body = ErrorBody),
@@ -746,14 +746,14 @@ async fn pause_schedule(
 async fn resume_schedule(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(ScheduleId { id }): Path<ScheduleId>,
 ) -> Result<Json<ScheduleView>, AppError> {
     set_schedule_paused(state, caller, id, false).await
 }
 
 /// Delete a schedule.
 #[utoipa::path(delete, path = "/schedules/{id}", tag = "schedules", operation_id = "deleteSchedule",
-    params(("id" = String, Path, description = "The schedule's id, as answered by the submission of its descriptor.")),
+    params(ScheduleId),
     responses(
         (status = 200, description = "Deleted.", body = ScheduleDeleted),
         (status = 403, description = "The token may not deploy its application.", body = ErrorBody),
@@ -762,7 +762,7 @@ async fn resume_schedule(
 async fn delete_schedule(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(ScheduleId { id }): Path<ScheduleId>,
 ) -> Result<Json<ScheduleDeleted>, AppError> {
     match schedule_for_deployer(&state, &caller, &id).await {
         Ok(_) => {}
@@ -833,7 +833,7 @@ async fn resubmit(
 /// The deploy's recorded descriptor, submitted again as it is by the caller, who must be
 /// allowed to deploy its recorded application (another tenant's deploy is a 404).
 #[utoipa::path(post, path = "/deploys/{id}/redeploy", tag = "deploys", operation_id = "redeployDeploy",
-    params(("id" = String, Path, description = "The deploy's id, as answered by the submission.")),
+    params(DeployId),
     responses(
         (status = 201, description = "The new deploy, and what it submitted again.", body = Resubmitted),
         (status = 400, description = "The recorded descriptor is refused today (the environment file or manent.yml changed).", body = ErrorBody),
@@ -843,7 +843,7 @@ async fn resubmit(
 async fn redeploy_deploy(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(DeployId { id }): Path<DeployId>,
 ) -> Result<(StatusCode, Json<Resubmitted>), AppError> {
     let deploy = visible_deploy(&state, &caller, &id).await?;
     require(&caller, Action::Deploy, Some(&deploy.application))?;
@@ -853,11 +853,46 @@ async fn redeploy_deploy(
     resubmit(&state, &caller, &id, request, OriginKind::Redeploy).await
 }
 
-/// `{tenant}/{app}` and `{environment}` of an environment's route, once the caller may read
+/// `{id}` of a deploy's routes.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+struct DeployId {
+    /// The deploy's id, as answered by the submission.
+    id: String,
+}
+
+/// `{id}` of a schedule's routes.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+struct ScheduleId {
+    /// The schedule's id, as answered by the submission of its descriptor.
+    id: String,
+}
+
+/// `{tenant}/{app}/environments/{environment}` of an environment's routes.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+struct EnvironmentPath {
+    /// The application's tenant (`acme` of `acme/web`).
+    #[param(example = "acme")]
+    tenant: String,
+    /// The application's name within its tenant (`web` of `acme/web`).
+    #[param(example = "web")]
+    app: String,
+    /// The environment.
+    #[param(example = "prod")]
+    environment: String,
+}
+
+/// `tenant/app` and the environment of an environment's route, once the caller may read
 /// that application: another tenant's environment answers 404, whatever it holds.
 fn visible_environment(
     caller: &Caller,
-    (tenant, app, environment): (String, String, String),
+    EnvironmentPath {
+        tenant,
+        app,
+        environment,
+    }: EnvironmentPath,
 ) -> Result<(String, String), AppError> {
     let application = format!("{tenant}/{app}");
     if caller.may(Action::Read, Some(&application)) {
@@ -878,9 +913,7 @@ struct HistoryQuery {
 #[utoipa::path(get, path = "/apps/{tenant}/{app}/environments/{environment}/history",
     tag = "deploys", operation_id = "environmentHistory",
     params(
-        ("tenant" = String, Path, description = "The application's tenant (`acme` of `acme/web`).", example = "acme"),
-        ("app" = String, Path, description = "The application's name within its tenant (`web` of `acme/web`).", example = "web"),
-        ("environment" = String, Path, description = "The environment.", example = "prod"),
+        EnvironmentPath,
         ("limit" = Option<i64>, Query, description = "At most this many deploys; clamped to 1..1000."),
     ),
     responses(
@@ -891,7 +924,7 @@ struct HistoryQuery {
 async fn environment_history(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(path): Path<(String, String, String)>,
+    Path(path): Path<EnvironmentPath>,
     Query(query): Query<HistoryQuery>,
 ) -> Result<Json<Vec<DeployStatus>>, AppError> {
     let (application, environment) = visible_environment(&caller, path)?;
@@ -908,9 +941,7 @@ async fn environment_history(
 #[utoipa::path(post, path = "/apps/{tenant}/{app}/environments/{environment}/rollback",
     tag = "deploys", operation_id = "rollbackEnvironment",
     params(
-        ("tenant" = String, Path, description = "The application's tenant (`acme` of `acme/web`).", example = "acme"),
-        ("app" = String, Path, description = "The application's name within its tenant (`web` of `acme/web`).", example = "web"),
-        ("environment" = String, Path, description = "The environment.", example = "prod"),
+        EnvironmentPath,
     ),
     request_body(content = Option<RollbackBody>, content_type = "application/json",
         description = "Optional: `{\"to\": \"<version>\"}`, or nothing."),
@@ -924,7 +955,7 @@ async fn environment_history(
 async fn rollback_environment(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(path): Path<(String, String, String)>,
+    Path(path): Path<EnvironmentPath>,
     body: String,
 ) -> Result<(StatusCode, Json<Resubmitted>), AppError> {
     let body: RollbackBody = optional_body(&body, "to", r#"{"to": "<version>"}"#)?;
