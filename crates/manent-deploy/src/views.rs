@@ -61,7 +61,7 @@ pub async fn queues(client: &Client, config: &Config) -> Result<Vec<QueueView>, 
     let live: Vec<_> = workers(client, config)
         .await?
         .into_iter()
-        .filter(|w| w.state != "stopped" && !w.stale)
+        .filter(|w| w.state != WorkerState::Stopped && !w.stale)
         .collect();
     let mut views: Vec<QueueView> = declared_queues(config)
         .into_iter()
