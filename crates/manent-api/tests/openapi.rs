@@ -3,7 +3,8 @@
 //! operation it documents is served with exactly its methods, no route is added outside
 //! utoipa-axum (so none is served undocumented), every `/api/v1` operation is behind the
 //! bearer token, and every error answer it documents is the error body, which real
-//! refusals (the token layer's, the handlers', axum's own) are.
+//! refusals (the token layer's, the handlers', axum's own) are. The documented descriptor
+//! holds the fields the server reads.
 
 mod common;
 
@@ -370,4 +371,43 @@ async fn every_documented_error_is_the_error_body_and_real_refusals_are() {
         assert_eq!(status, want, "{what}: {answer}");
         assert_error_body(what, &answer);
     }
+}
+
+/// The documented descriptor (`manent_contract::Descriptor`, the request body of `POST
+/// /api/v1/deploys`) and the one the server reads (manent-model's) have the same fields:
+/// a descriptor using every field goes from one to the other and back unchanged, both
+/// refusing unknown fields.
+#[tokio::test]
+async fn the_documented_descriptor_has_the_fields_the_server_reads() {
+    let every_field = serde_json::json!({
+        "application": "acme/web",
+        "environment": "prod",
+        "artifacts": [{
+            "name": "web.tgz", "type": "tarball", "version": "1.4.2",
+            "url": "https://repo.example/web-1.4.2.tgz",
+            "sha256": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+        }],
+        "deploy": {
+            "plugin": "command", "dest": "/srv/{version}", "activate": "true",
+            "commands": ["./deploy.sh"], "params": {"k": "v"}
+        },
+        "schedule": {"cron": "30 2 * * 1-5", "timezone": "Europe/Paris", "missed": "skip"},
+        "dry_run": true,
+        "depends_on": [{"application": "acme/db", "environment": "prod", "version": "2", "timeout": "10m"}]
+    });
+    let documented: manent_contract::Descriptor = serde_json::from_value(every_field.clone())
+        .expect("the contract reads a descriptor with every field");
+    let read = manent_deploy::service::parse(
+        serde_json::to_string(&documented).expect("serialises"),
+        "deploy.json".into(),
+    )
+    .await
+    .expect("the server reads the documented descriptor with every field");
+    let back: manent_contract::Descriptor =
+        serde_json::from_value(serde_json::to_value(&read).expect("serialises"))
+            .expect("the contract reads every field the server writes back");
+    assert_eq!(
+        back, documented,
+        "the server's descriptor and the documented one hold the same fields"
+    );
 }
