@@ -6,8 +6,9 @@ use axum::{
     extract::{Path, Query, State},
     http::StatusCode,
 };
+use manent_contract::{AuditEntry, CreateTokenBody, CreatedToken, ErrorBody, TokenRevoked};
 use manent_engine::{AuditRecord, now_ms};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::{
     AppError, AppState,
@@ -26,7 +27,14 @@ impl From<TokenError> for AppError {
     }
 }
 
-/// `GET /api/v1/tokens`: every token, never a secret or its hash.
+/// List the API tokens.
+///
+/// Every token, never a secret or its hash. Admin role only.
+#[utoipa::path(get, path = "/tokens", tag = "admin", operation_id = "listTokens",
+    responses(
+        (status = 200, description = "Every token.", body = Vec<TokenView>),
+        (status = 403, description = "Not an admin.", body = ErrorBody),
+    ))]
 pub async fn list_tokens(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -35,30 +43,17 @@ pub async fn list_tokens(
     Ok(Json(auth::list(state.client.store()).await?))
 }
 
-/// Body of `POST /api/v1/tokens`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateTokenBody {
-    name: String,
-    /// viewer, deployer, approver or admin.
-    role: String,
-    /// Application pattern qualified with the tenant (`ml/*`); absent = every application.
-    #[serde(default)]
-    on: Option<String>,
-    /// A duration from now (`30d`) or an RFC 3339 time; absent = never.
-    #[serde(default)]
-    expires: Option<String>,
-}
-
-/// The answer to a creation: the token as listed, and its secret, shown this once.
-#[derive(Debug, Serialize)]
-pub struct CreatedToken {
-    #[serde(flatten)]
-    pub token: TokenView,
-    pub secret: String,
-}
-
-/// `POST /api/v1/tokens`: creates a token; 409 if the name is taken.
+/// Create an API token.
+///
+/// Admin role only; 409 if the name is taken. The answer holds the secret, shown this once.
+#[utoipa::path(post, path = "/tokens", tag = "admin", operation_id = "createToken",
+    request_body(content = CreateTokenBody, content_type = "application/json"),
+    responses(
+        (status = 201, description = "The token as listed, and its secret.", body = CreatedToken),
+        (status = 400, description = "A bad body, name, role, pattern or expiry; `field` names it.", body = ErrorBody),
+        (status = 403, description = "Not an admin.", body = ErrorBody),
+        (status = 409, description = "A token of that name exists.", body = ErrorBody),
+    ))]
 pub async fn create_token(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -76,6 +71,7 @@ pub async fn create_token(
     })?;
     let role: Role = body
         .role
+        .as_str()
         .parse()
         .map_err(|m: String| AppError::bad_request("role", m))?;
     let expires_at_ms = body
@@ -99,18 +95,29 @@ pub async fn create_token(
     Ok((StatusCode::CREATED, Json(CreatedToken { token, secret })))
 }
 
-/// `DELETE /api/v1/tokens/{name}`: revokes a token; from then on it answers 401.
+/// Revoke an API token.
+///
+/// From then on it answers 401. Admin role only.
+#[utoipa::path(delete, path = "/tokens/{name}", tag = "admin", operation_id = "revokeToken",
+    params(("name" = String, Path, description = "The token's name.")),
+    responses(
+        (status = 200, description = "Revoked.", body = TokenRevoked),
+        (status = 403, description = "Not an admin.", body = ErrorBody),
+        (status = 404, description = "No token of that name.", body = ErrorBody),
+    ))]
 pub async fn revoke_token(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
-) -> Result<Json<serde_json::Value>, AppError> {
+) -> Result<Json<TokenRevoked>, AppError> {
     require(&caller, Action::Administer, None)?;
     let revoked = auth::revoke(state.client.store(), &name).await?;
     tracing::info!(token = %revoked.name, id = %revoked.id, by = %caller.token.name, "token revoked");
-    Ok(Json(
-        serde_json::json!({ "name": revoked.name, "id": revoked.id, "revoked": true }),
-    ))
+    Ok(Json(TokenRevoked {
+        name: revoked.name,
+        id: revoked.id,
+        revoked: true,
+    }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -119,12 +126,22 @@ pub struct AuditQuery {
     limit: Option<i64>,
 }
 
-/// `GET /api/v1/audit`: the newest entries of the audit trail, newest first.
+/// The audit trail, newest first.
+///
+/// Admin role only.
+#[utoipa::path(get, path = "/audit", tag = "admin", operation_id = "listAudit",
+    params(("limit" = Option<i64>, Query, minimum = 1, maximum = 10000,
+        description = "How many entries (1 to 10000, default 100).")),
+    responses(
+        (status = 200, description = "The newest entries.", body = Vec<AuditEntry>),
+        (status = 400, description = "A limit out of range, or a query string that cannot be read.", body = ErrorBody),
+        (status = 403, description = "Not an admin.", body = ErrorBody),
+    ))]
 pub async fn list_audit(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Query(query): Query<AuditQuery>,
-) -> Result<Json<Vec<AuditView>>, AppError> {
+) -> Result<Json<Vec<AuditEntry>>, AppError> {
     require(&caller, Action::Administer, None)?;
     let limit = query.limit.unwrap_or(100);
     if !(1..=10_000).contains(&limit) {
@@ -134,36 +151,19 @@ pub async fn list_audit(
         ));
     }
     let entries = crate::audit::list(state.client.store(), limit).await?;
-    Ok(Json(entries.into_iter().map(AuditView::from).collect()))
+    Ok(Json(entries.into_iter().map(audit_entry).collect()))
 }
 
 /// One audit entry as the API shows it.
-#[derive(Debug, Serialize)]
-pub struct AuditView {
-    pub seq: i64,
-    /// RFC 3339, UTC.
-    pub at: String,
-    /// The token's name (`-` when the request carried no valid token).
-    pub token: String,
-    pub token_id: String,
-    pub action: String,
-    pub target: String,
-    /// The HTTP status the request ended with.
-    pub outcome: i64,
-    pub detail: String,
-}
-
-impl From<AuditRecord> for AuditView {
-    fn from(r: AuditRecord) -> Self {
-        AuditView {
-            seq: r.seq,
-            at: manent_deploy::views::rfc3339(r.at_ms),
-            token: r.actor,
-            token_id: r.actor_id,
-            action: r.action,
-            target: r.target,
-            outcome: r.outcome,
-            detail: r.detail,
-        }
+fn audit_entry(r: AuditRecord) -> AuditEntry {
+    AuditEntry {
+        seq: r.seq,
+        at: manent_deploy::views::rfc3339(r.at_ms),
+        token: r.actor,
+        token_id: r.actor_id,
+        action: r.action,
+        target: r.target,
+        outcome: r.outcome,
+        detail: r.detail,
     }
 }

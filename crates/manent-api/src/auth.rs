@@ -150,19 +150,12 @@ pub struct NewToken {
     pub expires_at_ms: Option<i64>,
 }
 
-/// A token as listed: everything but its secret and hash.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TokenView {
-    pub id: String,
-    pub name: String,
-    pub role: Role,
-    /// The application pattern; `null` = every application.
-    pub on: Option<String>,
-    /// RFC 3339, UTC.
-    pub created_at: String,
-    pub expires_at: Option<String>,
-    pub last_used_at: Option<String>,
-    pub expired: bool,
+pub use manent_contract::TokenView;
+
+impl From<Role> for manent_contract::Role {
+    fn from(role: Role) -> Self {
+        manent_contract::Role::from(role.to_string())
+    }
 }
 
 /// Record kind: token name → hash of its secret (makes names unique).
@@ -338,7 +331,7 @@ pub async fn list(store: &Arc<dyn Store>) -> Result<Vec<TokenView>, TokenError> 
             expires_at: t.expires_at_ms.map(rfc3339),
             id: t.id,
             name: t.name,
-            role: t.role,
+            role: t.role.into(),
             on: t.on,
         })
         .collect();

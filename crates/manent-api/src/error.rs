@@ -1,13 +1,14 @@
-//! The one error type of the API and how it becomes an HTTP response:
-//! `{"error": {"code", "message", "field"?}}` with the status docs/api.md lists.
+//! The one error type of the API and how it becomes an HTTP response: the contract's
+//! `ErrorBody`, `{"error": {"code", "message", "field"?}}`, with the status docs/api.md
+//! lists.
 
 use axum::{
     Json,
     http::{StatusCode, header},
     response::{IntoResponse, Response},
 };
+use manent_contract::{ErrorBody, ErrorCode};
 use manent_engine::{EngineError, StoreError};
-use serde_json::json;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -40,15 +41,15 @@ impl AppError {
         }
     }
 
-    fn status_and_code(&self) -> (StatusCode, &'static str) {
+    fn status(&self) -> StatusCode {
         match self {
-            AppError::BadRequest { .. } => (StatusCode::BAD_REQUEST, "bad_request"),
-            AppError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
-            AppError::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
-            AppError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-            AppError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
-            AppError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-            AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            AppError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            AppError::Unauthorized => StatusCode::UNAUTHORIZED,
+            AppError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            AppError::NotFound(_) => StatusCode::NOT_FOUND,
+            AppError::Conflict(_) => StatusCode::CONFLICT,
+            AppError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }
@@ -85,34 +86,20 @@ impl From<EngineError> for AppError {
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
-        let (status, code) = self.status_and_code();
+        let status = self.status();
         if status.is_server_error() {
             tracing::error!(error = %self, "request failed");
         }
-        let mut body = json!({ "code": code, "message": self.to_string() });
-        if let AppError::BadRequest {
-            field: Some(field), ..
-        } = &self
-        {
-            body["field"] = json!(field);
-        }
-        (status, Json(json!({ "error": body }))).into_response()
-    }
-}
-
-/// The code of an error body for a status the handlers do not produce themselves.
-fn code_for(status: StatusCode) -> &'static str {
-    match status.as_u16() {
-        401 => "unauthorized",
-        403 => "forbidden",
-        404 => "not_found",
-        405 => "method_not_allowed",
-        409 => "conflict",
-        413 => "payload_too_large",
-        415 => "unsupported_media_type",
-        503 => "unavailable",
-        s if s >= 500 => "internal",
-        _ => "bad_request",
+        let field = match &self {
+            AppError::BadRequest { field, .. } => field.clone(),
+            _ => None,
+        };
+        let body = ErrorBody::new(
+            ErrorCode::for_status(status.as_u16()),
+            self.to_string(),
+            field,
+        );
+        (status, Json(body)).into_response()
     }
 }
 
@@ -143,7 +130,11 @@ pub async fn json_error_body(response: Response) -> Response {
     };
     let mut out = (
         status,
-        Json(json!({ "error": { "code": code_for(status), "message": message } })),
+        Json(ErrorBody::new(
+            ErrorCode::for_status(status.as_u16()),
+            message,
+            None,
+        )),
     )
         .into_response();
     for (name, value) in &parts.headers {

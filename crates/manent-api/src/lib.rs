@@ -1,12 +1,15 @@
 //! manent's HTTP API: `/api/v1` (JSON, bearer tokens), `/healthz`, `/readyz`, and the
 //! Platform page at `/` (`platform`).
 //! The only crate that knows HTTP. `app(state)` builds the router, so tests
-//! drive it with `oneshot` and no socket.
+//! drive it with `oneshot` and no socket. Every route is added through utoipa-axum with
+//! its `#[utoipa::path]`, so the OpenAPI document (`openapi`) is generated from the same
+//! calls that build the router; the bodies are `manent-contract`'s types.
 
 mod admin;
 pub mod audit;
 pub mod auth;
 mod error;
+pub mod openapi;
 mod platform;
 mod refusals;
 
@@ -18,19 +21,21 @@ use axum::{
     http::{StatusCode, header},
     middleware::{self, Next},
     response::{IntoResponse, Response},
-    routing::{delete, get, post},
 };
 use manent_config::Config;
+use manent_contract::{
+    ApplicationView, DecisionBody, DeployAction, DeployLogs, DeployOutput, DeployStatus,
+    Descriptor, ErrorBody, QueueView, Recovered, RedeployKind, Resubmitted, RollbackBody,
+    ScheduleDeleted, ScheduleView, Submitted, SubmittedStatus, TenantView, WhoAmI, WorkerView,
+    WorkflowStatus,
+};
 use manent_deploy::{
-    schedules::{self, ScheduleView},
-    service::{
-        self, Approver, DecideError, DeployStatus, ListFilter, OriginKind, ResubmitError,
-        SubmitError, Submitted,
-    },
-    views::{self, ApplicationView, QueueView, TenantView, WorkerView},
+    schedules,
+    service::{self, Approver, DecideError, ListFilter, OriginKind, ResubmitError, SubmitError},
+    views,
 };
 use manent_engine::{Client, store};
-use serde_json::json;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 pub use auth::{Action, Caller, Role};
 pub use error::AppError;
@@ -43,55 +48,85 @@ pub struct AppState {
     pub config: Arc<Config>,
 }
 
+/// The API's router: the routes of [`routes`], with the token, the audit trail and the
+/// JSON error body on `/api/v1`.
 pub fn app(state: AppState) -> Router {
-    let v1 = Router::new()
-        .route("/deploys", post(submit_deploy).get(list_deploys))
-        .route("/deploys/{id}", get(deploy_status))
-        .route("/deploys/{id}/logs", get(deploy_logs))
-        .route("/deploys/{id}/output", get(deploy_output))
-        .route("/deploys/{id}/cancel", post(cancel_deploy))
-        .route("/deploys/{id}/approve", post(approve_deploy))
-        .route("/deploys/{id}/reject", post(reject_deploy))
-        .route("/deploys/{id}/redeploy", post(redeploy_deploy))
-        .route(
-            "/apps/{tenant}/{app}/environments/{environment}/history",
-            get(environment_history),
-        )
-        .route(
-            "/apps/{tenant}/{app}/environments/{environment}/rollback",
-            post(rollback_environment),
-        )
-        .route("/schedules", get(list_schedules))
-        .route(
-            "/schedules/{id}",
-            get(schedule_status).delete(delete_schedule),
-        )
-        .route("/schedules/{id}/pause", post(pause_schedule))
-        .route("/schedules/{id}/resume", post(resume_schedule))
-        .route("/activity", get(activity))
-        .route("/tenants", get(list_tenants))
-        .route("/apps", get(list_applications))
-        .route("/workers", get(list_workers))
-        .route("/queues", get(list_queues))
-        .route("/executors/{id}/recover", post(recover_executor))
-        .route("/tokens", get(admin::list_tokens).post(admin::create_token))
-        .route("/tokens/{name}", delete(admin::revoke_token))
-        .route("/audit", get(admin::list_audit))
-        .route("/whoami", get(whoami))
+    let v1 = v1_routes()
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token))
         .fallback(|| async {
             AppError::NotFound("no such API route: see /api/v1/openapi.json".into())
         })
         .layer(middleware::map_response(error::json_error_body));
-    Router::new()
-        .route("/", get(platform::page))
-        .route("/platform", get(platform::page))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/api/v1/openapi.json", get(openapi))
-        .nest("/api/v1", v1)
-        .with_state(state)
+    let (router, _) = top_routes().nest("/api/v1", v1).split_for_parts();
+    router.with_state(state)
+}
+
+/// Every route with its documentation: what [`app`] serves and what the OpenAPI document
+/// describes (`openapi::document`), built by the same calls.
+pub fn routes() -> OpenApiRouter<AppState> {
+    top_routes().nest("/api/v1", v1_routes())
+}
+
+/// The routes outside the token: the page, health, readiness, metrics and the document.
+fn top_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(<openapi::Base as utoipa::OpenApi>::openapi())
+        .routes(routes!(platform_page))
+        .routes(routes!(platform_page_alias))
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics))
+        .routes(routes!(openapi::serve))
+}
+
+/// The `/api/v1` routes, relative to it; all behind the token (`require_token`).
+fn v1_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(submit_deploy, list_deploys))
+        .routes(routes!(deploy_status))
+        .routes(routes!(deploy_logs))
+        .routes(routes!(deploy_output))
+        .routes(routes!(cancel_deploy))
+        .routes(routes!(approve_deploy))
+        .routes(routes!(reject_deploy))
+        .routes(routes!(redeploy_deploy))
+        .routes(routes!(environment_history))
+        .routes(routes!(rollback_environment))
+        .routes(routes!(list_schedules))
+        .routes(routes!(schedule_status, delete_schedule))
+        .routes(routes!(pause_schedule))
+        .routes(routes!(resume_schedule))
+        .routes(routes!(activity))
+        .routes(routes!(list_tenants))
+        .routes(routes!(list_applications))
+        .routes(routes!(list_workers))
+        .routes(routes!(list_queues))
+        .routes(routes!(recover_executor))
+        .routes(routes!(admin::list_tokens, admin::create_token))
+        .routes(routes!(admin::revoke_token))
+        .routes(routes!(admin::list_audit))
+        .routes(routes!(whoami))
+}
+
+/// The Platform page (docs/api.md).
+#[utoipa::path(get, path = "/", tag = "meta", operation_id = "platform_page",
+    responses((status = 200, description = "The page: one HTML document that reads \
+        everything from `/api/v1` with a token.", content_type = "text/html", body = String)))]
+async fn platform_page() -> Response {
+    platform::page().await
+}
+
+/// The Platform page, also at /platform.
+#[utoipa::path(get, path = "/platform", tag = "meta", operation_id = "platform_page_alias",
+    responses((status = 200, description = "The page.", content_type = "text/html", body = String)))]
+async fn platform_page_alias() -> Response {
+    platform::page().await
+}
+
+/// The process is up.
+#[utoipa::path(get, path = "/healthz", tag = "meta", operation_id = "healthz",
+    responses((status = 200, description = "`ok`", content_type = "text/plain", body = String)))]
+async fn healthz() -> &'static str {
+    "ok"
 }
 
 /// Every `/api/v1` route needs a known, unexpired bearer token (the scheme in any case:
@@ -155,6 +190,13 @@ fn require(caller: &Caller, action: Action, application: Option<&str>) -> Result
     }
 }
 
+/// The database is reachable and its schema current.
+#[utoipa::path(get, path = "/readyz", tag = "meta", operation_id = "readyz",
+    responses(
+        (status = 200, description = "`ready`", content_type = "text/plain", body = String),
+        (status = 503, description = "The database is unreachable or its schema is behind; \
+            the text says which and what to run.", content_type = "text/plain", body = String),
+    ))]
 async fn readyz(State(state): State<AppState>) -> Response {
     match state.client.store().schema_version().await {
         Ok(v) if v >= store::expected_schema_version() => (StatusCode::OK, "ready").into_response(),
@@ -174,7 +216,15 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-/// `/metrics`: Prometheus text, without a token (docs/security.md: health and metrics only).
+/// Prometheus metrics.
+///
+/// Prometheus text, without a token (docs/security.md: health and metrics only).
+#[utoipa::path(get, path = "/metrics", tag = "meta", operation_id = "metrics",
+    responses(
+        (status = 200, description = "Prometheus text format 0.0.4.", content_type = "text/plain", body = String),
+        (status = 500, description = "An internal error.", body = ErrorBody),
+        (status = 503, description = "The database is unavailable.", body = ErrorBody),
+    ))]
 async fn metrics(State(state): State<AppState>) -> Result<Response, AppError> {
     let mut text = manent_deploy::metrics::render(&state.client, &state.config).await?;
     text.push_str(&refusals::metrics_text());
@@ -188,10 +238,16 @@ async fn metrics(State(state): State<AppState>) -> Result<Response, AppError> {
         .into_response())
 }
 
+/// The workers (executors).
+#[utoipa::path(get, path = "/workers", tag = "platform", operation_id = "listWorkers",
+    responses((status = 200, description = "Every worker that registered, as `manent workers` shows them.", body = Vec<WorkerView>)))]
 async fn list_workers(State(state): State<AppState>) -> Result<Json<Vec<WorkerView>>, AppError> {
     Ok(Json(views::workers(&state.client, &state.config).await?))
 }
 
+/// Tenants.
+#[utoipa::path(get, path = "/tenants", tag = "platform", operation_id = "listTenants",
+    responses((status = 200, description = "The tenants the token may see, with their applications.", body = Vec<TenantView>)))]
 async fn list_tenants(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
@@ -210,6 +266,9 @@ async fn list_tenants(
     Ok(Json(tenants))
 }
 
+/// Applications.
+#[utoipa::path(get, path = "/apps", tag = "platform", operation_id = "listApplications",
+    responses((status = 200, description = "The applications the token may see, with their environments and live versions.", body = Vec<ApplicationView>)))]
 async fn list_applications(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
@@ -220,6 +279,9 @@ async fn list_applications(
     ))
 }
 
+/// The queues, with their kinds, limits, depths and workers.
+#[utoipa::path(get, path = "/queues", tag = "platform", operation_id = "listQueues",
+    responses((status = 200, description = "Every queue, as `manent queues` shows them.", body = Vec<QueueView>)))]
 async fn list_queues(State(state): State<AppState>) -> Result<Json<Vec<QueueView>>, AppError> {
     Ok(Json(views::queues(&state.client, &state.config).await?))
 }
@@ -231,26 +293,35 @@ struct RecoverQuery {
     force: bool,
 }
 
+/// Put a lost worker's deploys back on their queues.
+///
+/// Admin role only. Refused while the executor's lease is live, unless `force`.
+#[utoipa::path(post, path = "/executors/{id}/recover", tag = "platform", operation_id = "recoverExecutor",
+    params(
+        ("id" = String, Path, description = "The executor id (`dbos.executor_id` of the worker)."),
+        ("force" = Option<bool>, Query, description = "Recover even an executor whose lease is live (revokes the lease)."),
+    ),
+    responses(
+        (status = 200, description = "The deploys put back on their queues.", body = Recovered),
+        (status = 400, description = "The query string cannot be read.", body = ErrorBody),
+        (status = 403, description = "Not an admin.", body = ErrorBody),
+        (status = 404, description = "No such executor.", body = ErrorBody),
+        (status = 409, description = "Its lease is live (send `force=true`).", body = ErrorBody),
+    ))]
 async fn recover_executor(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
     Path(id): Path<String>,
     Query(query): Query<RecoverQuery>,
-) -> Result<Json<serde_json::Value>, AppError> {
+) -> Result<Json<Recovered>, AppError> {
     require(&caller, Action::Administer, None)?;
     let by = format!("token {}", caller.token.name);
     let recovered = state.client.recover_executor(&id, query.force, &by).await?;
     tracing::warn!(executor_id = %id, by = %caller.token.name, force = query.force, count = recovered.len(), "manual recovery");
-    Ok(Json(json!({ "executor_id": id, "recovered": recovered })))
-}
-
-async fn openapi() -> Result<Json<serde_json::Value>, AppError> {
-    // Checked by the openapi tests; a broken document is an error, never `{}`.
-    serde_json::from_str(include_str!("openapi.json"))
-        .map(Json)
-        .map_err(|e| {
-            AppError::Internal(format!("the built-in OpenAPI document does not parse: {e}"))
-        })
+    Ok(Json(Recovered {
+        executor_id: id,
+        recovered,
+    }))
 }
 
 #[derive(serde::Deserialize)]
@@ -261,9 +332,32 @@ struct SubmitQuery {
     file: Option<String>,
 }
 
-/// `POST /api/v1/deploys`: the body is the descriptor, YAML or JSON. It is parsed first
-/// (off the async threads, storing nothing), then the caller is authorised on the parsed
-/// `application`, then it is submitted: no text is trusted before it is parsed.
+/// Submit a deploy.
+///
+/// The body is the descriptor, in YAML or JSON (read as text whatever its `Content-Type`).
+/// It is parsed, validated, resolved against its environment file, routed to a queue and
+/// enqueued (held until `schedule.at`, if given); with `schedule.cron` a recurring schedule
+/// is created instead, each tick a deploy. Needs the deployer role (or above) on the
+/// descriptor's application.
+// It is parsed first (off the async threads, storing nothing), then the caller is
+// authorised on the parsed `application`, then it is submitted: no text is trusted
+// before it is parsed.
+#[utoipa::path(post, path = "/deploys", tag = "deploys", operation_id = "submitDeploy",
+    params(
+        ("dry_run" = Option<bool>, Query, description = "`true` forces a dry run (plan instead of act) whatever the descriptor says."),
+        ("file" = Option<String>, Query, description = "The descriptor's file name, used in error messages.", example = "deploy.yml"),
+    ),
+    request_body(description = "The descriptor.", content(
+        (Descriptor = "application/yaml"),
+        (Descriptor = "application/json"),
+    )),
+    responses(
+        (status = 201, description = "Enqueued (or scheduled): the deploy's id, status and queue.", body = Submitted),
+        (status = 400, description = "The descriptor is malformed or invalid: `field` names the first bad field (e.g. `environment`, `artifacts[0].sha256`) and `message` lists every problem with its file and line.", body = ErrorBody),
+        (status = 403, description = "The token may not deploy this application.", body = ErrorBody),
+        (status = 404, description = "The application or environment is unknown.", body = ErrorBody),
+        (status = 409, description = "Conflicts with another deploy (the same id).", body = ErrorBody),
+    ))]
 async fn submit_deploy(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
@@ -307,6 +401,18 @@ async fn visible_deploy(
         .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))
 }
 
+/// List deploys, newest first.
+#[utoipa::path(get, path = "/deploys", tag = "deploys", operation_id = "listDeploys",
+    params(
+        ("application" = Option<String>, Query, description = "Only this application (`tenant/app`).", example = "ml/trainer"),
+        ("environment" = Option<String>, Query, description = "Only this environment.", example = "prod"),
+        ("status" = Option<manent_contract::StatusFilter>, Query, description = "Only this status: ENQUEUED, PENDING, SUCCESS, ERROR or CANCELLED (any case). Another value is a 400."),
+        ("limit" = Option<i64>, Query, description = "At most this many deploys; clamped to 1..1000."),
+    ),
+    responses(
+        (status = 200, description = "The deploys the token may see (steps empty).", body = Vec<DeployStatus>),
+        (status = 400, description = "An unknown status, or a query string that cannot be read.", body = ErrorBody),
+    ))]
 async fn list_deploys(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
@@ -318,10 +424,17 @@ async fn list_deploys(
     Ok(Json(deploys))
 }
 
+/// The status of one deploy.
+#[utoipa::path(get, path = "/deploys/{id}", tag = "deploys", operation_id = "getDeploy",
+    params(DeployId),
+    responses(
+        (status = 200, description = "The deploy, with its targets and steps.", body = DeployStatus),
+        (status = 404, description = "No such deploy (or one the token may not see).", body = ErrorBody),
+    ))]
 async fn deploy_status(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(DeployId { id }): Path<DeployId>,
 ) -> Result<Json<DeployStatus>, AppError> {
     let mut deploy = visible_deploy(&state, &caller, &id).await?;
     fill_actions(&caller, &mut deploy);
@@ -333,38 +446,49 @@ async fn deploy_status(
 fn fill_actions(caller: &Caller, deploy: &mut DeployStatus) {
     let application = Some(deploy.application.as_str());
     let mut actions = Vec::new();
-    if deploy.phase == "waiting_approval" && caller.may(Action::Approve, application) {
-        actions.extend(["approve".to_string(), "reject".to_string()]);
-    }
-    if matches!(deploy.status.as_str(), "ENQUEUED" | "PENDING")
-        && caller.may(Action::Deploy, application)
+    if deploy.phase == manent_contract::Phase::WaitingApproval
+        && caller.may(Action::Approve, application)
     {
-        actions.push("cancel".to_string());
+        actions.extend([DeployAction::Approve, DeployAction::Reject]);
+    }
+    if matches!(
+        deploy.status,
+        WorkflowStatus::Enqueued | WorkflowStatus::Pending
+    ) && caller.may(Action::Deploy, application)
+    {
+        actions.push(DeployAction::Cancel);
     }
     deploy.actions = actions;
 }
 
-/// `GET /whoami`: the asking token's name, role and scope.
-async fn whoami(axum::Extension(caller): axum::Extension<Caller>) -> Json<serde_json::Value> {
-    Json(json!({
-        "name": caller.token.name,
-        "role": caller.token.role,
-        "scope": caller.token.on,
-    }))
+/// The asking token.
+#[utoipa::path(get, path = "/whoami", tag = "tokens", operation_id = "whoami",
+    responses((status = 200, description = "The token's name, role and scope.", body = WhoAmI)))]
+async fn whoami(axum::Extension(caller): axum::Extension<Caller>) -> Json<WhoAmI> {
+    Json(WhoAmI {
+        name: caller.token.name.clone(),
+        role: caller.token.role.into(),
+        scope: caller.token.on.clone(),
+    })
 }
 
+/// The log lines of one deploy.
+#[utoipa::path(get, path = "/deploys/{id}/logs", tag = "deploys", operation_id = "getDeployLogs",
+    params(DeployId),
+    responses(
+        (status = 200, description = "Its submission, steps, output, recoveries and targets, in time order.", body = DeployLogs),
+        (status = 404, description = "No such deploy (or one the token may not see).", body = ErrorBody),
+    ))]
 async fn deploy_logs(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, AppError> {
+    Path(DeployId { id }): Path<DeployId>,
+) -> Result<Json<DeployLogs>, AppError> {
     visible_deploy(&state, &caller, &id).await?;
-    let logs = service::logs(&state.client, &id)
+    service::logs(&state.client, &id)
         .await?
-        .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))?;
-    Ok(Json(
-        serde_json::to_value(logs).map_err(|e| AppError::Internal(e.to_string()))?,
-    ))
+        .map(Json)
+        .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))
 }
 
 /// `?after=SEQ&limit=N` of `/deploys/{id}/output`.
@@ -380,21 +504,42 @@ fn default_output_limit() -> i64 {
     1_000
 }
 
+/// What one deploy's commands printed, line by line.
+#[utoipa::path(get, path = "/deploys/{id}/output", tag = "deploys", operation_id = "getDeployOutput",
+    params(
+        DeployId,
+        ("after" = Option<i64>, Query, minimum = 0, description = "Only lines with a greater `seq` (default 0: from the start)."),
+        ("limit" = Option<i64>, Query, minimum = 1, maximum = 5000, description = "At most this many lines (default 1,000, at most 5,000)."),
+    ),
+    responses(
+        (status = 200, description = "A page of its output.", body = DeployOutput),
+        (status = 400, description = "The query string cannot be read.", body = ErrorBody),
+        (status = 404, description = "No such deploy (or one the token may not see).", body = ErrorBody),
+    ))]
 async fn deploy_output(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(DeployId { id }): Path<DeployId>,
     Query(query): Query<OutputQuery>,
-) -> Result<Json<serde_json::Value>, AppError> {
+) -> Result<Json<DeployOutput>, AppError> {
     visible_deploy(&state, &caller, &id).await?;
     let lines = service::output(&state.client, &id, query.after, query.limit).await?;
-    Ok(Json(json!({ "id": id, "lines": lines })))
+    Ok(Json(DeployOutput { id, lines }))
 }
 
+/// Cancel a deploy.
+#[utoipa::path(post, path = "/deploys/{id}/cancel", tag = "deploys", operation_id = "cancelDeploy",
+    params(DeployId),
+    responses(
+        (status = 200, description = "Cancelled: the deploy's id, status and queue.", body = Submitted),
+        (status = 403, description = "The token may not deploy this application.", body = ErrorBody),
+        (status = 404, description = "No such deploy (or one the token may not see).", body = ErrorBody),
+        (status = 409, description = "The deploy has already ended.", body = ErrorBody),
+    ))]
 async fn cancel_deploy(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(DeployId { id }): Path<DeployId>,
 ) -> Result<Json<Submitted>, AppError> {
     let deploy = visible_deploy(&state, &caller, &id).await?;
     require(&caller, Action::Deploy, Some(&deploy.application))?;
@@ -402,26 +547,19 @@ async fn cancel_deploy(
     tracing::info!(deploy = %id, by = %caller.token.name, "deploy cancelled");
     Ok(Json(Submitted {
         id,
-        status: status.to_string(),
+        status: SubmittedStatus::from(status.as_str()),
         queue: deploy.queue,
     }))
 }
 
-/// Body of approve / reject (optional): `{"reason": "…"}`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DecisionBody {
-    reason: Option<String>,
-}
-
-/// An optional JSON body: empty is `T::default()`; one that does not parse is a 400 naming
-/// `field`, showing the `shape` to send.
+/// An optional JSON body: empty (or JSON `null`) is `T::default()`; one that does not parse
+/// is a 400 naming `field`, showing the `shape` to send.
 fn optional_body<T: Default + serde::de::DeserializeOwned>(
     body: &str,
     field: &str,
     shape: &str,
 ) -> Result<T, AppError> {
-    if body.trim().is_empty() {
+    if matches!(body.trim(), "" | "null") {
         return Ok(T::default());
     }
     serde_json::from_str(body)
@@ -467,24 +605,51 @@ async fn decide_deploy(
         .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))
 }
 
+/// Approve a deploy waiting for approval.
+#[utoipa::path(post, path = "/deploys/{id}/approve", tag = "deploys", operation_id = "approveDeploy",
+    params(DeployId),
+    request_body(content = Option<DecisionBody>, content_type = "application/json",
+        description = "Optional: `{\"reason\": \"…\"}`, or nothing."),
+    responses(
+        (status = 200, description = "The deploy after the decision.", body = DeployStatus),
+        (status = 400, description = "The body is not `{\"reason\": \"…\"}`.", body = ErrorBody),
+        (status = 403, description = "Not one of the policy's approvers, or its own deploy.", body = ErrorBody),
+        (status = 404, description = "No such deploy (or one the token may not see).", body = ErrorBody),
+        (status = 409, description = "The deploy does not wait for approval.", body = ErrorBody),
+    ))]
 async fn approve_deploy(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(DeployId { id }): Path<DeployId>,
     body: String,
 ) -> Result<Json<DeployStatus>, AppError> {
     decide_deploy(state, caller, id, body, true).await
 }
 
+/// Reject a deploy waiting for approval.
+#[utoipa::path(post, path = "/deploys/{id}/reject", tag = "deploys", operation_id = "rejectDeploy",
+    params(DeployId),
+    request_body(content = Option<DecisionBody>, content_type = "application/json",
+        description = "Optional: `{\"reason\": \"…\"}`, or nothing."),
+    responses(
+        (status = 200, description = "The deploy after the decision.", body = DeployStatus),
+        (status = 400, description = "The body is not `{\"reason\": \"…\"}`.", body = ErrorBody),
+        (status = 403, description = "Not one of the policy's approvers.", body = ErrorBody),
+        (status = 404, description = "No such deploy (or one the token may not see).", body = ErrorBody),
+        (status = 409, description = "The deploy does not wait for approval.", body = ErrorBody),
+    ))]
 async fn reject_deploy(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(DeployId { id }): Path<DeployId>,
     body: String,
 ) -> Result<Json<DeployStatus>, AppError> {
     decide_deploy(state, caller, id, body, false).await
 }
 
+/// What runs now, and the latest finished deploys.
+#[utoipa::path(get, path = "/activity", tag = "deploys", operation_id = "activity",
+    responses((status = 200, description = "Running and queued deploys, then the latest finished ones.", body = Vec<DeployStatus>)))]
 async fn activity(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
@@ -495,6 +660,9 @@ async fn activity(
     Ok(Json(deploys))
 }
 
+/// The recurring schedules.
+#[utoipa::path(get, path = "/schedules", tag = "schedules", operation_id = "listSchedules",
+    responses((status = 200, description = "The schedules the token may see.", body = Vec<ScheduleView>)))]
 async fn list_schedules(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
@@ -504,10 +672,17 @@ async fn list_schedules(
     Ok(Json(views))
 }
 
+/// One schedule.
+#[utoipa::path(get, path = "/schedules/{id}", tag = "schedules", operation_id = "getSchedule",
+    params(ScheduleId),
+    responses(
+        (status = 200, description = "The schedule.", body = ScheduleView),
+        (status = 404, description = "No such schedule (or one the token may not see).", body = ErrorBody),
+    ))]
 async fn schedule_status(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(ScheduleId { id }): Path<ScheduleId>,
 ) -> Result<Json<ScheduleView>, AppError> {
     schedules::show(&state.client, &id)
         .await?
@@ -544,27 +719,51 @@ async fn set_schedule_paused(
     Ok(Json(view))
 }
 
+/// Pause a schedule.
+#[utoipa::path(post, path = "/schedules/{id}/pause", tag = "schedules", operation_id = "pauseSchedule",
+    params(ScheduleId),
+    responses(
+        (status = 200, description = "The schedule, paused.", body = ScheduleView),
+        (status = 403, description = "The token may not deploy its application.", body = ErrorBody),
+        (status = 404, description = "No such schedule (or one the token may not see).", body = ErrorBody),
+    ))]
 async fn pause_schedule(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(ScheduleId { id }): Path<ScheduleId>,
 ) -> Result<Json<ScheduleView>, AppError> {
     set_schedule_paused(state, caller, id, true).await
 }
 
+/// Resume a paused schedule.
+#[utoipa::path(post, path = "/schedules/{id}/resume", tag = "schedules", operation_id = "resumeSchedule",
+    params(ScheduleId),
+    responses(
+        (status = 200, description = "The schedule, resumed.", body = ScheduleView),
+        (status = 403, description = "The token may not deploy its application.", body = ErrorBody),
+        (status = 404, description = "No such schedule (or one the token may not see).", body = ErrorBody),
+    ))]
 async fn resume_schedule(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(ScheduleId { id }): Path<ScheduleId>,
 ) -> Result<Json<ScheduleView>, AppError> {
     set_schedule_paused(state, caller, id, false).await
 }
 
+/// Delete a schedule.
+#[utoipa::path(delete, path = "/schedules/{id}", tag = "schedules", operation_id = "deleteSchedule",
+    params(ScheduleId),
+    responses(
+        (status = 200, description = "Deleted.", body = ScheduleDeleted),
+        (status = 403, description = "The token may not deploy its application.", body = ErrorBody),
+        (status = 404, description = "No such schedule (or one the token may not see).", body = ErrorBody),
+    ))]
 async fn delete_schedule(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, AppError> {
+    Path(ScheduleId { id }): Path<ScheduleId>,
+) -> Result<Json<ScheduleDeleted>, AppError> {
     match schedule_for_deployer(&state, &caller, &id).await {
         Ok(_) => {}
         // A record that cannot be read names no application: only an unscoped
@@ -576,20 +775,7 @@ async fn delete_schedule(
     }
     let deleted = schedules::delete(&state.client, &id).await?;
     tracing::info!(schedule = %id, by = %caller.token.name, "schedule deleted");
-    Ok(Json(json!({ "id": id, "deleted": deleted })))
-}
-
-/// What a rollback or redeploy answers: the new deploy, and what it resubmitted.
-#[derive(serde::Serialize)]
-struct Resubmitted {
-    #[serde(flatten)]
-    submitted: Submitted,
-    /// The deploy whose recorded descriptor was submitted again.
-    redeploy_of: String,
-    /// `rollback` or `redeploy`.
-    redeploy_kind: &'static str,
-    /// The version deployed (the first artifact's).
-    version: String,
+    Ok(Json(ScheduleDeleted { id, deleted }))
 }
 
 fn resubmit_error(e: ResubmitError) -> AppError {
@@ -636,19 +822,28 @@ async fn resubmit(
         Json(Resubmitted {
             submitted,
             redeploy_of: source.to_string(),
-            redeploy_kind: kind.as_str(),
+            redeploy_kind: RedeployKind::from(kind.as_str()),
             version,
         }),
     ))
 }
 
-/// `POST /deploys/{id}/redeploy`: the deploy's recorded descriptor, submitted again as it
-/// is by the caller, who must be allowed to deploy its recorded application (another
-/// tenant's deploy is a 404).
+/// Submit a past deploy's descriptor again.
+///
+/// The deploy's recorded descriptor, submitted again as it is by the caller, who must be
+/// allowed to deploy its recorded application (another tenant's deploy is a 404).
+#[utoipa::path(post, path = "/deploys/{id}/redeploy", tag = "deploys", operation_id = "redeployDeploy",
+    params(DeployId),
+    responses(
+        (status = 201, description = "The new deploy, and what it submitted again.", body = Resubmitted),
+        (status = 400, description = "The recorded descriptor is refused today (the environment file or manent.yml changed).", body = ErrorBody),
+        (status = 403, description = "The token may not deploy this application.", body = ErrorBody),
+        (status = 404, description = "No such deploy (or one the token may not see).", body = ErrorBody),
+    ))]
 async fn redeploy_deploy(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(id): Path<String>,
+    Path(DeployId { id }): Path<DeployId>,
 ) -> Result<(StatusCode, Json<Resubmitted>), AppError> {
     let deploy = visible_deploy(&state, &caller, &id).await?;
     require(&caller, Action::Deploy, Some(&deploy.application))?;
@@ -658,11 +853,46 @@ async fn redeploy_deploy(
     resubmit(&state, &caller, &id, request, OriginKind::Redeploy).await
 }
 
-/// `{tenant}/{app}` and `{environment}` of an environment's route, once the caller may read
+/// `{id}` of a deploy's routes.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+struct DeployId {
+    /// The deploy's id, as answered by the submission.
+    id: String,
+}
+
+/// `{id}` of a schedule's routes.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+struct ScheduleId {
+    /// The schedule's id, as answered by the submission of its descriptor.
+    id: String,
+}
+
+/// `{tenant}/{app}/environments/{environment}` of an environment's routes.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+struct EnvironmentPath {
+    /// The application's tenant (`acme` of `acme/web`).
+    #[param(example = "acme")]
+    tenant: String,
+    /// The application's name within its tenant (`web` of `acme/web`).
+    #[param(example = "web")]
+    app: String,
+    /// The environment.
+    #[param(example = "prod")]
+    environment: String,
+}
+
+/// `tenant/app` and the environment of an environment's route, once the caller may read
 /// that application: another tenant's environment answers 404, whatever it holds.
 fn visible_environment(
     caller: &Caller,
-    (tenant, app, environment): (String, String, String),
+    EnvironmentPath {
+        tenant,
+        app,
+        environment,
+    }: EnvironmentPath,
 ) -> Result<(String, String), AppError> {
     let application = format!("{tenant}/{app}");
     if caller.may(Action::Read, Some(&application)) {
@@ -679,12 +909,22 @@ struct HistoryQuery {
     limit: Option<i64>,
 }
 
-/// `GET /apps/{tenant}/{app}/environments/{environment}/history`: that environment's
-/// deploys, newest first.
+/// One environment's deploys, newest first.
+#[utoipa::path(get, path = "/apps/{tenant}/{app}/environments/{environment}/history",
+    tag = "deploys", operation_id = "environmentHistory",
+    params(
+        EnvironmentPath,
+        ("limit" = Option<i64>, Query, description = "At most this many deploys; clamped to 1..1000."),
+    ),
+    responses(
+        (status = 200, description = "Its deploys, all statuses, dry runs included.", body = Vec<DeployStatus>),
+        (status = 400, description = "The query string cannot be read.", body = ErrorBody),
+        (status = 404, description = "An application the token may not see.", body = ErrorBody),
+    ))]
 async fn environment_history(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(path): Path<(String, String, String)>,
+    Path(path): Path<EnvironmentPath>,
     Query(query): Query<HistoryQuery>,
 ) -> Result<Json<Vec<DeployStatus>>, AppError> {
     let (application, environment) = visible_environment(&caller, path)?;
@@ -693,20 +933,29 @@ async fn environment_history(
     ))
 }
 
-/// Body of a rollback (optional): `{"to": "1.0"}`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RollbackBody {
-    to: Option<String>,
-}
-
-/// `POST /apps/{tenant}/{app}/environments/{environment}/rollback`: submits again the
-/// recorded descriptor of an earlier successful version (`to`, or the one before the live
-/// version), as a deploy by the caller. 409 when there is nothing to roll back to.
+/// Deploy an earlier successful version again.
+///
+/// Submits again the recorded descriptor of an earlier successful version (`to`, or the
+/// one before the live version), as a deploy by the caller. 409 when there is nothing to
+/// roll back to.
+#[utoipa::path(post, path = "/apps/{tenant}/{app}/environments/{environment}/rollback",
+    tag = "deploys", operation_id = "rollbackEnvironment",
+    params(
+        EnvironmentPath,
+    ),
+    request_body(content = Option<RollbackBody>, content_type = "application/json",
+        description = "Optional: `{\"to\": \"<version>\"}`, or nothing."),
+    responses(
+        (status = 201, description = "The new deploy, and what it submitted again.", body = Resubmitted),
+        (status = 400, description = "The body is not `{\"to\": \"…\"}`, or the recorded descriptor is refused today.", body = ErrorBody),
+        (status = 403, description = "The token may not deploy this application.", body = ErrorBody),
+        (status = 404, description = "An application the token may not see.", body = ErrorBody),
+        (status = 409, description = "Nothing to roll back to; the message says what there is.", body = ErrorBody),
+    ))]
 async fn rollback_environment(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Path(path): Path<(String, String, String)>,
+    Path(path): Path<EnvironmentPath>,
     body: String,
 ) -> Result<(StatusCode, Json<Resubmitted>), AppError> {
     let body: RollbackBody = optional_body(&body, "to", r#"{"to": "<version>"}"#)?;

@@ -1,9 +1,12 @@
 //! The authorisation matrix through the router: every `/api/v1` route × every role ×
 //! scoped and unscoped tokens × the token's own tenant and another one. Each cell asserts
 //! the status code, and where a change is refused, that nothing changed
-//! (docs/security.md, "Tokens, roles and scopes").
+//! (docs/security.md, "Tokens, roles and scopes"). Every operation of the generated
+//! OpenAPI document must have its cells: a route added without them fails here.
 
 mod common;
+
+use std::sync::Mutex;
 
 use axum::http::StatusCode;
 use common::{ARTIFACT, Api};
@@ -48,6 +51,8 @@ fn everyone() -> Vec<Who> {
 struct Site {
     api: Api,
     root: String,
+    /// Every (method, path) a cell called, for the coverage check.
+    called: Mutex<Vec<(String, String)>>,
 }
 
 impl Site {
@@ -61,7 +66,11 @@ impl Site {
         )
         .unwrap();
         let root = api.token("root", Role::Admin).await;
-        Site { api, root }
+        Site {
+            api,
+            root,
+            called: Mutex::new(Vec::new()),
+        }
     }
 
     async fn token(&self, who: Who, n: usize) -> String {
@@ -103,8 +112,44 @@ impl Site {
     }
 
     async fn call(&self, method: &str, uri: &str, token: &str, body: &str) -> StatusCode {
+        let path = uri.split('?').next().unwrap_or(uri).to_string();
+        self.called
+            .lock()
+            .expect("the list of calls")
+            .push((method.to_string(), path));
         self.api.call(method, uri, Some(token), body).await.0
     }
+
+    /// The operations of the OpenAPI document under the token that no cell called.
+    fn uncovered(&self) -> Vec<String> {
+        let called = self.called.lock().expect("the list of calls");
+        let doc = manent_api::openapi::document();
+        let mut missing = Vec::new();
+        for (template, item) in doc["paths"].as_object().expect("the document has paths") {
+            if !template.starts_with("/api/v1/") || template == "/api/v1/openapi.json" {
+                continue;
+            }
+            for method in item.as_object().expect("a path item").keys() {
+                let method = method.to_ascii_uppercase();
+                let covered = called
+                    .iter()
+                    .any(|(m, path)| *m == method && fits(template, path));
+                if !covered {
+                    missing.push(format!("{method} {template}"));
+                }
+            }
+        }
+        missing
+    }
+}
+
+/// Whether `path` is an instance of the route `template` (`{id}` stands for a segment).
+fn fits(template: &str, path: &str) -> bool {
+    let (t, p): (Vec<&str>, Vec<&str>) = (template.split('/').collect(), path.split('/').collect());
+    t.len() == p.len()
+        && t.iter()
+            .zip(&p)
+            .all(|(t, p)| t == p || (t.starts_with('{') && !p.is_empty()))
 }
 
 /// Asserts one cell; `what` names it in the message.
@@ -352,4 +397,10 @@ async fn every_route_answers_each_role_and_scope_as_the_security_model_says() {
             "recovering an executor",
         );
     }
+    let uncovered = site.uncovered();
+    assert!(
+        uncovered.is_empty(),
+        "every documented /api/v1 operation has its cells in this matrix; add them for: \
+         {uncovered:?}"
+    );
 }

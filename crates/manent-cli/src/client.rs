@@ -1,9 +1,11 @@
-//! The HTTP side of the CLI: requests with the token, and errors mapped to
-//! the exit codes users script against.
+//! The HTTP side of the CLI: requests with the token, answers read into the contract's
+//! types (`manent-contract`), and errors mapped to the exit codes users script against.
 
 use std::path::Path;
 
+use manent_contract::{ErrorBody, Submitted};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
 /// Everything but RFC 3986's unreserved characters is encoded in a path segment.
@@ -76,6 +78,28 @@ fn causes(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// An answer of the server: read into `T`, and its JSON as the server sent it (what
+/// `--output json` prints, unknown fields included).
+#[derive(Debug)]
+pub struct Answer<T> {
+    pub body: T,
+    pub json: Value,
+}
+
+impl<T: DeserializeOwned> Answer<T> {
+    /// Reads `json`, the answer to `what`; an answer this CLI cannot read is an error that
+    /// says so, never a table of `-`.
+    pub fn read(what: &str, json: Value) -> Result<Self, CliError> {
+        let body = serde_json::from_value(json.clone()).map_err(|e| {
+            CliError::Failed(format!(
+                "cannot read the server's answer to {what}: {e}; is the server a \
+                 different version of manent?"
+            ))
+        })?;
+        Ok(Answer { body, json })
+    }
+}
+
 pub struct ApiClient {
     base: String,
     token: Option<String>,
@@ -122,7 +146,11 @@ impl ApiClient {
         r
     }
 
-    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, CliError> {
+    async fn send<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        request: reqwest::RequestBuilder,
+    ) -> Result<Answer<T>, CliError> {
         let response = request.send().await.map_err(|e| {
             CliError::Transient(format!(
                 "cannot reach the server at {}: {}",
@@ -133,14 +161,15 @@ impl ApiClient {
         let status = response.status();
         let body: Value = response.json().await.unwrap_or(Value::Null);
         if status.is_success() {
-            return Ok(body);
+            return Answer::read(what, body);
         }
-        let message = body["error"]["message"]
-            .as_str()
-            .map_or_else(|| format!("HTTP {status}"), str::to_string);
-        let message = match body["error"]["field"].as_str() {
-            Some(field) => format!("{field}: {message}"),
-            None => message,
+        // An error answer that is not the error body (a proxy's page) is told by its status.
+        let message = match serde_json::from_value::<ErrorBody>(body) {
+            Ok(ErrorBody { error }) => match error.field {
+                Some(field) => format!("{field}: {}", error.message),
+                None => error.message,
+            },
+            Err(_) => format!("HTTP {status}"),
         };
         Err(match status.as_u16() {
             401 | 403 => CliError::Unreachable(format!("refused: {message}")),
@@ -151,27 +180,54 @@ impl ApiClient {
         })
     }
 
-    pub async fn get(&self, path: &str) -> Result<Value, CliError> {
-        self.send(self.request(reqwest::Method::GET, path)).await
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<Answer<T>, CliError> {
+        self.send(
+            &format!("GET {path}"),
+            self.request(reqwest::Method::GET, path),
+        )
+        .await
     }
 
-    pub async fn get_query(&self, path: &str, query: &[(&str, String)]) -> Result<Value, CliError> {
-        self.send(self.request(reqwest::Method::GET, path).query(query))
-            .await
+    pub async fn get_query<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<Answer<T>, CliError> {
+        self.send(
+            &format!("GET {path}"),
+            self.request(reqwest::Method::GET, path).query(query),
+        )
+        .await
     }
 
-    pub async fn delete(&self, path: &str) -> Result<Value, CliError> {
-        self.send(self.request(reqwest::Method::DELETE, path)).await
+    pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<Answer<T>, CliError> {
+        self.send(
+            &format!("DELETE {path}"),
+            self.request(reqwest::Method::DELETE, path),
+        )
+        .await
     }
 
-    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, CliError> {
-        self.send(self.request(reqwest::Method::POST, path).json(body))
-            .await
+    pub async fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<Answer<T>, CliError> {
+        self.send(
+            &format!("POST {path}"),
+            self.request(reqwest::Method::POST, path).json(body),
+        )
+        .await
     }
 
     /// Sends the descriptor as written (YAML or JSON): the server names the
     /// file's fields and lines in its errors.
-    pub async fn submit(&self, text: &str, file: &Path, dry_run: bool) -> Result<Value, CliError> {
+    pub async fn submit(
+        &self,
+        text: &str,
+        file: &Path,
+        dry_run: bool,
+    ) -> Result<Answer<Submitted>, CliError> {
         let content_type = if file.extension().is_some_and(|e| e == "json") {
             "application/json"
         } else {
@@ -186,7 +242,7 @@ impl ApiClient {
             .query(&[("dry_run", dry_run.to_string()), ("file", name)])
             .header(reqwest::header::CONTENT_TYPE, content_type)
             .body(text.to_string());
-        self.send(request).await
+        self.send("POST /api/v1/deploys", request).await
     }
 }
 

@@ -8,9 +8,14 @@ mod render;
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use manent_contract::{
+    ApplicationView, AuditEntry, DecisionBody, DeployLogs, DeployOutput, DeployStatus, QueueView,
+    Recovered, Resubmitted, RollbackBody, ScheduleDeleted, ScheduleView, Submitted,
+    SubmittedStatus, TenantView, WorkerView, WorkflowStatus,
+};
 use serde_json::Value;
 
-use crate::client::{ApiClient, CliError};
+use crate::client::{Answer, ApiClient, CliError};
 
 #[derive(Parser)]
 #[command(
@@ -227,19 +232,18 @@ async fn run(args: Args) -> Result<u8, CliError> {
                     .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", file.display())))?
             };
             let created = api.submit(&text, &file, dry_run).await?;
-            let id = created["id"].as_str().unwrap_or_default().to_string();
             // A recurring schedule has no single deploy to wait for: `manent schedules` shows it.
-            if !wait || created["status"] == "SCHEDULED" {
+            if !wait || created.body.status == SubmittedStatus::Scheduled {
                 render::print(json, &created, render::submitted);
                 return Ok(0);
             }
-            let status = follow(&api, &id, json).await?;
+            let status = follow(&api, &created.body.id, json).await?;
             render::print(json, &status, render::status);
-            Ok(if status["status"] == "SUCCESS" { 0 } else { 1 })
+            Ok(exit_code_of(&status))
         }
         Command::Status { id, watch } => {
             let id = resolve_deploy(&api, &id).await?;
-            let status = if watch {
+            let status: Answer<DeployStatus> = if watch {
                 follow(&api, &id, json).await?
             } else {
                 api.get(&deploy_path(&id, "")).await?
@@ -251,25 +255,25 @@ async fn run(args: Args) -> Result<u8, CliError> {
             let id = resolve_deploy(&api, &id).await?;
             let status = follow(&api, &id, json).await?;
             render::print(json, &status, render::status);
-            Ok(if status["status"] == "SUCCESS" { 0 } else { 1 })
+            Ok(exit_code_of(&status))
         }
         Command::Logs { id, follow: false } => {
             let id = resolve_deploy(&api, &id).await?;
-            let logs = api.get(&deploy_path(&id, "/logs")).await?;
+            let logs: Answer<DeployLogs> = api.get(&deploy_path(&id, "/logs")).await?;
             render::print(json, &logs, render::logs);
             Ok(0)
         }
         Command::Logs { id, follow: true } => {
             let id = resolve_deploy(&api, &id).await?;
-            let logs = api.get(&deploy_path(&id, "/logs")).await?;
+            let logs: Answer<DeployLogs> = api.get(&deploy_path(&id, "/logs")).await?;
             // With --output json: one JSON document per line (the logs, then each
             // output line), so a reader can parse as it goes.
             if json {
-                render::print_line(&logs.to_string());
+                render::print_line(&logs.json.to_string());
             } else {
                 render::print(json, &logs, render::logs);
             }
-            let after = logs["output_seq"].as_i64().unwrap_or(0);
+            let after = logs.body.output_seq;
             let status = follow_from(&api, &id, json, after, Lines::Stdout).await?;
             if !json {
                 render::print(json, &status, render::progress_line);
@@ -286,91 +290,93 @@ async fn run(args: Args) -> Result<u8, CliError> {
             query.extend(application.map(|a| ("application", a)));
             query.extend(environment.map(|e| ("environment", e)));
             query.extend(status.map(|s| ("status", s)));
-            let list = api.get_query("/api/v1/deploys", &query).await?;
+            let list: Answer<Vec<DeployStatus>> = api.get_query("/api/v1/deploys", &query).await?;
             render::print(json, &list, render::deploys);
             Ok(0)
         }
         Command::Cancel { id } => {
             let id = resolve_deploy(&api, &id).await?;
-            let out = api.post(&deploy_path(&id, "/cancel"), &Value::Null).await?;
+            let out: Answer<Submitted> = api.post(&deploy_path(&id, "/cancel"), &()).await?;
             render::print(json, &out, render::submitted);
             Ok(0)
         }
         Command::Approve { id, comment } => {
             let id = resolve_deploy(&api, &id).await?;
-            let body = serde_json::json!({ "reason": comment });
-            let before = api.post(&deploy_path(&id, "/approve"), &body).await?;
-            let after = decided(&api, &id, &before).await?;
+            let body = DecisionBody { reason: comment };
+            let before: Answer<DeployStatus> =
+                api.post(&deploy_path(&id, "/approve"), &body).await?;
+            let after = decided(&api, &id, &before.body).await?;
             render::print(json, &after, render::status);
             Ok(0)
         }
         Command::Reject { id, reason } => {
             let id = resolve_deploy(&api, &id).await?;
-            let body = serde_json::json!({ "reason": reason });
-            let before = api.post(&deploy_path(&id, "/reject"), &body).await?;
-            let after = decided(&api, &id, &before).await?;
+            let body = DecisionBody { reason };
+            let before: Answer<DeployStatus> =
+                api.post(&deploy_path(&id, "/reject"), &body).await?;
+            let after = decided(&api, &id, &before.body).await?;
             render::print(json, &after, render::status);
             Ok(0)
         }
         Command::Queues => {
-            let queues = api.get("/api/v1/queues").await?;
+            let queues: Answer<Vec<QueueView>> = api.get("/api/v1/queues").await?;
             render::print(json, &queues, render::queues);
             Ok(0)
         }
         Command::Workers => {
-            let workers = api.get("/api/v1/workers").await?;
+            let workers: Answer<Vec<WorkerView>> = api.get("/api/v1/workers").await?;
             render::print(json, &workers, render::workers);
             Ok(0)
         }
         Command::Activity => {
-            let activity = api.get("/api/v1/activity").await?;
+            let activity: Answer<Vec<DeployStatus>> = api.get("/api/v1/activity").await?;
             render::print(json, &activity, render::activity);
             Ok(0)
         }
         Command::Recover { executor, force } => {
             let query = if force { "?force=true" } else { "" };
-            let out = api
+            let out: Answer<Recovered> = api
                 .post(
                     &format!(
                         "/api/v1/executors/{}/recover{query}",
                         client::segment(&executor)
                     ),
-                    &Value::Null,
+                    &(),
                 )
                 .await?;
-            render::print(json, &out, |v| format!("recovered: {}", v["recovered"]));
+            render::print(json, &out, render::recovered);
             Ok(0)
         }
         Command::Tenants => {
-            let list = api.get("/api/v1/tenants").await?;
+            let list: Answer<Vec<TenantView>> = api.get("/api/v1/tenants").await?;
             render::print(json, &list, render::tenants);
             Ok(0)
         }
         Command::Apps => {
-            let list = api.get("/api/v1/apps").await?;
+            let list: Answer<Vec<ApplicationView>> = api.get("/api/v1/apps").await?;
             render::print(json, &list, render::applications);
             Ok(0)
         }
         Command::Schedules => {
-            let list = api.get("/api/v1/schedules").await?;
+            let list: Answer<Vec<ScheduleView>> = api.get("/api/v1/schedules").await?;
             render::print(json, &list, render::schedules);
             Ok(0)
         }
         Command::Schedule(ScheduleCommand::Pause { id }) => {
-            let out = api
+            let out: Answer<ScheduleView> = api
                 .post(
                     &format!("/api/v1/schedules/{}/pause", client::segment(&id)),
-                    &Value::Null,
+                    &(),
                 )
                 .await?;
             render::print(json, &out, render::schedule);
             Ok(0)
         }
         Command::Schedule(ScheduleCommand::Resume { id }) => {
-            let out = api
+            let out: Answer<ScheduleView> = api
                 .post(
                     &format!("/api/v1/schedules/{}/resume", client::segment(&id)),
-                    &Value::Null,
+                    &(),
                 )
                 .await?;
             render::print(json, &out, render::schedule);
@@ -382,7 +388,7 @@ async fn run(args: Args) -> Result<u8, CliError> {
             limit,
         } => {
             let path = environment_path(&application, &environment, "history")?;
-            let list = api
+            let list: Answer<Vec<DeployStatus>> = api
                 .get_query(&path, &[("limit", limit.to_string())])
                 .await?;
             render::print(json, &list, render::history);
@@ -395,30 +401,25 @@ async fn run(args: Args) -> Result<u8, CliError> {
             wait,
         } => {
             let path = environment_path(&application, &environment, "rollback")?;
-            let body = match to {
-                Some(to) => serde_json::json!({ "to": to }),
-                None => serde_json::json!({}),
-            };
-            let created = api.post(&path, &body).await?;
+            let created: Answer<Resubmitted> = api.post(&path, &RollbackBody { to }).await?;
             resubmitted(&api, created, wait, json).await
         }
         Command::Redeploy { id, wait } => {
             let id = resolve_deploy(&api, &id).await?;
-            let created = api
-                .post(&deploy_path(&id, "/redeploy"), &Value::Null)
-                .await?;
+            let created: Answer<Resubmitted> =
+                api.post(&deploy_path(&id, "/redeploy"), &()).await?;
             resubmitted(&api, created, wait, json).await
         }
         Command::Completion { .. } => unreachable!("handled before the client is built"),
         Command::Schedule(ScheduleCommand::Delete { id }) => {
-            let out = api
+            let out: Answer<ScheduleDeleted> = api
                 .delete(&format!("/api/v1/schedules/{}", client::segment(&id)))
                 .await?;
-            render::print(json, &out, render::schedule);
+            render::print(json, &out, render::schedule_deleted);
             Ok(0)
         }
         Command::Audit { limit } => {
-            let entries = api
+            let entries: Answer<Vec<AuditEntry>> = api
                 .get_query("/api/v1/audit", &[("limit", limit.to_string())])
                 .await?;
             render::print(json, &entries, render::audit);
@@ -447,7 +448,7 @@ fn environment_path(application: &str, environment: &str, rest: &str) -> Result<
 /// final status (exit 0 on SUCCESS, 1 otherwise).
 async fn resubmitted(
     api: &ApiClient,
-    created: Value,
+    created: Answer<Resubmitted>,
     wait: bool,
     json: bool,
 ) -> Result<u8, CliError> {
@@ -456,12 +457,20 @@ async fn resubmitted(
         return Ok(0);
     }
     if !json {
-        eprintln!("{}", render::resubmitted(&created));
+        eprintln!("{}", render::resubmitted(&created.body));
     }
-    let id = created["id"].as_str().unwrap_or_default().to_string();
-    let status = follow(api, &id, json).await?;
+    let status = follow(api, &created.body.submitted.id, json).await?;
     render::print(json, &status, render::status);
-    Ok(if status["status"] == "SUCCESS" { 0 } else { 1 })
+    Ok(exit_code_of(&status))
+}
+
+/// The exit code of a deploy that ended: 0 on SUCCESS, 1 otherwise.
+fn exit_code_of(status: &Answer<DeployStatus>) -> u8 {
+    if status.body.status == WorkflowStatus::Success {
+        0
+    } else {
+        1
+    }
 }
 
 /// `/api/v1/deploys/<id><rest>`, the id encoded as one path segment.
@@ -472,7 +481,7 @@ fn deploy_path(id: &str, rest: &str) -> String {
 /// The full id of a deploy given as its id or a unique prefix of 6 or more characters
 /// (among the 1,000 most recent deploys the token may see).
 async fn resolve_deploy(api: &ApiClient, id: &str) -> Result<String, CliError> {
-    match api.get(&deploy_path(id, "")).await {
+    match api.get::<Value>(&deploy_path(id, "")).await {
         Ok(_) => return Ok(id.to_string()),
         Err(CliError::NotFound(message)) if id.chars().count() < 6 => {
             return Err(CliError::NotFound(message));
@@ -480,14 +489,13 @@ async fn resolve_deploy(api: &ApiClient, id: &str) -> Result<String, CliError> {
         Err(CliError::NotFound(_)) => {}
         Err(other) => return Err(other),
     }
-    let recent = api
+    let recent: Answer<Vec<DeployStatus>> = api
         .get_query("/api/v1/deploys", &[("limit", "1000".to_string())])
         .await?;
     let matches: Vec<&str> = recent
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|d| d["id"].as_str())
+        .body
+        .iter()
+        .map(|d| d.id.as_str())
         .filter(|full| full.starts_with(id))
         .collect();
     match matches.as_slice() {
@@ -506,14 +514,17 @@ async fn resolve_deploy(api: &ApiClient, id: &str) -> Result<String, CliError> {
 /// The deploy's status once the approval or rejection just sent shows in it: the
 /// workflow records a decision moments after the API accepts it. Gives up after 10 s
 /// and shows what it has.
-async fn decided(api: &ApiClient, id: &str, before: &Value) -> Result<Value, CliError> {
-    let count = |v: &Value| v["approvals"].as_array().map_or(0, Vec::len);
+async fn decided(
+    api: &ApiClient,
+    id: &str,
+    before: &DeployStatus,
+) -> Result<Answer<DeployStatus>, CliError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let now = api.get(&deploy_path(id, "")).await?;
-        let moved = count(&now) > count(before)
-            || now["phase"] != before["phase"]
-            || now["status"] != before["status"];
+        let now: Answer<DeployStatus> = api.get(&deploy_path(id, "")).await?;
+        let moved = now.body.approvals.len() > before.approvals.len()
+            || now.body.phase != before.phase
+            || now.body.status != before.status;
         if moved || tokio::time::Instant::now() >= deadline {
             return Ok(now);
         }
@@ -540,7 +551,7 @@ enum Lines {
 /// target's status changes and its commands' output as they print it (on stderr,
 /// so `--output json` stays parseable). A server that cannot be reached for a
 /// while (restarting) is waited for, up to `OUTAGE_LIMIT`, saying so once.
-async fn follow(api: &ApiClient, id: &str, json: bool) -> Result<Value, CliError> {
+async fn follow(api: &ApiClient, id: &str, json: bool) -> Result<Answer<DeployStatus>, CliError> {
     let lines = if json { Lines::Nowhere } else { Lines::Stderr };
     follow_from(api, id, json, 0, lines).await
 }
@@ -552,17 +563,17 @@ async fn follow_from(
     json: bool,
     mut after: i64,
     lines: Lines,
-) -> Result<Value, CliError> {
+) -> Result<Answer<DeployStatus>, CliError> {
     let mut last = String::new();
     let mut outage_since: Option<tokio::time::Instant> = None;
     loop {
         let polled = async {
-            let status = api.get(&deploy_path(id, "")).await?;
+            let status: Answer<DeployStatus> = api.get(&deploy_path(id, "")).await?;
             // Read after the status: once it says the deploy ended, every line is stored.
             if lines != Lines::Nowhere {
                 after = print_output(api, id, after, lines, json).await?;
             }
-            Ok::<Value, CliError>(status)
+            Ok::<_, CliError>(status)
         }
         .await;
         let status = match polled {
@@ -592,17 +603,14 @@ async fn follow_from(
             }
             Err(other) => return Err(other),
         };
-        let line = render::progress_line(&status);
+        let line = render::progress_line(&status.body);
         if line != last {
             if lines == Lines::Stderr {
                 eprintln!("{line}");
             }
             last = line;
         }
-        if matches!(
-            status["status"].as_str(),
-            Some("SUCCESS" | "ERROR" | "CANCELLED")
-        ) {
+        if status.body.status.is_terminal() {
             return Ok(status);
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -619,17 +627,17 @@ async fn print_output(
 ) -> Result<i64, CliError> {
     const PAGE: usize = 1_000;
     loop {
-        let page = api
+        let page: Answer<DeployOutput> = api
             .get_query(
                 &deploy_path(id, "/output"),
                 &[("after", after.to_string()), ("limit", PAGE.to_string())],
             )
             .await?;
-        let got = page["lines"].as_array().cloned().unwrap_or_default();
-        for line in &got {
-            after = line["seq"].as_i64().unwrap_or(after);
+        let got = &page.body.lines;
+        for (i, line) in got.iter().enumerate() {
+            after = line.seq;
             let text = if json {
-                line.to_string()
+                page.json["lines"][i].to_string()
             } else {
                 render::output_line(line)
             };

@@ -1,32 +1,53 @@
-//! How the CLI prints: JSON as the API gave it, or tables for people.
+//! How the CLI prints: JSON as the API gave it, or tables for people, rendered from the
+//! contract's types (`manent-contract`), field by field.
 
-use std::io::Write;
+use std::{borrow::Borrow, io::Write};
 
 use comfy_table::{ContentArrangement, Table, presets::UTF8_BORDERS_ONLY};
-use serde_json::Value;
+use manent_contract::{
+    ApplicationView, ApprovalView, AuditEntry, DeployLogs, DeployStatus, OutputLine, OutputStream,
+    QueueView, Recovered, Resubmitted, ScheduleDeleted, ScheduleView, Submitted, TenantView,
+    WorkerView,
+};
 
-pub fn print(json: bool, value: &Value, human: impl Fn(&Value) -> String) {
-    let text = if json {
-        serde_json::to_string_pretty(value).unwrap_or_default()
+use crate::client::Answer;
+
+/// Prints `answer` ([`shown`]).
+pub fn print<T: Borrow<B>, B: ?Sized>(
+    json: bool,
+    answer: &Answer<T>,
+    human: impl Fn(&B) -> String,
+) {
+    print_line(&shown(json, answer, human));
+}
+
+/// `answer` as printed: its JSON as the server sent it (`--output json`), or `human` of
+/// its typed body.
+pub fn shown<T: Borrow<B>, B: ?Sized>(
+    json: bool,
+    answer: &Answer<T>,
+    human: impl Fn(&B) -> String,
+) -> String {
+    if json {
+        serde_json::to_string_pretty(&answer.json).unwrap_or_default()
     } else {
-        human(value)
-    };
-    print_line(&text);
+        human(answer.body.borrow())
+    }
 }
 
 /// One line of a deploy's output as `logs` shows it: `source | line`, `!` for stderr,
 /// `·` for a plugin's progress.
-pub fn output_line(v: &Value) -> String {
-    let mark = match v["stream"].as_str() {
-        Some("stderr") => "!",
-        Some("progress") => "·",
+pub fn output_line(line: &OutputLine) -> String {
+    let mark = match line.stream {
+        OutputStream::Stderr => "!",
+        OutputStream::Progress => "·",
         _ => "|",
     };
     format!(
         "{} {} {mark} {}",
-        text(&v["at"]),
-        text(&v["source"]),
-        text(&v["line"])
+        terminal_safe(&line.at),
+        terminal_safe(&line.source),
+        terminal_safe(&line.line)
     )
 }
 
@@ -59,94 +80,132 @@ pub fn terminal_safe(s: &str) -> String {
     out
 }
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => terminal_safe(s),
-        Value::Array(items) => items.iter().map(text).collect::<Vec<_>>().join(","),
-        other => other.to_string(),
+/// A cell of a table: anything shown as text, made safe for a terminal.
+trait Cell {
+    fn cell(&self) -> String;
+}
+
+impl Cell for str {
+    fn cell(&self) -> String {
+        terminal_safe(self)
     }
 }
 
-fn table(rows: &Value, columns: &[&str]) -> String {
+impl Cell for String {
+    fn cell(&self) -> String {
+        terminal_safe(self)
+    }
+}
+
+/// Absent is `-`.
+impl<T: Cell> Cell for Option<T> {
+    fn cell(&self) -> String {
+        self.as_ref().map_or_else(|| "-".to_string(), Cell::cell)
+    }
+}
+
+/// A list is its items joined by commas.
+impl<T: Cell> Cell for Vec<T> {
+    fn cell(&self) -> String {
+        self.iter().map(Cell::cell).collect::<Vec<_>>().join(",")
+    }
+}
+
+macro_rules! display_cells {
+    ($($t:ty),+) => {
+        $(impl Cell for $t {
+            fn cell(&self) -> String {
+                terminal_safe(&self.to_string())
+            }
+        })+
+    };
+}
+display_cells!(
+    bool,
+    i64,
+    u32,
+    manent_contract::WorkflowStatus,
+    manent_contract::Phase,
+    manent_contract::TargetState,
+    manent_contract::StepStatus,
+    manent_contract::WorkerState,
+    manent_contract::QueueKind,
+    manent_contract::RedeployKind,
+    manent_contract::Decision,
+    manent_contract::SubmittedStatus
+);
+
+/// A table with `columns` (upper-cased as headers) and one row of cells per item.
+fn table<T>(items: &[T], columns: &[&str], row: impl Fn(&T) -> Vec<String>) -> String {
     let mut t = Table::new();
     t.load_preset(UTF8_BORDERS_ONLY);
     // Wraps cells to the terminal's width; a pipe or file gets full lines.
     t.set_content_arrangement(ContentArrangement::Dynamic);
     t.set_header(columns.iter().map(|c| c.to_uppercase()));
-    for row in rows.as_array().into_iter().flatten() {
-        t.add_row(columns.iter().map(|c| text(&row[*c])));
+    for item in items {
+        t.add_row(row(item));
     }
     t.to_string()
 }
 
-pub fn submitted(v: &Value) -> String {
+pub fn submitted(s: &Submitted) -> String {
     format!(
         "{}  {}  queue {}",
-        text(&v["id"]),
-        text(&v["status"]),
-        text(&v["queue"])
+        s.id.cell(),
+        s.status.cell(),
+        s.queue.cell()
     )
 }
 
-pub fn status(v: &Value) -> String {
+pub fn status(d: &DeployStatus) -> String {
     let mut out = format!(
         "deploy {}\n  {} / {}  {}  phase {}  queue {}  worker {}{}\n",
-        text(&v["id"]),
-        text(&v["application"]),
-        text(&v["environment"]),
-        text(&v["status"]),
-        text(&v["phase"]),
-        text(&v["queue"]),
-        text(&v["executor_id"]),
-        if v["dry_run"] == true {
-            "  (dry run)"
-        } else {
-            ""
-        },
+        d.id.cell(),
+        d.application.cell(),
+        d.environment.cell(),
+        d.status.cell(),
+        d.phase.cell(),
+        d.queue.cell(),
+        d.executor_id.cell(),
+        if d.dry_run { "  (dry run)" } else { "" },
     );
-    if v["error"].is_string() {
-        out.push_str(&format!("  error: {}\n", text(&v["error"])));
+    if let Some(error) = &d.error {
+        out.push_str(&format!("  error: {}\n", error.cell()));
     }
-    if v["redeploy_of"].is_string() {
-        out.push_str(&format!(
-            "  {} of {}\n",
-            text(&v["redeploy_kind"]),
-            text(&v["redeploy_of"])
-        ));
+    if let Some(of) = &d.redeploy_of {
+        out.push_str(&format!("  {} of {}\n", d.redeploy_kind.cell(), of.cell()));
     }
-    if v["waiting_for"].is_string() {
-        out.push_str(&format!("  waiting for {}\n", text(&v["waiting_for"])));
+    if let Some(waiting) = &d.waiting_for {
+        out.push_str(&format!("  waiting for {}\n", waiting.cell()));
     }
-    out.push_str(&approvals(&v["approvals"]));
-    for a in v["artifacts"].as_array().into_iter().flatten() {
+    out.push_str(&approvals(&d.approvals));
+    for a in &d.artifacts {
         out.push_str(&format!(
             "  artifact {} ({} {}) from {} sha256 {}\n",
-            text(&a["name"]),
-            text(&a["type"]),
-            text(&a["version"]),
-            text(&a["url"]),
-            text(&a["sha256"]),
+            a.name.cell(),
+            a.artifact_type.cell(),
+            a.version.cell(),
+            a.url.cell(),
+            a.sha256.cell(),
         ));
     }
-    for (key, value) in v["overrides"].as_object().into_iter().flatten() {
+    for (key, value) in &d.overrides {
         // Shown in full: an approver must see every command a deployer chose.
         out.push_str(&format!(
             "  overrides deploy.{}: {}\n",
-            terminal_safe(key),
-            terminal_safe(&value.to_string())
+            key.cell(),
+            value.to_string().cell()
         ));
     }
-    if v["deployed_now"].is_string() {
-        out.push_str(&format!(
-            "  deployed there now: {}\n",
-            text(&v["deployed_now"])
-        ));
+    if let Some(now) = &d.deployed_now {
+        out.push_str(&format!("  deployed there now: {}\n", now.cell()));
     }
-    out.push_str(&table(&v["targets"], &["name", "status", "detail"]));
+    out.push_str(&table(&d.targets, &["name", "status", "detail"], |t| {
+        vec![t.name.cell(), t.status.cell(), t.detail.cell()]
+    }));
     out.push('\n');
     out.push_str(&table(
-        &v["steps"],
+        &d.steps,
         &[
             "name",
             "status",
@@ -155,89 +214,111 @@ pub fn status(v: &Value) -> String {
             "finished_at",
             "executor_id",
         ],
+        |s| {
+            vec![
+                s.name.cell(),
+                s.status.cell(),
+                s.attempts.cell(),
+                s.started_at.cell(),
+                s.finished_at.cell(),
+                s.executor_id.cell(),
+            ]
+        },
     ));
     out
 }
 
 /// `  approved by alice at … (comment)` lines, one per decision.
-fn approvals(v: &Value) -> String {
-    v.as_array()
-        .into_iter()
-        .flatten()
+fn approvals(approvals: &[ApprovalView]) -> String {
+    approvals
+        .iter()
         .map(|a| {
             format!(
                 "  {} by {} at {}{}\n",
-                text(&a["decision"]),
-                text(&a["by"]),
-                text(&a["at"]),
-                a["reason"]
-                    .as_str()
-                    .map(|r| format!(" ({})", terminal_safe(r)))
+                a.decision.cell(),
+                a.by.cell(),
+                a.at.cell(),
+                a.reason
+                    .as_deref()
+                    .map(|r| format!(" ({})", r.cell()))
                     .unwrap_or_default()
             )
         })
         .collect()
 }
 
-pub fn progress_line(v: &Value) -> String {
-    let targets: Vec<String> = v["targets"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|t| format!("{}={}", text(&t["name"]), text(&t["status"])))
+pub fn progress_line(d: &DeployStatus) -> String {
+    let targets: Vec<String> = d
+        .targets
+        .iter()
+        .map(|t| format!("{}={}", t.name.cell(), t.status.cell()))
         .collect();
-    let waiting = v["waiting_for"]
-        .as_str()
-        .map(|w| format!(" (waiting for {})", terminal_safe(w)))
+    let waiting = d
+        .waiting_for
+        .as_deref()
+        .map(|w| format!(" (waiting for {})", w.cell()))
         .unwrap_or_default();
     format!(
         "{} {} phase={}{waiting} {}",
-        text(&v["id"]),
-        text(&v["status"]),
-        text(&v["phase"]),
+        d.id.cell(),
+        d.status.cell(),
+        d.phase.cell(),
         targets.join(" ")
     )
 }
 
-pub fn logs(v: &Value) -> String {
-    v["lines"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(text)
+pub fn logs(logs: &DeployLogs) -> String {
+    logs.lines
+        .iter()
+        .map(Cell::cell)
         .collect::<Vec<_>>()
         .join("\n")
 }
 
-pub fn deploys(v: &Value) -> String {
-    table(
-        &with_duration(v),
-        &[
-            "id",
-            "application",
-            "environment",
-            "version",
-            "status",
-            "phase",
-            "dry_run",
-            "duration",
-            "queue",
-            "executor_id",
-            "created_at",
-        ],
-    )
+/// `850ms`, `12.4s`, `3m05s`, `2h10m`; `-` while a deploy has not ended.
+fn duration_cell(d: &DeployStatus) -> String {
+    d.duration_ms.map(duration).cell()
 }
 
-/// The rows with a `duration` column made of `duration_ms` (`850ms`, `12.4s`, `3m05s`,
-/// `2h10m`); `-` while a deploy has not ended.
-fn with_duration(v: &Value) -> Value {
-    let mut rows = v.clone();
-    for row in rows.as_array_mut().into_iter().flatten() {
-        row["duration"] = row["duration_ms"]
-            .as_i64()
-            .map_or(Value::Null, |ms| Value::String(duration(ms)));
-    }
-    rows
+/// The columns a deploy starts with in `list` and `activity`, and its cells.
+const DEPLOY_COLUMNS: [&str; 8] = [
+    "id",
+    "application",
+    "environment",
+    "version",
+    "status",
+    "phase",
+    "dry_run",
+    "duration",
+];
+
+/// A table of deploys: [`DEPLOY_COLUMNS`], then `more` columns with their cells.
+fn deploy_table<const N: usize>(
+    deploys: &[DeployStatus],
+    more: [&str; N],
+    more_cells: impl Fn(&DeployStatus) -> [String; N],
+) -> String {
+    let columns: Vec<&str> = DEPLOY_COLUMNS.iter().copied().chain(more).collect();
+    table(deploys, &columns, |d| {
+        let mut cells = vec![
+            d.id.cell(),
+            d.application.cell(),
+            d.environment.cell(),
+            d.version.cell(),
+            d.status.cell(),
+            d.phase.cell(),
+            d.dry_run.cell(),
+            duration_cell(d),
+        ];
+        cells.extend(more_cells(d));
+        cells
+    })
+}
+
+pub fn deploys(deploys: &[DeployStatus]) -> String {
+    deploy_table(deploys, ["queue", "executor_id", "created_at"], |d| {
+        [d.queue.cell(), d.executor_id.cell(), d.created_at.cell()]
+    })
 }
 
 fn duration(ms: i64) -> String {
@@ -251,17 +332,9 @@ fn duration(ms: i64) -> String {
 }
 
 /// One environment's deploys (`manent history`), newest first.
-pub fn history(v: &Value) -> String {
-    let mut rows = with_duration(v);
-    for row in rows.as_array_mut().into_iter().flatten() {
-        // `rollback of <id>` / `redeploy of <id>`: where a resubmitted deploy came from.
-        row["origin"] = match (row["redeploy_kind"].as_str(), row["redeploy_of"].as_str()) {
-            (Some(kind), Some(of)) => Value::String(format!("{kind} of {of}")),
-            _ => Value::Null,
-        };
-    }
+pub fn history(deploys: &[DeployStatus]) -> String {
     table(
-        &rows,
+        deploys,
         &[
             "version",
             "status",
@@ -272,47 +345,65 @@ pub fn history(v: &Value) -> String {
             "dry_run",
             "origin",
         ],
+        |d| {
+            // `rollback of <id>` / `redeploy of <id>`: where a resubmitted deploy came from.
+            let origin = match (&d.redeploy_kind, &d.redeploy_of) {
+                (Some(kind), Some(of)) => Some(format!("{kind} of {of}")),
+                _ => None,
+            };
+            vec![
+                d.version.cell(),
+                d.status.cell(),
+                d.id.cell(),
+                d.submitted_by.cell(),
+                d.created_at.cell(),
+                duration_cell(d),
+                d.dry_run.cell(),
+                origin.cell(),
+            ]
+        },
     )
 }
 
 /// A rollback's or redeploy's new deploy and what it resubmitted.
-pub fn resubmitted(v: &Value) -> String {
+pub fn resubmitted(r: &Resubmitted) -> String {
     format!(
         "{} of {} (version {}): {}",
-        text(&v["redeploy_kind"]),
-        text(&v["redeploy_of"]),
-        text(&v["version"]),
-        submitted(v)
+        r.redeploy_kind.cell(),
+        r.redeploy_of.cell(),
+        r.version.cell(),
+        submitted(&r.submitted)
+    )
+}
+
+pub fn recovered(r: &Recovered) -> String {
+    format!(
+        "recovered: {}",
+        serde_json::Value::from(r.recovered.clone())
     )
 }
 
 /// The audit trail, newest first.
-pub fn audit(v: &Value) -> String {
-    table(v, &["at", "token", "action", "target", "outcome", "detail"])
+pub fn audit(entries: &[AuditEntry]) -> String {
+    table(
+        entries,
+        &["at", "token", "action", "target", "outcome", "detail"],
+        |e| {
+            vec![
+                e.at.cell(),
+                e.token.cell(),
+                e.action.cell(),
+                e.target.cell(),
+                e.outcome.cell(),
+                e.detail.cell(),
+            ]
+        },
+    )
 }
 
-pub fn queues(v: &Value) -> String {
-    // One column with each limit's use, e.g. `worker 3/4, env 1/1, total 5/8, queue 2/2`.
-    let mut rows = v.clone();
-    for row in rows.as_array_mut().into_iter().flatten() {
-        let used: Vec<String> = row["limits"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|l| {
-                let short = match l["key"].as_str().unwrap_or_default() {
-                    "dbos.concurrency" => "worker",
-                    "dbos.environment_concurrency" => "env",
-                    "dbos.global_concurrency" => "total",
-                    _ => "queue",
-                };
-                format!("{short} {}/{}", text(&l["in_use"]), text(&l["limit"]))
-            })
-            .collect();
-        row["in_use"] = Value::String(used.join(", "));
-    }
+pub fn queues(queues: &[QueueView]) -> String {
     table(
-        &rows,
+        queues,
         &[
             "name",
             "kind",
@@ -324,12 +415,40 @@ pub fn queues(v: &Value) -> String {
             "in_use",
             "workers",
         ],
+        |q| {
+            // One column with each limit's use, e.g. `worker 3/4, env 1/1, total 5/8,
+            // queue 2/2`.
+            let used: Vec<String> = q
+                .limits
+                .iter()
+                .map(|l| {
+                    let short = match l.key.as_str() {
+                        "dbos.concurrency" => "worker",
+                        "dbos.environment_concurrency" => "env",
+                        "dbos.global_concurrency" => "total",
+                        _ => "queue",
+                    };
+                    format!("{short} {}/{}", l.in_use, l.limit.cell())
+                })
+                .collect();
+            vec![
+                q.name.cell(),
+                q.kind.cell(),
+                q.concurrency.cell(),
+                q.environment_concurrency.cell(),
+                q.global_concurrency.cell(),
+                q.enqueued.cell(),
+                q.running.cell(),
+                used.join(", ").cell(),
+                q.workers.cell(),
+            ]
+        },
     )
 }
 
-pub fn workers(v: &Value) -> String {
+pub fn workers(workers: &[WorkerView]) -> String {
     table(
-        v,
+        workers,
         &[
             "executor_id",
             "host",
@@ -339,51 +458,31 @@ pub fn workers(v: &Value) -> String {
             "running",
             "stale",
         ],
+        |w| {
+            vec![
+                w.executor_id.cell(),
+                w.host.cell(),
+                w.region.cell(),
+                w.state.cell(),
+                w.heartbeat_at.cell(),
+                w.running.cell(),
+                w.stale.cell(),
+            ]
+        },
     )
 }
 
-pub fn activity(v: &Value) -> String {
-    table(
-        &with_duration(v),
-        &[
-            "id",
-            "application",
-            "environment",
-            "version",
-            "status",
-            "phase",
-            "dry_run",
-            "duration",
-            "executor_id",
-            "updated_at",
-        ],
-    )
+pub fn activity(deploys: &[DeployStatus]) -> String {
+    deploy_table(deploys, ["executor_id", "updated_at"], |d| {
+        [d.executor_id.cell(), d.updated_at.cell()]
+    })
 }
 
-pub fn schedules(v: &Value) -> String {
-    // A stored schedule that cannot be read is listed with its reason, below the table.
-    let unreadable: String = v
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|s| s.get("error").is_some_and(|e| !e.is_null()))
-        .map(|s| {
-            format!(
-                "\nschedule {} cannot be read: {}",
-                text(&s["id"]),
-                text(&s["error"])
-            )
-        })
-        .collect();
-    let readable: Vec<Value> = v
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|s| s.get("error").is_none_or(Value::is_null))
-        .cloned()
-        .collect();
-    table(
-        &Value::Array(readable),
+pub fn schedules(schedules: &[ScheduleView]) -> String {
+    let (unreadable, readable): (Vec<&ScheduleView>, Vec<&ScheduleView>) =
+        schedules.iter().partition(|s| s.error.is_some());
+    let table = table(
+        &readable,
         &[
             "id",
             "application",
@@ -395,119 +494,95 @@ pub fn schedules(v: &Value) -> String {
             "paused",
             "queue",
         ],
-    ) + &unreadable
+        |s| {
+            vec![
+                s.id.cell(),
+                s.application.cell(),
+                s.environment.cell(),
+                s.cron.cell(),
+                s.timezone.cell(),
+                s.next_tick.cell(),
+                s.last_tick.cell(),
+                s.paused.cell(),
+                s.queue.cell(),
+            ]
+        },
+    );
+    // A stored schedule that cannot be read is listed with its reason, below the table.
+    let unreadable: String = unreadable
+        .iter()
+        .map(|s| {
+            format!(
+                "\nschedule {} cannot be read: {}",
+                s.id.cell(),
+                s.error.cell()
+            )
+        })
+        .collect();
+    table + &unreadable
 }
 
-pub fn schedule(v: &Value) -> String {
-    if v.get("deleted").is_some() {
-        return format!(
-            "schedule {} {}",
-            text(&v["id"]),
-            if v["deleted"] == true {
-                "deleted"
-            } else {
-                "was already gone"
-            }
-        );
-    }
+pub fn schedule(s: &ScheduleView) -> String {
     format!(
         "schedule {}  {} / {}  cron {} ({})  {}  next tick {}",
-        text(&v["id"]),
-        text(&v["application"]),
-        text(&v["environment"]),
-        text(&v["cron"]),
-        text(&v["timezone"]),
-        if v["paused"] == true {
-            "paused"
-        } else {
-            "active"
-        },
-        text(&v["next_tick"]),
+        s.id.cell(),
+        s.application.cell(),
+        s.environment.cell(),
+        s.cron.cell(),
+        s.timezone.cell(),
+        if s.paused { "paused" } else { "active" },
+        s.next_tick.cell(),
     )
 }
 
-pub fn tenants(v: &Value) -> String {
-    table(v, &["name", "queue", "declared", "applications"])
+pub fn schedule_deleted(s: &ScheduleDeleted) -> String {
+    format!(
+        "schedule {} {}",
+        s.id.cell(),
+        if s.deleted {
+            "deleted"
+        } else {
+            "was already gone"
+        }
+    )
 }
 
-pub fn applications(v: &Value) -> String {
-    // `prod 1.0, staging 1.1`: the version live in each environment that had a success.
-    let mut rows = v.clone();
-    for row in rows.as_array_mut().into_iter().flatten() {
-        let live: Vec<String> = row["live"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(environment, live)| {
-                format!("{} {}", terminal_safe(environment), text(&live["version"]))
-            })
-            .collect();
-        row["live"] = Value::String(live.join(", "));
-    }
-    table(&rows, &["application", "tenant", "environments", "live"])
+pub fn tenants(tenants: &[TenantView]) -> String {
+    table(
+        tenants,
+        &["name", "queue", "declared", "applications"],
+        |t| {
+            vec![
+                t.name.cell(),
+                t.queue.cell(),
+                t.declared.cell(),
+                t.applications.cell(),
+            ]
+        },
+    )
+}
+
+pub fn applications(applications: &[ApplicationView]) -> String {
+    table(
+        applications,
+        &["application", "tenant", "environments", "live"],
+        |a| {
+            // `prod 1.0, staging 1.1`: the version live in each environment that had a
+            // success.
+            let live: Vec<String> = a
+                .live
+                .iter()
+                .map(|(environment, live)| format!("{} {}", environment, live.version))
+                .collect();
+            vec![
+                a.application.cell(),
+                a.tenant.cell(),
+                a.environments.cell(),
+                live.join(", ").cell(),
+            ]
+        },
+    )
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn control_characters_from_targets_are_shown_escaped() {
-        let hostile = "ok\u{1b}]0;pwned\u{7}\u{1b}[2J\rdone\u{9b}31m";
-        let shown = terminal_safe(hostile);
-        assert!(
-            !shown.chars().any(|c| c.is_control()),
-            "no raw control character reaches the terminal: {shown:?}"
-        );
-        assert_eq!(
-            shown,
-            "ok\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\u{d}done\\u{9b}31m"
-        );
-        assert_eq!(
-            terminal_safe("line 1\n\tline 2"),
-            "line 1\n\tline 2",
-            "newlines and tabs stay"
-        );
-    }
-
-    #[test]
-    fn a_rollback_says_what_it_came_from() {
-        let rolled = serde_json::json!({"id": "n", "redeploy_kind": "rollback",
-            "redeploy_of": "3f2a9c", "targets": [], "steps": []});
-        assert!(
-            status(&rolled).contains("  rollback of 3f2a9c\n"),
-            "status names the deploy a rollback resubmitted: {}",
-            status(&rolled)
-        );
-        let plain = serde_json::json!({"id": "n", "redeploy_of": null, "targets": [], "steps": []});
-        assert!(
-            !status(&plain).contains(" of "),
-            "a deploy submitted otherwise says nothing of it: {}",
-            status(&plain)
-        );
-    }
-
-    #[test]
-    fn durations_read_at_a_glance() {
-        assert_eq!(duration(850), "850ms");
-        assert_eq!(duration(12_480), "12.4s");
-        assert_eq!(duration(185_000), "3m05s");
-        assert_eq!(duration(7_830_000), "2h10m");
-    }
-
-    #[test]
-    fn log_lines_and_status_fields_go_through_the_escape() {
-        let logs_json = serde_json::json!({"lines": ["target t1: \u{1b}[31mred"]});
-        assert!(
-            !logs(&logs_json).contains('\u{1b}'),
-            "logs escape target text"
-        );
-        let status_json = serde_json::json!({"error": "\u{1b}[2Jboom", "waiting_for": "\u{7}",
-            "approvals": [{"decision": "rejected", "by": "a", "at": "t", "reason": "\u{1b}x"}],
-            "targets": [], "steps": []});
-        assert!(
-            !status(&status_json).contains(['\u{1b}', '\u{7}']),
-            "status escapes every server text"
-        );
-    }
-}
+mod tests;

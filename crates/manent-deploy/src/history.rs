@@ -6,6 +6,8 @@ use manent_engine::{Client, EngineError, WorkflowFilter, WorkflowRecord, Workflo
 use manent_model::EffectiveDescriptor;
 use serde::{Deserialize, Serialize};
 
+pub use manent_contract::LiveVersion;
+
 use crate::request::{DEPLOY_WORKFLOW, DeployRequest, rfc3339};
 
 /// The deploy's recorded request; one that cannot be read is logged (and shown by
@@ -133,15 +135,6 @@ pub(crate) fn version_of(request: &DeployRequest) -> &str {
         .artifacts
         .first()
         .map_or("", |a| a.version.as_str())
-}
-
-/// The version live in one environment: its last successful deploy that was not a dry run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LiveVersion {
-    pub version: String,
-    pub deploy_id: String,
-    /// When that deploy ended.
-    pub finished_at: Option<String>,
 }
 
 /// The version live in `application/environment`, or `None` before its first success.

@@ -80,7 +80,7 @@ pub async fn render(client: &Client, config: &Config) -> Result<String, EngineEr
             out,
             "manent_worker_heartbeat_age_seconds{{executor_id=\"{}\",state=\"{}\"}} {}",
             label(&w.executor_id),
-            label(&w.state),
+            label(w.state.as_str()),
             w.heartbeat_age_secs
         );
     }

@@ -81,29 +81,7 @@ pub struct TickState {
     pub last_deploy: Option<String>,
 }
 
-/// A schedule as `manent schedules` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ScheduleView {
-    pub id: String,
-    pub application: String,
-    pub environment: String,
-    pub version: String,
-    pub cron: String,
-    pub timezone: String,
-    pub missed: String,
-    pub paused: bool,
-    pub queue: String,
-    /// RFC 3339; none when paused or when the expression never matches again.
-    pub next_tick: Option<String>,
-    pub last_tick: Option<String>,
-    pub last_deploy: Option<String>,
-    pub created_by: String,
-    pub created_at: String,
-    /// Why the stored schedule cannot be read; it does not tick until fixed, and
-    /// its other fields are empty. Absent for a readable schedule.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
+pub use manent_contract::ScheduleView;
 
 /// The deploy id of one tick.
 pub fn tick_id(schedule_id: &str, tick_secs: i64) -> String {
@@ -342,7 +320,7 @@ fn unreadable_view(id: String, error: String) -> ScheduleView {
         version: String::new(),
         cron: String::new(),
         timezone: String::new(),
-        missed: String::new(),
+        missed: manent_contract::MissedPolicy::Unreadable,
         paused: false,
         queue: String::new(),
         next_tick: None,
@@ -392,7 +370,7 @@ fn view(r: &ScheduleRecord, state: &TickState, now: i64) -> ScheduleView {
             .unwrap_or_default(),
         cron: r.cron.clone(),
         timezone: r.timezone.clone(),
-        missed: r.missed.as_str().to_string(),
+        missed: manent_contract::MissedPolicy::from(r.missed.as_str()),
         paused: r.paused,
         queue: r.route.queue.clone(),
         next_tick: next.map(|s| rfc3339_secs(s, &r.timezone)),

@@ -12,7 +12,12 @@ use manent_model::{
     Artifact, Descriptor, EffectiveDescriptor, ModelError, Route, load_environment,
     parse_descriptor, route,
 };
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+
+pub use manent_contract::{
+    ApprovalView, DeployAction, DeployLogs, DeployStatus, OutputLine, Phase, StepView, Submitted,
+    SubmittedStatus, TargetState, TargetView,
+};
 
 pub use crate::history::{LiveVersion, Origin, OriginKind, live_version, previous_success};
 use crate::{
@@ -21,7 +26,7 @@ use crate::{
     request::{DEPLOY_WORKFLOW, Decision, DeployRequest, Submitter, rfc3339, same_token},
     schedules,
     targets::TargetOutcome,
-    timeline::{self, PassView, WaveView},
+    timeline,
 };
 
 /// Why a submission was refused.
@@ -42,14 +47,6 @@ pub enum SubmitError {
     /// A task of the submission stopped (a panic): a bug, reported as a server error.
     #[error("{0}")]
     Internal(String),
-}
-
-/// `{"id", "status", "queue"}` of a submission.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Submitted {
-    pub id: String,
-    pub status: String,
-    pub queue: String,
 }
 
 /// Parses a descriptor off the async threads (a hostile body must not stall the process:
@@ -224,7 +221,7 @@ async fn submit_recording(
         .await?;
         return Ok(Submitted {
             id: record.id,
-            status: "SCHEDULED".into(),
+            status: SubmittedStatus::Scheduled,
             queue: record.route.queue,
         });
     }
@@ -252,7 +249,7 @@ async fn submit_recording(
     let record = client.enqueue(enqueue).await?;
     Ok(Submitted {
         id: record.id,
-        status: record.status.to_string(),
+        status: SubmittedStatus::from(record.status.as_str()),
         queue: request.route.queue,
     })
 }
@@ -277,112 +274,15 @@ fn invalid(e: ModelError) -> SubmitError {
     }
 }
 
-/// One step of a deploy, as status shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StepView {
-    pub name: String,
-    pub status: String,
-    pub attempts: i64,
-    pub started_at: String,
-    pub finished_at: Option<String>,
-    pub executor_id: String,
-    pub error: Option<String>,
-}
-
-/// One target of a deploy, as status shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TargetView {
-    pub name: String,
-    pub status: String,
-    pub detail: Option<String>,
-}
-
-/// A deploy's status (docs/cli.md).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DeployStatus {
-    pub id: String,
-    pub application: String,
-    pub environment: String,
-    pub version: String,
-    pub status: String,
-    /// scheduled, queued, running (or the workflow's own phase), done.
-    pub phase: String,
-    pub queue: String,
-    pub route_kind: String,
-    pub executor_id: Option<String>,
-    pub dry_run: bool,
-    pub targets: Vec<TargetView>,
-    pub steps: Vec<StepView>,
-    pub error: Option<String>,
-    pub submitted_by: String,
-    pub created_at: String,
-    pub updated_at: String,
-    /// Why the deploy waits, while it waits (approval, dependency); absent otherwise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub waiting_for: Option<String>,
-    /// Approvals (and a rejection) received, in order: who, when, why.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub approvals: Vec<ApprovalView>,
-    /// The artifacts as submitted (name, type, version, url, sha256): what an approver
-    /// approves.
-    #[serde(default)]
-    pub artifacts: Vec<Artifact>,
-    /// The `deploy:` fields the descriptor set over its environment file, with their values
-    /// (an approver sees every command a deployer chose).
-    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
-    pub overrides: serde_json::Map<String, serde_json::Value>,
-    /// What the deploy does: environment file and overrides together (`status` only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub effective: Option<EffectiveDescriptor>,
-    /// The version deployed in this environment now, shown while the deploy waits for
-    /// approval; absent when nothing was deployed there yet.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deployed_now: Option<String>,
-    /// What the asking token may do to it now (`approve`, `reject`, `cancel`), filled by
-    /// the API for its caller: the Platform page shows only these buttons.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub actions: Vec<String>,
-    /// When a worker first took it (waits for approval or dependencies included); null
-    /// before.
-    #[serde(default)]
-    pub started_at: Option<String>,
-    /// When it ended (SUCCESS, ERROR, CANCELLED); null while it has not.
-    #[serde(default)]
-    pub finished_at: Option<String>,
-    /// From `started_at` to `finished_at`, in milliseconds; null until both are known.
-    #[serde(default)]
-    pub duration_ms: Option<i64>,
-    /// The deploy whose recorded descriptor this one resubmitted (`manent rollback`,
-    /// `manent redeploy`); null for a deploy submitted otherwise.
-    #[serde(default)]
-    pub redeploy_of: Option<String>,
-    /// `rollback` or `redeploy` when `redeploy_of` is set; null otherwise.
-    #[serde(default)]
-    pub redeploy_kind: Option<String>,
-    /// The rollout's waves and their targets (`status` only): the timeline's bands.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub waves: Vec<WaveView>,
-    /// The region passes of a region-routed deploy (`status` only); their steps are
-    /// among `steps`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub passes: Vec<PassView>,
-}
-
-/// One approval or rejection, as status and activity show it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ApprovalView {
-    pub by: String,
-    /// `approved` or `rejected`.
-    pub decision: String,
-    pub reason: Option<String>,
-    pub at: String,
-}
-
 impl From<Decision> for ApprovalView {
     fn from(d: Decision) -> Self {
         ApprovalView {
             by: d.by,
-            decision: if d.approve { "approved" } else { "rejected" }.into(),
+            decision: if d.approve {
+                manent_contract::Decision::Approved
+            } else {
+                manent_contract::Decision::Rejected
+            },
             reason: d.reason,
             at: rfc3339(d.at_ms),
         }
@@ -423,10 +323,10 @@ fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStat
         .filter(|_| record.status.is_terminal());
     let origin = origin_of(record);
     let phase = match record.status {
-        WorkflowStatus::Enqueued if record.not_before_ms > now_ms() => "scheduled".to_string(),
-        WorkflowStatus::Enqueued => "queued".to_string(),
-        WorkflowStatus::Pending => phase_event.unwrap_or_else(|| "running".into()),
-        _ => "done".to_string(),
+        WorkflowStatus::Enqueued if record.not_before_ms > now_ms() => Phase::Scheduled,
+        WorkflowStatus::Enqueued => Phase::Queued,
+        WorkflowStatus::Pending => phase_event.map_or(Phase::Running, Phase::from),
+        _ => Phase::Done,
     };
     Some(DeployStatus {
         id: record.id.clone(),
@@ -437,11 +337,11 @@ fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStat
             .first()
             .map(|a| a.version.clone())
             .unwrap_or_default(),
-        status: record.status.to_string(),
+        status: manent_contract::WorkflowStatus::from(record.status.as_str()),
         phase,
         // The route's queue, also while the deploy waits on the gate queue.
         queue: request.route.queue.clone(),
-        route_kind: request.route.kind.as_str().to_string(),
+        route_kind: crate::views::contract_kind(request.route.kind),
         executor_id: record.executor_id.clone(),
         dry_run: request.effective.as_ref().map_or(d.dry_run, |e| e.dry_run),
         targets: request
@@ -452,7 +352,7 @@ fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStat
                     .iter()
                     .map(|t| TargetView {
                         name: t.name.clone(),
-                        status: "pending".into(),
+                        status: TargetState::Pending,
                         detail: None,
                     })
                     .collect()
@@ -471,7 +371,7 @@ fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStat
         ),
         waiting_for,
         approvals,
-        artifacts: d.artifacts.clone(),
+        artifacts: d.artifacts.iter().map(contract_artifact).collect(),
         overrides: d
             .deploy
             .as_ref()
@@ -491,16 +391,27 @@ fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStat
             .zip(finished_ms)
             .map(|(started, finished)| (finished - started).max(0)),
         redeploy_of: origin.as_ref().map(|o| o.deploy_id.clone()),
-        redeploy_kind: origin.map(|o| o.kind.as_str().to_string()),
+        redeploy_kind: origin.map(|o| manent_contract::RedeployKind::from(o.kind.as_str())),
         waves: Vec::new(),
         passes: Vec::new(),
     })
 }
 
+/// An artifact as the API shows it.
+fn contract_artifact(a: &Artifact) -> manent_contract::Artifact {
+    manent_contract::Artifact {
+        name: a.name.clone(),
+        artifact_type: a.artifact_type.clone(),
+        version: a.version.clone(),
+        url: a.url.clone(),
+        sha256: a.sha256.clone(),
+    }
+}
+
 fn step_view(s: StepRecord) -> StepView {
     StepView {
         name: s.name,
-        status: s.status.to_string(),
+        status: manent_contract::StepStatus::from(s.status.as_str()),
         attempts: s.attempts,
         started_at: rfc3339(s.started_at_ms),
         finished_at: s.finished_at_ms.map(rfc3339),
@@ -544,12 +455,12 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
         if let Ok(outcome) = serde_json::from_str::<TargetOutcome>(&e.value) {
             match view.targets.iter_mut().find(|t| t.name == outcome.name) {
                 Some(t) => {
-                    t.status = outcome.status;
+                    t.status = TargetState::from(outcome.status);
                     t.detail = outcome.detail;
                 }
                 None => view.targets.push(TargetView {
                     name: outcome.name,
-                    status: outcome.status,
+                    status: TargetState::from(outcome.status),
                     detail: outcome.detail,
                 }),
             }
@@ -558,14 +469,25 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
     // A cancelled deploy stopped its commands: what had not finished never will.
     if record.status == WorkflowStatus::Cancelled {
         for t in &mut view.targets {
-            if t.status == "pending" || t.status == "deploying" {
-                t.status = "cancelled".into();
+            if matches!(t.status, TargetState::Pending | TargetState::Deploying) {
+                t.status = TargetState::Cancelled;
             }
         }
     }
     let request = request_of(&record);
-    view.effective = request.as_ref().and_then(|r| r.effective.clone());
-    if view.phase == "waiting_approval" {
+    view.effective = match request.and_then(|r| r.effective) {
+        Some(effective) => {
+            Some(
+                serde_json::to_value(effective).map_err(|e| EngineError::Unreadable {
+                    kind: "deploy",
+                    id: id.to_string(),
+                    error: format!("its effective descriptor cannot be written: {e}"),
+                })?,
+            )
+        }
+        None => None,
+    };
+    if view.phase == Phase::WaitingApproval {
         // What the approver would replace.
         view.deployed_now = last_success(client, &view.application, &view.environment, None)
             .await
@@ -589,10 +511,9 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
         .filter(|s| !is_internal_step(&s.name))
         .map(step_view)
         .collect();
-    view.waves = view
-        .effective
-        .as_ref()
-        .map(timeline::waves)
+    view.waves = crate::history::request_of(&record)
+        .and_then(|request| request.effective)
+        .map(|effective| timeline::waves(&effective))
         .unwrap_or_default();
     view.passes = passes.views;
     Ok(Some(view))
@@ -692,18 +613,6 @@ fn is_internal_step(name: &str) -> bool {
         || name.starts_with("unwatch ")
 }
 
-/// One line a deploy's step printed, as the API shows it (docs/api.md).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutputLineView {
-    pub seq: i64,
-    pub at: String,
-    /// The run of the deploy that printed it: a step run again after a crash prints again.
-    pub attempt: i64,
-    pub source: String,
-    pub stream: String,
-    pub line: String,
-}
-
 /// What the deploy's steps printed after line `after`, at most `limit` lines (the
 /// caller has checked the deploy exists and may be read).
 pub async fn output(
@@ -711,17 +620,17 @@ pub async fn output(
     id: &str,
     after: i64,
     limit: i64,
-) -> Result<Vec<OutputLineView>, EngineError> {
+) -> Result<Vec<OutputLine>, EngineError> {
     Ok(
         timeline::output(client, id, after.max(0), limit.clamp(1, 5_000))
             .await?
             .into_iter()
-            .map(|l| OutputLineView {
+            .map(|l| OutputLine {
                 seq: l.seq,
                 at: rfc3339(l.at_ms),
                 attempt: l.generation,
                 source: l.source,
-                stream: l.stream,
+                stream: manent_contract::OutputStream::from(l.stream),
                 line: l.line,
             })
             .collect(),
@@ -899,15 +808,6 @@ pub async fn logs(client: &Client, id: &str) -> Result<Option<DeployLogs>, Engin
         lines,
         output_seq,
     }))
-}
-
-/// A deploy's log lines, and where its output goes on from (docs/api.md).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeployLogs {
-    pub id: String,
-    pub lines: Vec<String>,
-    /// The `seq` of the last output line in `lines`: `/output?after=` follows from it.
-    pub output_seq: i64,
 }
 
 /// Which worker runs each active deploy, then the most recent ones.

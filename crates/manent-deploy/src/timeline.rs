@@ -5,38 +5,16 @@
 
 use std::collections::HashMap;
 
+pub use manent_contract::{PassView, WaveView};
 use manent_engine::{
     Client, EngineError, EventRecord, OutputLine, StepRecord, WorkflowFilter, WorkflowRecord,
 };
 use manent_model::{EffectiveDescriptor, plan_waves};
-use serde::{Deserialize, Serialize};
 
 use crate::{
     request::rfc3339,
     workflow::{PASS_WORKFLOW, PassMode, PassRequest},
 };
-
-/// One wave of the rollout: its name and its targets, in the order they are deployed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WaveView {
-    pub name: String,
-    pub targets: Vec<String>,
-}
-
-/// One region's pass of a region-routed deploy.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PassView {
-    /// The pass's own workflow id (`<deploy id>.<n>`).
-    pub id: String,
-    pub region: String,
-    /// `deploy` or `rollback`.
-    pub mode: String,
-    pub status: String,
-    pub executor_id: Option<String>,
-    pub targets: Vec<String>,
-    pub started_at: Option<String>,
-    pub finished_at: Option<String>,
-}
 
 /// The waves `eff` deploys, as status shows them.
 pub fn waves(eff: &EffectiveDescriptor) -> Vec<WaveView> {
@@ -98,11 +76,10 @@ pub async fn passes(client: &Client, id: &str, queue: &str) -> Result<Passes, En
                 .unwrap_or(&child.queue)
                 .to_string(),
             mode: match request.mode {
-                PassMode::Deploy => "deploy",
-                PassMode::Rollback { .. } => "rollback",
-            }
-            .into(),
-            status: child.status.to_string(),
+                PassMode::Deploy => manent_contract::PassMode::Deploy,
+                PassMode::Rollback { .. } => manent_contract::PassMode::Rollback,
+            },
+            status: manent_contract::WorkflowStatus::from(child.status.as_str()),
             executor_id: child.executor_id.clone(),
             targets: request.targets,
             started_at: child.started_at_ms.map(rfc3339),

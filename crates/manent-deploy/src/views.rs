@@ -1,81 +1,20 @@
-//! The JSON shapes operators see (docs/cli.md), built from engine records:
-//! workers, queues, tenants and applications (with their live versions). Field names
-//! are a stable interface: add, never rename.
+//! What operators see of the fleet (docs/cli.md), built from engine records: workers,
+//! queues, tenants and applications (with their live versions), as the contract's types.
 
 use std::collections::BTreeMap;
 
 use manent_config::Config;
+pub use manent_contract::{
+    ApplicationView, LimitUse, LiveVersion, QueueView, TenantView, WorkerState, WorkerView,
+};
 use manent_engine::{Client, EngineError, ExecutorState, RunningCount, now_ms};
-use serde::{Deserialize, Serialize};
 
 use crate::{
-    history::{LiveVersion, live_version},
+    history::live_version,
     queues::{DEPLOY_LIMIT_GROUP, DeclaredQueue, QueueKind, declared_queues},
 };
 
 pub use crate::request::rfc3339;
-
-/// One worker (executor), as `manent workers` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WorkerView {
-    pub executor_id: String,
-    pub host: String,
-    pub region: Option<String>,
-    /// running, draining or stopped, as the worker last recorded it.
-    pub state: String,
-    pub heartbeat_at: String,
-    /// Workflows it holds (PENDING under its id).
-    pub running: i64,
-    pub pid: i64,
-    pub started_at: String,
-    pub queues: Vec<String>,
-    /// Seconds since the last heartbeat.
-    pub heartbeat_age_secs: i64,
-    /// Not stopped, but silent for longer than `recovery.stale_after`:
-    /// its deploys wait for it to come back or for recovery.
-    pub stale: bool,
-    pub version: String,
-}
-
-/// One queue, as `manent queues` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct QueueView {
-    pub name: String,
-    pub kind: QueueKind,
-    /// The most deploys of this queue one worker runs at once.
-    pub concurrency: u32,
-    pub environment_concurrency: u32,
-    /// The most deploys of this queue running at once in total; 0 = no limit.
-    pub global_concurrency: u32,
-    pub enqueued: i64,
-    pub running: i64,
-    /// Executor ids of the live workers that dequeue it.
-    pub workers: Vec<String>,
-    /// A routed queue's own `concurrency` (in total and on each worker), on
-    /// top of the deploy limits; `null` for other queues.
-    #[serde(default)]
-    pub queue_concurrency: Option<u32>,
-    /// Every limit a claim from this queue checks, with its current use.
-    #[serde(default)]
-    pub limits: Vec<LimitUse>,
-}
-
-/// One limit and how much of it is used now.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LimitUse {
-    /// The configuration key that sets it (`dbos.concurrency`, `queues[].concurrency`, …).
-    pub key: String,
-    /// What it counts, in words.
-    pub counts: String,
-    /// The limit; `null` = none.
-    pub limit: Option<u32>,
-    /// The current count: the busiest worker or environment for limits per
-    /// worker or per environment, the total otherwise.
-    pub in_use: i64,
-    /// Current counts per worker (executor id) or per `<application>/<environment>`;
-    /// empty for totals.
-    pub by: BTreeMap<String, i64>,
-}
 
 /// A queue operators never see: the engine's and manent's own (the gate queue).
 fn is_internal_queue(name: &str) -> bool {
@@ -96,7 +35,7 @@ pub async fn workers(client: &Client, config: &Config) -> Result<Vec<WorkerView>
                 executor_id: e.id,
                 host: e.host,
                 region: e.region,
-                state: e.state.to_string(),
+                state: WorkerState::from(e.state.as_str()),
                 heartbeat_at: rfc3339(e.heartbeat_at_ms),
                 running: e.running,
                 pid: e.pid,
@@ -122,13 +61,13 @@ pub async fn queues(client: &Client, config: &Config) -> Result<Vec<QueueView>, 
     let live: Vec<_> = workers(client, config)
         .await?
         .into_iter()
-        .filter(|w| w.state != "stopped" && !w.stale)
+        .filter(|w| w.state != WorkerState::Stopped && !w.stale)
         .collect();
     let mut views: Vec<QueueView> = declared_queues(config)
         .into_iter()
         .map(|q| QueueView {
             name: q.name.clone(),
-            kind: q.kind,
+            kind: contract_kind(q.kind),
             concurrency: q.worker_cap(),
             environment_concurrency: q.environment_concurrency,
             global_concurrency: q.total_cap(),
@@ -144,6 +83,9 @@ pub async fn queues(client: &Client, config: &Config) -> Result<Vec<QueueView>, 
             continue;
         }
         let limit = |v: Option<i64>| v.and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
+        // A kind this build does not know (a newer worker's) is shown as registered; its
+        // limits are counted as a default queue's.
+        let shown_kind = manent_contract::QueueKind::from(registered.kind.as_str());
         let declared = DeclaredQueue {
             name: registered.name.clone(),
             kind: serde_json::from_value(serde_json::Value::String(registered.kind.clone()))
@@ -154,7 +96,7 @@ pub async fn queues(client: &Client, config: &Config) -> Result<Vec<QueueView>, 
             queue_concurrency: None,
         };
         views.push(QueueView {
-            kind: declared.kind,
+            kind: shown_kind,
             concurrency: declared.concurrency,
             environment_concurrency: declared.environment_concurrency,
             global_concurrency: declared.global_concurrency,
@@ -178,6 +120,11 @@ pub async fn queues(client: &Client, config: &Config) -> Result<Vec<QueueView>, 
             .collect();
     }
     Ok(views)
+}
+
+/// The contract's name of a queue kind.
+pub fn contract_kind(kind: QueueKind) -> manent_contract::QueueKind {
+    manent_contract::QueueKind::from(kind.as_str())
 }
 
 /// The limits a claim from `queue` checks and their use now: the deploy
@@ -247,30 +194,6 @@ fn limit_uses(queue: &DeclaredQueue, running: &[RunningCount]) -> Vec<LimitUse> 
         });
     }
     uses
-}
-
-/// One application, as `manent apps` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ApplicationView {
-    /// `tenant/app`.
-    pub application: String,
-    pub tenant: String,
-    pub environments: Vec<String>,
-    /// The version live in each environment that had a successful deploy (its last
-    /// successful deploy that was not a dry run), by environment.
-    #[serde(default)]
-    pub live: BTreeMap<String, LiveVersion>,
-}
-
-/// One tenant, as `manent tenants` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TenantView {
-    pub name: String,
-    /// Its dedicated queue (`tenants[].queue`), if any.
-    pub queue: Option<String>,
-    /// Whether `manent.yml` declares it (else it only has environment files).
-    pub declared: bool,
-    pub applications: Vec<String>,
 }
 
 /// The applications of the environments source, with their environments.

@@ -158,7 +158,7 @@ fn targets(status: &DeployStatus) -> Vec<(String, String)> {
     status
         .targets
         .iter()
-        .map(|t| (t.name.clone(), t.status.clone()))
+        .map(|t| (t.name.clone(), t.status.to_string()))
         .collect()
 }
 
@@ -175,7 +175,7 @@ fn steps(status: &DeployStatus) -> Vec<(String, String, i64)> {
     status
         .steps
         .iter()
-        .map(|s| (s.name.clone(), s.status.clone(), s.attempts))
+        .map(|s| (s.name.clone(), s.status.to_string(), s.attempts))
         .collect()
 }
 

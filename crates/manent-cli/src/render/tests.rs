@@ -1,0 +1,321 @@
+//! What the CLI prints for answers as the server sends them: tables and lines for people,
+//! and the answer as sent for `--output json` (`UPDATE_EXPECT=1` rewrites the
+//! expectations).
+
+use expect_test::{Expect, expect};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::*;
+
+/// The answer `json`, read as the CLI reads it.
+fn answer<T: DeserializeOwned>(json: Value) -> Answer<T> {
+    Answer::read("GET /test", json).expect("the CLI reads the answer")
+}
+
+fn check(actual: String, expected: Expect) {
+    expected.assert_eq(&actual);
+}
+
+/// A finished deploy as `GET /api/v1/deploys/{id}` answers it.
+fn deploy() -> Value {
+    json!({
+        "id": "3f2a9c71",
+        "application": "acme/web",
+        "environment": "prod",
+        "version": "1.4.2",
+        "status": "SUCCESS",
+        "phase": "done",
+        "queue": "default",
+        "route_kind": "default",
+        "executor_id": "worker-1",
+        "dry_run": false,
+        "targets": [
+            {"name": "web-1", "status": "deployed", "detail": null},
+            {"name": "web-2", "status": "failed", "detail": "activate: exit 1"}
+        ],
+        "steps": [
+            {"name": "web-1: command 1", "status": "SUCCESS", "attempts": 1,
+             "started_at": "2026-12-01T02:00:00.000Z", "finished_at": "2026-12-01T02:00:01.500Z",
+             "executor_id": "worker-1", "error": null}
+        ],
+        "error": null,
+        "submitted_by": "ci",
+        "created_at": "2026-12-01T01:59:59.000Z",
+        "updated_at": "2026-12-01T02:00:02.000Z",
+        "approvals": [
+            {"by": "alice", "decision": "approved", "reason": "looks good", "at": "2026-12-01T02:00:00.000Z"}
+        ],
+        "artifacts": [
+            {"name": "web.tgz", "type": "tarball", "version": "1.4.2",
+             "url": "https://repo.example/web-1.4.2.tgz", "sha256": "ab12"}
+        ],
+        "overrides": {"commands": ["./deploy.sh"]},
+        "started_at": "2026-12-01T02:00:00.000Z",
+        "finished_at": "2026-12-01T02:00:02.000Z",
+        "duration_ms": 2000,
+        "redeploy_of": null,
+        "redeploy_kind": null
+    })
+}
+
+#[test]
+fn list_is_a_table_of_deploys_with_their_durations() {
+    let mut running = deploy();
+    running["id"] = json!("77aa0b12");
+    running["status"] = json!("PENDING");
+    running["phase"] = json!("wave 1/2 (web)");
+    running["duration_ms"] = Value::Null;
+    running["executor_id"] = Value::Null;
+    let list: Answer<Vec<DeployStatus>> = answer(json!([deploy(), running]));
+    check(
+        deploys(&list.body),
+        expect![[r#"
+            ┌───────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────┐
+            │ ID         APPLICATION   ENVIRONMENT   VERSION   STATUS    PHASE            DRY_RUN   DURATION   QUEUE     EXECUTOR_ID   CREATED_AT               │
+            ╞═══════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════╡
+            │ 3f2a9c71   acme/web      prod          1.4.2     SUCCESS   done             false     2.0s       default   worker-1      2026-12-01T01:59:59.000Z │
+            │ 77aa0b12   acme/web      prod          1.4.2     PENDING   wave 1/2 (web)   false     -          default   -             2026-12-01T01:59:59.000Z │
+            └───────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────┘"#]],
+    );
+    check(
+        activity(&list.body),
+        expect![[r#"
+        ┌─────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────┐
+        │ ID         APPLICATION   ENVIRONMENT   VERSION   STATUS    PHASE            DRY_RUN   DURATION   EXECUTOR_ID   UPDATED_AT               │
+        ╞═════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════╡
+        │ 3f2a9c71   acme/web      prod          1.4.2     SUCCESS   done             false     2.0s       worker-1      2026-12-01T02:00:02.000Z │
+        │ 77aa0b12   acme/web      prod          1.4.2     PENDING   wave 1/2 (web)   false     -          -             2026-12-01T02:00:02.000Z │
+        └─────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────┘"#]],
+    );
+    check(
+        history(&list.body),
+        expect![[r#"
+            ┌──────────────────────────────────────────────────────────────────────────────────────────────────────┐
+            │ VERSION   STATUS    ID         SUBMITTED_BY   CREATED_AT                 DURATION   DRY_RUN   ORIGIN │
+            ╞══════════════════════════════════════════════════════════════════════════════════════════════════════╡
+            │ 1.4.2     SUCCESS   3f2a9c71   ci             2026-12-01T01:59:59.000Z   2.0s       false     -      │
+            │ 1.4.2     PENDING   77aa0b12   ci             2026-12-01T01:59:59.000Z   -          false     -      │
+            └──────────────────────────────────────────────────────────────────────────────────────────────────────┘"#]],
+    );
+}
+
+#[test]
+fn status_shows_the_deploy_its_decisions_artifacts_targets_and_steps() {
+    let status: Answer<DeployStatus> = answer(deploy());
+    check(
+        super::status(&status.body),
+        expect![[r#"
+        deploy 3f2a9c71
+          acme/web / prod  SUCCESS  phase done  queue default  worker worker-1
+          approved by alice at 2026-12-01T02:00:00.000Z (looks good)
+          artifact web.tgz (tarball 1.4.2) from https://repo.example/web-1.4.2.tgz sha256 ab12
+          overrides deploy.commands: ["./deploy.sh"]
+        ┌─────────────────────────────────────┐
+        │ NAME    STATUS     DETAIL           │
+        ╞═════════════════════════════════════╡
+        │ web-1   deployed   -                │
+        │ web-2   failed     activate: exit 1 │
+        └─────────────────────────────────────┘
+        ┌───────────────────────────────────────────────────────────────────────────────────────────────────────────┐
+        │ NAME               STATUS    ATTEMPTS   STARTED_AT                 FINISHED_AT                EXECUTOR_ID │
+        ╞═══════════════════════════════════════════════════════════════════════════════════════════════════════════╡
+        │ web-1: command 1   SUCCESS   1          2026-12-01T02:00:00.000Z   2026-12-01T02:00:01.500Z   worker-1    │
+        └───────────────────────────────────────────────────────────────────────────────────────────────────────────┘"#]],
+    );
+    check(
+        progress_line(&status.body),
+        expect!["3f2a9c71 SUCCESS phase=done web-1=deployed web-2=failed"],
+    );
+}
+
+#[test]
+fn json_output_is_the_answer_as_the_server_sent_it() {
+    let mut sent = deploy();
+    // A field a newer server added: --output json keeps it.
+    sent["added_later"] = json!({"kept": true});
+    let status: Answer<DeployStatus> = answer(sent.clone());
+    let printed: Value = serde_json::from_str(&shown(true, &status, super::status))
+        .expect("--output json prints JSON");
+    assert_eq!(printed, sent, "the JSON printed is the answer as sent");
+    let logs_answer: Answer<DeployLogs> =
+        answer(json!({"id": "3f2a9c71", "lines": ["a", "b"], "output_seq": 4}));
+    check(
+        shown(true, &logs_answer, logs),
+        expect![[r#"
+            {
+              "id": "3f2a9c71",
+              "lines": [
+                "a",
+                "b"
+              ],
+              "output_seq": 4
+            }"#]],
+    );
+}
+
+#[test]
+fn logs_are_their_lines_and_output_lines_are_marked_by_stream() {
+    let answer: Answer<DeployLogs> = answer(json!({
+        "id": "3f2a9c71",
+        "lines": ["2026-12-01T02:00:00.000Z submitted by ci to queue default",
+                  "target web-1: deployed"],
+        "output_seq": 2
+    }));
+    check(
+        logs(&answer.body),
+        expect![[r#"
+        2026-12-01T02:00:00.000Z submitted by ci to queue default
+        target web-1: deployed"#]],
+    );
+    let line = |stream: &str| {
+        let line: Answer<OutputLine> = super::tests::answer(json!({
+            "seq": 1, "at": "2026-12-01T02:00:00.500Z", "attempt": 1,
+            "source": "web-1: command 1", "stream": stream, "line": "hello"
+        }));
+        output_line(&line.body)
+    };
+    check(
+        [
+            line("stdout"),
+            line("stderr"),
+            line("progress"),
+            line("a-new-stream"),
+        ]
+        .join("\n"),
+        expect![[r#"
+            2026-12-01T02:00:00.500Z web-1: command 1 | hello
+            2026-12-01T02:00:00.500Z web-1: command 1 ! hello
+            2026-12-01T02:00:00.500Z web-1: command 1 · hello
+            2026-12-01T02:00:00.500Z web-1: command 1 | hello"#]],
+    );
+}
+
+#[test]
+fn queues_show_each_limit_in_use() {
+    let answer: Answer<Vec<QueueView>> = answer(json!([{
+        "name": "default", "kind": "default", "concurrency": 4,
+        "environment_concurrency": 1, "global_concurrency": 0,
+        "enqueued": 2, "running": 3, "workers": ["worker-1", "worker-2"],
+        "queue_concurrency": null,
+        "limits": [
+            {"key": "dbos.concurrency", "counts": "…", "limit": 4, "in_use": 2, "by": {"worker-1": 2}},
+            {"key": "dbos.environment_concurrency", "counts": "…", "limit": 1, "in_use": 1, "by": {}},
+            {"key": "dbos.global_concurrency", "counts": "…", "limit": null, "in_use": 3, "by": {}}
+        ]
+    }]));
+    check(
+        queues(&answer.body),
+        expect![[r#"
+        ┌──────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────┐
+        │ NAME      KIND      CONCURRENCY   ENVIRONMENT_CONCURRENCY   GLOBAL_CONCURRENCY   ENQUEUED   RUNNING   IN_USE                           WORKERS           │
+        ╞══════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════╡
+        │ default   default   4             1                         0                    2          3         worker 2/4, env 1/1, total 3/-   worker-1,worker-2 │
+        └──────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────┘"#]],
+    );
+}
+
+#[test]
+fn workers_show_their_state_and_staleness() {
+    let answer: Answer<Vec<WorkerView>> = answer(json!([{
+        "executor_id": "worker-1", "host": "h1", "region": null, "state": "running",
+        "heartbeat_at": "2026-12-01T02:00:00.000Z", "running": 2, "pid": 42,
+        "started_at": "2026-12-01T01:00:00.000Z", "queues": ["default"],
+        "heartbeat_age_secs": 1, "stale": false, "version": "0.1.0"
+    }, {
+        "executor_id": "worker-2", "host": "h2", "region": "eu", "state": "hibernating",
+        "heartbeat_at": "2026-12-01T01:00:00.000Z", "running": 0, "pid": 43,
+        "started_at": "2026-12-01T00:00:00.000Z", "queues": [],
+        "heartbeat_age_secs": 3600, "stale": true, "version": "0.2.0"
+    }]));
+    check(
+        workers(&answer.body),
+        expect![[r#"
+        ┌────────────────────────────────────────────────────────────────────────────────────────┐
+        │ EXECUTOR_ID   HOST   REGION   STATE         HEARTBEAT_AT               RUNNING   STALE │
+        ╞════════════════════════════════════════════════════════════════════════════════════════╡
+        │ worker-1      h1     -        running       2026-12-01T02:00:00.000Z   2         false │
+        │ worker-2      h2     eu       hibernating   2026-12-01T01:00:00.000Z   0         true  │
+        └────────────────────────────────────────────────────────────────────────────────────────┘"#]],
+    );
+}
+
+#[test]
+fn an_answer_the_cli_cannot_read_is_an_error_naming_the_field() {
+    let mut broken = deploy();
+    broken.as_object_mut().expect("an object").remove("status");
+    let error = Answer::<DeployStatus>::read("GET /api/v1/deploys/x", broken)
+        .expect_err("a deploy without a status cannot be shown");
+    assert!(
+        error.to_string().contains("missing field `status`")
+            && error.to_string().contains("GET /api/v1/deploys/x"),
+        "the error names the field and the request: {error}"
+    );
+}
+
+#[test]
+fn control_characters_from_targets_are_shown_escaped() {
+    let hostile = "ok\u{1b}]0;pwned\u{7}\u{1b}[2J\rdone\u{9b}31m";
+    let shown = terminal_safe(hostile);
+    assert!(
+        !shown.chars().any(|c| c.is_control()),
+        "no raw control character reaches the terminal: {shown:?}"
+    );
+    assert_eq!(
+        shown,
+        "ok\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\u{d}done\\u{9b}31m"
+    );
+    assert_eq!(
+        terminal_safe("line 1\n\tline 2"),
+        "line 1\n\tline 2",
+        "newlines and tabs stay"
+    );
+}
+
+#[test]
+fn a_rollback_says_what_it_came_from() {
+    let mut rolled = deploy();
+    rolled["redeploy_kind"] = json!("rollback");
+    rolled["redeploy_of"] = json!("3f2a9c");
+    let rolled: Answer<DeployStatus> = answer(rolled);
+    assert!(
+        super::status(&rolled.body).contains("  rollback of 3f2a9c\n"),
+        "status names the deploy a rollback resubmitted: {}",
+        super::status(&rolled.body)
+    );
+    let plain: Answer<DeployStatus> = answer(deploy());
+    assert!(
+        !super::status(&plain.body).contains(" of "),
+        "a deploy submitted otherwise says nothing of it: {}",
+        super::status(&plain.body)
+    );
+}
+
+#[test]
+fn durations_read_at_a_glance() {
+    assert_eq!(duration(850), "850ms");
+    assert_eq!(duration(12_480), "12.4s");
+    assert_eq!(duration(185_000), "3m05s");
+    assert_eq!(duration(7_830_000), "2h10m");
+}
+
+#[test]
+fn log_lines_and_status_fields_go_through_the_escape() {
+    let logs_answer: Answer<DeployLogs> =
+        answer(json!({"id": "x", "lines": ["target t1: \u{1b}[31mred"]}));
+    assert!(
+        !logs(&logs_answer.body).contains('\u{1b}'),
+        "logs escape target text"
+    );
+    let mut hostile = deploy();
+    hostile["error"] = json!("\u{1b}[2Jboom");
+    hostile["waiting_for"] = json!("\u{7}");
+    hostile["approvals"] =
+        json!([{"decision": "rejected", "by": "a", "at": "t", "reason": "\u{1b}x"}]);
+    hostile["targets"][0]["detail"] = json!("\u{1b}[1A");
+    let status: Answer<DeployStatus> = answer(hostile);
+    assert!(
+        !super::status(&status.body).contains(['\u{1b}', '\u{7}']),
+        "status escapes every server text"
+    );
+}

@@ -1,0 +1,108 @@
+//! Administration and identity: API tokens, the audit trail, and who is asking.
+
+use serde::{Deserialize, Serialize};
+
+use crate::string_enum;
+
+string_enum!(
+    /// What a token may do; each role includes the ones before it.
+    Role, listed: true, "viewer, deployer, approver or admin." {
+        Viewer = "viewer",
+        Deployer = "deployer",
+        Approver = "approver",
+        Admin = "admin",
+    }
+);
+
+/// A token as listed: everything but its secret and hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TokenView {
+    /// Stable id, never reused (`tok_…`).
+    pub id: String,
+    pub name: String,
+    pub role: Role,
+    /// Application pattern (`ml/*`); null = every application.
+    pub on: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub created_at: String,
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub expires_at: Option<String>,
+    /// Noted at most once a minute.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub last_used_at: Option<String>,
+    pub expired: bool,
+}
+
+/// The answer to a token's creation: the token as listed, and its secret, shown this once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CreatedToken {
+    #[serde(flatten)]
+    pub token: TokenView,
+    /// The token, shown this once: send it as `Authorization: Bearer <secret>`.
+    pub secret: String,
+}
+
+/// Body of `POST /api/v1/tokens`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateTokenBody {
+    /// Unique; 1 to 64 of letters, digits, `.`, `_`, `-`, `@`.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9._@-]{1,64}$"))]
+    pub name: String,
+    pub role: Role,
+    /// Application pattern qualified with the tenant (`shop/*`); absent = every
+    /// application.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
+    pub on: Option<String>,
+    /// A duration from now (`30d`) or an RFC 3339 time; absent = never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
+    pub expires: Option<String>,
+}
+
+/// What revoking a token answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TokenRevoked {
+    pub name: String,
+    pub id: String,
+    pub revoked: bool,
+}
+
+/// One entry of the audit trail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AuditEntry {
+    pub seq: i64,
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub at: String,
+    /// The token's name; `-` without a valid token; `manent-server admin` for the command
+    /// line.
+    pub token: String,
+    pub token_id: String,
+    /// `deploy.submit`, `deploy.cancel`, `deploy.approve`, `deploy.reject`,
+    /// `deploy.redeploy`, `app.rollback`, `executor.recover`, `schedule.pause`,
+    /// `schedule.resume`, `schedule.delete`, `token.create`, `token.revoke`; a refused read
+    /// is `GET <route>`.
+    pub action: String,
+    /// The deploy, schedule, executor or token; for a rollback, `tenant/app/environment`.
+    pub target: String,
+    /// The HTTP status the request ended with.
+    pub outcome: i64,
+    /// The error message of a failure.
+    pub detail: String,
+}
+
+/// The asking token (`GET /api/v1/whoami`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WhoAmI {
+    pub name: String,
+    pub role: Role,
+    /// Its application pattern; null = every application.
+    pub scope: Option<String>,
+}

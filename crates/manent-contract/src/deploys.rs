@@ -1,0 +1,527 @@
+//! Deploys: the descriptor a user submits, what a submission answers, a deploy's status,
+//! logs and output, and the bodies of approve, reject and rollback.
+
+use serde::{Deserialize, Serialize};
+
+use crate::string_enum;
+
+string_enum!(
+    /// The life of a deploy, with DBOS's names.
+    WorkflowStatus, listed: true,
+    "ENQUEUED: waiting on its queue (or its scheduled time); PENDING: a worker runs it; \
+     then SUCCESS, ERROR or CANCELLED." {
+        Enqueued = "ENQUEUED",
+        Pending = "PENDING",
+        Success = "SUCCESS",
+        Error = "ERROR",
+        Cancelled = "CANCELLED",
+    }
+);
+
+impl WorkflowStatus {
+    /// SUCCESS, ERROR or CANCELLED: the deploy will not change any more.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            WorkflowStatus::Success | WorkflowStatus::Error | WorkflowStatus::Cancelled
+        )
+    }
+}
+
+string_enum!(
+    /// What a submission answers: the deploy's status, or `SCHEDULED` for a recurring
+    /// schedule.
+    SubmittedStatus, listed: true,
+    "The deploy's status (see WorkflowStatus); `SCHEDULED` when the descriptor has \
+     `schedule.cron`, and then `id` is the schedule's." {
+        Enqueued = "ENQUEUED",
+        Pending = "PENDING",
+        Success = "SUCCESS",
+        Error = "ERROR",
+        Cancelled = "CANCELLED",
+        Scheduled = "SCHEDULED",
+    }
+);
+
+impl From<WorkflowStatus> for SubmittedStatus {
+    fn from(status: WorkflowStatus) -> Self {
+        SubmittedStatus::from(status.as_str())
+    }
+}
+
+string_enum!(
+    /// Where a deploy stands: the phases manent names, or the workflow's own
+    /// (`wave 1/2 (web)`, `fetching`, …) as `Other`.
+    Phase, listed: false,
+    "`scheduled`, `queued`, `waiting_approval` or `waiting_dependency` (holding no deploy \
+     slot), then while it runs its own phase (`running`, `fetching`, `wave N/M (name)`, \
+     `pause before wave N`, `rolling back`, …), then `done`." {
+        Scheduled = "scheduled",
+        Queued = "queued",
+        WaitingApproval = "waiting_approval",
+        WaitingDependency = "waiting_dependency",
+        Running = "running",
+        Done = "done",
+    }
+);
+
+string_enum!(
+    /// One target's state in a deploy.
+    TargetState, listed: true,
+    "pending, deploying, deployed, failed, rolled_back, planned (a dry run) or cancelled." {
+        Pending = "pending",
+        Deploying = "deploying",
+        Deployed = "deployed",
+        Failed = "failed",
+        RolledBack = "rolled_back",
+        Planned = "planned",
+        Cancelled = "cancelled",
+    }
+);
+
+string_enum!(
+    /// A recorded step: RUNNING while it runs (rerun after a crash), then SUCCESS or ERROR.
+    StepStatus, listed: true, "RUNNING, then SUCCESS or ERROR." {
+        Running = "RUNNING",
+        Success = "SUCCESS",
+        Error = "ERROR",
+    }
+);
+
+string_enum!(
+    /// An approver's decision.
+    Decision, listed: true, "approved or rejected." {
+        Approved = "approved",
+        Rejected = "rejected",
+    }
+);
+
+string_enum!(
+    /// How a deploy came from an earlier one.
+    RedeployKind, listed: true,
+    "rollback (`manent rollback`: an earlier successful version) or redeploy \
+     (`manent redeploy`: a past deploy's descriptor as it was)." {
+        Rollback = "rollback",
+        Redeploy = "redeploy",
+    }
+);
+
+string_enum!(
+    /// What the asking token may do to a deploy now.
+    DeployAction, listed: true, "approve, reject or cancel." {
+        Approve = "approve",
+        Reject = "reject",
+        Cancel = "cancel",
+    }
+);
+
+string_enum!(
+    /// Where a line of a deploy's output was printed.
+    OutputStream, listed: true,
+    "stdout, stderr, or progress (a plugin's progress note)." {
+        Stdout = "stdout",
+        Stderr = "stderr",
+        Progress = "progress",
+    }
+);
+
+string_enum!(
+    /// `schedule.missed` of a descriptor.
+    Missed, listed: true,
+    "With `cron` only: what to do with ticks missed while no worker ran: `run_once` runs \
+     the latest of them once, `skip` runs none." {
+        RunOnce = "run_once",
+        Skip = "skip",
+    }
+);
+
+/// What a user submits to deploy (`POST /api/v1/deploys`, YAML or JSON). Unknown fields
+/// are refused, and a descriptor cannot choose its queue: routing is operator
+/// configuration. The server reads the text itself (its errors name the line); this is
+/// the documented shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Descriptor {
+    /// `tenant/app`.
+    #[cfg_attr(feature = "openapi", schema(examples("ml/trainer")))]
+    pub application: String,
+    /// Letters, digits, `-`, `_` and `.`.
+    #[cfg_attr(feature = "openapi", schema(examples("prod")))]
+    pub environment: String,
+    /// What to deploy; at least one, names unique.
+    #[cfg_attr(feature = "openapi", schema(min_items = 1))]
+    pub artifacts: Vec<Artifact>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deploy: Option<DeployOverrides>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
+    /// Plan instead of act.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Deploys that must have succeeded first, besides those of the environment file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depends_on: Option<Vec<Dependency>>,
+}
+
+/// One artifact: what an approver approves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Artifact {
+    /// Its file name on the targets (`<dest>/<name>`); no `/`, `\` or `..`.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
+    pub name: String,
+    /// `tarball`, `binary`, `ansible`, …
+    #[serde(rename = "type")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, examples("tarball")))]
+    pub artifact_type: String,
+    /// Expanded as `{version}`; no `/`, `\` or `..`. A number is read as text.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
+    pub version: String,
+    /// Where to fetch it: `file://`, `http://` or `https://`.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
+    pub url: String,
+    /// Hex SHA-256 of its content, verified after download.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[0-9a-fA-F]{64}$"))]
+    pub sha256: String,
+}
+
+/// Overrides of the environment file's `deploy:` section: each field set here wins.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DeployOverrides {
+    /// `remote-copy`, `command`, or a configured plugin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
+    /// Where artifacts go on each target (placeholders `{version}`, `{target}`,
+    /// `{application}`, `{environment}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dest: Option<String>,
+    /// Command run on each target once the artifacts are in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activate: Option<String>,
+    /// Commands of the `command` plugin, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_items = 1))]
+    pub commands: Option<Vec<String>>,
+    /// Free plugin parameters; a mapping is merged key by key over the environment's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<serde_json::Value>,
+}
+
+/// When to deploy: exactly one of `at` (once) and `cron` (recurring).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Schedule {
+    /// RFC 3339 with its offset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub at: Option<String>,
+    /// Cron expression: five fields, or six whose first is the second (0-59).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(examples("30 2 * * 1-5")))]
+    pub cron: Option<String>,
+    /// IANA time zone `cron` is read in (UTC when absent); with `cron` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(examples("Europe/Paris")))]
+    pub timezone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missed: Option<Missed>,
+}
+
+/// A deploy that must have succeeded before this one runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Dependency {
+    /// `tenant/app`.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[^/]+/[^/]+$"))]
+    pub application: String,
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
+    pub environment: String,
+    /// The version it must run, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// How long to wait for it, like `10s`, `5m`, `1h`; forever when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(examples("10m")))]
+    pub timeout: Option<String>,
+}
+
+/// A deploy just submitted (or cancelled), or a schedule just created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Submitted {
+    /// The deploy's id (the schedule's with `SCHEDULED`).
+    pub id: String,
+    pub status: SubmittedStatus,
+    /// The queue it was routed to.
+    #[cfg_attr(feature = "openapi", schema(examples("default")))]
+    pub queue: String,
+}
+
+/// What a rollback or redeploy answers: the new deploy, and what it submitted again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Resubmitted {
+    #[serde(flatten)]
+    pub submitted: Submitted,
+    /// The deploy whose recorded descriptor was submitted again.
+    pub redeploy_of: String,
+    pub redeploy_kind: RedeployKind,
+    /// The version deployed (the first artifact's).
+    pub version: String,
+}
+
+/// One step of a deploy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StepView {
+    #[cfg_attr(feature = "openapi", schema(examples("t1: command 1")))]
+    pub name: String,
+    pub status: StepStatus,
+    pub attempts: i64,
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub started_at: String,
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub finished_at: Option<String>,
+    /// The worker that ran it.
+    pub executor_id: String,
+    pub error: Option<String>,
+}
+
+/// One target of a deploy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TargetView {
+    pub name: String,
+    pub status: TargetState,
+    pub detail: Option<String>,
+}
+
+/// One approval or rejection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ApprovalView {
+    /// The approver's token name.
+    pub by: String,
+    pub decision: Decision,
+    pub reason: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub at: String,
+}
+
+/// A deploy as status shows it (docs/cli.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeployStatus {
+    pub id: String,
+    /// `tenant/app`.
+    #[cfg_attr(feature = "openapi", schema(examples("ml/trainer")))]
+    pub application: String,
+    #[cfg_attr(feature = "openapi", schema(examples("prod")))]
+    pub environment: String,
+    /// The version of the first artifact (empty if none).
+    pub version: String,
+    pub status: WorkflowStatus,
+    pub phase: Phase,
+    /// The queue it was routed to.
+    pub queue: String,
+    /// The kind of that queue.
+    pub route_kind: crate::QueueKind,
+    /// The worker that holds (or last held) it.
+    pub executor_id: Option<String>,
+    pub dry_run: bool,
+    pub targets: Vec<TargetView>,
+    /// Empty in lists and in activity.
+    pub steps: Vec<StepView>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// The name of the token that submitted it.
+    pub submitted_by: String,
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub created_at: String,
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub updated_at: String,
+    /// While it waits: why (`approval: 1 of 2 (approvers: …)`, `dependency: a successful
+    /// deploy of ml/db/prod`). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+    /// Approvals and a rejection received, in order. Absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<ApprovalView>,
+    /// The artifacts as submitted (name, type, version, url, sha256): what an approver
+    /// approves.
+    #[serde(default)]
+    pub artifacts: Vec<Artifact>,
+    /// The `deploy:` fields the descriptor set over its environment file, with their
+    /// values. Absent when none.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub overrides: serde_json::Map<String, serde_json::Value>,
+    /// What the deploy does: the environment file with the descriptor's overrides applied
+    /// (status only; absent when the environment could not be read at submission).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub effective: Option<serde_json::Value>,
+    /// The version deployed in this environment now, while the deploy waits for approval.
+    /// Absent otherwise or when nothing was deployed there yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployed_now: Option<String>,
+    /// What the asking token may do to the deploy now (absent when nothing): the Platform
+    /// page shows only these buttons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<DeployAction>,
+    /// When a worker first took it (a wait for approval or dependencies counts); null
+    /// before.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub started_at: Option<String>,
+    /// When it ended (SUCCESS, ERROR or CANCELLED); null while it has not.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub finished_at: Option<String>,
+    /// From `started_at` to `finished_at`, in milliseconds; null until both are known.
+    #[serde(default)]
+    pub duration_ms: Option<i64>,
+    /// The deploy whose recorded descriptor this one submitted again (`manent rollback`,
+    /// `manent redeploy`); null otherwise.
+    #[serde(default)]
+    pub redeploy_of: Option<String>,
+    /// `rollback` or `redeploy` with `redeploy_of`; null otherwise.
+    #[serde(default)]
+    pub redeploy_kind: Option<RedeployKind>,
+    /// The rollout's waves and their targets (status only; absent in lists): the
+    /// timeline's bands.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waves: Vec<WaveView>,
+    /// The region passes of a region-routed deploy (status only; absent otherwise); their
+    /// steps are among `steps`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passes: Vec<PassView>,
+}
+
+/// One wave of the rollout: its name and its targets, in the order they are deployed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WaveView {
+    pub name: String,
+    pub targets: Vec<String>,
+}
+
+string_enum!(
+    /// What a region pass does.
+    PassMode, listed: true,
+    "deploy (the new version to the region's targets) or rollback (the previous \
+     version back on the targets it switched)." {
+        Deploy = "deploy",
+        Rollback = "rollback",
+    }
+);
+
+/// One region's pass of a region-routed deploy: a child workflow on `<queue>.<region>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PassView {
+    /// The pass's own workflow id (`<deploy id>.<n>`).
+    pub id: String,
+    pub region: String,
+    pub mode: PassMode,
+    pub status: WorkflowStatus,
+    /// The worker that runs (or ran) it.
+    pub executor_id: Option<String>,
+    pub targets: Vec<String>,
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub started_at: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub finished_at: Option<String>,
+}
+
+/// A deploy's log lines, and where its output goes on from (docs/api.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeployLogs {
+    pub id: String,
+    pub lines: Vec<String>,
+    /// The `seq` of the last output line in `lines` (0 if none): follow with
+    /// `/output?after=`.
+    #[serde(default)]
+    pub output_seq: i64,
+}
+
+/// One line a deploy's step printed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OutputLine {
+    /// Increasing; pass the last one seen as `after` to follow.
+    pub seq: i64,
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub at: String,
+    /// The run of the deploy that printed it (a step run again after a crash prints
+    /// again).
+    pub attempt: i64,
+    /// The step that printed it, e.g. `web-1: command 1`.
+    pub source: String,
+    pub stream: OutputStream,
+    pub line: String,
+}
+
+/// A page of a deploy's output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeployOutput {
+    pub id: String,
+    pub lines: Vec<OutputLine>,
+}
+
+/// Body of approve and reject (optional): `{"reason": "…"}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DecisionBody {
+    /// Comment (approve) or reason (reject).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Body of a rollback (optional): `{"to": "1.0"}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RollbackBody {
+    /// The version to return to; absent: the version before the live one.
+    #[serde(default)]
+    pub to: Option<String>,
+}
+
+/// What a manual recovery of an executor answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Recovered {
+    pub executor_id: String,
+    /// Ids of the deploys put back on their queues.
+    pub recovered: Vec<String>,
+}
+
+/// The `status` filter of `GET /api/v1/deploys`: a deploy status, in either case (only
+/// its schema: the server reads the query itself).
+#[cfg(feature = "openapi")]
+pub struct StatusFilter;
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for StatusFilter {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        let upper = WorkflowStatus::KNOWN.iter().map(|s| s.to_string());
+        let lower = WorkflowStatus::KNOWN.iter().map(|s| s.to_ascii_lowercase());
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .enum_values(Some(upper.chain(lower)))
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for StatusFilter {}

@@ -1,0 +1,139 @@
+//! The fleet as operators see it: workers, queues with their limits, tenants, and
+//! applications with the version live in each environment.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::string_enum;
+
+string_enum!(
+    /// The state a worker last recorded for itself.
+    WorkerState, listed: true, "running, draining or stopped, as the worker last recorded it." {
+        Running = "running",
+        Draining = "draining",
+        Stopped = "stopped",
+    }
+);
+
+string_enum!(
+    /// What kind of queue a deploy was routed to.
+    QueueKind, listed: true,
+    "default; tenant (`tenants[].queue`); region (`<queue>.<region>`); plugin \
+     (`plugins.<name>.queue`); routed (`queues[]`)." {
+        Default = "default",
+        Tenant = "tenant",
+        Region = "region",
+        Plugin = "plugin",
+        Routed = "routed",
+    }
+);
+
+/// One worker (executor), as `manent workers` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WorkerView {
+    pub executor_id: String,
+    pub host: String,
+    pub region: Option<String>,
+    pub state: WorkerState,
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub heartbeat_at: String,
+    /// Workflows it holds (PENDING under its id).
+    pub running: i64,
+    pub pid: i64,
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub started_at: String,
+    /// The queues it dequeues.
+    pub queues: Vec<String>,
+    /// Seconds since the last heartbeat.
+    pub heartbeat_age_secs: i64,
+    /// Not stopped, but silent for longer than `recovery.stale_after`: its deploys wait
+    /// for it to come back or for recovery.
+    pub stale: bool,
+    /// The worker's manent version.
+    pub version: String,
+}
+
+/// One queue, as `manent queues` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QueueView {
+    pub name: String,
+    pub kind: QueueKind,
+    /// The most deploys of this queue one worker runs at once.
+    pub concurrency: u32,
+    /// Per `<application>/<environment>`, across workers.
+    pub environment_concurrency: u32,
+    /// The most deploys of this queue running at once in total; 0 = no limit.
+    pub global_concurrency: u32,
+    pub enqueued: i64,
+    pub running: i64,
+    /// Executor ids of the live workers that dequeue it.
+    pub workers: Vec<String>,
+    /// A routed queue's own `concurrency` (in total and on each worker), on top of the
+    /// deploy limits; null for other queues.
+    #[serde(default)]
+    pub queue_concurrency: Option<u32>,
+    /// Every limit a claim from this queue checks, with its current use.
+    #[serde(default)]
+    pub limits: Vec<LimitUse>,
+}
+
+/// One limit and how much of it is used now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LimitUse {
+    /// The configuration key that sets it: dbos.concurrency, dbos.environment_concurrency,
+    /// dbos.global_concurrency or queues[].concurrency.
+    pub key: String,
+    /// What it counts, in words.
+    pub counts: String,
+    /// The limit; null = none.
+    pub limit: Option<u32>,
+    /// The current count: the busiest worker or environment for limits per worker or per
+    /// environment, the total otherwise.
+    pub in_use: i64,
+    /// Current counts per worker (executor id) or per `<application>/<environment>`; empty
+    /// for totals.
+    pub by: BTreeMap<String, i64>,
+}
+
+/// One tenant, as `manent tenants` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TenantView {
+    pub name: String,
+    /// Its dedicated queue (`tenants[].queue`), if any.
+    pub queue: Option<String>,
+    /// Whether `manent.yml` declares it (else it only has environment files).
+    pub declared: bool,
+    pub applications: Vec<String>,
+}
+
+/// One application, as `manent apps` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ApplicationView {
+    /// `tenant/app`.
+    pub application: String,
+    pub tenant: String,
+    pub environments: Vec<String>,
+    /// By environment, the version live there: its last successful deploy that was not a
+    /// dry run. Environments without one are absent.
+    #[serde(default)]
+    pub live: BTreeMap<String, LiveVersion>,
+}
+
+/// The version live in one environment: its last successful deploy that was not a dry run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LiveVersion {
+    /// The deploy's version (its first artifact's).
+    pub version: String,
+    /// The successful deploy that put it there.
+    pub deploy_id: String,
+    /// When that deploy ended.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub finished_at: Option<String>,
+}

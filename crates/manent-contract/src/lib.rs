@@ -1,0 +1,222 @@
+//! manent's API contract: every `/api/v1` request and response body, the JSON error
+//! body, and the enums of their statuses, phases, kinds and states (docs/api.md).
+//!
+//! The server builds these types and the CLI reads them, so a field renamed on one side
+//! no longer compiles on the other. Field names and JSON shapes are a stable interface
+//! (PRODUCT.md §11): add, never rename. With the `openapi` feature every type is also a
+//! `utoipa::ToSchema`, from which the server generates its OpenAPI document.
+//!
+//! An enum read from JSON never fails on a value this build does not know (a row written
+//! by another version of manent): it keeps it as `Other(text)`, which is printed as it
+//! was written; code that must refuse it (a request body) uses `parse_known`, whose error
+//! names the value.
+
+mod admin;
+mod deploys;
+mod error;
+mod fleet;
+mod schedules;
+
+pub use admin::{AuditEntry, CreateTokenBody, CreatedToken, Role, TokenRevoked, TokenView, WhoAmI};
+#[cfg(feature = "openapi")]
+pub use deploys::StatusFilter;
+pub use deploys::{
+    ApprovalView, Artifact, Decision, DecisionBody, Dependency, DeployAction, DeployLogs,
+    DeployOutput, DeployOverrides, DeployStatus, Descriptor, Missed, OutputLine, OutputStream,
+    PassMode, PassView, Phase, Recovered, RedeployKind, Resubmitted, RollbackBody, Schedule,
+    StepStatus, StepView, Submitted, SubmittedStatus, TargetState, TargetView, WaveView,
+    WorkflowStatus,
+};
+pub use error::{ErrorBody, ErrorCode, ErrorDetail};
+pub use fleet::{
+    ApplicationView, LimitUse, LiveVersion, QueueKind, QueueView, TenantView, WorkerState,
+    WorkerView,
+};
+pub use schedules::{MissedPolicy, ScheduleDeleted, ScheduleView};
+
+/// A value of a contract enum that this build does not know, where only known values
+/// are accepted (a request body).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownValue {
+    /// The enum's name in the contract (`Role`).
+    pub kind: &'static str,
+    /// The value as it was written.
+    pub value: String,
+    /// Every value this build knows.
+    pub known: &'static [&'static str],
+}
+
+impl std::fmt::Display for UnknownValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "`{}` is not a known {}: use one of {}",
+            self.value,
+            self.kind,
+            self.known.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownValue {}
+
+/// A string enum of the contract: known values as variants, anything else kept as
+/// `Other(text)` (see the crate's documentation). `listed` says whether the schema lists
+/// the known values (`enum`); an open set (a workflow's own phases) is a plain string.
+macro_rules! string_enum {
+    (
+        $(#[$meta:meta])*
+        $name:ident, listed: $listed:literal, $description:literal {
+            $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+            /// A value this build does not know, kept as it was written.
+            Other(String),
+        }
+
+        impl $name {
+            /// Every value this build knows.
+            pub const KNOWN: &'static [&'static str] = &[$($text),+];
+
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $($name::$variant => $text,)+
+                    $name::Other(text) => text,
+                }
+            }
+
+            /// The known value `text` names; any other is an error that names it.
+            pub fn parse_known(text: &str) -> Result<Self, $crate::UnknownValue> {
+                match $name::from(text) {
+                    $name::Other(value) => Err($crate::UnknownValue {
+                        kind: stringify!($name),
+                        value,
+                        known: Self::KNOWN,
+                    }),
+                    known => Ok(known),
+                }
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(text: &str) -> Self {
+                match text {
+                    $($text => $name::$variant,)+
+                    other => $name::Other(other.to_string()),
+                }
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(text: String) -> Self {
+                match $name::from(text.as_str()) {
+                    $name::Other(_) => $name::Other(text),
+                    known => known,
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                String::deserialize(deserializer).map($name::from)
+            }
+        }
+
+        #[cfg(feature = "openapi")]
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                let schema = utoipa::openapi::schema::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .description(Some($description));
+                if $listed {
+                    schema.enum_values(Some(Self::KNOWN.iter().copied())).into()
+                } else {
+                    schema.into()
+                }
+            }
+        }
+
+        #[cfg(feature = "openapi")]
+        impl utoipa::ToSchema for $name {}
+    };
+}
+pub(crate) use string_enum;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_known_value_round_trips_and_an_unknown_one_is_kept_as_written() {
+        let known: TargetState = serde_json::from_str("\"rolled_back\"").expect("a string");
+        assert_eq!(
+            known,
+            TargetState::RolledBack,
+            "a known value is its variant"
+        );
+        assert_eq!(
+            serde_json::to_string(&known).expect("serialises"),
+            "\"rolled_back\"",
+            "and is written back as it was read"
+        );
+        let unknown: TargetState = serde_json::from_str("\"teleported\"").expect("a string");
+        assert_eq!(
+            unknown,
+            TargetState::Other("teleported".into()),
+            "an unknown value is kept, not refused or replaced"
+        );
+        assert_eq!(unknown.to_string(), "teleported", "and printed as written");
+    }
+
+    #[test]
+    fn parse_known_names_the_unknown_value_and_the_known_ones() {
+        let error = Role::parse_known("root").expect_err("root is no role");
+        assert_eq!(
+            error.to_string(),
+            "`root` is not a known Role: use one of viewer, deployer, approver, admin",
+            "the error names the value and what to use"
+        );
+        assert_eq!(
+            Role::parse_known("admin"),
+            Ok(Role::Admin),
+            "a known role parses"
+        );
+    }
+
+    #[test]
+    fn a_value_compares_with_its_text() {
+        assert!(
+            WorkflowStatus::Success == "SUCCESS",
+            "tests and renderers compare with the documented text"
+        );
+        assert!(Phase::Other("wave 1/2 (web)".into()) == "wave 1/2 (web)");
+    }
+}
