@@ -130,11 +130,7 @@ pub(crate) fn origin_of(record: &WorkflowRecord) -> Option<Origin> {
 
 /// A deploy's version: its first artifact's (docs/environments.md).
 pub(crate) fn version_of(request: &DeployRequest) -> &str {
-    request
-        .descriptor
-        .artifacts
-        .first()
-        .map_or("", |a| a.version.as_str())
+    request.descriptor.version()
 }
 
 /// The version live in `application/environment`, or `None` before its first success.

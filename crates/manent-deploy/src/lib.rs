@@ -2,7 +2,9 @@
 //! how a deploy is submitted and routed, the deploy workflow itself, and the
 //! views (JSON shapes of docs/cli.md) that the API and the CLI show.
 
+pub mod approvals;
 pub mod artifacts;
+pub mod deploy_views;
 pub mod gate;
 pub mod history;
 pub mod metrics;
@@ -12,6 +14,7 @@ pub mod request;
 pub mod schedules;
 pub mod secrets;
 pub mod service;
+pub mod submission;
 pub mod targets;
 pub mod timeline;
 pub mod views;

@@ -363,11 +363,7 @@ fn view(r: &ScheduleRecord, state: &TickState, now: i64) -> ScheduleView {
         id: r.id.clone(),
         application: d.application.clone(),
         environment: d.environment.clone(),
-        version: d
-            .artifacts
-            .first()
-            .map(|a| a.version.clone())
-            .unwrap_or_default(),
+        version: d.version().to_string(),
         cron: r.cron.clone(),
         timezone: r.timezone.clone(),
         missed: manent_contract::MissedPolicy::from(r.missed.as_str()),

@@ -128,6 +128,12 @@ impl Schedule {
 }
 
 impl Descriptor {
+    /// The deploy's version: its first artifact's, empty without artifacts
+    /// (docs/environments.md).
+    pub fn version(&self) -> &str {
+        self.artifacts.first().map_or("", |a| a.version.as_str())
+    }
+
     /// The tenant, the part of `application` before `/`.
     pub fn tenant(&self) -> &str {
         crate::tenant_of(&self.application)

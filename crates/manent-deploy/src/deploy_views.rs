@@ -1,0 +1,621 @@
+//! Deploys as the API and the CLI show them (docs/cli.md): status, list, logs, output,
+//! activity and an environment's history, read in a constant number of queries.
+
+use manent_engine::{
+    Client, EngineError, EventRecord, ExecutorState, StepRecord, WorkflowFilter, WorkflowRecord,
+    WorkflowStatus, now_ms,
+};
+
+use manent_model::Artifact;
+use serde::Deserialize;
+
+use manent_contract::{
+    ApprovalView, DeployLogs, DeployStatus, OutputLine, Phase, StepView, TargetState, TargetView,
+};
+
+use crate::{
+    gate,
+    history::{last_success, origin_of, request_of},
+    request::{DEPLOY_WORKFLOW, Decision, DeployRequest, rfc3339},
+    targets::TargetOutcome,
+    timeline,
+};
+
+impl From<Decision> for ApprovalView {
+    fn from(d: Decision) -> Self {
+        ApprovalView {
+            by: d.by,
+            decision: if d.approve {
+                manent_contract::Decision::Approved
+            } else {
+                manent_contract::Decision::Rejected
+            },
+            reason: d.reason,
+            at: rfc3339(d.at_ms),
+        }
+    }
+}
+
+pub(crate) fn event<T: serde::de::DeserializeOwned>(
+    events: &[EventRecord],
+    key: &str,
+) -> Option<T> {
+    events
+        .iter()
+        .find(|e| e.key == key)
+        .and_then(|e| serde_json::from_str(&e.value).ok())
+}
+
+fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStatus> {
+    let request = request_of(record)?;
+    let d = &request.descriptor;
+    let phase_event: Option<String> = event(events, "phase");
+    let waiting_for = match record.status {
+        WorkflowStatus::Enqueued if record.not_before_ms > now_ms() => {
+            Some(format!("its start time, {}", rfc3339(record.not_before_ms)))
+        }
+        WorkflowStatus::Enqueued => Some(format!(
+            "a free slot on queue {} (its limits, or no worker serving it)",
+            request.route.queue
+        )),
+        WorkflowStatus::Pending => {
+            event::<String>(events, gate::EVENT_WAITING).filter(|w| !w.is_empty())
+        }
+        _ => None,
+    };
+    let approvals: Vec<ApprovalView> = event::<Vec<Decision>>(events, gate::EVENT_APPROVALS)
+        .unwrap_or_default()
+        .into_iter()
+        .map(ApprovalView::from)
+        .collect();
+    let finished_ms = record
+        .finished_at_ms
+        .filter(|_| record.status.is_terminal());
+    let origin = origin_of(record);
+    let phase = match record.status {
+        WorkflowStatus::Enqueued if record.not_before_ms > now_ms() => Phase::Scheduled,
+        WorkflowStatus::Enqueued => Phase::Queued,
+        WorkflowStatus::Pending => phase_event.map_or(Phase::Running, Phase::from),
+        _ => Phase::Done,
+    };
+    Some(DeployStatus {
+        id: record.id.clone(),
+        application: d.application.clone(),
+        environment: d.environment.clone(),
+        version: d.version().to_string(),
+        status: manent_contract::WorkflowStatus::from(record.status.as_str()),
+        phase,
+        // The route's queue, also while the deploy waits on the gate queue.
+        queue: request.route.queue.clone(),
+        route_kind: crate::views::contract_kind(request.route.kind),
+        executor_id: record.executor_id.clone(),
+        dry_run: request.effective.as_ref().map_or(d.dry_run, |e| e.dry_run),
+        targets: request
+            .effective
+            .as_ref()
+            .map(|e| {
+                e.targets
+                    .iter()
+                    .map(|t| TargetView {
+                        name: t.name.clone(),
+                        status: TargetState::Pending,
+                        detail: None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        steps: Vec::new(),
+        error: record.error.clone(),
+        submitted_by: request.submitted_by.clone(),
+        created_at: rfc3339(record.created_at_ms),
+        // The last thing that happened to it: a phase or a target's progress is an event.
+        updated_at: rfc3339(
+            events
+                .iter()
+                .map(|e| e.updated_at_ms)
+                .fold(record.updated_at_ms, i64::max),
+        ),
+        waiting_for,
+        approvals,
+        artifacts: d.artifacts.iter().map(contract_artifact).collect(),
+        overrides: d
+            .deploy
+            .as_ref()
+            .and_then(|o| serde_json::to_value(o).ok())
+            .and_then(|v| match v {
+                serde_json::Value::Object(map) => Some(map),
+                _ => None,
+            })
+            .unwrap_or_default(),
+        effective: None,
+        deployed_now: None,
+        actions: Vec::new(),
+        started_at: record.started_at_ms.map(rfc3339),
+        finished_at: finished_ms.map(rfc3339),
+        duration_ms: record
+            .started_at_ms
+            .zip(finished_ms)
+            .map(|(started, finished)| (finished - started).max(0)),
+        redeploy_of: origin.as_ref().map(|o| o.deploy_id.clone()),
+        redeploy_kind: origin.map(|o| manent_contract::RedeployKind::from(o.kind.as_str())),
+        waves: Vec::new(),
+        passes: Vec::new(),
+    })
+}
+
+/// An artifact as the API shows it.
+fn contract_artifact(a: &Artifact) -> manent_contract::Artifact {
+    manent_contract::Artifact {
+        name: a.name.clone(),
+        artifact_type: a.artifact_type.clone(),
+        version: a.version.clone(),
+        url: a.url.clone(),
+        sha256: a.sha256.clone(),
+    }
+}
+
+fn step_view(s: StepRecord) -> StepView {
+    StepView {
+        name: s.name,
+        status: manent_contract::StepStatus::from(s.status.as_str()),
+        attempts: s.attempts,
+        started_at: rfc3339(s.started_at_ms),
+        finished_at: s.finished_at_ms.map(rfc3339),
+        executor_id: s.executor_id,
+        error: s.error,
+    }
+}
+
+/// The full status of one deploy, or `None` if there is no such deploy.
+pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, EngineError> {
+    let Some(record) = client.get(id).await? else {
+        return Ok(None);
+    };
+    if record.name != DEPLOY_WORKFLOW {
+        return Ok(None);
+    }
+    let events = client.events(id).await?;
+    let Some(mut view) = summary(&record, &events) else {
+        // A deploy whose input cannot be read exists: say so, never "not found".
+        let error = serde_json::from_str::<DeployRequest>(&record.input)
+            .err()
+            .map_or_else(|| "unknown".to_string(), |e| e.to_string());
+        return Err(EngineError::Unreadable {
+            kind: "deploy",
+            id: id.to_string(),
+            error,
+        });
+    };
+    if let Some(reason) = waiting_reason(client, &record).await? {
+        view.waiting_for = Some(reason);
+    }
+    let passes = timeline::passes(client, id, &view.queue).await?;
+    // A pass's own events first: the deploy republishes its targets' outcomes when the
+    // pass ends, and those win.
+    for e in passes
+        .events
+        .iter()
+        .chain(&events)
+        .filter(|e| e.key.starts_with("target:"))
+    {
+        if let Ok(outcome) = serde_json::from_str::<TargetOutcome>(&e.value) {
+            match view.targets.iter_mut().find(|t| t.name == outcome.name) {
+                Some(t) => {
+                    t.status = TargetState::from(outcome.status);
+                    t.detail = outcome.detail;
+                }
+                None => view.targets.push(TargetView {
+                    name: outcome.name,
+                    status: TargetState::from(outcome.status),
+                    detail: outcome.detail,
+                }),
+            }
+        }
+    }
+    // A cancelled deploy stopped its commands: what had not finished never will.
+    if record.status == WorkflowStatus::Cancelled {
+        for t in &mut view.targets {
+            if matches!(t.status, TargetState::Pending | TargetState::Deploying) {
+                t.status = TargetState::Cancelled;
+            }
+        }
+    }
+    let request = request_of(&record);
+    view.effective = match request.and_then(|r| r.effective) {
+        Some(effective) => {
+            Some(
+                serde_json::to_value(effective).map_err(|e| EngineError::Unreadable {
+                    kind: "deploy",
+                    id: id.to_string(),
+                    error: format!("its effective descriptor cannot be written: {e}"),
+                })?,
+            )
+        }
+        None => None,
+    };
+    if view.phase == Phase::WaitingApproval {
+        // What the approver would replace.
+        view.deployed_now = last_success(client, &view.application, &view.environment, None)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|(_, r)| r.effective)
+            .map(|p| p.version);
+    }
+    let steps = client.steps(id).await?;
+    // The last thing that happened to it, a step started or ended included (docs/api.md).
+    let last_ms = steps
+        .iter()
+        .chain(&passes.steps)
+        .map(|s| s.finished_at_ms.unwrap_or(s.started_at_ms))
+        .chain(events.iter().chain(&passes.events).map(|e| e.updated_at_ms))
+        .fold(record.updated_at_ms, i64::max);
+    view.updated_at = rfc3339(last_ms);
+    view.steps = steps
+        .into_iter()
+        .chain(passes.steps)
+        .filter(|s| !is_internal_step(&s.name))
+        .map(step_view)
+        .collect();
+    view.waves = crate::history::request_of(&record)
+        .and_then(|request| request.effective)
+        .map(|effective| timeline::waves(&effective))
+        .unwrap_or_default();
+    view.passes = passes.views;
+    Ok(Some(view))
+}
+
+/// Why a queued deploy does not start, or a claimed one does not move, when the
+/// deploy itself does not say (approval and dependency waits do): the deploy that holds
+/// its environment, the queue no live worker serves, or the stopped worker that holds
+/// it and the command that recovers it. `None` when there is nothing more precise.
+async fn waiting_reason(
+    client: &Client,
+    record: &WorkflowRecord,
+) -> Result<Option<String>, EngineError> {
+    let now = now_ms();
+    match record.status {
+        WorkflowStatus::Enqueued if record.not_before_ms <= now => {
+            let executors = client.executors().await?;
+            let mut live = Vec::new();
+            let mut gone = Vec::new();
+            for e in executors
+                .iter()
+                .filter(|e| e.queues.contains(&record.queue))
+            {
+                let lease = client.store().get_executor_lease(&e.id).await?;
+                if e.state == ExecutorState::Running && lease.is_some_and(|l| l.is_live(now)) {
+                    live.push(e.id.clone());
+                } else {
+                    gone.push(format!("{} ({})", e.id, e.state));
+                }
+            }
+            if live.is_empty() {
+                return Ok(Some(format!(
+                    "a worker serving queue {}: none is running{}",
+                    record.queue,
+                    if gone.is_empty() {
+                        " (no worker has ever served it; see `manent queues`)".to_string()
+                    } else {
+                        format!(" (it was served by {})", gone.join(", "))
+                    }
+                )));
+            }
+            let holders = client
+                .list(&WorkflowFilter {
+                    status: Some(WorkflowStatus::Pending),
+                    name: Some(DEPLOY_WORKFLOW.into()),
+                    partition_key: Some(record.partition_key.clone()),
+                    limit: Some(5),
+                    ..Default::default()
+                })
+                .await?;
+            if !holders.is_empty() {
+                let ids: Vec<String> = holders.iter().map(|h| h.id.clone()).collect();
+                return Ok(Some(format!(
+                    "the environment {}: deploy {} runs there (environment_concurrency)",
+                    record.partition_key,
+                    ids.join(", ")
+                )));
+            }
+            Ok(Some(format!(
+                "a free slot on queue {}: its workers ({}) are at their limits (`manent queues` shows them)",
+                record.queue,
+                live.join(", ")
+            )))
+        }
+        WorkflowStatus::Pending => {
+            let Some(executor) = &record.executor_id else {
+                return Ok(None);
+            };
+            let lease = client.store().get_executor_lease(executor).await?;
+            if lease.is_some_and(|l| l.is_live(now)) {
+                return Ok(None);
+            }
+            let state = client
+                .store()
+                .get_executor(executor)
+                .await?
+                .map_or_else(|| "unknown".to_string(), |e| e.state.to_string());
+            Ok(Some(format!(
+                "worker {executor}, which holds it, to come back: it is {state} and its lease has \
+                 expired; `manent recover --executor {executor}` hands the deploy to another worker \
+                 (or recovery.automatic does)"
+            )))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Steps that are bookkeeping, not work on the deploy: the engine's own (events,
+/// sleeps) and the deploy workflow's deadlines, watches and wake-ups. Status and logs
+/// leave them out.
+fn is_internal_step(name: &str) -> bool {
+    name.starts_with("manent.")
+        || name == "approval deadline"
+        || name == "wake dependents"
+        || name.starts_with("dependency deadline ")
+        || name.starts_with("watch ")
+        || name.starts_with("unwatch ")
+}
+
+/// What the deploy's steps printed after line `after`, at most `limit` lines (the
+/// caller has checked the deploy exists and may be read).
+pub async fn output(
+    client: &Client,
+    id: &str,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<OutputLine>, EngineError> {
+    Ok(
+        timeline::output(client, id, after.max(0), limit.clamp(1, 5_000))
+            .await?
+            .into_iter()
+            .map(|l| OutputLine {
+                seq: l.seq,
+                at: rfc3339(l.at_ms),
+                attempt: l.generation,
+                source: l.source,
+                stream: manent_contract::OutputStream::from(l.stream),
+                line: l.line,
+            })
+            .collect(),
+    )
+}
+
+/// Filters of the deploy list.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ListFilter {
+    pub application: Option<String>,
+    pub environment: Option<String>,
+    pub status: Option<String>,
+    pub limit: Option<i64>,
+}
+
+/// The newest deploys matching `filter` whose application `visible` admits (a scoped
+/// caller's tenants).
+pub async fn list(
+    client: &Client,
+    filter: &ListFilter,
+    visible: &(dyn Fn(&str) -> bool + Sync),
+) -> Result<Vec<DeployStatus>, EngineError> {
+    let status = match filter.status.as_deref() {
+        Some(s) => Some(s.to_ascii_uppercase().parse().map_err(|_| {
+            EngineError::InvalidInput(format!(
+                "unknown status `{s}`: use ENQUEUED, PENDING, SUCCESS, ERROR or CANCELLED"
+            ))
+        })?),
+        None => None,
+    };
+    let limit = filter.limit.unwrap_or(50).clamp(1, 1000);
+    // Application filters apply to the request; read more rows than asked to fill the page.
+    let records = client
+        .list(&WorkflowFilter {
+            status,
+            name: Some(DEPLOY_WORKFLOW.into()),
+            limit: Some(limit * 10),
+            ..Default::default()
+        })
+        .await?;
+    let records: Vec<&WorkflowRecord> = records
+        .iter()
+        .filter(|r| request_of(r).is_some_and(|req| visible(&req.descriptor.application)))
+        .collect();
+    // A running deploy's phase (waiting for approval, a wave) lives in its events: read
+    // for all of them at once.
+    let running: Vec<String> = records
+        .iter()
+        .filter(|r| r.status == WorkflowStatus::Pending)
+        .map(|r| r.id.clone())
+        .collect();
+    let mut events = client.events_of(&running).await?;
+    let mut views = Vec::new();
+    for r in records {
+        views.extend(summary(r, &events.remove(&r.id).unwrap_or_default()));
+    }
+    Ok(views
+        .into_iter()
+        .filter(|d| {
+            filter
+                .application
+                .as_ref()
+                .is_none_or(|a| &d.application == a)
+        })
+        .filter(|d| {
+            filter
+                .environment
+                .as_ref()
+                .is_none_or(|e| &d.environment == e)
+        })
+        .take(usize::try_from(limit).unwrap_or(50))
+        .collect())
+}
+
+/// How many output lines `logs` shows; the output endpoint pages through all of them.
+const LOG_OUTPUT_LINES: i64 = 5_000;
+
+/// Log lines of a deploy, in time order: its submission, each step's outcome, what its
+/// commands printed (`source | line`, `!` for stderr, `·` for a plugin's progress),
+/// recoveries; then each target's outcome and where the deploy stands.
+pub async fn logs(client: &Client, id: &str) -> Result<Option<DeployLogs>, EngineError> {
+    let Some(view) = status(client, id).await? else {
+        return Ok(None);
+    };
+    let created_ms = client.get(id).await?.map_or(0, |r| r.created_at_ms);
+    // (when, order among equal times, text)
+    let mut timed: Vec<(i64, u8, String)> = vec![(
+        created_ms,
+        0,
+        format!(
+            "{} submitted by {} to queue {}",
+            view.created_at, view.submitted_by, view.queue
+        ),
+    )];
+    let passes = timeline::passes(client, id, &view.queue).await?;
+    for s in client
+        .steps(id)
+        .await?
+        .into_iter()
+        .chain(passes.steps)
+        .filter(|s| !is_internal_step(&s.name))
+    {
+        let when = s.finished_at_ms.unwrap_or(s.started_at_ms);
+        let error = s
+            .error
+            .as_deref()
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default();
+        timed.push((
+            when,
+            2,
+            format!(
+                "{} [{}] {} {} (attempts {}){error}",
+                rfc3339(when),
+                s.executor_id,
+                s.name,
+                s.status,
+                s.attempts
+            ),
+        ));
+    }
+    let mut output_seq = 0;
+    for line in timeline::output(client, id, 0, LOG_OUTPUT_LINES).await? {
+        output_seq = line.seq;
+        let mark = match line.stream.as_str() {
+            "stderr" => "!",
+            "progress" => "·",
+            _ => "|",
+        };
+        timed.push((
+            line.at_ms,
+            1,
+            format!(
+                "{} {} {mark} {}",
+                rfc3339(line.at_ms),
+                line.source,
+                line.line
+            ),
+        ));
+    }
+    for recovery in client
+        .events(id)
+        .await?
+        .iter()
+        .filter(|e| e.key.starts_with("recovery:"))
+    {
+        let note = serde_json::from_str::<String>(&recovery.value)
+            .unwrap_or_else(|_| recovery.value.clone());
+        timed.push((
+            recovery.updated_at_ms,
+            1,
+            format!("{} {note}", rfc3339(recovery.updated_at_ms)),
+        ));
+    }
+    // Stable: equal times keep the order they were read in (output in print order).
+    timed.sort_by_key(|(at, order, _)| (*at, *order));
+    let mut lines: Vec<String> = timed.into_iter().map(|(_, _, text)| text).collect();
+    for t in &view.targets {
+        lines.push(format!(
+            "target {}: {}{}",
+            t.name,
+            t.status,
+            t.detail
+                .as_deref()
+                .map(|d| format!(" — {d}"))
+                .unwrap_or_default()
+        ));
+    }
+    lines.push(format!(
+        "{} {} phase {}",
+        view.updated_at, view.status, view.phase
+    ));
+    Ok(Some(DeployLogs {
+        id: id.to_string(),
+        lines,
+        output_seq,
+    }))
+}
+
+/// Which worker runs each active deploy, then the most recent ones.
+pub async fn activity(client: &Client) -> Result<Vec<DeployStatus>, EngineError> {
+    // Four queries whatever the number of deploys: three lists, and their events at once
+    // (crates/manent-deploy/tests/view_queries.rs counts them).
+    let mut records = Vec::new();
+    for status in [WorkflowStatus::Pending, WorkflowStatus::Enqueued] {
+        records.extend(
+            client
+                .list(&WorkflowFilter {
+                    status: Some(status),
+                    name: Some(DEPLOY_WORKFLOW.into()),
+                    limit: Some(200),
+                    ..Default::default()
+                })
+                .await?,
+        );
+    }
+    let recent = client
+        .list(&WorkflowFilter {
+            name: Some(DEPLOY_WORKFLOW.into()),
+            limit: Some(20),
+            ..Default::default()
+        })
+        .await?;
+    // Who approved a finished deploy stays part of its activity.
+    records.extend(recent.into_iter().filter(|r| r.status.is_terminal()));
+    let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
+    let mut events = client.events_of(&ids).await?;
+    Ok(records
+        .iter()
+        .filter_map(|r| summary(r, &events.remove(&r.id).unwrap_or_default()))
+        .collect())
+}
+
+/// One environment's deploys, newest first (all statuses, dry runs included): what
+/// `manent history APP ENV` shows. Read from that partition's history, so other
+/// applications' deploys cost nothing.
+pub async fn history(
+    client: &Client,
+    application: &str,
+    environment: &str,
+    limit: Option<i64>,
+) -> Result<Vec<DeployStatus>, EngineError> {
+    let records = client
+        .list(&WorkflowFilter {
+            name: Some(DEPLOY_WORKFLOW.into()),
+            partition_key: Some(manent_model::partition_key(application, environment)),
+            limit: Some(limit.unwrap_or(50).clamp(1, 1000)),
+            ..Default::default()
+        })
+        .await?;
+    let mut views = Vec::new();
+    for r in &records {
+        // A running deploy's phase (waiting for approval, a wave) lives in its events.
+        let events = if r.status == WorkflowStatus::Pending {
+            client.events(&r.id).await?
+        } else {
+            Vec::new()
+        };
+        views.extend(summary(r, &events));
+    }
+    Ok(views)
+}

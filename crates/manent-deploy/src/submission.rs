@@ -1,0 +1,444 @@
+//! Submission: a descriptor parsed (off the async threads), checked against its
+//! environment file and `manent.yml` (sources, overrides, plugins, dependency cycles),
+//! routed and enqueued; and resubmission of a recorded request (`manent rollback`,
+//! `manent redeploy`). Nothing is stored before every check passed.
+
+use manent_config::Config;
+use manent_engine::{Client, EngineError, now_ms};
+use std::sync::Arc;
+
+use manent_model::{
+    Descriptor, EffectiveDescriptor, ModelError, Route, load_environment, parse_descriptor, route,
+};
+
+use manent_contract::{Submitted, SubmittedStatus};
+
+use crate::history::{Origin, OriginKind};
+use crate::{
+    history::{ORIGIN_KEY, find_success, request_of, version_of},
+    request::{DEPLOY_WORKFLOW, DeployRequest, Submitter},
+    schedules,
+};
+
+/// Why a submission was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The descriptor is malformed; names the field and line.
+    #[error("{message}")]
+    Invalid {
+        field: Option<String>,
+        message: String,
+    },
+    /// The application or environment is unknown. Not produced by [`submit`]
+    /// (a missing environment file routes by artifact type); kept for callers.
+    #[error("{0}")]
+    UnknownEnvironment(String),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// A task of the submission stopped (a panic): a bug, reported as a server error.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Parses a descriptor off the async threads (a hostile body must not stall the process:
+/// the text is depth-checked first, then parsed). Nothing is stored; the caller authorises
+/// on the parsed `application` before it calls [`submit`].
+pub async fn parse(text: String, file_name: String) -> Result<Descriptor, SubmitError> {
+    tokio::task::spawn_blocking(move || parse_descriptor(&text, &file_name).map_err(invalid))
+        .await
+        .map_err(|e| SubmitError::Internal(format!("descriptor parser stopped: {e}")))?
+}
+
+/// A descriptor once its environment was read: what [`submit`] enqueues.
+#[derive(Debug)]
+struct Prepared {
+    descriptor: Descriptor,
+    route: Route,
+    effective: Option<EffectiveDescriptor>,
+}
+
+/// Reads the environment file, checks the descriptor against it and against `manent.yml`
+/// (artifact sources, allowed overrides, known plugins, dependency cycles) and decides the
+/// route. Reads files: run it off the async threads.
+fn prepare(
+    config: &Config,
+    mut descriptor: Descriptor,
+    force_dry_run: bool,
+) -> Result<Prepared, SubmitError> {
+    if force_dry_run {
+        descriptor.dry_run = true;
+    }
+    refuse_unlisted_sources(config, &descriptor)?;
+    let source = config.environments_source();
+    let env = load_environment(&source, &descriptor.application, &descriptor.environment);
+    // A missing environment file, like an unreadable source, is one that cannot be read at
+    // submission (docs/configuration.md, `plugins[].artifact_types`): the deploy is routed
+    // by its artifact types and resolves its environment when it runs. An invalid file is
+    // refused.
+    if let Err(e) = &env
+        && !e.is_environment_unavailable()
+    {
+        return Err(invalid(e.clone()));
+    }
+    let route: Route = route(config, &descriptor, env.as_ref());
+    let effective = match &env {
+        Ok(env) => Some(EffectiveDescriptor::build(&descriptor, env).map_err(invalid)?),
+        Err(_) => None,
+    };
+    let plugin = match &effective {
+        Some(eff) => Some(eff.plugin.as_str()),
+        None => descriptor.plugin_override(),
+    };
+    if let Some(plugin) = plugin {
+        refuse_unknown_plugin(config, plugin, effective.is_none())?;
+    }
+    if let Some(eff) = &effective {
+        refuse_dependency_cycle(config, eff)?;
+    }
+    Ok(Prepared {
+        descriptor,
+        route,
+        effective,
+    })
+}
+
+/// Refuses an artifact URL under none of `artifacts.sources`, naming `artifacts[N].url`.
+fn refuse_unlisted_sources(config: &Config, descriptor: &Descriptor) -> Result<(), SubmitError> {
+    let sources = config.artifact_sources();
+    for (i, artifact) in descriptor.artifacts.iter().enumerate() {
+        if let Err(e) = sources.check(&artifact.url) {
+            let field = format!("artifacts[{i}].url");
+            return Err(SubmitError::Invalid {
+                message: format!("{field}: `{}` {e}", artifact.url),
+                field: Some(field),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a plugin that is neither built in nor declared under `plugins:` in manent.yml:
+/// such a deploy could only fail once a worker took it.
+fn refuse_unknown_plugin(
+    config: &Config,
+    plugin: &str,
+    from_descriptor: bool,
+) -> Result<(), SubmitError> {
+    let builtin = [manent_model::DEFAULT_PLUGIN, manent_model::COMMAND_PLUGIN];
+    if builtin.contains(&plugin) || config.plugins.contains_key(plugin) {
+        return Ok(());
+    }
+    let mut known: Vec<&str> = builtin.to_vec();
+    known.extend(config.plugins.keys().map(String::as_str));
+    let whose = if from_descriptor {
+        "the descriptor"
+    } else {
+        "the effective descriptor (environment file or descriptor)"
+    };
+    Err(SubmitError::Invalid {
+        field: Some("deploy.plugin".into()),
+        message: format!(
+            "deploy.plugin: {whose} names plugin `{plugin}`, which this installation does not \
+             know; use one of {} or declare it under plugins: in manent.yml",
+            known.join(", ")
+        ),
+    })
+}
+
+/// Resolves, routes and enqueues a parsed descriptor ([`parse`]). The route is decided
+/// here, once, and recorded in the request.
+pub async fn submit(
+    client: &Client,
+    config: &Arc<Config>,
+    descriptor: Descriptor,
+    force_dry_run: bool,
+    submitted_by: &Submitter,
+) -> Result<Submitted, SubmitError> {
+    submit_recording(
+        client,
+        config,
+        descriptor,
+        force_dry_run,
+        submitted_by,
+        None,
+    )
+    .await
+}
+
+/// [`submit`], recording `origin` (a rollback's or redeploy's source) with the request.
+async fn submit_recording(
+    client: &Client,
+    config: &Arc<Config>,
+    descriptor: Descriptor,
+    force_dry_run: bool,
+    submitted_by: &Submitter,
+    origin: Option<&Origin>,
+) -> Result<Submitted, SubmitError> {
+    let Prepared {
+        descriptor,
+        route,
+        effective,
+    } = {
+        let config = Arc::clone(config);
+        tokio::task::spawn_blocking(move || prepare(&config, descriptor, force_dry_run))
+            .await
+            .map_err(|e| SubmitError::Internal(format!("submission check stopped: {e}")))??
+    };
+    let schedule = descriptor.schedule.clone().unwrap_or_default();
+    if let Some(cron) = &schedule.cron {
+        let timezone = schedule.timezone.as_deref().unwrap_or("UTC");
+        if let Err(message) = schedules::parse_cron(cron) {
+            return Err(SubmitError::Invalid {
+                field: Some("schedule.cron".into()),
+                message: format!("schedule.cron: {message}"),
+            });
+        }
+        if let Err(message) = schedules::parse_timezone(timezone) {
+            return Err(SubmitError::Invalid {
+                field: Some("schedule.timezone".into()),
+                message: format!("schedule.timezone: {message}"),
+            });
+        }
+        let record = schedules::create(
+            client,
+            descriptor,
+            effective,
+            route,
+            cron,
+            timezone,
+            schedule.missed_policy(),
+            submitted_by,
+        )
+        .await?;
+        return Ok(Submitted {
+            id: record.id,
+            status: SubmittedStatus::Scheduled,
+            queue: record.route.queue,
+        });
+    }
+    let not_before = match &schedule.at {
+        Some(at) => Some(parse_at(at).map_err(|message| SubmitError::Invalid {
+            field: Some("schedule.at".into()),
+            message: format!("schedule.at: `{at}` {message}"),
+        })?),
+        None => None,
+    };
+    let request = DeployRequest::new(descriptor, effective, route, submitted_by, now_ms());
+    let mut enqueue = request.enqueue();
+    if let (Some(origin), serde_json::Value::Object(input)) = (origin, &mut enqueue.input) {
+        // Beside the request in the same recorded input, so it is written with the enqueue
+        // or not at all; the workflow reads the request and passes over this key.
+        input.insert(
+            ORIGIN_KEY.into(),
+            serde_json::to_value(origin).map_err(|e| SubmitError::Internal(e.to_string()))?,
+        );
+    }
+    if let Some(at_ms) = not_before {
+        // ENQUEUED (phase `scheduled`) until then, then started through the same queue and limits.
+        enqueue = enqueue.not_before(at_ms);
+    }
+    let record = client.enqueue(enqueue).await?;
+    Ok(Submitted {
+        id: record.id,
+        status: SubmittedStatus::from(record.status.as_str()),
+        queue: request.route.queue,
+    })
+}
+
+/// `schedule.at` (RFC 3339, already validated by the model) in unix milliseconds.
+fn parse_at(at: &str) -> Result<i64, String> {
+    let normalised = at.replacen(['t', ' '], "T", 1);
+    chrono::DateTime::parse_from_rfc3339(&normalised)
+        .map(|t| t.timestamp_millis())
+        .map_err(|e| format!("is not a date-time ({e}); write e.g. 2025-03-01T02:00:00Z"))
+}
+
+fn invalid(e: ModelError) -> SubmitError {
+    let field = match &e {
+        ModelError::EffectiveInvalid { field, .. } => Some(field.clone()),
+        _ => e.issues().first().map(|i| i.field.clone()),
+    }
+    .filter(|f| !f.is_empty());
+    SubmitError::Invalid {
+        field,
+        message: e.to_string(),
+    }
+}
+
+/// `(application, environment)`.
+type AppEnv = (String, String);
+
+/// Refuses a deploy whose dependencies lead back to its own application and
+/// environment, following the environment files of the dependencies.
+fn refuse_dependency_cycle(config: &Config, eff: &EffectiveDescriptor) -> Result<(), SubmitError> {
+    let source = config.environments_source();
+    let start = (eff.application.clone(), eff.environment.clone());
+    // Depth-first over (application, environment), keeping the path for the message.
+    let mut stack: Vec<(Vec<AppEnv>, AppEnv)> = eff
+        .depends_on
+        .iter()
+        .map(|d| {
+            (
+                vec![start.clone()],
+                (d.application.clone(), d.environment.clone()),
+            )
+        })
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    while let Some((path, node)) = stack.pop() {
+        if node == start {
+            let mut names: Vec<String> = path.iter().map(|(a, e)| format!("{a}/{e}")).collect();
+            names.push(format!("{}/{}", node.0, node.1));
+            return Err(SubmitError::Invalid {
+                field: Some("depends_on".into()),
+                message: format!(
+                    "depends_on: dependency cycle {}; a deploy would wait for itself. Remove one of these dependencies",
+                    names.join(" -> ")
+                ),
+            });
+        }
+        if !seen.insert(node.clone()) {
+            continue;
+        }
+        // A dependency whose environment cannot be read has no known dependencies.
+        if let Ok(env) = load_environment(&source, &node.0, &node.1) {
+            for d in &env.depends_on {
+                let mut next_path = path.clone();
+                next_path.push(node.clone());
+                stack.push((next_path, (d.application.clone(), d.environment.clone())));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Why a rollback or redeploy was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ResubmitError {
+    /// No such deploy (or no readable one).
+    #[error("{0}")]
+    NotFound(String),
+    /// Nothing to roll back to: says what there is.
+    #[error("{0}")]
+    Nothing(String),
+    /// The submission of the recorded descriptor was refused (the environment file or
+    /// manent.yml changed since), or the engine failed.
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+}
+
+impl From<EngineError> for ResubmitError {
+    fn from(e: EngineError) -> Self {
+        ResubmitError::Submit(SubmitError::Engine(e))
+    }
+}
+
+/// The deploy a rollback of `application/environment` would resubmit: without `to`, the
+/// newest successful (not dry-run) deploy at a version other than the live one; with `to`,
+/// the newest successful deploy at version `to`, unless it is the live version.
+pub async fn rollback_source(
+    client: &Client,
+    application: &str,
+    environment: &str,
+    to: Option<&str>,
+) -> Result<(String, DeployRequest), ResubmitError> {
+    let here = format!("{application} {environment}");
+    let Some((live_id, live)) = find_success(client, application, environment, |_, _| true).await?
+    else {
+        return Err(ResubmitError::Nothing(format!(
+            "nothing to roll back to: {here} has no successful deploy yet"
+        )));
+    };
+    let live_version = version_of(&live).to_string();
+    if to == Some(live_version.as_str()) {
+        return Err(ResubmitError::Nothing(format!(
+            "nothing to roll back to: {live_version} is live in {here} now (deploy {live_id}); \
+             `manent redeploy {live_id}` deploys it again"
+        )));
+    }
+    let found = find_success(client, application, environment, |_, r| match to {
+        Some(to) => version_of(r) == to,
+        None => version_of(r) != live_version,
+    })
+    .await?;
+    found.ok_or_else(|| {
+        ResubmitError::Nothing(match to {
+            Some(to) => format!(
+                "nothing to roll back to: {here} has no successful deploy of version {to} \
+                 (`manent history {here}` lists its deploys)"
+            ),
+            None => format!(
+                "nothing to roll back to: {live_version}, live now (deploy {live_id}), is the \
+                 only version {here} ever ran successfully"
+            ),
+        })
+    })
+}
+
+/// The readable request of deploy `id`.
+pub async fn recorded_request(client: &Client, id: &str) -> Result<DeployRequest, ResubmitError> {
+    let record = client
+        .get(id)
+        .await?
+        .filter(|r| r.name == DEPLOY_WORKFLOW)
+        .ok_or_else(|| ResubmitError::NotFound(format!("no deploy `{id}`")))?;
+    request_of(&record).ok_or_else(|| {
+        ResubmitError::Submit(SubmitError::Internal(format!(
+            "deploy {id}'s recorded request cannot be read; it cannot be deployed again"
+        )))
+    })
+}
+
+/// Submits again the recorded descriptor of deploy `source` (its artifacts with their
+/// recorded URLs and sha256, its `deploy:` overrides, dry run and dependencies), through
+/// the whole submission path: parsed and checked again, resolved against the environment
+/// file as it is now, routed, gated (approvals, dependencies) and limited like any deploy,
+/// submitted by `submitted_by`. It runs now: a recorded `schedule` is left out.
+pub async fn resubmit(
+    client: &Client,
+    config: &Arc<Config>,
+    source: &str,
+    request: DeployRequest,
+    kind: OriginKind,
+    submitted_by: &Submitter,
+) -> Result<Submitted, ResubmitError> {
+    let mut descriptor = request.descriptor;
+    descriptor.schedule = None;
+    // Today's rules apply to the recorded text as to any other descriptor.
+    let text = serde_json::to_string(&descriptor).map_err(|e| {
+        SubmitError::Internal(format!(
+            "deploy {source}'s descriptor cannot be written: {e}"
+        ))
+    })?;
+    let descriptor = parse(text, format!("deploy {source}")).await?;
+    let origin = Origin {
+        kind,
+        deploy_id: source.to_string(),
+    };
+    Ok(submit_recording(
+        client,
+        config,
+        descriptor,
+        false,
+        submitted_by,
+        Some(&origin),
+    )
+    .await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_at;
+
+    #[test]
+    fn schedule_at_is_read_with_its_offset() {
+        assert_eq!(parse_at("2030-01-01T00:00:00Z"), Ok(1_893_456_000_000));
+        assert_eq!(parse_at("2030-01-01T01:00:00+01:00"), Ok(1_893_456_000_000));
+        assert_eq!(
+            parse_at("2030-01-01 01:00:00.250+01:00"),
+            Ok(1_893_456_000_250)
+        );
+        assert_eq!(parse_at("2030-01-01t00:00:00z"), Ok(1_893_456_000_000));
+        assert!(parse_at("tomorrow").is_err());
+    }
+}
