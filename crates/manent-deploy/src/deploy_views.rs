@@ -201,12 +201,12 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
         if let Ok(outcome) = serde_json::from_str::<TargetOutcome>(&e.value) {
             match view.targets.iter_mut().find(|t| t.name == outcome.name) {
                 Some(t) => {
-                    t.status = TargetState::from(outcome.status);
+                    t.status = outcome.status;
                     t.detail = outcome.detail;
                 }
                 None => view.targets.push(TargetView {
                     name: outcome.name,
-                    status: TargetState::from(outcome.status),
+                    status: outcome.status,
                     detail: outcome.detail,
                 }),
             }

@@ -5,6 +5,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+pub use manent_contract::TargetState;
 use manent_engine::OutputWriter;
 use manent_model::{CheckKind, EffectiveDescriptor, Target};
 use manent_ssh::{Address, Connection, ConnectionPool, Stream, TransportError};
@@ -84,8 +85,9 @@ impl TargetError {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TargetOutcome {
     pub name: String,
-    /// pending, deploying, deployed, failed, rolled_back, planned.
-    pub status: String,
+    /// Persisted as its text (`deployed`, `failed`, …); a value this build does not know
+    /// is kept as written (`TargetState::Other`).
+    pub status: TargetState,
     pub detail: Option<String>,
     /// Whether this deploy switched the target to the new version.
     #[serde(default)]
@@ -93,10 +95,10 @@ pub struct TargetOutcome {
 }
 
 impl TargetOutcome {
-    pub fn new(name: &str, status: &str, detail: Option<String>) -> Self {
+    pub fn new(name: &str, status: TargetState, detail: Option<String>) -> Self {
         TargetOutcome {
             name: name.to_string(),
-            status: status.to_string(),
+            status,
             detail,
             switched: false,
         }
@@ -123,15 +125,13 @@ impl TargetOutcome {
         let before = self.detail.clone().unwrap_or_default();
         let (status, note, switched) = match result {
             RollbackResult::Restored { version } => (
-                "rolled_back".to_string(),
+                TargetState::RolledBack,
                 format!("re-activated {version}"),
                 false,
             ),
-            RollbackResult::Failed(why) => (
-                "failed".to_string(),
-                format!("rollback failed: {why}"),
-                true,
-            ),
+            RollbackResult::Failed(why) => {
+                (TargetState::Failed, format!("rollback failed: {why}"), true)
+            }
             RollbackResult::NothingToRestore(why) => (
                 self.status.clone(),
                 format!("not rolled back: {why}"),
@@ -408,6 +408,25 @@ fn transport(error: TransportError) -> TargetError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_target_outcome_is_recorded_as_before_and_an_unknown_state_is_kept() {
+        let failed = TargetOutcome::new("t1", TargetState::Failed, Some("why".into()));
+        let json = serde_json::to_value(&failed).unwrap();
+        assert_eq!(
+            json["status"], "failed",
+            "recorded outcomes keep their text, so older deploys read the same"
+        );
+        let later: TargetOutcome = serde_json::from_str(
+            r#"{"name":"t1","status":"quarantined","detail":null,"switched":false}"#,
+        )
+        .expect("an outcome written by a later version still reads");
+        assert_eq!(
+            later.status,
+            TargetState::Other("quarantined".into()),
+            "a state this build does not know is kept as written, not lost"
+        );
+    }
 
     #[test]
     fn only_failures_that_may_pass_are_retried() {

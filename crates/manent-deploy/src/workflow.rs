@@ -216,7 +216,7 @@ async fn deploy(
             wave_outcomes = plugin.deploy_pass(ctx, &pc, &wave.targets).await?;
         }
         for outcome in wave_outcomes {
-            if outcome.status == "failed" && failure.is_none() {
+            if outcome.status == crate::targets::TargetState::Failed && failure.is_none() {
                 failure = Some(format!(
                     "target {}: {}",
                     outcome.name,

@@ -13,7 +13,7 @@ use manent_ssh::ConnectionPool;
 use super::{PassContext, Plugin};
 use crate::{
     artifacts::{self, ArtifactError, LocalArtifact},
-    targets::{self, RollbackResult, TargetError, TargetOutcome},
+    targets::{self, RollbackResult, TargetError, TargetOutcome, TargetState},
 };
 
 /// `remote-copy` and `command`.
@@ -85,8 +85,11 @@ async fn deploy_target(
     } = *pass;
     let key = format!("target:{}", target.name);
     let name = &target.name;
-    ctx.set_event(&key, &TargetOutcome::new(name, "deploying", None))
-        .await?;
+    ctx.set_event(
+        &key,
+        &TargetOutcome::new(name, TargetState::Deploying, None),
+    )
+    .await?;
     // Resolved against this machine's work directory: after a recovery on
     // another machine the recorded paths name the old machine's copies.
     let here: Vec<LocalArtifact> = local
@@ -180,7 +183,11 @@ async fn deploy_target(
             switched,
             ..TargetOutcome::new(
                 name,
-                if eff.dry_run { "planned" } else { "deployed" },
+                if eff.dry_run {
+                    TargetState::Planned
+                } else {
+                    TargetState::Deployed
+                },
                 Some(lines.join("; ")),
             )
         },
@@ -189,7 +196,11 @@ async fn deploy_target(
             message,
         }) => TargetOutcome {
             switched,
-            ..TargetOutcome::new(name, "failed", Some(format!("{step}: {message}")))
+            ..TargetOutcome::new(
+                name,
+                TargetState::Failed,
+                Some(format!("{step}: {message}")),
+            )
         },
         Err(other) => return Err(other),
     };

@@ -16,7 +16,7 @@ use super::{PassContext, Plugin, builtin::run_checks, ensure_all};
 use crate::{
     artifacts::LocalArtifact,
     targets,
-    targets::{RollbackResult, TargetOutcome},
+    targets::{RollbackResult, TargetOutcome, TargetState},
 };
 
 /// Attempts of a pass whose plugin error is retryable (a crash, a timeout, a busy host).
@@ -217,7 +217,7 @@ impl Plugin for External {
         for t in targets {
             ctx.set_event(
                 &format!("target:{}", t.name),
-                &TargetOutcome::new(&t.name, "deploying", None),
+                &TargetOutcome::new(&t.name, TargetState::Deploying, None),
             )
             .await?;
         }
@@ -226,47 +226,58 @@ impl Plugin for External {
         } else {
             Operation::Deploy
         };
-        let mut outcomes: Vec<TargetOutcome> = match self
-            .pass_step(ctx, pass, operation, targets, None)
-            .await
-        {
-            Ok(result) => targets
-                .iter()
-                .map(|t| match reported(&result, &t.name) {
-                    Ok(r) => TargetOutcome {
-                        switched: !eff.dry_run,
-                        ..TargetOutcome::new(
+        let mut outcomes: Vec<TargetOutcome> =
+            match self.pass_step(ctx, pass, operation, targets, None).await {
+                Ok(result) => targets
+                    .iter()
+                    .map(|t| match reported(&result, &t.name) {
+                        Ok(r) => TargetOutcome {
+                            switched: !eff.dry_run,
+                            ..TargetOutcome::new(
+                                &t.name,
+                                if eff.dry_run {
+                                    TargetState::Planned
+                                } else {
+                                    TargetState::Deployed
+                                },
+                                Some(with_detail(r.status, &r.detail)),
+                            )
+                        },
+                        // A target the plugin failed on may be half-way: it is rolled back.
+                        Err(detail) => TargetOutcome {
+                            switched: !eff.dry_run,
+                            ..TargetOutcome::new(&t.name, TargetState::Failed, Some(detail))
+                        },
+                    })
+                    .collect(),
+                Err(WorkflowError::Step { name, message }) => targets
+                    .iter()
+                    .map(|t| {
+                        TargetOutcome::new(
                             &t.name,
-                            if eff.dry_run { "planned" } else { "deployed" },
-                            Some(with_detail(r.status, &r.detail)),
+                            TargetState::Failed,
+                            Some(format!("{name}: {message}")),
                         )
-                    },
-                    // A target the plugin failed on may be half-way: it is rolled back.
-                    Err(detail) => TargetOutcome {
-                        switched: !eff.dry_run,
-                        ..TargetOutcome::new(&t.name, "failed", Some(detail))
-                    },
-                })
-                .collect(),
-            Err(WorkflowError::Step { name, message }) => targets
-                .iter()
-                .map(|t| TargetOutcome::new(&t.name, "failed", Some(format!("{name}: {message}"))))
-                .collect(),
-            Err(other) => return Err(other),
-        };
+                    })
+                    .collect(),
+                Err(other) => return Err(other),
+            };
 
         if !eff.dry_run {
             let deployed: Vec<Target> = targets
                 .iter()
                 .zip(&outcomes)
-                .filter(|(_, o)| o.status == "deployed")
+                .filter(|(_, o)| o.status == TargetState::Deployed)
                 .map(|(t, _)| t.clone())
                 .collect();
             if !deployed.is_empty() {
                 let checked = self
                     .pass_step(ctx, pass, Operation::Check, &deployed, None)
                     .await;
-                for o in outcomes.iter_mut().filter(|o| o.status == "deployed") {
+                for o in outcomes
+                    .iter_mut()
+                    .filter(|o| o.status == TargetState::Deployed)
+                {
                     let failure = match &checked {
                         Ok(result) => reported(result, &o.name).err(),
                         Err(WorkflowError::Step { name, message }) => {
@@ -275,7 +286,7 @@ impl Plugin for External {
                         Err(_) => None,
                     };
                     if let Some(why) = failure {
-                        o.status = "failed".into();
+                        o.status = TargetState::Failed;
                         o.detail = Some(format!("check: {why}"));
                     }
                 }
@@ -289,7 +300,7 @@ impl Plugin for External {
             let still: Vec<(usize, &Target)> = targets
                 .iter()
                 .enumerate()
-                .filter(|(i, _)| outcomes[*i].status == "deployed")
+                .filter(|(i, _)| outcomes[*i].status == TargetState::Deployed)
                 .collect();
             if !eff.checks.is_empty() && !still.is_empty() {
                 let branches = ctx.branches(still.len());
@@ -317,7 +328,7 @@ impl Plugin for External {
                             o.detail = Some(detail);
                         }
                         Err(WorkflowError::Step { name, message }) => {
-                            o.status = "failed".into();
+                            o.status = TargetState::Failed;
                             o.detail = Some(format!("{name}: {message}"));
                         }
                         Err(other) => return Err(other),
