@@ -80,11 +80,15 @@ string_enum!(
 );
 
 string_enum!(
-    /// A recorded step: RUNNING while it runs (rerun after a crash), then SUCCESS or ERROR.
-    StepStatus, listed: true, "RUNNING, then SUCCESS or ERROR." {
+    /// A recorded step: RUNNING while it runs (rerun after a crash), then SUCCESS or ERROR;
+    /// STOPPED when its deploy ended while it ran (cancelled, or failed elsewhere): it will
+    /// never finish.
+    StepStatus, listed: true,
+    "RUNNING, then SUCCESS or ERROR; STOPPED when the deploy ended while the step ran." {
         Running = "RUNNING",
         Success = "SUCCESS",
         Error = "ERROR",
+        Stopped = "STOPPED",
     }
 );
 

@@ -154,13 +154,24 @@ fn contract_artifact(a: &Artifact) -> manent_contract::Artifact {
     }
 }
 
-fn step_view(s: StepRecord) -> StepView {
+/// A step's status as shown: one still RUNNING in a deploy that has ended was stopped
+/// with it (a cancel, or a failure elsewhere) and will never finish.
+fn shown_step_status(s: &StepRecord, deploy_ended: bool) -> manent_contract::StepStatus {
+    use manent_contract::StepStatus;
+    match StepStatus::from(s.status.as_str()) {
+        StepStatus::Running if deploy_ended => StepStatus::Stopped,
+        status => status,
+    }
+}
+
+/// `ended_at`: when the deploy ended, `None` while it runs; a step it stopped ends then.
+fn step_view(s: StepRecord, ended_at: Option<i64>) -> StepView {
     StepView {
+        status: shown_step_status(&s, ended_at.is_some()),
+        finished_at: s.finished_at_ms.or(ended_at).map(rfc3339),
         name: s.name,
-        status: manent_contract::StepStatus::from(s.status.as_str()),
         attempts: s.attempts,
         started_at: rfc3339(s.started_at_ms),
-        finished_at: s.finished_at_ms.map(rfc3339),
         executor_id: s.executor_id,
         error: s.error,
     }
@@ -255,7 +266,14 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
         .into_iter()
         .chain(passes.steps)
         .filter(|s| !is_internal_step(&s.name))
-        .map(step_view)
+        .map(|s| {
+            step_view(
+                s,
+                record
+                    .finished_at_ms
+                    .filter(|_| record.status.is_terminal()),
+            )
+        })
         .collect();
     view.waves = crate::history::request_of(&record)
         .and_then(|request| request.effective)
@@ -493,7 +511,7 @@ pub async fn logs(client: &Client, id: &str) -> Result<Option<DeployLogs>, Engin
                 rfc3339(when),
                 s.executor_id,
                 s.name,
-                s.status,
+                shown_step_status(&s, view.finished_at.is_some()).as_str(),
                 s.attempts
             ),
         ));

@@ -413,6 +413,16 @@ async fn approve_reject_and_cancel_clicked_in_a_real_browser_take_effect_and_a_v
         cancelled["status"], "CANCELLED",
         "the Cancel click on the running deploy's page cancelled it: {cancelled}"
     );
+    let interrupted = cancelled["steps"]
+        .as_array()
+        .and_then(|steps| steps.iter().find(|s| s["name"] == "t1: command 2"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        interrupted["status"] == "STOPPED" && interrupted["finished_at"].is_string(),
+        "the step the cancel interrupted is STOPPED, ending with its deploy, not RUNNING \
+         forever: {interrupted}"
+    );
     let waiting = site.status(&token, &left_waiting);
     assert_eq!(
         waiting["phase"], "waiting_approval",

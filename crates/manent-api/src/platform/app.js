@@ -47,6 +47,8 @@
   const TARGET_STATUSES = {
     deployed: 'SUCCESS', planned: 'SUCCESS', failed: 'ERROR', rolled_back: 'CANCELLED',
     deploying: 'PENDING', RUNNING: 'PENDING', cancelled: 'CANCELLED',
+    // A step the deploy's end stopped (cancelled, or failed elsewhere).
+    STOPPED: 'CANCELLED',
   };
 
   function statusClass(status) {
@@ -480,9 +482,8 @@
       el('td', {}, a.by), el('td', {}, a.decision), el('td', {}, a.reason || ''), el('td', {}, a.at))), 4);
     replaceRows($('steps'), stepsByStart(d).map((s) => el('tr', {},
       el('td', {}, s.name),
-      // A step still RUNNING when its deploy ended was stopped with it.
-      s.status === 'RUNNING' && !isRunning(s, d)
-        ? el('td', {}, el('span', { class: 'status CANCELLED' }, 'RUNNING (stopped)')) : statusCell(s.status),
+      // A step still running when its deploy ended is STOPPED (the server says so).
+      statusCell(s.status),
       el('td', {}, s.attempts), el('td', {}, s.started_at),
       el('td', {}, s.finished_at ? duration(Date.parse(s.finished_at) - Date.parse(s.started_at))
         : (isRunning(s, d) ? el('span', { class: 'elapsed', 'data-since': s.started_at }, duration(Date.now() - Date.parse(s.started_at))) : '…')),
