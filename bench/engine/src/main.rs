@@ -294,7 +294,7 @@ fn parse_args() -> Result<Args> {
                     "usage: manent-engine-bench [--mode peers|backlog|workers] [--database-url URL]\n\
                      \x20 peers (default): [--workflows N] [--latency-samples N] \
                      [--setting default|tuned|both] [--backend postgres|sqlite|both] \
-                     [--timeout-secs S]\n\
+                     [--timeout-secs S] [--count-statements]\n\
                      \x20 backlog: [--backlogs 1000,10000,100000] [--partitions 5000] \
                      [--window 10000] [--chunk 1000] [--worker-concurrency 50] \
                      [--backend ..] [--timeout-secs S]\n\
