@@ -74,7 +74,12 @@ pub(crate) async fn connect(url: &str) -> Result<Pools, sqlx::Error> {
         });
     };
     // The writer first: it creates the file and sets WAL mode, which the readers rely on.
+    // No ping before each use (sqlx's default): a connection to a local file does not
+    // go away while idle, and every released connection is checked (pinged, its
+    // transaction ended) anyway; the ping is one more trip to the connection's
+    // thread on every write.
     let write = SqlitePoolOptions::new()
+        .test_before_acquire(false)
         .max_connections(1)
         .min_connections(0)
         .idle_timeout(Some(Duration::from_secs(600)))
@@ -90,6 +95,7 @@ pub(crate) async fn connect(url: &str) -> Result<Pools, sqlx::Error> {
         .connect_with(options.clone())
         .await?;
     let read = SqlitePoolOptions::new()
+        .test_before_acquire(false)
         .max_connections(8)
         .min_connections(0)
         .idle_timeout(Some(Duration::from_secs(600)))
