@@ -2010,6 +2010,109 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn grouped_step_writes_on_postgresql_fence_each_row_by_its_own_lease() {
+        grouped_writes_fence_each_row(manent_testkit::Db::Postgres).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn grouped_step_writes_on_sqlite_fence_each_row_by_its_own_lease() {
+        grouped_writes_fence_each_row(manent_testkit::Db::Sqlite).await;
+    }
+
+    /// Workflow `id` of `w` on queue `q`, in `partition`, claimable from `now`.
+    fn queued(id: String, partition: String, now: i64) -> NewWorkflow {
+        NewWorkflow {
+            id,
+            name: "w".into(),
+            queue: "q".into(),
+            partition_key: partition,
+            priority: 0,
+            not_before_ms: now,
+            dedup_key: None,
+            input: "null".into(),
+            parent_id: None,
+            now_ms: now,
+        }
+    }
+
+    /// Ten runs write a step at once (so the writes share groups); one of them
+    /// holds a stale generation. Only that one is fenced; every other is written,
+    /// and a finished step is never overwritten by a later write of it.
+    async fn grouped_writes_fence_each_row(db: manent_testkit::Db) {
+        let test = manent_testkit::TestDb::new(db).await;
+        let store = SqlStore::connect(&test.url).await.expect("connect");
+        store.migrate().await.expect("migrate");
+        let now = crate::now_ms();
+        let wfs: Vec<NewWorkflow> = (0..10)
+            .map(|i| queued(format!("w{i}"), String::new(), now))
+            .collect();
+        store.enqueue_many(&wfs).await.expect("enqueue");
+        let limits = ClaimLimits {
+            worker: 10,
+            partition: None,
+            global: 0,
+            group: None,
+        };
+        let claimed = store.claim("q", "e", limits, now, 10).await.expect("claim");
+        assert_eq!(claimed.len(), 10, "all ten are claimed");
+        let writes = claimed.iter().map(|record| {
+            let mut lease = record.lease().expect("a claimed workflow has a lease");
+            if record.id == "w3" {
+                lease.generation -= 1;
+            }
+            let step = StepRecord {
+                workflow_id: record.id.clone(),
+                index: 0,
+                name: "s".into(),
+                status: super::super::StepStatus::Success,
+                output: Some(format!("\"{}\"", record.id)),
+                error: None,
+                attempts: 1,
+                started_at_ms: now,
+                finished_at_ms: Some(now),
+                executor_id: "e".into(),
+            };
+            let store = &store;
+            async move {
+                (
+                    lease.workflow_id.clone(),
+                    store.record_step(&lease, &step).await,
+                )
+            }
+        });
+        for (id, written) in futures::future::join_all(writes).await {
+            let written = written.unwrap_or_else(|e| panic!("the write of {id} runs: {e}"));
+            let expected = if id == "w3" {
+                Checkpoint::Fenced
+            } else {
+                Checkpoint::Written
+            };
+            assert_eq!(written, expected, "{id}: only the stale lease is fenced");
+            let steps = store.load_steps(&id).await.expect("load");
+            assert_eq!(
+                steps.len(),
+                usize::from(id != "w3"),
+                "{id}: the step is recorded exactly when its lease held"
+            );
+        }
+        // A second write of a finished step changes nothing.
+        let record = claimed.iter().find(|r| r.id == "w1").expect("w1");
+        let lease = record.lease().expect("lease");
+        let mut again = store.load_steps("w1").await.expect("load").remove(0);
+        again.output = Some("\"changed\"".into());
+        store
+            .record_step(&lease, &again)
+            .await
+            .expect("write again");
+        let kept = store.load_steps("w1").await.expect("load").remove(0);
+        assert_eq!(
+            kept.output.as_deref(),
+            Some("\"w1\""),
+            "a recorded step is never overwritten"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_claims_one_round_trip_begin_takes_the_same_queue_lock_as_the_bound_form() {
         let test = manent_testkit::TestDb::new(manent_testkit::Db::Postgres).await;
         let store = SqlStore::connect(&test.url).await.expect("connect");
@@ -2056,19 +2159,14 @@ mod tests {
         store.migrate().await.expect("migrate the test store");
         let now = crate::now_ms();
         let wfs: Vec<NewWorkflow> = (0..100_000)
-            .map(|i| NewWorkflow {
-                // Ids as long as the engine's (UUIDs): the index that carries
-                // them grows, and with it the planner's price for reading it.
-                id: format!("0190c0de-0000-7000-8000-{i:012}"),
-                name: "w".into(),
-                queue: "q".into(),
-                partition_key: format!("p{}", i % 5000),
-                priority: 0,
-                not_before_ms: now,
-                dedup_key: None,
-                input: "null".into(),
-                parent_id: None,
-                now_ms: now,
+            // Ids as long as the engine's (UUIDs): the index that carries
+            // them grows, and with it the planner's price for reading it.
+            .map(|i| {
+                queued(
+                    format!("0190c0de-0000-7000-8000-{i:012}"),
+                    format!("p{}", i % 5000),
+                    now,
+                )
             })
             .collect();
         store.enqueue_many(&wfs).await.expect("enqueue the backlog");
