@@ -157,7 +157,7 @@ impl Probe {
 
     /// The plan of `sql` as the database executes it now inside a claim: `EXPLAIN (ANALYZE,
     /// BUFFERS)` on PostgreSQL, in a transaction with `enable_sort` off as the engine's claim
-    /// transaction has it (`PG_CLAIM_PRELUDE` in crates/manent-engine/src/store/sql.rs); on
+    /// transaction has it (`pg_claim_begin` in crates/manent-engine/src/store/sql.rs); on
     /// SQLite, which has no EXPLAIN ANALYZE, `EXPLAIN QUERY PLAN` and the mean wall time of 20
     /// executions.
     pub(crate) async fn explain(&self, sql: &str) -> Result<String> {

@@ -64,7 +64,7 @@ use manent_engine::{
     WorkflowContext, WorkflowError, WorkflowStatus, store,
 };
 use sqlx::Executor as _;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
 const EXECUTOR_ID: &str = "bench-manent";
@@ -83,6 +83,10 @@ static STEP_SLEEP_MS: AtomicU64 = AtomicU64::new(0);
 /// (`StepPolicy::recording_start`, one write more per step), to measure what that costs.
 pub(crate) static RECORD_START: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
+/// SQL statements the engine sent in this process, as sqlx logs them (`--count-statements`;
+/// the progress counter's own connection logs nothing). SQLite's `BEGIN` and `COMMIT` go to
+/// its worker thread without the logger and are not counted; PostgreSQL's are.
+static STATEMENTS: AtomicU64 = AtomicU64::new(0);
 /// Workflow bodies that returned in this process. The backlog mode watches it instead of
 /// counting rows every 10 ms, which would scan a growing table while being measured.
 static FINISHED: AtomicU64 = AtomicU64::new(0);
@@ -191,6 +195,8 @@ pub(crate) struct Args {
     pub worker_concurrency: Option<u32>,
     /// Worker child: its executor id.
     pub executor_id: String,
+    /// Peers mode: count the engine's SQL statements in the timed window (costs CPU).
+    pub count_statements: bool,
 }
 
 fn list<T: FromStr>(flag: &str, value: &str) -> Result<Vec<T>> {
@@ -222,6 +228,7 @@ fn parse_args() -> Result<Args> {
         step_sleep_ms: 50,
         worker_concurrency: None,
         executor_id: EXECUTOR_ID.to_owned(),
+        count_statements: false,
     };
     let mut workflows_set = false;
     let mut it = std::env::args().skip(1);
@@ -238,6 +245,7 @@ fn parse_args() -> Result<Args> {
             }
             "--worker" => args.mode = Mode::Worker,
             "--record-start" => RECORD_START.store(true, Ordering::SeqCst),
+            "--count-statements" => args.count_statements = true,
             "--executor-id" => args.executor_id = value()?,
             "--database-url" => args.database_url = value()?,
             "--workflows" => {
@@ -291,7 +299,7 @@ fn parse_args() -> Result<Args> {
                     "usage: manent-engine-bench [--mode peers|backlog|workers] [--database-url URL]\n\
                      \x20 peers (default): [--workflows N] [--latency-samples N] \
                      [--setting default|tuned|both] [--backend postgres|sqlite|both] \
-                     [--timeout-secs S] [--record-start]\n\
+                     [--timeout-secs S] [--record-start] [--count-statements]\n\
                      \x20 backlog: [--backlogs 1000,10000,100000] [--partitions 5000] \
                      [--window 10000] [--chunk 1000] [--worker-concurrency 50] \
                      [--backend ..] [--timeout-secs S]\n\
@@ -368,6 +376,27 @@ async fn enqueue(client: &Client, input: u64, key: String) -> Result<String> {
         .await
         .map_err(|e| anyhow!("enqueueing workflow {input}: {e}"))?;
     Ok(record.id)
+}
+
+/// Connect options that log no statement: the benchmark's own queries stay out of
+/// [`STATEMENTS`].
+fn quiet<O: sqlx::ConnectOptions>(options: O) -> O {
+    options.disable_statement_logging()
+}
+
+/// Counts sqlx's statement events into [`STATEMENTS`] (and prints none of them).
+struct StatementCounter;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for StatementCounter {
+    fn on_event(
+        &self,
+        event: &tracing::Event<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if event.metadata().target() == "sqlx::query" {
+            STATEMENTS.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// `url` with its database name replaced by `db`.
@@ -520,6 +549,8 @@ struct Outcome {
     cpu_ms: (f64, f64),
     /// Mean claim-to-finish time and mean finish-to-next-claim gap on a key, in ms.
     timeline: (Option<f64>, Option<f64>),
+    /// SQL statements the engine sent in the timed window (`--count-statements`).
+    statements: Option<u64>,
 }
 
 /// The database file and the files and directory SQLite and the engine keep beside it.
@@ -554,7 +585,7 @@ async fn run(args: &Args, backend: Backend, setting: Setting) -> Result<Outcome>
                 let counter = Counter::Postgres(
                     PgPoolOptions::new()
                         .max_connections(1)
-                        .connect(&url)
+                        .connect_with(quiet(PgConnectOptions::from_str(&url)?))
                         .await
                         .context("connecting the progress poller")?,
                 );
@@ -579,7 +610,7 @@ async fn run(args: &Args, backend: Backend, setting: Setting) -> Result<Outcome>
                 let counter = Counter::Sqlite(
                     SqlitePoolOptions::new()
                         .max_connections(1)
-                        .connect_with(SqliteConnectOptions::from_str(&url)?.read_only(true))
+                        .connect_with(quiet(SqliteConnectOptions::from_str(&url)?.read_only(true)))
                         .await
                         .context("connecting the progress poller")?,
                 );
@@ -642,6 +673,7 @@ async fn measure(
     let launch_seconds = (started - launch_start).as_secs_f64();
     let target = i64::try_from(args.workflows)?;
     let cpu_before = counter.cpu().await?;
+    let statements_before = STATEMENTS.load(Ordering::Relaxed);
     let (seconds, completed, timed_out) = loop {
         let (done, failed) = counter.counts().await?;
         if failed > 0 {
@@ -655,6 +687,9 @@ async fn measure(
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
+    let statements = args
+        .count_statements
+        .then(|| STATEMENTS.load(Ordering::Relaxed) - statements_before);
     let cpu_ms = cpu_between(&cpu_before, &counter.cpu().await?);
     let timeline = counter.timeline().await?;
     if timed_out {
@@ -675,6 +710,7 @@ async fn measure(
             latency_aborted: None,
             cpu_ms,
             timeline,
+            statements,
         });
     }
     eprintln!(
@@ -735,6 +771,7 @@ async fn measure(
         latency_aborted,
         cpu_ms,
         timeline,
+        statements,
     })
 }
 
@@ -772,11 +809,22 @@ fn result_line(
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
-        .init();
     let args = parse_args()?;
+    {
+        use tracing_subscriber::{Layer as _, filter, layer::SubscriberExt as _};
+        let print = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(filter::LevelFilter::WARN);
+        // Off unless asked for: sqlx builds each statement's log record only when someone
+        // listens, which costs CPU in the measured window.
+        let count = args.count_statements.then(|| {
+            StatementCounter.with_filter(filter::filter_fn(|m| m.target() == "sqlx::query"))
+        });
+        tracing::subscriber::set_global_default(
+            tracing_subscriber::registry().with(print).with(count),
+        )
+        .context("installing the log subscriber")?;
+    }
     match args.mode {
         Mode::Peers => {}
         Mode::Backlog => return backlog::run(&args).await,
@@ -824,6 +872,13 @@ async fn main() -> Result<()> {
             }
             if RECORD_START.load(Ordering::Relaxed) {
                 note.push_str("; --record-start: every step records its start before its body");
+            }
+            if let Some(statements) = outcome.statements {
+                note.push_str(&format!(
+                    "; SQL statements sent by the engine in the timed window: {statements} ({:.2} per \
+                     workflow; SQLite's BEGIN and COMMIT not counted)",
+                    statements as f64 / outcome.completed.max(1) as f64
+                ));
             }
             if let (Some(run), Some(gap)) = outcome.timeline {
                 note.push_str(&format!(

@@ -655,8 +655,17 @@ async fn run_to_outcome(
         return;
     };
     let mut wait = Duration::from_millis(100);
+    // A workflow's first claim is its first lease: no run before it could write a
+    // checkpoint (every step write needs a lease), so there is nothing to load. A
+    // replay after a failed checkpoint, or any later claim or take-over, loads them.
+    let mut nothing_recorded = record.attempts <= 1;
     loop {
-        let steps = match shared.store.load_steps(&record.id).await {
+        let loaded = if std::mem::take(&mut nothing_recorded) {
+            Ok(Vec::new())
+        } else {
+            shared.store.load_steps(&record.id).await
+        };
+        let steps = match loaded {
             Ok(steps) => steps,
             Err(e) if e.is_transient() && !shared.is_stopping() => {
                 tracing::warn!(workflow_id = %record.id, error = %e, "cannot load checkpoints; retrying");

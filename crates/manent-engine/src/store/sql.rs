@@ -27,33 +27,55 @@ use super::{
 use crate::error::StoreError;
 
 enum Pool {
-    Sqlite(SqlitePool),
+    /// Reads on `read`; every write on `write`, the one writer connection
+    /// (`sqlite::Pools`); step checkpoints and outcomes through `group`.
+    Sqlite {
+        read: SqlitePool,
+        write: SqlitePool,
+        group: sqlite::GroupCommit,
+    },
     Postgres(sqlx::PgPool),
 }
 
-/// Runs `$body` with `$pool` bound to the driver's pool; the body is compiled once per driver.
+/// Runs `$body` with `$pool` bound to the driver's pool for reads; the body is
+/// compiled once per driver. A write uses [`with_writer!`].
 macro_rules! with_pool {
     ($store:expr, $pool:ident => $body:expr) => {
         match &$store.pool {
-            Pool::Sqlite($pool) => $body,
+            Pool::Sqlite { read: $pool, .. } => $body,
+            Pool::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// [`with_pool!`] for a write outside a transaction: on SQLite, the writer connection.
+macro_rules! with_writer {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match &$store.pool {
+            Pool::Sqlite { write: $pool, .. } => $body,
             Pool::Postgres($pool) => $body,
         }
     };
 }
 
 /// Runs `$body` inside a write transaction bound to `$tx` and commits it.
-/// An early return (`?`) rolls the transaction back.
+/// An early return (`?`) rolls the transaction back. `pg_begin`, when given,
+/// opens the transaction on PostgreSQL (a `BEGIN` followed by statements that
+/// belong to it, in one round trip).
 macro_rules! write_tx {
     ($store:expr, $tx:ident => $body:expr) => {
+        write_tx!($store, pg_begin = String::from("BEGIN"), $tx => $body)
+    };
+    ($store:expr, pg_begin = $begin:expr, $tx:ident => $body:expr) => {
         match &$store.pool {
-            Pool::Sqlite(pool) => {
+            Pool::Sqlite { write: pool, .. } => {
                 let mut $tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
                 let result = $body;
                 $tx.commit().await.map_err(map_err)?;
                 result
             }
             Pool::Postgres(pool) => {
-                let mut $tx = pool.begin().await.map_err(map_err)?;
+                let mut $tx = pool.begin_with($begin).await.map_err(map_err)?;
                 let result = $body;
                 $tx.commit().await.map_err(map_err)?;
                 result
@@ -82,6 +104,8 @@ pub struct SqlStore {
     bus: broadcast::Sender<Wakeup>,
     sqlite_path: Option<PathBuf>,
     pg_options: Option<PgConnectOptions>,
+    /// PostgreSQL: step checkpoints and outcomes, grouped into one statement each.
+    pg_group: Option<postgres::GroupWrites>,
     listener: Option<JoinHandle<()>>,
 }
 
@@ -312,14 +336,19 @@ impl SqlStore {
         retry_transient("connect to the database", || async {
             match backend {
                 Backend::Sqlite => {
-                    let (pool, path) = sqlite::connect(url)
+                    let pools = sqlite::connect(url)
                         .await
                         .map_err(|e| connect_err(url, e))?;
                     Ok(SqlStore {
-                        bus: sqlite::wakeup_bus(path.as_deref()),
-                        pool: Pool::Sqlite(pool),
-                        sqlite_path: path,
+                        bus: sqlite::wakeup_bus(pools.path.as_deref()),
+                        pool: Pool::Sqlite {
+                            group: sqlite::spawn_group_commit(pools.write.clone()),
+                            read: pools.read,
+                            write: pools.write,
+                        },
+                        sqlite_path: pools.path,
                         pg_options: None,
+                        pg_group: None,
                         listener: None,
                     })
                 }
@@ -333,6 +362,7 @@ impl SqlStore {
                         .map_err(map_err)?;
                     Ok(SqlStore {
                         bus,
+                        pg_group: Some(postgres::spawn_group_writes(pool.clone())),
                         pool: Pool::Postgres(pool),
                         sqlite_path: None,
                         pg_options: Some(options),
@@ -346,17 +376,23 @@ impl SqlStore {
 
     fn lock_clause(&self) -> &'static str {
         match self.pool {
-            Pool::Sqlite(_) => "",
+            Pool::Sqlite { .. } => "",
             Pool::Postgres(_) => "FOR SHARE",
+        }
+    }
+
+    /// Publishes wake-ups in this process only: for writes whose NOTIFY went
+    /// out with their own transaction.
+    fn wake_here(&self, wakeups: &[Wakeup]) {
+        for w in wakeups {
+            let _ = self.bus.send(w.clone());
         }
     }
 
     /// Publishes wake-ups after a commit: in-process always, and through
     /// NOTIFY on PostgreSQL so other processes hear of them too.
     async fn wake(&self, wakeups: &[Wakeup]) {
-        for w in wakeups {
-            let _ = self.bus.send(w.clone());
-        }
+        self.wake_here(wakeups);
         if let Pool::Postgres(pool) = &self.pool
             && !wakeups.is_empty()
         {
@@ -379,7 +415,7 @@ impl SqlStore {
             version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)";
         let backend = self.backend();
         match &self.pool {
-            Pool::Sqlite(pool) => {
+            Pool::Sqlite { write: pool, .. } => {
                 // BEGIN IMMEDIATE makes concurrent starters queue up on the write lock.
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
                 sqlx::query(CREATE)
@@ -478,7 +514,7 @@ impl SqlStore {
             "INSERT INTO manent_records (kind, record_key, value, updated_at) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (kind, record_key) {on_conflict}"
         );
-        let written = with_pool!(self, pool => sqlx::query(&sql)
+        let written = with_writer!(self, pool => sqlx::query(&sql)
             .bind(kind)
             .bind(key)
             .bind(value)
@@ -503,6 +539,11 @@ impl SqlStore {
             .await
             .map_err(map_err))
     }
+}
+
+/// A PostgreSQL store always has its group writer; this names the bug if not.
+fn no_group() -> StoreError {
+    StoreError::Database("the PostgreSQL store has no group writer (a bug)".into())
 }
 
 fn connect_err(url: &str, e: sqlx::Error) -> StoreError {
@@ -557,7 +598,7 @@ where
 impl Store for SqlStore {
     fn backend(&self) -> Backend {
         match self.pool {
-            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Sqlite { .. } => Backend::Sqlite,
             Pool::Postgres(_) => Backend::Postgres,
         }
     }
@@ -574,7 +615,7 @@ impl Store for SqlStore {
     }
 
     async fn upsert_queue(&self, q: &QueueRecord) -> Result<(), StoreError> {
-        with_pool!(self, pool => sqlx::query(
+        with_writer!(self, pool => sqlx::query(
             "INSERT INTO manent_queues (name, kind, worker_concurrency, partition_concurrency, global_concurrency, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, \
              worker_concurrency = excluded.worker_concurrency, partition_concurrency = excluded.partition_concurrency, \
@@ -643,7 +684,7 @@ impl Store for SqlStore {
 
     async fn enqueue(&self, wf: &NewWorkflow) -> Result<EnqueueOutcome, StoreError> {
         let seq = next_seq(wf.now_ms);
-        let inserted = with_pool!(self, pool => sqlx::query(
+        let inserted = with_writer!(self, pool => sqlx::query(
             "INSERT INTO manent_workflows (id, name, status, queue_name, partition_key, priority, not_before, dedup_key, \
              input, parent_id, attempts, generation, created_at, created_seq, updated_at) \
              VALUES ($1, $2, 'ENQUEUED', $3, $4, $5, $6, $7, $8, $9, 0, 0, $10, $11, $10) ON CONFLICT (id) DO NOTHING")
@@ -783,15 +824,7 @@ impl Store for SqlStore {
             Some(g) => format!("group:{g}"),
             None => queue.to_string(),
         };
-        let claimed: Vec<WorkflowRow> = write_tx!(self, tx => {
-            if is_pg {
-                sqlx::query(PG_CLAIM_PRELUDE)
-                    .bind(postgres::LOCK_NAMESPACE_QUEUE)
-                    .bind(&lock_key)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(map_err)?;
-            }
+        let claimed: Vec<WorkflowRow> = write_tx!(self, pg_begin = pg_claim_begin(&lock_key), tx => {
             let running: Vec<(i64, Option<String>, String, i64)> = sqlx::query_as(
                 "SELECT CAST(0 AS BIGINT), executor_id, partition_key, COUNT(*) FROM manent_workflows \
                  WHERE queue_name = $1 AND status = 'PENDING' GROUP BY executor_id, partition_key \
@@ -819,19 +852,18 @@ impl Store for SqlStore {
             // rows read follow what can be taken, not how much is queued.
             let mut after: Option<(i64, i64, String)> = None;
             while plan.free > 0 {
-                let full: Vec<String> = plan.full_partitions().map(str::to_string).collect();
+                let full: Vec<&str> = plan.full_partitions().collect();
                 // Past this many, the partitions are skipped here rather than in SQL.
                 let exclude = if full.len() <= 500 { full.as_slice() } else { &[] };
                 let page = (plan.free * 2).max(16);
-                let sql = claim_page_sql(is_pg, after.is_some(), exclude.len(), page);
-                let mut query = sqlx::query_as::<_, (String, String, i64, i64)>(&sql)
+                let sql = claim_page_sql(is_pg, after.is_some());
+                let mut query = sqlx::query_as::<_, (String, String, i64, i64)>(sql)
                     .bind(queue)
-                    .bind(now_ms);
+                    .bind(now_ms)
+                    .bind(page)
+                    .bind(json_list(exclude));
                 if let Some((priority, seq, id)) = &after {
                     query = query.bind(*priority).bind(*seq).bind(id.clone());
-                }
-                for key in exclude {
-                    query = query.bind(key.clone());
                 }
                 let rows = query.fetch_all(&mut *tx).await.map_err(map_err)?;
                 let exhausted = (rows.len() as i64) < page;
@@ -851,22 +883,15 @@ impl Store for SqlStore {
             if picked.is_empty() {
                 Vec::new()
             } else {
-                let marks: Vec<String> = (4..4 + picked.len()).map(|i| format!("${i}")).collect();
-                let sql = format!(
-                    "UPDATE manent_workflows SET status = 'PENDING', executor_id = $1, limit_group = $2, \
-                     generation = generation + 1, attempts = attempts + 1, started_at = COALESCE(started_at, $3), \
-                     updated_at = $3 WHERE status = 'ENQUEUED' AND id IN ({}) RETURNING {}",
-                    marks.join(", "),
-                    wf_cols!()
-                );
-                let mut query = sqlx::query_as::<_, WorkflowRow>(&sql)
+                let picked_list = picked.iter().map(String::as_str).collect::<Vec<_>>();
+                let mut rows = sqlx::query_as::<_, WorkflowRow>(claim_update_sql(is_pg))
                     .bind(executor_id)
                     .bind(&group)
-                    .bind(now_ms);
-                for id in &picked {
-                    query = query.bind(id.clone());
-                }
-                let mut rows = query.fetch_all(&mut *tx).await.map_err(map_err)?;
+                    .bind(now_ms)
+                    .bind(json_list(&picked_list))
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
                 // In claim order (RETURNING has none).
                 rows.sort_by_key(|r| picked.iter().position(|id| *id == r.id));
                 rows
@@ -942,7 +967,7 @@ impl Store for SqlStore {
         executor_id: &str,
         now_ms: i64,
     ) -> Result<Vec<WorkflowRecord>, StoreError> {
-        let rows: Vec<WorkflowRow> = with_pool!(self, pool => sqlx::query_as(concat!(
+        let rows: Vec<WorkflowRow> = with_writer!(self, pool => sqlx::query_as(concat!(
             "UPDATE manent_workflows SET generation = generation + 1, attempts = attempts + 1, updated_at = $2 \
              WHERE executor_id = $1 AND status = 'PENDING' RETURNING ", wf_cols!()))
             .bind(executor_id)
@@ -961,26 +986,60 @@ impl Store for SqlStore {
         error: Option<&str>,
         now_ms: i64,
     ) -> Result<Checkpoint, StoreError> {
-        let queue: Option<String> = with_pool!(self, pool => sqlx::query_scalar(
-            "UPDATE manent_workflows SET status = $1, output = $2, error = $3, finished_at = $4, updated_at = $4 \
-             WHERE id = $5 AND executor_id = $6 AND generation = $7 AND status = 'PENDING' RETURNING queue_name")
-            .bind(status.as_str())
-            .bind(output)
-            .bind(error)
-            .bind(now_ms)
-            .bind(&lease.workflow_id)
-            .bind(&lease.executor_id)
-            .bind(lease.generation)
-            .fetch_optional(pool)
-            .await
-            .map_err(map_err))?;
+        // SQLite's form; PostgreSQL's is `postgres::WRITE_OUTCOMES`, many at once.
+        const FINISH: &str = "UPDATE manent_workflows SET status = $1, output = $2, error = $3, finished_at = $4, updated_at = $4 \
+             WHERE id = $5 AND executor_id = $6 AND generation = $7 AND status = 'PENDING' RETURNING queue_name";
+        let queue: Option<String> = match &self.pool {
+            Pool::Sqlite { group, .. } => {
+                let lease = lease.clone();
+                let (output, error) = (output.map(str::to_string), error.map(str::to_string));
+                group
+                    .write(Box::new(move |conn| {
+                        let (lease, output, error) = (lease.clone(), output.clone(), error.clone());
+                        Box::pin(async move {
+                            let queue: Option<String> = sqlx::query_scalar(FINISH)
+                                .bind(status.as_str())
+                                .bind(output)
+                                .bind(error)
+                                .bind(now_ms)
+                                .bind(lease.workflow_id)
+                                .bind(lease.executor_id)
+                                .bind(lease.generation)
+                                .fetch_optional(conn)
+                                .await?;
+                            Ok(sqlite::Written {
+                                rows: u64::from(queue.is_some()),
+                                returned: queue,
+                            })
+                        })
+                    }))
+                    .await?
+                    .returned
+            }
+            Pool::Postgres(_) => {
+                let group = self.pg_group.as_ref().ok_or_else(no_group)?;
+                group
+                    .write(postgres::GroupedWrite::Finish {
+                        lease: lease.clone(),
+                        status,
+                        output: output.map(str::to_string),
+                        error: error.map(str::to_string),
+                        now_ms,
+                    })
+                    .await?
+            }
+        };
         match queue {
             Some(queue) => {
-                self.wake(&[
+                let wakeups = [
                     Wakeup::Queue(queue),
                     Wakeup::Workflow(lease.workflow_id.clone()),
-                ])
-                .await;
+                ];
+                match self.pool {
+                    // The NOTIFY went out with the outcome's own transaction.
+                    Pool::Postgres(_) => self.wake_here(&wakeups),
+                    Pool::Sqlite { .. } => self.wake(&wakeups).await,
+                }
                 Ok(Checkpoint::Written)
             }
             None => Ok(Checkpoint::Fenced),
@@ -1029,7 +1088,7 @@ impl Store for SqlStore {
     }
 
     async fn resume(&self, id: &str, now_ms: i64) -> Result<Option<WorkflowStatus>, StoreError> {
-        let queue: Option<String> = with_pool!(self, pool => sqlx::query_scalar(
+        let queue: Option<String> = with_writer!(self, pool => sqlx::query_scalar(
             "UPDATE manent_workflows SET status = 'ENQUEUED', executor_id = NULL, generation = generation + 1, \
              finished_at = NULL, updated_at = $2 WHERE id = $1 AND status = 'CANCELLED' RETURNING queue_name")
             .bind(id)
@@ -1102,7 +1161,7 @@ impl Store for SqlStore {
         let mut recovered = Vec::new();
         for executor in stale {
             // Re-checked in the UPDATE: an executor that came back since is left alone.
-            let rows: Vec<(String, String)> = with_pool!(self, pool => sqlx::query_as(
+            let rows: Vec<(String, String)> = with_writer!(self, pool => sqlx::query_as(
                 "UPDATE manent_workflows SET status = 'ENQUEUED', executor_id = NULL, generation = generation + 1, \
                  updated_at = $3 WHERE executor_id = $1 AND status = 'PENDING' AND NOT EXISTS ( \
                    SELECT 1 FROM manent_executors e WHERE e.id = $1 AND e.heartbeat_at >= $2) \
@@ -1152,11 +1211,36 @@ impl Store for SqlStore {
         step: &StepRecord,
     ) -> Result<Checkpoint, StoreError> {
         let sql = RECORD_STEP.replace("{LOCK}", self.lock_clause());
-        let written = with_pool!(self, pool => bind_step(sqlx::query(&sql), step, lease)
-            .execute(pool)
-            .await
-            .map(|r| r.rows_affected())
-            .map_err(map_err))?;
+        let written = match &self.pool {
+            Pool::Sqlite { group, .. } => {
+                let (step, lease) = (step.clone(), lease.clone());
+                group
+                    .write(Box::new(move |conn| {
+                        let (sql, step, lease) = (sql.clone(), step.clone(), lease.clone());
+                        Box::pin(async move {
+                            let done = bind_step(sqlx::query(&sql), &step, &lease)
+                                .execute(conn)
+                                .await?;
+                            Ok(sqlite::Written {
+                                rows: done.rows_affected(),
+                                returned: None,
+                            })
+                        })
+                    }))
+                    .await?
+                    .rows
+            }
+            Pool::Postgres(_) => {
+                let group = self.pg_group.as_ref().ok_or_else(no_group)?;
+                let applied = group
+                    .write(postgres::GroupedWrite::Step {
+                        lease: lease.clone(),
+                        step: step.clone(),
+                    })
+                    .await?;
+                u64::from(applied.is_some())
+            }
+        };
         Ok(if written == 1 {
             Checkpoint::Written
         } else {
@@ -1211,7 +1295,7 @@ impl Store for SqlStore {
     }
 
     async fn release(&self, lease: &Lease, now_ms: i64) -> Result<Checkpoint, StoreError> {
-        let queue: Option<String> = with_pool!(self, pool => sqlx::query_scalar(
+        let queue: Option<String> = with_writer!(self, pool => sqlx::query_scalar(
             "UPDATE manent_workflows SET status = 'ENQUEUED', executor_id = NULL, generation = generation + 1, \
              updated_at = $1 WHERE id = $2 AND executor_id = $3 AND generation = $4 AND status = 'PENDING' \
              RETURNING queue_name")
@@ -1270,7 +1354,7 @@ impl Store for SqlStore {
         payload: &str,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        with_pool!(self, pool => sqlx::query(
+        with_writer!(self, pool => sqlx::query(
             "INSERT INTO manent_messages (workflow_id, topic, payload, created_at) VALUES ($1, $2, $3, $4)")
             .bind(workflow_id)
             .bind(topic)
@@ -1424,7 +1508,7 @@ impl Store for SqlStore {
     async fn upsert_executor(&self, e: &ExecutorRecord) -> Result<(), StoreError> {
         let queues = serde_json::to_string(&e.queues)
             .map_err(|err| StoreError::Database(err.to_string()))?;
-        with_pool!(self, pool => sqlx::query(
+        with_writer!(self, pool => sqlx::query(
             "INSERT INTO manent_executors (id, host, pid, region, queues, state, started_at, heartbeat_at, stopped_at, version) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO UPDATE SET host = excluded.host, \
              pid = excluded.pid, region = excluded.region, queues = excluded.queues, state = excluded.state, \
@@ -1463,7 +1547,7 @@ impl Store for SqlStore {
         state: ExecutorState,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        with_pool!(self, pool => sqlx::query(
+        with_writer!(self, pool => sqlx::query(
             "UPDATE manent_executors SET heartbeat_at = $2, state = $3, \
              stopped_at = CASE WHEN $3 = 'stopped' THEN $2 ELSE NULL END WHERE id = $1")
             .bind(id)
@@ -1501,7 +1585,7 @@ impl Store for SqlStore {
     ) -> Result<LeaseGrant, StoreError> {
         // One statement: of concurrent newcomers, the first update moves the
         // deadline into the future and the others' WHERE no longer holds.
-        let granted = with_pool!(self, pool => sqlx::query(
+        let granted = with_writer!(self, pool => sqlx::query(
             "INSERT INTO manent_executor_leases (executor_id, holder, host, pid, acquired_at, renewed_at, expires_at) \
              VALUES ($1, $2, $3, $4, $5, $5, $6) ON CONFLICT (executor_id) DO UPDATE SET holder = excluded.holder, \
              host = excluded.host, pid = excluded.pid, acquired_at = excluded.acquired_at, \
@@ -1535,7 +1619,7 @@ impl Store for SqlStore {
         now_ms: i64,
         expires_at_ms: i64,
     ) -> Result<Renewal, StoreError> {
-        let renewed = with_pool!(self, pool => sqlx::query(
+        let renewed = with_writer!(self, pool => sqlx::query(
             "UPDATE manent_executor_leases SET renewed_at = $3, expires_at = $4 WHERE executor_id = $1 AND holder = $2")
             .bind(executor_id)
             .bind(holder)
@@ -1571,7 +1655,7 @@ impl Store for SqlStore {
         executor_id: &str,
         holder: Option<&str>,
     ) -> Result<bool, StoreError> {
-        let ended = with_pool!(self, pool => sqlx::query(
+        let ended = with_writer!(self, pool => sqlx::query(
             "DELETE FROM manent_executor_leases WHERE executor_id = $1 AND ($2 IS NULL OR holder = $2)")
             .bind(executor_id)
             .bind(holder)
@@ -1587,7 +1671,7 @@ impl Store for SqlStore {
         executor_id: &str,
         holder: &str,
     ) -> Result<bool, StoreError> {
-        let revoked = with_pool!(self, pool => sqlx::query(
+        let revoked = with_writer!(self, pool => sqlx::query(
             "UPDATE manent_executor_leases SET holder = $3 WHERE executor_id = $1 AND holder = $2")
             .bind(executor_id)
             .bind(holder)
@@ -1640,7 +1724,7 @@ impl Store for SqlStore {
     }
 
     async fn delete_record(&self, kind: &str, key: &str) -> Result<bool, StoreError> {
-        let deleted = with_pool!(self, pool => sqlx::query("DELETE FROM manent_records WHERE kind = $1 AND record_key = $2")
+        let deleted = with_writer!(self, pool => sqlx::query("DELETE FROM manent_records WHERE kind = $1 AND record_key = $2")
             .bind(kind)
             .bind(key)
             .execute(pool)
@@ -1677,7 +1761,7 @@ impl Store for SqlStore {
             })
             .collect();
         sql.push_str(&rows.join(", "));
-        with_pool!(self, pool => {
+        with_writer!(self, pool => {
             let mut query = sqlx::query(&sql);
             for l in lines {
                 query = query
@@ -1724,7 +1808,7 @@ impl Store for SqlStore {
     }
 
     async fn append_audit(&self, entry: &AuditRecord) -> Result<(), StoreError> {
-        with_pool!(self, pool => sqlx::query(
+        with_writer!(self, pool => sqlx::query(
             "INSERT INTO manent_audit (at, actor, actor_id, action, target, outcome, detail) \
              VALUES ($1, $2, $3, $4, $5, $6, $7)")
             .bind(entry.at_ms)
@@ -1772,7 +1856,7 @@ impl Store for SqlStore {
 
     fn poll_interval(&self) -> Duration {
         match self.pool {
-            Pool::Sqlite(_) => sqlite::POLL_INTERVAL,
+            Pool::Sqlite { .. } => sqlite::POLL_INTERVAL,
             Pool::Postgres(_) => postgres::POLL_INTERVAL,
         }
     }
@@ -1806,8 +1890,9 @@ where
         .bind(lease.generation)
 }
 
-/// Opens a claim transaction on PostgreSQL: the queue's (or group's) advisory
-/// lock, and `enable_sort = off` for this transaction only, in one round trip.
+/// Opens a claim transaction on PostgreSQL, in one round trip (a simple query:
+/// `BEGIN` and the statement after it): the queue's (or group's) advisory lock,
+/// and `enable_sort = off` for this transaction only.
 /// Without statistics (a burst enqueued since the last autovacuum ANALYZE)
 /// the planner estimates one ENQUEUED row and reads the page through
 /// `manent_workflows_scheduled` (or `manent_workflows_queue`), then sorts:
@@ -1816,32 +1901,88 @@ where
 /// only plan left for `ORDER BY priority, created_seq, id` is the ordered
 /// scan of `manent_workflows_claimable`, which stops at the page's LIMIT.
 /// The claim's other statements have no ORDER BY; their GROUP BY hashes.
-const PG_CLAIM_PRELUDE: &str =
-    "SELECT pg_advisory_xact_lock($1, hashtext($2)), set_config('enable_sort', 'off', true)";
+///
+/// The lock key (a queue or group name) is written as an escaped literal
+/// (`E'…'`: backslashes and quotes doubled, whatever
+/// `standard_conforming_strings` says): the same `hashtext` lock as a bound
+/// parameter gives, so workers of an earlier version still take turns with these.
+fn pg_claim_begin(lock_key: &str) -> String {
+    let literal = lock_key.replace('\\', "\\\\").replace('\'', "''");
+    format!(
+        "BEGIN; SELECT pg_advisory_xact_lock({}, hashtext(E'{literal}')), \
+         set_config('enable_sort', 'off', true)",
+        postgres::LOCK_NAMESPACE_QUEUE
+    )
+}
 
 /// One page of a queue's claimable backlog in claim order: `$1` queue, `$2`
-/// now, then (`keyset`) `$3..$5` the last row read, then `excluded` full
-/// partitions. On SQLite the index is named: without `ANALYZE` statistics
-/// (manent never runs it) SQLite prefers `manent_workflows_scheduled` for its
-/// `not_before` range and sorts every queued row in a temporary B-tree.
-fn claim_page_sql(is_pg: bool, keyset: bool, excluded: usize, page: i64) -> String {
-    let mut sql =
-        String::from("SELECT id, partition_key, priority, created_seq FROM manent_workflows");
-    if !is_pg {
-        sql.push_str(" INDEXED BY manent_workflows_claimable");
+/// now, `$3` the page's size, `$4` the full partitions to leave out (a JSON
+/// array), then (`keyset`) `$5..$7` the last row read. One text per shape, so
+/// the prepared statement is reused whatever the page holds. On SQLite the
+/// index is named: without `ANALYZE` statistics (manent never runs it) SQLite
+/// prefers `manent_workflows_scheduled` for its `not_before` range and sorts
+/// every queued row in a temporary B-tree.
+fn claim_page_sql(is_pg: bool, keyset: bool) -> &'static str {
+    macro_rules! page {
+        ($from:literal, $excluded:literal, $keyset:literal) => {
+            concat!(
+                "SELECT id, partition_key, priority, created_seq FROM manent_workflows",
+                $from,
+                " WHERE queue_name = $1 AND status = 'ENQUEUED' AND not_before <= $2 AND ",
+                $excluded,
+                $keyset,
+                " ORDER BY priority, created_seq, id LIMIT $3"
+            )
+        };
     }
-    sql.push_str(" WHERE queue_name = $1 AND status = 'ENQUEUED' AND not_before <= $2");
-    let mut n = 2;
-    if keyset {
-        sql.push_str(" AND (priority, created_seq, id) > ($3, $4, $5)");
-        n = 5;
+    match (is_pg, keyset) {
+        (true, false) => page!(
+            "",
+            "partition_key <> ALL (ARRAY(SELECT json_array_elements_text($4::json)))",
+            ""
+        ),
+        (true, true) => page!(
+            "",
+            "partition_key <> ALL (ARRAY(SELECT json_array_elements_text($4::json)))",
+            " AND (priority, created_seq, id) > ($5, $6, $7)"
+        ),
+        (false, false) => page!(
+            " INDEXED BY manent_workflows_claimable",
+            "partition_key NOT IN (SELECT value FROM json_each($4))",
+            ""
+        ),
+        (false, true) => page!(
+            " INDEXED BY manent_workflows_claimable",
+            "partition_key NOT IN (SELECT value FROM json_each($4))",
+            " AND (priority, created_seq, id) > ($5, $6, $7)"
+        ),
     }
-    if excluded > 0 {
-        let marks: Vec<String> = (1..=excluded).map(|i| format!("${}", n + i)).collect();
-        sql.push_str(&format!(" AND partition_key NOT IN ({})", marks.join(", ")));
+}
+
+/// The claim's update of the workflows it picked (`$4`, a JSON array of ids).
+fn claim_update_sql(is_pg: bool) -> &'static str {
+    macro_rules! update {
+        ($picked:literal) => {
+            concat!(
+                "UPDATE manent_workflows SET status = 'PENDING', executor_id = $1, limit_group = $2, \
+                 generation = generation + 1, attempts = attempts + 1, started_at = COALESCE(started_at, $3), \
+                 updated_at = $3 WHERE status = 'ENQUEUED' AND id ",
+                $picked,
+                " RETURNING ",
+                wf_cols!()
+            )
+        };
     }
-    sql.push_str(&format!(" ORDER BY priority, created_seq, id LIMIT {page}"));
-    sql
+    if is_pg {
+        update!("= ANY (ARRAY(SELECT json_array_elements_text($4::json)))")
+    } else {
+        update!("IN (SELECT value FROM json_each($4))")
+    }
+}
+
+/// `items` as a JSON array of strings: one bound parameter for a list of any length.
+fn json_list(items: &[&str]) -> String {
+    serde_json::Value::from(items).to_string()
 }
 
 #[cfg(test)]
@@ -1869,6 +2010,138 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn grouped_step_writes_on_postgresql_fence_each_row_by_its_own_lease() {
+        grouped_writes_fence_each_row(manent_testkit::Db::Postgres).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn grouped_step_writes_on_sqlite_fence_each_row_by_its_own_lease() {
+        grouped_writes_fence_each_row(manent_testkit::Db::Sqlite).await;
+    }
+
+    /// Workflow `id` of `w` on queue `q`, in `partition`, claimable from `now`.
+    fn queued(id: String, partition: String, now: i64) -> NewWorkflow {
+        NewWorkflow {
+            id,
+            name: "w".into(),
+            queue: "q".into(),
+            partition_key: partition,
+            priority: 0,
+            not_before_ms: now,
+            dedup_key: None,
+            input: "null".into(),
+            parent_id: None,
+            now_ms: now,
+        }
+    }
+
+    /// Ten runs write a step at once (so the writes share groups); one of them
+    /// holds a stale generation. Only that one is fenced; every other is written,
+    /// and a finished step is never overwritten by a later write of it.
+    async fn grouped_writes_fence_each_row(db: manent_testkit::Db) {
+        let test = manent_testkit::TestDb::new(db).await;
+        let store = SqlStore::connect(&test.url).await.expect("connect");
+        store.migrate().await.expect("migrate");
+        let now = crate::now_ms();
+        let wfs: Vec<NewWorkflow> = (0..10)
+            .map(|i| queued(format!("w{i}"), String::new(), now))
+            .collect();
+        store.enqueue_many(&wfs).await.expect("enqueue");
+        let limits = ClaimLimits {
+            worker: 10,
+            partition: None,
+            global: 0,
+            group: None,
+        };
+        let claimed = store.claim("q", "e", limits, now, 10).await.expect("claim");
+        assert_eq!(claimed.len(), 10, "all ten are claimed");
+        let writes = claimed.iter().map(|record| {
+            let mut lease = record.lease().expect("a claimed workflow has a lease");
+            if record.id == "w3" {
+                lease.generation -= 1;
+            }
+            let step = StepRecord {
+                workflow_id: record.id.clone(),
+                index: 0,
+                name: "s".into(),
+                status: super::super::StepStatus::Success,
+                output: Some(format!("\"{}\"", record.id)),
+                error: None,
+                attempts: 1,
+                started_at_ms: now,
+                finished_at_ms: Some(now),
+                executor_id: "e".into(),
+            };
+            let store = &store;
+            async move {
+                (
+                    lease.workflow_id.clone(),
+                    store.record_step(&lease, &step).await,
+                )
+            }
+        });
+        for (id, written) in futures::future::join_all(writes).await {
+            let written = written.unwrap_or_else(|e| panic!("the write of {id} runs: {e}"));
+            let expected = if id == "w3" {
+                Checkpoint::Fenced
+            } else {
+                Checkpoint::Written
+            };
+            assert_eq!(written, expected, "{id}: only the stale lease is fenced");
+            let steps = store.load_steps(&id).await.expect("load");
+            assert_eq!(
+                steps.len(),
+                usize::from(id != "w3"),
+                "{id}: the step is recorded exactly when its lease held"
+            );
+        }
+        // A second write of a finished step changes nothing.
+        let record = claimed.iter().find(|r| r.id == "w1").expect("w1");
+        let lease = record.lease().expect("lease");
+        let mut again = store.load_steps("w1").await.expect("load").remove(0);
+        again.output = Some("\"changed\"".into());
+        store
+            .record_step(&lease, &again)
+            .await
+            .expect("write again");
+        let kept = store.load_steps("w1").await.expect("load").remove(0);
+        assert_eq!(
+            kept.output.as_deref(),
+            Some("\"w1\""),
+            "a recorded step is never overwritten"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_claims_one_round_trip_begin_takes_the_same_queue_lock_as_the_bound_form() {
+        let test = manent_testkit::TestDb::new(manent_testkit::Db::Postgres).await;
+        let store = SqlStore::connect(&test.url).await.expect("connect");
+        let Pool::Postgres(pool) = &store.pool else {
+            panic!("a PostgreSQL store")
+        };
+        for name in ["deploys", "it's", "back\\slash\\'", "group:ü"] {
+            let holder = pool
+                .begin_with(pg_claim_begin(name))
+                .await
+                .unwrap_or_else(|e| panic!("the begin for {name:?} runs: {e}"));
+            let mut other = pool.acquire().await.expect("a second connection");
+            let free: bool =
+                sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1, hashtext($2))")
+                    .bind(postgres::LOCK_NAMESPACE_QUEUE)
+                    .bind(name)
+                    .fetch_one(&mut *other)
+                    .await
+                    .expect("try the bound lock");
+            assert!(
+                !free,
+                "the lock the begin took for {name:?} is the one claimers of that queue take"
+            );
+            drop(other);
+            holder.rollback().await.expect("rollback");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_claim_page_scans_the_claimable_index_without_sorting_on_postgres() {
         claim_page_plans_read_the_claimable_index(manent_testkit::Db::Postgres).await;
     }
@@ -1886,19 +2159,14 @@ mod tests {
         store.migrate().await.expect("migrate the test store");
         let now = crate::now_ms();
         let wfs: Vec<NewWorkflow> = (0..100_000)
-            .map(|i| NewWorkflow {
-                // Ids as long as the engine's (UUIDs): the index that carries
-                // them grows, and with it the planner's price for reading it.
-                id: format!("0190c0de-0000-7000-8000-{i:012}"),
-                name: "w".into(),
-                queue: "q".into(),
-                partition_key: format!("p{}", i % 5000),
-                priority: 0,
-                not_before_ms: now,
-                dedup_key: None,
-                input: "null".into(),
-                parent_id: None,
-                now_ms: now,
+            // Ids as long as the engine's (UUIDs): the index that carries
+            // them grows, and with it the planner's price for reading it.
+            .map(|i| {
+                queued(
+                    format!("0190c0de-0000-7000-8000-{i:012}"),
+                    format!("p{}", i % 5000),
+                    now,
+                )
             })
             .collect();
         store.enqueue_many(&wfs).await.expect("enqueue the backlog");
@@ -1920,48 +2188,46 @@ mod tests {
         );
         let is_pg = db == manent_testkit::Db::Postgres;
         for (keyset, excluded) in [(false, 0), (false, 3), (true, 0), (true, 3)] {
-            let sql = claim_page_sql(is_pg, keyset, excluded, 16);
+            let sql = claim_page_sql(is_pg, keyset);
             let keys: Vec<String> = (0..excluded).map(|i| format!("p{i}")).collect();
+            let keys = json_list(&keys.iter().map(String::as_str).collect::<Vec<_>>());
             let plan = match &store.pool {
                 Pool::Postgres(pool) => {
-                    // Inside a claim transaction, as the claim runs it.
-                    let mut tx = pool.begin().await.expect("begin");
-                    sqlx::query(PG_CLAIM_PRELUDE)
-                        .bind(postgres::LOCK_NAMESPACE_QUEUE)
-                        .bind("q")
+                    // Inside a claim transaction, as the claim runs it, and with the
+                    // plan a prepared statement settles on after a few runs.
+                    let mut tx = pool.begin_with(pg_claim_begin("q")).await.expect("begin");
+                    sqlx::query("SET LOCAL plan_cache_mode = force_generic_plan")
                         .execute(&mut *tx)
                         .await
-                        .expect("the claim's prelude");
+                        .expect("generic plans");
                     let explain = format!("EXPLAIN {sql}");
                     let mut query = sqlx::query_scalar::<_, String>(&explain)
                         .bind("q")
-                        .bind(now);
+                        .bind(now)
+                        .bind(16_i64)
+                        .bind(&keys);
                     if keyset {
                         query = query
                             .bind(0_i64)
                             .bind(5_000_i64)
                             .bind("0190c0de-0000-7000-8000-000000005000");
-                    }
-                    for key in &keys {
-                        query = query.bind(key.clone());
                     }
                     let lines = query.fetch_all(&mut *tx).await.expect("explain the page");
                     tx.rollback().await.expect("rollback");
                     lines.join("\n")
                 }
-                Pool::Sqlite(pool) => {
+                Pool::Sqlite { read: pool, .. } => {
                     let explain = format!("EXPLAIN QUERY PLAN {sql}");
                     let mut query = sqlx::query_as::<_, (i64, i64, i64, String)>(&explain)
                         .bind("q")
-                        .bind(now);
+                        .bind(now)
+                        .bind(16_i64)
+                        .bind(&keys);
                     if keyset {
                         query = query
                             .bind(0_i64)
                             .bind(5_000_i64)
                             .bind("0190c0de-0000-7000-8000-000000005000");
-                    }
-                    for key in &keys {
-                        query = query.bind(key.clone());
                     }
                     let rows = query.fetch_all(pool).await.expect("explain the page");
                     rows.into_iter()

@@ -1,5 +1,6 @@
-//! What only SQLite does: connection options, the process-wide wake-up bus
-//! per database file, and the OS file lock that proves an executor is alive.
+//! What only SQLite does: connection options, the one writer connection and its
+//! group commit, the process-wide wake-up bus per database file, and the OS file
+//! lock that proves an executor is alive.
 
 use std::{
     collections::HashMap,
@@ -10,6 +11,7 @@ use std::{
     time::Duration,
 };
 
+use futures::future::BoxFuture;
 use sqlx::{
     Connection, TransactionManager,
     sqlite::{
@@ -17,16 +19,33 @@ use sqlx::{
         SqliteSynchronous, SqliteTransactionManager,
     },
 };
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 
-use super::{Liveness, Wakeup};
+use super::{
+    Liveness, Wakeup,
+    grouped::{Grouped, Pending, answer_alone, answer_together, take_queued, writes},
+};
 use crate::error::StoreError;
 
 /// Without a notification channel, a process learns of other processes' work
 /// by polling this often; workers in the same process are woken at once.
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
-pub(crate) async fn connect(url: &str) -> Result<(SqlitePool, Option<PathBuf>), sqlx::Error> {
+/// The connections of one SQLite store.
+pub(crate) struct Pools {
+    /// Reads only (read-only connections on a file): WAL lets them run beside the writer.
+    pub(crate) read: SqlitePool,
+    /// Every write of this process, on one connection. SQLite lets one writer at a time
+    /// into the file; with several connections writing, the losers sleep in the busy
+    /// handler (steps of up to 100 ms, not woken when the lock frees: waits of seconds
+    /// under load). One connection makes this process's writers queue in the pool
+    /// instead, in order, and each goes in as soon as the one before is done. Other
+    /// processes on the same file still meet the busy handler.
+    pub(crate) write: SqlitePool,
+    pub(crate) path: Option<PathBuf>,
+}
+
+pub(crate) async fn connect(url: &str) -> Result<Pools, sqlx::Error> {
     let options = SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
@@ -38,20 +57,33 @@ pub(crate) async fn connect(url: &str) -> Result<(SqlitePool, Option<PathBuf>), 
     if let Some(path) = &path {
         owner_only(path).map_err(sqlx::Error::Io)?;
     }
-    let pool = SqlitePoolOptions::new()
-        .max_connections(if path.is_some() { 8 } else { 1 })
-        .min_connections(if path.is_some() { 0 } else { 1 })
-        // An in-memory database lives as long as its one connection.
-        .idle_timeout(if path.is_some() {
-            Some(Duration::from_secs(600))
-        } else {
-            None
-        })
-        .max_lifetime(if path.is_some() {
-            Some(Duration::from_secs(1800))
-        } else {
-            None
-        })
+    let Some(_) = &path else {
+        // An in-memory database lives as long as its one connection: it reads and writes.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .after_release(|conn, _meta| Box::pin(end_abandoned_transactions(conn)))
+            .connect_with(options)
+            .await?;
+        return Ok(Pools {
+            read: pool.clone(),
+            write: pool,
+            path,
+        });
+    };
+    // The writer first: it creates the file and sets WAL mode, which the readers rely on.
+    // No ping before each use (sqlx's default): a connection to a local file does not
+    // go away while idle, and every released connection is checked (pinged, its
+    // transaction ended) anyway; the ping is one more trip to the connection's
+    // thread on every write.
+    let write = SqlitePoolOptions::new()
+        .test_before_acquire(false)
+        .max_connections(1)
+        .min_connections(0)
+        .idle_timeout(Some(Duration::from_secs(600)))
+        .max_lifetime(Some(Duration::from_secs(1800)))
         // A run stopped by its executor (fenced, cancelled, drained) is dropped wherever it
         // is, possibly after `BEGIN IMMEDIATE` ran but before the `Transaction` that would
         // roll it back was made (sqlx answers the begin through a channel, then checks the
@@ -60,9 +92,89 @@ pub(crate) async fn connect(url: &str) -> Result<(SqlitePool, Option<PathBuf>), 
         // level deep, refusing the next `begin_with`. So a released connection is rolled
         // back through sqlx's own transaction manager, which keeps its count right.
         .after_release(|conn, _meta| Box::pin(end_abandoned_transactions(conn)))
-        .connect_with(options)
+        .connect_with(options.clone())
         .await?;
-    Ok((pool, path))
+    let read = SqlitePoolOptions::new()
+        .test_before_acquire(false)
+        .max_connections(8)
+        .min_connections(0)
+        .idle_timeout(Some(Duration::from_secs(600)))
+        .max_lifetime(Some(Duration::from_secs(1800)))
+        .after_release(|conn, _meta| Box::pin(end_abandoned_transactions(conn)))
+        // A write that strays onto a reader fails loudly instead of contending.
+        .connect_with(options.read_only(true))
+        .await?;
+    Ok(Pools { read, write, path })
+}
+
+/// What one batched write did: rows it changed, and the value it returned, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Written {
+    pub(crate) rows: u64,
+    pub(crate) returned: Option<String>,
+}
+
+/// One write statement for the group commit, run on the writer connection inside the
+/// batch's transaction. It may run twice (the batch, then alone if the batch failed):
+/// only the committed run counts.
+pub(crate) type BatchedWrite = Box<
+    dyn for<'c> Fn(&'c mut SqliteConnection) -> BoxFuture<'c, Result<Written, sqlx::Error>>
+        + Send
+        + Sync,
+>;
+
+type Request = Pending<BatchedWrite, Written>;
+
+/// Most writes committed together.
+const MAX_BATCH: usize = 128;
+
+/// Group commit for the writes a workflow makes as it runs (step checkpoints, its
+/// outcome): they queue here and a task commits whatever is queued in one transaction,
+/// so many runs share one WAL sync (`synchronous=FULL` syncs at every commit). A
+/// caller is answered only after the commit that holds its write: a checkpoint is
+/// durable before the workflow goes on.
+pub(crate) type GroupCommit = Grouped<BatchedWrite, Written>;
+
+pub(crate) fn spawn_group_commit(write: SqlitePool) -> GroupCommit {
+    Grouped::spawn("SQLite writer", move |queued| commit_loop(write, queued))
+}
+
+async fn commit_loop(pool: SqlitePool, mut queued: mpsc::UnboundedReceiver<Request>) {
+    while let Some(first) = queued.recv().await {
+        // Whatever queued while the previous batch committed goes in this one.
+        let batch = take_queued(first, &mut queued, MAX_BATCH);
+        let mut conn = match pool.acquire().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                let message = e.to_string();
+                for request in batch {
+                    let _ = request
+                        .reply
+                        .send(Err(StoreError::Unavailable(message.clone())));
+                }
+                continue;
+            }
+        };
+        let together = commit_together(&mut conn, &writes(&batch)).await;
+        for pending in answer_together(batch, together) {
+            let alone = commit_together(&mut conn, &[&pending.write]).await;
+            answer_alone(pending, alone);
+        }
+    }
+}
+
+/// Runs `batch` in one `BEGIN IMMEDIATE` transaction and commits it; all or nothing.
+async fn commit_together(
+    conn: &mut SqliteConnection,
+    batch: &[&BatchedWrite],
+) -> Result<Vec<Written>, sqlx::Error> {
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+    let mut written = Vec::with_capacity(batch.len());
+    for write in batch {
+        written.push(write(&mut tx).await?);
+    }
+    tx.commit().await?;
+    Ok(written)
 }
 
 /// Rolls back whatever transaction a released connection is still in. The ping goes
@@ -176,22 +288,23 @@ mod tests {
     use super::*;
 
     /// A new database file in a temporary directory, with one table `t` written.
-    async fn database_with_a_table() -> (tempfile::TempDir, PathBuf, SqlitePool) {
+    async fn database_with_a_table() -> (tempfile::TempDir, PathBuf, Pools) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("manent.db");
-        let (pool, _) = connect(&format!("sqlite://{}", path.display()))
+        let pools = connect(&format!("sqlite://{}", path.display()))
             .await
             .expect("open a new database");
         sqlx::query("CREATE TABLE t (x INTEGER)")
-            .execute(&pool)
+            .execute(&pools.write)
             .await
             .expect("a write (it creates the WAL)");
-        (dir, path, pool)
+        (dir, path, pools)
     }
 
     #[tokio::test]
     async fn a_connection_released_inside_an_unowned_transaction_is_rolled_back_and_reusable() {
-        let (_dir, _, pool) = database_with_a_table().await;
+        let (_dir, _, pools) = database_with_a_table().await;
+        let pool = &pools.write;
         // The state a run aborted between BEGIN and its `Transaction` leaves: sqlx counts
         // one level, SQLite holds the write lock, and nobody owns a rollback.
         let mut abandoned = pool.acquire().await.unwrap();
@@ -203,50 +316,107 @@ mod tests {
             .await
             .unwrap();
         drop(abandoned);
-        // Every connection the pool may hand out must begin, write and commit: held at
-        // once, so the released one is among them whichever the pool picks.
-        let mut held = Vec::new();
-        for _ in 0..8 {
-            held.push(pool.acquire().await.unwrap());
-        }
-        for (n, conn) in held.iter_mut().enumerate() {
-            let mut tx = conn
-                .begin_with("BEGIN IMMEDIATE")
-                .await
-                .unwrap_or_else(|e| panic!("connection {n} must begin afresh: {e}"));
-            sqlx::query("INSERT INTO t VALUES (2)")
-                .execute(&mut *tx)
-                .await
-                .unwrap();
-            tx.commit().await.unwrap();
-        }
-        drop(held);
+        // The writer is the pool's one connection: it must begin, write and commit afresh.
+        let mut conn = pool.acquire().await.unwrap();
+        let mut tx = conn
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .unwrap_or_else(|e| panic!("the writer must begin afresh: {e}"));
+        sqlx::query("INSERT INTO t VALUES (2)")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        drop(conn);
         let ones: i64 = sqlx::query_scalar("SELECT count(*) FROM t WHERE x = 1")
-            .fetch_one(&pool)
+            .fetch_one(&pools.read)
             .await
             .unwrap();
         assert_eq!(ones, 0, "the abandoned transaction's write is rolled back");
-        pool.close().await;
+        pools.read.close().await;
+        pools.write.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_write_on_a_reading_connection_is_refused() {
+        let (_dir, _, pools) = database_with_a_table().await;
+        let refused = sqlx::query("INSERT INTO t VALUES (3)")
+            .execute(&pools.read)
+            .await
+            .expect_err("readers are read-only: every write goes through the writer");
+        assert!(
+            refused.to_string().contains("readonly"),
+            "SQLite says why: {refused}"
+        );
+    }
+
+    /// A batched insert of `x` into `table`.
+    fn insert_into(table: &'static str, x: i64) -> BatchedWrite {
+        Box::new(move |conn| {
+            Box::pin(async move {
+                let done = sqlx::query(&format!("INSERT INTO {table} VALUES ($1)"))
+                    .bind(x)
+                    .execute(conn)
+                    .await?;
+                Ok(Written {
+                    rows: done.rows_affected(),
+                    returned: None,
+                })
+            })
+        })
+    }
+
+    #[tokio::test]
+    async fn concurrent_writes_are_all_committed_and_one_failing_write_fails_alone() {
+        let (_dir, _, pools) = database_with_a_table().await;
+        let group = std::sync::Arc::new(spawn_group_commit(pools.write.clone()));
+        let mut writes = Vec::new();
+        for x in 0..200 {
+            let group = group.clone();
+            writes.push(tokio::spawn(async move {
+                let write = if x == 100 {
+                    insert_into("no_such_table", x)
+                } else {
+                    insert_into("t", x)
+                };
+                group.write(write).await
+            }));
+        }
+        let mut failed = Vec::new();
+        for (x, write) in writes.into_iter().enumerate() {
+            match write.await.unwrap() {
+                Ok(written) => assert_eq!(written.rows, 1, "write {x} inserted its row"),
+                Err(e) => failed.push((x, e.to_string())),
+            }
+        }
+        assert_eq!(failed.len(), 1, "only the bad write fails: {failed:?}");
+        assert_eq!(failed[0].0, 100, "the bad write is the one that fails");
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM t")
+            .fetch_one(&pools.read)
+            .await
+            .unwrap();
+        assert_eq!(rows, 199, "every other write is committed once");
     }
 
     #[tokio::test]
     async fn the_database_file_and_its_wal_are_readable_by_their_owner_only() {
         use std::os::unix::fs::PermissionsExt;
-        let (dir, path, pool) = database_with_a_table().await;
+        let (dir, path, pools) = database_with_a_table().await;
         let wal = dir.path().join("manent.db-wal");
         assert!(wal.exists(), "WAL mode writes a -wal file");
         for file in [&path, &wal] {
             let mode = std::fs::metadata(file).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o600, "{} holds token hashes: 0600", file.display());
         }
-        pool.close().await;
+        pools.read.close().await;
+        pools.write.close().await;
         // An existing database with looser modes is tightened when opened.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let (pool, _) = connect(&format!("sqlite://{}", path.display()))
+        let pools = connect(&format!("sqlite://{}", path.display()))
             .await
             .expect("open it again");
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "reopening restores 0600");
-        pool.close().await;
+        pools.write.close().await;
     }
 }
