@@ -16,12 +16,7 @@ use manent_testkit::{Db, TestDb};
 use serde_json::Value;
 use tower::ServiceExt;
 
-macro_rules! on_both_backends {
-    ($($name:ident),+ $(,)?) => {
-        mod sqlite { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Sqlite).await } )+ }
-        mod postgres { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Postgres).await } )+ }
-    };
-}
+use manent_testkit::on_both_backends;
 
 on_both_backends!(
     the_token_store_keeps_names_unique_and_forgets_revoked_and_expired_tokens,

@@ -10,12 +10,7 @@ use manent_model::Dependency;
 use manent_testkit::{Db, TestDb};
 use serde_json::{Value, json};
 
-macro_rules! on_both_backends {
-    ($($name:ident),+ $(,)?) => {
-        mod sqlite { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Sqlite).await } )+ }
-        mod postgres { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Postgres).await } )+ }
-    };
-}
+use manent_testkit::on_both_backends;
 
 on_both_backends!(a_dependency_is_met_by_a_success_older_than_hundreds_of_later_deploys);
 

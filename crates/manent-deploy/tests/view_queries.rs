@@ -23,12 +23,7 @@ use manent_testkit::{Db, TestDb, eventually};
 use serde_json::{Value, json};
 use tracing_subscriber::{Layer, layer::SubscriberExt};
 
-macro_rules! on_both_backends {
-    ($($name:ident),+ $(,)?) => {
-        mod sqlite { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Sqlite).await } )+ }
-        mod postgres { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Postgres).await } )+ }
-    };
-}
+use manent_testkit::on_both_backends;
 
 on_both_backends!(list_and_activity_cost_the_same_statements_for_5_deploys_as_for_50);
 

@@ -21,12 +21,7 @@ use tokio::sync::Notify;
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Generates one `#[tokio::test]` per backend for each listed test body.
-macro_rules! on_both_backends {
-    ($($name:ident),+ $(,)?) => {
-        mod sqlite { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Sqlite).await } )+ }
-        mod postgres { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Postgres).await } )+ }
-    };
-}
+use manent_testkit::on_both_backends;
 
 on_both_backends!(
     replay_skips_completed_steps_and_reruns_the_interrupted_one,

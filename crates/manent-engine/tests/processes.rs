@@ -29,12 +29,7 @@ const HOUR_MS: &str = "3600000";
 const ROLE: &str = "MANENT_TEST_CHILD";
 
 /// Generates one `#[tokio::test]` per backend for each listed test body.
-macro_rules! on_both_backends {
-    ($($name:ident),+ $(,)?) => {
-        mod sqlite { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Sqlite).await } )+ }
-        mod postgres { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Postgres).await } )+ }
-    };
-}
+use manent_testkit::on_both_backends;
 
 on_both_backends!(
     a_worker_killed_mid_step_and_restarted_with_its_id_resumes_from_the_interrupted_step,

@@ -12,12 +12,7 @@ use common::Site;
 use manent_testkit::{Db, signal};
 use serde_json::Value;
 
-macro_rules! on_both_backends {
-    ($($name:ident),+ $(,)?) => {
-        mod sqlite { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Sqlite).await } )+ }
-        mod postgres { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Postgres).await } )+ }
-    };
-}
+use manent_testkit::on_both_backends;
 
 on_both_backends!(
     a_deploy_waiting_for_approval_survives_kill_9_of_every_process_and_proceeds_when_approved,

@@ -11,12 +11,7 @@ use common::{Site, cli_binary, ledger_path};
 use manent_testkit::Db;
 use serde_json::Value;
 
-macro_rules! on_both_backends {
-    ($($name:ident),+ $(,)?) => {
-        mod sqlite { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Sqlite).await } )+ }
-        mod postgres { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Postgres).await } )+ }
-    };
-}
+use manent_testkit::on_both_backends;
 
 on_both_backends!(rollback_puts_the_previous_version_back_and_redeploy_the_named_one);
 

@@ -16,12 +16,7 @@ use common::{Site, WAIT, cli_binary};
 use manent_testkit::{Db, eventually, signal, wait_exit};
 use serde_json::Value;
 
-macro_rules! on_both_backends {
-    ($($name:ident),+ $(,)?) => {
-        mod sqlite { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Sqlite).await } )+ }
-        mod postgres { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Postgres).await } )+ }
-    };
-}
+use manent_testkit::on_both_backends;
 
 on_both_backends!(
     a_recurring_schedule_yields_one_deploy_per_tick_across_instances_and_restarts,

@@ -11,12 +11,7 @@ use common::{Site, WAIT, cli_binary};
 use manent_testkit::{Db, eventually};
 use serde_json::Value;
 
-macro_rules! on_both_backends {
-    ($($name:ident),+ $(,)?) => {
-        mod sqlite { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Sqlite).await } )+ }
-        mod postgres { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Postgres).await } )+ }
-    };
-}
+use manent_testkit::on_both_backends;
 
 on_both_backends!(
     a_token_revoked_on_the_command_line_is_refused_by_the_running_api_and_audited,

@@ -10,12 +10,7 @@ use std::process::Command;
 use common::{Site, WAIT, ledger_path};
 use manent_testkit::{Db, eventually, process_gone, signal};
 
-macro_rules! on_both_backends {
-    ($($name:ident),+ $(,)?) => {
-        mod sqlite { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Sqlite).await } )+ }
-        mod postgres { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(manent_testkit::Db::Postgres).await } )+ }
-    };
-}
+use manent_testkit::on_both_backends;
 
 on_both_backends!(
     a_deploy_killed_mid_way_resumes_on_a_replaced_machine_and_runs_each_completed_step_once,

@@ -297,3 +297,13 @@ pub mod child_env {
         var(name).map(|v| v.parse().unwrap_or_else(|_| panic!("{name} is a number")))
     }
 }
+
+/// Runs each named `async fn name(db: Db)` of the calling test file once on SQLite and once
+/// on PostgreSQL, as `sqlite::name` and `postgres::name` (every storage test runs on both).
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name($crate::Db::Sqlite).await } )+ }
+        mod postgres { $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name($crate::Db::Postgres).await } )+ }
+    };
+}
