@@ -209,18 +209,17 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
         .chain(&events)
         .filter(|e| e.key.starts_with("target:"))
     {
-        if let Ok(outcome) = serde_json::from_str::<TargetOutcome>(&e.value) {
-            match view.targets.iter_mut().find(|t| t.name == outcome.name) {
-                Some(t) => {
-                    t.status = outcome.status;
-                    t.detail = outcome.detail;
-                }
-                None => view.targets.push(TargetView {
-                    name: outcome.name,
-                    status: outcome.status,
-                    detail: outcome.detail,
-                }),
+        let outcome = recorded_target(id, &e.key, &e.value);
+        match view.targets.iter_mut().find(|t| t.name == outcome.name) {
+            Some(t) => {
+                t.status = outcome.status;
+                t.detail = outcome.detail;
             }
+            None => view.targets.push(TargetView {
+                name: outcome.name,
+                status: outcome.status,
+                detail: outcome.detail,
+            }),
         }
     }
     // A cancelled deploy stopped its commands: what had not finished never will.
@@ -636,4 +635,45 @@ pub async fn history(
         views.extend(summary(r, &events));
     }
     Ok(views)
+}
+
+/// A target's recorded outcome (event `target:<name>` of deploy `id`). One that cannot be
+/// read is logged and shown as `unreadable` with the reason, never left out.
+fn recorded_target(id: &str, key: &str, value: &str) -> TargetOutcome {
+    serde_json::from_str(value).unwrap_or_else(|e| {
+        let name = key.strip_prefix("target:").unwrap_or(key);
+        tracing::error!(deploy_id = %id, target = name, error = %e, "a target's recorded outcome cannot be read; shown as unreadable");
+        TargetOutcome {
+            name: name.to_string(),
+            status: TargetState::Other("unreadable".into()),
+            detail: Some(format!("its recorded outcome cannot be read: {e}")),
+            switched: false,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_target_outcome_that_cannot_be_read_is_shown_not_dropped() {
+        let outcome = recorded_target("d1", "target:web-1", "{not json");
+        assert_eq!(
+            outcome.name, "web-1",
+            "the target is named from its event key"
+        );
+        assert_eq!(
+            outcome.status,
+            TargetState::Other("unreadable".into()),
+            "an unreadable outcome is visible as such"
+        );
+        assert!(
+            outcome
+                .detail
+                .as_deref()
+                .is_some_and(|d| d.contains("cannot be read")),
+            "the detail says why: {outcome:?}"
+        );
+    }
 }
