@@ -10,6 +10,11 @@
 #   flags: --targets N (20)  --sizes-mb 50,1  --engines manent,manent-pg,scp,ansible,transport
 #          --postgres-url ADMIN_URL (manent-pg: fresh database per run; default
 #          $MANENT_TEST_POSTGRES, else postgres://postgres@127.0.0.1:5432/postgres)
+#          --login-user ACCOUNT: the account every engine logs in as. Run as root without it,
+#          the script creates (once) and uses `manent-bench`, a deploy account whose login
+#          shell is /bin/sh: root's start-up files on these machines run `pyenv init` in
+#          every SSH session (0.2 s of CPU each), which would measure root's ~/.bashrc, not
+#          the tools. `--login-user root` measures that way anyway.
 #
 # Needs OpenSSH's sshd (/usr/sbin/sshd), ssh, scp, ssh-keygen, sha256sum, sha1sum, and
 # python3 with venv (pip reaches PyPI once, to install ansible-core), and a reachable
@@ -22,16 +27,22 @@ export CARGO_TARGET_DIR="$bench/target"
 
 build=1
 out=""
+login=""
 pass=()
 while (($#)); do
     case "$1" in
         --no-build) build=0; shift ;;
+        --login-user)
+            (($# >= 2)) || { echo "--login-user needs a value" >&2; exit 2; }
+            login=$2
+            shift 2
+            ;;
         --out)
             (($# >= 2)) || { echo "--out needs a value" >&2; exit 2; }
             out=$2
             shift 2
             ;;
-        -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) pass+=("$1"); shift ;;
     esac
 done
@@ -50,8 +61,22 @@ if [[ ! -x $venv/bin/ansible-playbook ]]; then
     "$venv/bin/pip" install --quiet ansible-core
 fi
 
+if [[ -z $login && $(id -u) == 0 ]]; then
+    login=manent-bench
+    if ! id "$login" >/dev/null 2>&1; then
+        echo "== creating the deploy account $login (login shell /bin/sh, no password)" >&2
+        useradd --create-home --shell /bin/sh "$login"
+        # '*' rather than useradd's locked '!': sshd without PAM refuses a locked account.
+        usermod -p '*' "$login"
+    fi
+fi
+if [[ -n $login ]]; then
+    pass+=(--login-user "$login")
+fi
+
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "login: ${login:-$(id -un)} (shell $(getent passwd "${login:-$(id -un)}" | cut -d: -f7))"
     echo "host: $(uname -srm), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "commit: $(git -C "$bench" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "openssh: $(ssh -V 2>&1)"

@@ -42,15 +42,20 @@ struct Args {
     ansible_playbook: PathBuf,
     json: Option<PathBuf>,
     postgres_url: Option<String>,
+    /// The account every engine logs in as (`--login-user`); the current user when `None`.
+    login_user: Option<String>,
+    /// manent's `ssh.verify` (`--ssh-verify sftp|command`); its default when `None`.
+    ssh_verify: Option<String>,
 }
 
 fn usage() -> &'static str {
     "usage: manent-fanout-bench [--targets N] [--sizes-mb 50,1] \
      [--engines manent,manent-pg,manent-warm,scp,ansible,transport] [--postgres-url ADMIN_URL] \
-     [--ansible-playbook PATH] [--json FILE]\n\
+     [--ansible-playbook PATH] [--json FILE] [--login-user ACCOUNT] [--ssh-verify sftp|command]\n\
      manent runs on a fresh SQLite file, manent-pg on a fresh PostgreSQL database created \
      (and dropped) through ADMIN_URL (default $MANENT_TEST_POSTGRES, else \
-     postgres://postgres@127.0.0.1:5432/postgres)"
+     postgres://postgres@127.0.0.1:5432/postgres); --login-user (as root): every engine logs in \
+     to the targets as that existing account instead of the current user"
 }
 
 fn parse_args() -> Result<Args> {
@@ -61,6 +66,8 @@ fn parse_args() -> Result<Args> {
         ansible_playbook: PathBuf::from("ansible-playbook"),
         json: None,
         postgres_url: None,
+        login_user: None,
+        ssh_verify: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -89,6 +96,15 @@ fn parse_args() -> Result<Args> {
             "--ansible-playbook" => args.ansible_playbook = value()?.into(),
             "--json" => args.json = Some(value()?.into()),
             "--postgres-url" => args.postgres_url = Some(value()?),
+            "--login-user" => args.login_user = Some(value()?),
+            "--ssh-verify" => {
+                let how = value()?;
+                ensure!(
+                    how == "sftp" || how == "command",
+                    "--ssh-verify is sftp or command, not {how}"
+                );
+                args.ssh_verify = Some(how);
+            }
             "-h" | "--help" => {
                 println!("{}", usage());
                 std::process::exit(0);
@@ -146,6 +162,8 @@ struct Site {
     scratch: PathBuf,
     /// `<base>/t<i>` → host i's `root_dir` (manent's `deploy.dest` is `<base>/{target}/{version}`).
     base: PathBuf,
+    /// manent's `ssh.verify`, when set.
+    ssh_verify: Option<String>,
 }
 
 struct Measurement {
@@ -157,9 +175,20 @@ struct Measurement {
 
 async fn run(args: Args, scratch: &Path) -> Result<()> {
     eprintln!("starting {} sshd targets", args.targets);
-    let hosts = SshHosts::start(args.targets).await;
+    let hosts = match &args.login_user {
+        Some(login) => SshHosts::start_as(args.targets, login).await,
+        None => SshHosts::start(args.targets).await,
+    };
+    eprintln!("logging in as {}", hosts.user);
     let base = scratch.join("targets");
     std::fs::create_dir_all(&base)?;
+    if args.login_user.is_some() {
+        // The deploy destinations are reached through `<scratch>/targets/t<i>`: the
+        // account must be able to pass through (not list) the scratch directory.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(scratch, std::fs::Permissions::from_mode(0o711))?;
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o711))?;
+    }
     for (i, h) in hosts.hosts.iter().enumerate() {
         std::os::unix::fs::symlink(&h.root_dir, base.join(target_name(i)))?;
     }
@@ -167,6 +196,7 @@ async fn run(args: Args, scratch: &Path) -> Result<()> {
         hosts,
         scratch: scratch.to_path_buf(),
         base,
+        ssh_verify: args.ssh_verify.clone(),
     };
     // Untimed: every host answers `ssh … true` (and first-touch costs are paid by nobody).
     warm_up(&site).await?;
@@ -447,12 +477,17 @@ fn write_environment(site: &Site, source: &Path) -> Result<()> {
         .collect();
     let text = format!(
         "targets:\n{targets}\
-         ssh: {{key: {key}, known_hosts: {known_hosts}}}\n\
+         ssh: {{key: {key}, known_hosts: {known_hosts}{verify}}}\n\
          deploy:\n  plugin: remote-copy\n  dest: {dest}\n\
          rollout: {{max_parallel: {n}}}\n\
          checks:\n  - {{type: command, command: {check}}}\n",
         key = q(site.hosts.client_key.to_string_lossy()),
         known_hosts = q(site.hosts.known_hosts.to_string_lossy()),
+        verify = site
+            .ssh_verify
+            .as_ref()
+            .map(|v| format!(", verify: {v}"))
+            .unwrap_or_default(),
         dest = q(format!("{}/{{target}}/{{version}}", site.base.display())),
         n = site.hosts.hosts.len(),
         check = q("test -s \"$MANENT_ARTIFACT_APP_BIN\""),
@@ -556,7 +591,7 @@ async fn deploy_once(
         .await
         .map_err(|e| anyhow!("parse: {e}"))?;
     let submitted = manent_deploy::service::submit(
-        &client,
+        client,
         &std::sync::Arc::new(config.clone()),
         parsed,
         false,
@@ -569,7 +604,7 @@ async fn deploy_once(
         .await
         .map_err(|e| anyhow!("wait: {e}"))?;
     let elapsed = started.elapsed().as_secs_f64();
-    let result = if record.status == WorkflowStatus::Success {
+    if record.status == WorkflowStatus::Success {
         let steps = client
             .steps(&submitted.id)
             .await
@@ -579,7 +614,7 @@ async fn deploy_once(
             breakdown(&steps, submitted_ms, record.updated_at_ms),
         ))
     } else {
-        let status = manent_deploy::service::status(&client, &submitted.id)
+        let status = manent_deploy::service::status(client, &submitted.id)
             .await
             .ok()
             .flatten();
@@ -594,8 +629,7 @@ async fn deploy_once(
                 .map(|t| format!("{} {} {:?}", t.name, t.status, t.detail))
                 .collect::<Vec<_>>())
         ))
-    };
-    result
+    }
 }
 
 /// Where manent's time went, from its own step records: claim (submit → first step),

@@ -143,6 +143,21 @@ impl SshHosts {
     /// Like `start`, with `extra` appended to every host's `sshd_config` (for example
     /// `SetEnv PATH=/somewhere` or `MaxSessions 2`).
     pub async fn start_with_config(n: usize, extra: &str) -> SshHosts {
+        SshHosts::start_full(n, extra, None).await
+    }
+
+    /// Like `start`, but the client logs in as the existing account `login` instead of the
+    /// current user. Needs root. For benchmarks: an SSH session runs the account's login
+    /// shell and its start-up files, and root's may do far more than a deploy account's
+    /// (a `pyenv init` in `~/.bashrc` costs every session 0.2 s of CPU), which would
+    /// measure the machine's root account instead of the tools. The harness's files the
+    /// account must reach are opened to it: `authorized_keys` readable, each host's
+    /// `root_dir` owned by it.
+    pub async fn start_as(n: usize, login: &str) -> SshHosts {
+        SshHosts::start_full(n, "", Some(login)).await
+    }
+
+    async fn start_full(n: usize, extra: &str, login: Option<&str>) -> SshHosts {
         assert!(
             (1..=200).contains(&n),
             "between 1 and 200 hosts, asked for {n}"
@@ -170,7 +185,7 @@ impl SshHosts {
             client_key,
             unauthorized_key,
             known_hosts: dir.path().join("known_hosts"),
-            user: current_user(),
+            user: login.map_or_else(current_user, str::to_string),
             hosts: Vec::new(),
             children: Vec::new(),
             dir,
@@ -181,6 +196,15 @@ impl SshHosts {
             let host_dir = hosts.dir.path().join(format!("host{}", i + 1));
             let root_dir = host_dir.join("root");
             fs::create_dir_all(&root_dir).expect("create the host's directories");
+            if let Some(login) = login {
+                open_to(
+                    login,
+                    hosts.dir.path(),
+                    &host_dir,
+                    &root_dir,
+                    &authorized_keys,
+                );
+            }
             let host_key = keygen(&host_dir.join("ssh_host_ed25519_key"));
             let log = host_dir.join("sshd.log");
             let (child, port) =
@@ -250,6 +274,33 @@ impl SshHosts {
             })
             .collect()
     }
+}
+
+/// Lets the account `login` reach what it needs as that user: the directories on the way
+/// (search only), `authorized_keys` (sshd reads it as the user) and the host's scratch
+/// directory (deploys write there).
+fn open_to(login: &str, top: &Path, host_dir: &Path, root_dir: &Path, authorized_keys: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    assert!(
+        is_root(),
+        "logging in as {login} needs the harness to run as root"
+    );
+    for dir in [top, host_dir] {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o711))
+            .unwrap_or_else(|e| panic!("chmod 711 {}: {e}", dir.display()));
+    }
+    fs::set_permissions(authorized_keys, fs::Permissions::from_mode(0o644))
+        .unwrap_or_else(|e| panic!("chmod 644 {}: {e}", authorized_keys.display()));
+    let status = Command::new("chown")
+        .arg(format!("{login}:"))
+        .arg(root_dir)
+        .status()
+        .expect("run chown");
+    assert!(
+        status.success(),
+        "chown {login}: {} failed: does the account exist?",
+        root_dir.display()
+    );
 }
 
 /// Starts one sshd on a free port of `addr`; picks another port if that one was taken.
