@@ -393,7 +393,6 @@ async fn constant(
                 args.window,
                 e1 - e0
             ),
-            ..Timed::default()
         }))
     }
     .await;
