@@ -4,8 +4,9 @@
 #   peers   - the peers' workload (2,000 workflows of 3 trivial steps, 50 keys): manent and durare
 #             on Postgres and SQLite, dbos on Postgres; throughput and start latency;
 #   backlog - manent's throughput at backlogs of 1,000, 10,000 and 100,000 over 5,000 partitions,
-#             Postgres and SQLite, with the claim's query plans (and bench/explain-claim.sql at
-#             1,000 and 100,000);
+#             Postgres and SQLite, each backlog kept constant through the timed window (or
+#             drained, --backlog-method drain), with the claim's query plans (and
+#             bench/explain-claim.sql at 1,000 and 100,000);
 #   workers - 1, 2 and 4 manent worker processes on one Postgres, steps sleeping 50 ms.
 # It prints tables with ratios and load averages and the goals' PASS/FAIL (informational: the
 # exit status is 0 unless something could not be built).
@@ -13,6 +14,7 @@
 # usage: bench/run-engine.sh [--quick] [--skip-slow] [--parts peers,backlog,workers]
 #            [--workflows N] [--latency-samples N] [--timeout-secs S]      (peers part)
 #            [--backlogs 1000,10000,100000] [--partitions 5000] [--window 10000]  (backlog part)
+#            [--backlog-method constant|drain]                                   (backlog part)
 #            [--workers 1,2,4] [--workers-workflows 3000] [--step-sleep-ms 50]  (workers part)
 #            [--database-url URL] [--out DIR] [--no-build]
 #        bench/run-engine.sh --report DIR    (prints the tables of an earlier run again)
@@ -38,6 +40,7 @@ parts="peers,backlog,workers"
 backlogs="1000,10000,100000"
 partitions=5000
 window=10000
+backlog_method=constant
 workers="1,2,4"
 workers_workflows=3000
 step_sleep_ms=50
@@ -55,8 +58,8 @@ while (($#)); do
             url=("$1" "$2")
             shift 2
             ;;
-        --parts | --backlogs | --partitions | --window | --workers | --workers-workflows | \
-            --step-sleep-ms | --out | --report)
+        --parts | --backlogs | --partitions | --window | --backlog-method | --workers | \
+            --workers-workflows | --step-sleep-ms | --out | --report)
             (($# >= 2)) || { echo "$1 needs a value" >&2; exit 2; }
             v=$2
             case "$1" in
@@ -64,6 +67,7 @@ while (($#)); do
                 --backlogs) backlogs=$v ;;
                 --partitions) partitions=$v ;;
                 --window) window=$v ;;
+                --backlog-method) backlog_method=$v ;;
                 --workers) workers=$v ;;
                 --workers-workflows) workers_workflows=$v ;;
                 --step-sleep-ms) step_sleep_ms=$v ;;
@@ -75,7 +79,7 @@ while (($#)); do
         --quick) quick=1; shift ;;
         --skip-slow) skip_slow=1; shift ;;
         --no-build) build=0; shift ;;
-        -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -140,14 +144,15 @@ if [[ -z $report ]]; then
         echo "commit: $(git -C "$bench" rev-parse --short HEAD 2>/dev/null || echo unknown)$engine_state"
         echo "parts: $parts"
         has_part peers && echo "peers args: ${pass[*]}"
-        has_part backlog && echo "backlog args: --backlogs $backlogs --partitions $partitions --window $window"
+        has_part backlog && echo "backlog args: --backlogs $backlogs --partitions $partitions --window $window --backlog-method $backlog_method"
         has_part workers &&
             echo "workers args: --workers $workers --workflows $workers_workflows --step-sleep-ms $step_sleep_ms"
     } > "$out/load.txt"
     : > "$out/results.jsonl"
     if has_part backlog; then
         run manent-backlog manent-engine-bench --mode backlog --backend both --backlogs "$backlogs" \
-            --partitions "$partitions" --window "$window" --timeout-secs 600 "${url[@]}"
+            --partitions "$partitions" --window "$window" --backlog-method "$backlog_method" \
+            --timeout-secs 600 "${url[@]}"
         # The claim's queries on a synthetic table of the same schema (bench/explain-claim.sql),
         # at the smallest and the largest backlog.
         if command -v psql > /dev/null; then
@@ -197,10 +202,17 @@ print("\n".join(l.rstrip() for l in (out / "load.txt").read_text().splitlines())
 backlog = lines("manent-backlog.jsonl")
 if backlog:
     print()
-    print("### Throughput against the backlog (manent, one executor, 5,000 partitions x 1)")
+    method = backlog[0].get("method", "drain")
+    if method == "constant":
+        print("### Throughput at a constant backlog (manent, one executor, 5,000 partitions x 1; "
+              "the queue topped up to about N through the timed window)")
+    else:
+        print("### Throughput against the backlog (manent, one executor, 5,000 partitions x 1; "
+              "the backlog drained)")
     print()
-    print("| backend | backlog | timed workflows | seconds | wf/s | vs smallest backlog | load start | load end | |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |")
+    print("| backend | backlog | timed workflows | seconds | wf/s | vs smallest backlog | "
+          "queued at start / end (count) | queued during (counters) | load start | load end | |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |")
     base = {}
     for r in backlog:
         b = r["backend"]
@@ -208,9 +220,13 @@ if backlog:
             base[b] = r
     for r in sorted(backlog, key=lambda r: (r["backend"] != "postgres", r["backlog"])):
         ratio = r["wf_per_s"] / base[r["backend"]]["wf_per_s"] if base[r["backend"]]["wf_per_s"] else None
+        counted = (f"{r['queued_start']} / {r['queued_end']}"
+                   if "queued_start" in r and "queued_end" in r else "n/a")
+        during = (f"{r['queued_min_counter']}..{r['queued_max_counter']}"
+                  if "queued_min_counter" in r else "n/a")
         print(f"| {r['backend']} | {r['backlog']} | {r['workflows']} | {fmt(r['seconds'], 3)} | "
-              f"{fmt(r['wf_per_s'])} | {times(ratio)} | {r['load_start']} | {r['load_end']} | "
-              f"{'timed out' if r.get('timed_out') else ''} |")
+              f"{fmt(r['wf_per_s'])} | {times(ratio)} | {counted} | {during} | {r['load_start']} | "
+              f"{r['load_end']} | {'timed out' if r.get('timed_out') else ''} |")
     print()
     print("Goals (informational):")
     for b in sorted(base, key=lambda b: b != "postgres"):

@@ -90,6 +90,9 @@ static STATEMENTS: AtomicU64 = AtomicU64::new(0);
 /// Workflow bodies that returned in this process. The backlog mode watches it instead of
 /// counting rows every 10 ms, which would scan a growing table while being measured.
 static FINISHED: AtomicU64 = AtomicU64::new(0);
+/// Workflow bodies that began in this process (nothing crashes here, so each body begins once):
+/// the backlog mode's count of what is still queued is rows enqueued minus this.
+static STARTED: AtomicU64 = AtomicU64::new(0);
 
 /// Start instants recorded by the first step of latency-sample workflows, keyed by input.
 static FIRST_STEP_STARTS: LazyLock<Mutex<HashMap<u64, Instant>>> =
@@ -144,6 +147,24 @@ impl Setting {
     }
 }
 
+/// How the backlog mode holds its backlog while it is timed (backlog.rs).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum BacklogMethod {
+    /// The queue is topped up so that about N stay queued through the whole timed window.
+    Constant,
+    /// The backlog is enqueued once and drained (the method before 2026-12-01 06:00 UTC).
+    Drain,
+}
+
+impl BacklogMethod {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            BacklogMethod::Constant => "constant",
+            BacklogMethod::Drain => "drain",
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Backend {
     Postgres,
@@ -184,8 +205,16 @@ pub(crate) struct Args {
     pub backlogs: Vec<u64>,
     /// Backlog and workers modes: workflow `i` has key `p{i % partitions}`.
     pub partitions: u64,
-    /// Backlog mode: the clock stops at min(backlog, window) workflows in SUCCESS.
+    /// Backlog mode: constant backlog (default) or drain.
+    pub backlog_method: BacklogMethod,
+    /// Backlog mode: workflows timed (constant: finished in the window; drain: the clock stops
+    /// at min(backlog, window) in SUCCESS).
     pub window: u64,
+    /// Backlog mode, constant method: workflows finished before the clock starts (default: a
+    /// tenth of the window).
+    pub warmup: Option<u64>,
+    /// Backlog mode, constant method: requests per `Client::enqueue_many` call of the top-up.
+    pub top_up: u64,
     /// Backlog mode: requests per `Client::enqueue_many` call.
     pub chunk: usize,
     /// Workers mode: the numbers of worker processes, one fresh database each.
@@ -222,7 +251,10 @@ fn parse_args() -> Result<Args> {
         timeout: Duration::from_secs(600),
         backlogs: vec![1_000, 10_000, 100_000],
         partitions: 5_000,
+        backlog_method: BacklogMethod::Constant,
         window: 10_000,
+        warmup: None,
+        top_up: 100,
         chunk: 1_000,
         workers: vec![1, 2, 4],
         step_sleep_ms: 50,
@@ -282,6 +314,15 @@ fn parse_args() -> Result<Args> {
                 args.partitions = value()?.parse().context("--partitions takes a number")?
             }
             "--window" => args.window = value()?.parse().context("--window takes a number")?,
+            "--backlog-method" => {
+                args.backlog_method = match value()?.as_str() {
+                    "constant" => BacklogMethod::Constant,
+                    "drain" => BacklogMethod::Drain,
+                    other => bail!("--backlog-method must be constant or drain, not {other}"),
+                }
+            }
+            "--warmup" => args.warmup = Some(value()?.parse().context("--warmup takes a number")?),
+            "--top-up" => args.top_up = value()?.parse().context("--top-up takes a number")?,
             "--chunk" => args.chunk = value()?.parse().context("--chunk takes a number")?,
             "--workers" => args.workers = list("--workers", &value()?)?,
             "--step-sleep-ms" => {
@@ -301,7 +342,8 @@ fn parse_args() -> Result<Args> {
                      [--setting default|tuned|both] [--backend postgres|sqlite|both] \
                      [--timeout-secs S] [--record-start] [--count-statements]\n\
                      \x20 backlog: [--backlogs 1000,10000,100000] [--partitions 5000] \
-                     [--window 10000] [--chunk 1000] [--worker-concurrency 50] \
+                     [--backlog-method constant|drain] [--window 10000] [--warmup 1000] \
+                     [--top-up 100] [--chunk 1000] [--worker-concurrency 50] \
                      [--backend ..] [--timeout-secs S]\n\
                      \x20 workers (PostgreSQL): [--workers 1,2,4] [--workflows 3000] \
                      [--step-sleep-ms 50] [--worker-concurrency 10] [--partitions 5000] \
@@ -315,8 +357,13 @@ fn parse_args() -> Result<Args> {
     if args.mode == Mode::Workers && !workflows_set {
         args.workflows = 3_000;
     }
-    if args.workflows == 0 || args.partitions == 0 || args.window == 0 || args.chunk == 0 {
-        bail!("--workflows, --partitions, --window and --chunk must be at least 1");
+    if args.workflows == 0
+        || args.partitions == 0
+        || args.window == 0
+        || args.chunk == 0
+        || args.top_up == 0
+    {
+        bail!("--workflows, --partitions, --window, --chunk and --top-up must be at least 1");
     }
     if args.backlogs.contains(&0) || args.workers.contains(&0) {
         bail!("--backlogs and --workers take numbers of at least 1");
@@ -342,6 +389,7 @@ fn step_policy() -> StepPolicy {
 /// The workflow under test: three trivial steps, each returning a small value (each sleeping
 /// `STEP_SLEEP_MS` first, which is 0 except in the workers mode).
 async fn bench_workflow(ctx: WorkflowContext, input: u64) -> Result<u64, WorkflowError> {
+    STARTED.fetch_add(1, Ordering::Relaxed);
     let a: u64 = ctx
         .step_with("step1", step_policy(), move || async move {
             step_pause().await;
