@@ -2169,6 +2169,33 @@ mod tests {
         }
     }
 
+    /// Workflow `i` of [`store_with_unanalyzed_backlog`]: an id as long as the engine's
+    /// (UUIDs), so the index that carries them grows, and with it the planner's price
+    /// for reading it.
+    fn backlog_id(i: usize) -> String {
+        format!("0190c0de-0000-7000-8000-{i:012}")
+    }
+
+    /// A fresh store with `n` workflows enqueued in one burst over 5,000 partitions and
+    /// never analyzed (the state right after a bulk enqueue), and the time they were
+    /// enqueued at. The database lives as long as the returned `TestDb`.
+    async fn store_with_unanalyzed_backlog(
+        db: manent_testkit::Db,
+        n: usize,
+    ) -> (manent_testkit::TestDb, SqlStore, i64) {
+        let test = manent_testkit::TestDb::new(db).await;
+        let store = SqlStore::connect(&test.url)
+            .await
+            .expect("connect the test store");
+        store.migrate().await.expect("migrate the test store");
+        let now = crate::now_ms();
+        let wfs: Vec<NewWorkflow> = (0..n)
+            .map(|i| queued(backlog_id(i), format!("p{}", i % 5000), now))
+            .collect();
+        store.enqueue_many(&wfs).await.expect("enqueue the backlog");
+        (test, store, now)
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_claim_page_scans_the_claimable_index_without_sorting_on_postgres() {
         claim_page_plans_read_the_claimable_index(manent_testkit::Db::Postgres).await;
@@ -2180,24 +2207,7 @@ mod tests {
     /// 100,000 rows: with fewer, PostgreSQL's estimates happened to favour the
     /// claimable index even without the fix, and the test proved nothing there.
     async fn claim_page_plans_read_the_claimable_index(db: manent_testkit::Db) {
-        let test = manent_testkit::TestDb::new(db).await;
-        let store = SqlStore::connect(&test.url)
-            .await
-            .expect("connect the test store");
-        store.migrate().await.expect("migrate the test store");
-        let now = crate::now_ms();
-        let wfs: Vec<NewWorkflow> = (0..100_000)
-            // Ids as long as the engine's (UUIDs): the index that carries
-            // them grows, and with it the planner's price for reading it.
-            .map(|i| {
-                queued(
-                    format!("0190c0de-0000-7000-8000-{i:012}"),
-                    format!("p{}", i % 5000),
-                    now,
-                )
-            })
-            .collect();
-        store.enqueue_many(&wfs).await.expect("enqueue the backlog");
+        let (_test, store, now) = store_with_unanalyzed_backlog(db, 100_000).await;
         // Work running, as when a claim is woken by a finished workflow.
         let limits = ClaimLimits {
             worker: 50,
@@ -2292,18 +2302,8 @@ mod tests {
     /// them up by primary key, in the plan a fresh statement gets and in the one a
     /// prepared statement settles on.
     async fn claim_update_plans_use_the_primary_key(db: manent_testkit::Db) {
-        let test = manent_testkit::TestDb::new(db).await;
-        let store = SqlStore::connect(&test.url)
-            .await
-            .expect("connect the test store");
-        store.migrate().await.expect("migrate the test store");
-        let now = crate::now_ms();
-        let id = |i: usize| format!("0190c0de-0000-7000-8000-{i:012}");
-        let wfs: Vec<NewWorkflow> = (0..10_000)
-            .map(|i| queued(id(i), format!("p{}", i % 5000), now))
-            .collect();
-        store.enqueue_many(&wfs).await.expect("enqueue the backlog");
-        let picked = [id(17), id(4_000), id(9_999)];
+        let (_test, store, now) = store_with_unanalyzed_backlog(db, 10_000).await;
+        let picked = [backlog_id(17), backlog_id(4_000), backlog_id(9_999)];
         let picked = json_list(&picked.iter().map(String::as_str).collect::<Vec<_>>());
         let sql = claim_update_sql(db == manent_testkit::Db::Postgres);
         let plans: Vec<(&str, String)> = match &store.pool {
