@@ -5,7 +5,8 @@
 use std::{collections::HashMap, str::FromStr, sync::Mutex, time::Duration};
 
 use sqlx::{
-    Connection,
+    Connection, Postgres, Transaction,
+    pool::PoolConnection,
     postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions},
 };
 use tokio::{
@@ -64,6 +65,61 @@ pub(crate) async fn connect(url: &str) -> Result<(PgPool, PgConnectOptions), sql
         .connect_with(options.clone())
         .await?;
     Ok((pool, options))
+}
+
+/// A pooled connection whose transaction is begun so that no caller dropped
+/// mid-`BEGIN` can hand the pool a session still inside a transaction.
+///
+/// sqlx (0.8.6 and 0.9.0, transact-rs/sqlx#4393) counts a transaction only once
+/// `BEGIN`'s answer is read, and its drop guards roll back only what it
+/// counted. A future dropped while that answer is in flight (a run aborted by a
+/// cancel or a fence, a claim waiting on its queue's advisory lock) leaves the
+/// server inside a transaction that sqlx does not know of; the pool's release
+/// check does not look. The next borrower's statements then run inside it,
+/// their "committed" writes invisible to every other session and rolled back
+/// when `idle_in_transaction_session_timeout` ends it: an acknowledged
+/// enqueue or resume lost. A begin that fails in its own statements (the
+/// claim's lock query) leaves an aborted block the same way. So until `begin`
+/// has returned a transaction, dropping this closes the connection instead;
+/// the server ends the session and rolls back whatever it held.
+pub(crate) struct BeginGuard {
+    conn: Option<PoolConnection<Postgres>>,
+    begun: bool,
+}
+
+impl BeginGuard {
+    pub(crate) async fn acquire(pool: &PgPool) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            conn: Some(pool.acquire().await?),
+            begun: false,
+        })
+    }
+
+    /// Runs `statement` (a `BEGIN`, possibly followed by statements of the
+    /// transaction) and returns the transaction; sqlx's own guards cover it
+    /// from here on (a dropped `Transaction` queues its `ROLLBACK`).
+    pub(crate) async fn begin(
+        &mut self,
+        statement: String,
+    ) -> Result<Transaction<'_, Postgres>, sqlx::Error> {
+        let conn = self
+            .conn
+            .as_mut()
+            .expect("a guard holds its connection until it is dropped");
+        let tx = conn.begin_with(statement).await?;
+        self.begun = true;
+        Ok(tx)
+    }
+}
+
+impl Drop for BeginGuard {
+    fn drop(&mut self) {
+        if !self.begun
+            && let Some(mut conn) = self.conn.take()
+        {
+            conn.close_on_drop();
+        }
+    }
 }
 
 /// Wake-up payloads: `q:<queue>` or `w:<workflow id>`.
@@ -345,6 +401,104 @@ impl StepColumns {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use manent_testkit::{Db, TestDb};
+
+    const WAIT: Duration = Duration::from_secs(30);
+
+    /// A pool of one connection, so the connection a guarded begin used is the
+    /// one the next query gets unless the guard closed it; and an observer pool
+    /// for other sessions.
+    async fn pool_of_one_and_observer(test: &TestDb) -> (PgPool, PgPool) {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&test.url)
+            .await
+            .expect("connect the pool");
+        let observer = PgPool::connect(&test.url)
+            .await
+            .expect("connect an observer");
+        (pool, observer)
+    }
+
+    /// Writes a row through `pool` and reads it back from `observer`, another
+    /// session: `Ok(true)` when the write committed as it returned.
+    async fn a_write_commits(pool: &PgPool, observer: &PgPool) -> Result<bool, sqlx::Error> {
+        sqlx::query("CREATE TABLE IF NOT EXISTS probe (n int)")
+            .execute(observer)
+            .await?;
+        sqlx::query("INSERT INTO probe VALUES (1)")
+            .execute(pool)
+            .await?;
+        let seen: i64 = sqlx::query_scalar("SELECT count(*) FROM probe")
+            .fetch_one(observer)
+            .await?;
+        Ok(seen == 1)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_dropped_while_its_begin_waits_leaves_no_transaction_on_the_pool() {
+        let test = TestDb::new(Db::Postgres).await;
+        let (pool, observer) = pool_of_one_and_observer(&test).await;
+        let mut holder = PgConnection::connect(&test.url).await.expect("connect");
+        sqlx::query("SELECT pg_advisory_lock(1, 42)")
+            .execute(&mut holder)
+            .await
+            .expect("hold the lock");
+        // The begin's own statement waits for that lock, after its BEGIN ran on the
+        // server: the window a cancelled run or claim can be dropped in, held open.
+        let begin_pool = pool.clone();
+        let write = tokio::spawn(async move {
+            let mut guard = BeginGuard::acquire(&begin_pool).await?;
+            let tx = guard
+                .begin("BEGIN; SELECT pg_advisory_xact_lock(1, 42)".into())
+                .await?;
+            tx.rollback().await
+        });
+        manent_testkit::eventually("the begin waits for the lock", WAIT, || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock(1, 42)%'",
+            )
+            .fetch_one(&observer)
+            .await
+            .expect("read pg_stat_activity");
+            (waiting > 0).then_some(())
+        })
+        .await;
+        write.abort();
+        assert!(
+            write.await.is_err_and(|e| e.is_cancelled()),
+            "the write was dropped mid-begin"
+        );
+        sqlx::query("SELECT pg_advisory_unlock(1, 42)")
+            .execute(&mut holder)
+            .await
+            .expect("release the lock");
+        assert!(
+            a_write_commits(&pool, &observer)
+                .await
+                .expect("the pool's next write runs"),
+            "the next borrower must not run inside the dropped write's transaction: \
+             its write would return and never commit"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_begin_whose_own_statement_fails_leaves_no_aborted_transaction_on_the_pool() {
+        let test = TestDb::new(Db::Postgres).await;
+        let (pool, observer) = pool_of_one_and_observer(&test).await;
+        let mut guard = BeginGuard::acquire(&pool).await.expect("acquire");
+        let failed = guard.begin("BEGIN; SELECT 1 / 0".into()).await;
+        assert!(failed.is_err(), "division by zero fails the begin");
+        drop(failed);
+        drop(guard);
+        assert!(
+            a_write_commits(&pool, &observer)
+                .await
+                .expect("the pool's next write runs, not refused as inside an aborted block"),
+            "the next borrower's write commits"
+        );
+    }
 
     #[test]
     fn wakeup_payloads_round_trip() {

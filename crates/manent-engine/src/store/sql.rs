@@ -75,7 +75,9 @@ macro_rules! write_tx {
                 result
             }
             Pool::Postgres(pool) => {
-                let mut $tx = pool.begin_with($begin).await.map_err(map_err)?;
+                // Not `pool.begin_with`: see `postgres::BeginGuard`.
+                let mut guard = postgres::BeginGuard::acquire(pool).await.map_err(map_err)?;
+                let mut $tx = guard.begin($begin).await.map_err(map_err)?;
                 let result = $body;
                 $tx.commit().await.map_err(map_err)?;
                 result
