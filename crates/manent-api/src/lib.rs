@@ -142,21 +142,28 @@ async fn require_token(
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| path.clone(), |p| p.as_str().to_string());
-    let store = state.client.store();
+    let store = state.client.store().clone();
     let caller = match bearer_secret(&request) {
-        Some(secret) => match auth::authenticate(store, secret).await {
+        Some(secret) => match auth::authenticate(&store, secret).await {
             Ok(caller) => caller,
             Err(e) => return AppError::from(e).into_response(),
         },
         None => None,
     };
-    let Some(caller) = caller else {
-        let refused = AppError::Unauthorized.into_response();
-        return audit::after_response(store, None, &method, &template, &path, refused).await;
-    };
-    request.extensions_mut().insert(caller.clone());
-    let response = next.run(request).await;
-    audit::after_response(store, Some(caller), &method, &template, &path, response).await
+    // From here on the request runs to its end and is audited even if its client goes
+    // away: hyper drops a request's future when the connection closes, which would stop
+    // a handler between two of its writes, or lose the audit entry of a change or a
+    // refusal that already happened (a prober closing at once would leave no trace).
+    audit::to_completion(async move {
+        let Some(caller) = caller else {
+            let refused = AppError::Unauthorized.into_response();
+            return audit::after_response(&store, None, &method, &template, &path, refused).await;
+        };
+        request.extensions_mut().insert(caller.clone());
+        let response = next.run(request).await;
+        audit::after_response(&store, Some(caller), &method, &template, &path, response).await
+    })
+    .await
 }
 
 /// The secret of an `Authorization: Bearer <secret>` header; the scheme is
@@ -970,4 +977,92 @@ async fn rollback_environment(
     .await
     .map_err(resubmit_error)?;
     resubmit(&state, &caller, &source, request, OriginKind::Rollback).await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::{body::Body, http::Request as HttpRequest};
+    use manent_engine::now_ms;
+    use manent_testkit::{Db, TestDb};
+    use tokio::sync::Notify;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    const WAIT: Duration = Duration::from_secs(60);
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_change_whose_client_goes_away_mid_request_still_completes_and_is_audited() {
+        let db = TestDb::new(Db::Sqlite).await;
+        let store = store::open(&db.url).await.expect("open the test database");
+        let config = Config::from_yaml_str(
+            &format!(
+                "database: {{url: {}}}\n",
+                serde_json::to_string(&db.url).unwrap()
+            ),
+            "manent.yml",
+            std::iter::empty(),
+        )
+        .expect("a valid configuration");
+        let state = AppState {
+            client: Client::new(store.clone()),
+            config: Arc::new(config),
+        };
+        let token = auth::create_token(&store, "ops", Role::Admin, None)
+            .await
+            .expect("create a token");
+        // A change in two halves with the client's departure between them: the handler
+        // says it started, then waits for the test before it writes.
+        let (started, gate) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let (s, g, handler_store) = (started.clone(), gate.clone(), store.clone());
+        // The handler answers every path (a fallback, not a route of the API).
+        let router = Router::new()
+            .fallback(move || async move {
+                s.notify_one();
+                g.notified().await;
+                handler_store
+                    .put_record("probe", "change", "done", now_ms())
+                    .await
+                    .expect("the change's write");
+                "done"
+            })
+            .layer(middleware::from_fn_with_state(state, require_token));
+        let request = HttpRequest::post("/changes")
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .body(Body::empty())
+            .unwrap();
+        let call = tokio::spawn(router.oneshot(request));
+        started.notified().await;
+        // What hyper does when the connection closes: the request's future is dropped.
+        call.abort();
+        assert!(
+            call.await.is_err_and(|e| e.is_cancelled()),
+            "the request's own future is gone"
+        );
+        gate.notify_one();
+        let entry = manent_testkit::eventually("the change's audit entry", WAIT, || async {
+            audit::list(&store, 10)
+                .await
+                .expect("read the audit trail")
+                .into_iter()
+                .find(|e| e.action == "change.create")
+        })
+        .await;
+        assert_eq!(
+            (entry.actor.as_str(), entry.outcome),
+            ("ops", 200),
+            "the entry names who made the change and that it succeeded"
+        );
+        assert_eq!(
+            store
+                .get_record("probe", "change")
+                .await
+                .expect("read the probe")
+                .as_deref(),
+            Some("done"),
+            "the change ran to its end although nobody waited for it"
+        );
+    }
 }
