@@ -11,7 +11,7 @@ use std::sync::Arc;
 use axum::{
     body::{Body, to_bytes},
     http::{Method, StatusCode},
-    response::{IntoResponse, Response},
+    response::Response,
 };
 use manent_engine::{AuditRecord, Store, now_ms};
 
@@ -72,25 +72,6 @@ pub async fn record_admin(store: &Arc<dyn Store>, actor: &str, action: &str, tar
     };
     if let Err(e) = store.append_audit(&record).await {
         tracing::error!(error = %e, action, target, "cannot write the audit trail");
-    }
-}
-
-/// Runs `request` (a handler and its audit entry) on a task of its own and returns its
-/// response. Dropping the returned future (the client went away) does not stop it: a
-/// change either does not start or runs to its end with its entry written. A panic in
-/// the handler is passed on as before; a runtime shutting down answers 500.
-pub async fn to_completion<F>(request: F) -> Response
-where
-    F: Future<Output = Response> + Send + 'static,
-{
-    match tokio::spawn(request).await {
-        Ok(response) => response,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(_) => crate::AppError::Internal(
-            "the server shut down while the request ran: it may or may not have been applied"
-                .into(),
-        )
-        .into_response(),
     }
 }
 

@@ -154,7 +154,7 @@ async fn require_token(
     // away: hyper drops a request's future when the connection closes, which would stop
     // a handler between two of its writes, or lose the audit entry of a change or a
     // refusal that already happened (a prober closing at once would leave no trace).
-    audit::to_completion(async move {
+    to_completion(async move {
         let Some(caller) = caller else {
             let refused = AppError::Unauthorized.into_response();
             return audit::after_response(&store, None, &method, &template, &path, refused).await;
@@ -164,6 +164,25 @@ async fn require_token(
         audit::after_response(&store, Some(caller), &method, &template, &path, response).await
     })
     .await
+}
+
+/// Runs `request` (a handler and its audit entry) on a task of its own and returns its
+/// response. Dropping the returned future (the client went away) does not stop it: a
+/// change either does not start or runs to its end with its entry written. A panic in
+/// the handler is passed on as before; a runtime shutting down answers 500.
+async fn to_completion<F>(request: F) -> Response
+where
+    F: Future<Output = Response> + Send + 'static,
+{
+    match tokio::spawn(request).await {
+        Ok(response) => response,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => AppError::Internal(
+            "the server shut down while the request ran: it may or may not have been applied"
+                .into(),
+        )
+        .into_response(),
+    }
 }
 
 /// The secret of an `Authorization: Bearer <secret>` header; the scheme is
