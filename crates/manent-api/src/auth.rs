@@ -5,7 +5,7 @@
 
 use std::{fmt, str::FromStr, sync::Arc};
 
-use manent_engine::{Store, StoreError, now_ms};
+use manent_engine::{RecordEntry, Store, StoreError, now_ms};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -261,14 +261,6 @@ pub async fn create(
     let secret = format!("mnt_{}", hex::encode(rand::random::<[u8; 24]>()));
     let hashed = hash(&secret);
     let now = now_ms();
-    // The name record is taken first and atomically: of two concurrent creations of one
-    // name, exactly one gets it.
-    if !store
-        .insert_record(NAME_KIND, &new.name, &hashed, now)
-        .await?
-    {
-        return Err(TokenError::Duplicate(new.name.clone()));
-    }
     let record = TokenRecord {
         id: format!("tok_{}", hex::encode(rand::random::<[u8; 8]>())),
         name: new.name.clone(),
@@ -278,10 +270,28 @@ pub async fn create(
         expires_at_ms: new.expires_at_ms,
     };
     let json = serde_json::to_string(&record).map_err(corrupt)?;
-    if let Err(e) = store.put_record(KIND, &hashed, &json, now).await {
-        // Give the name back; the token does not exist.
-        let _ = store.delete_record(NAME_KIND, &new.name).await;
-        return Err(e.into());
+    // The name and the token are written together or not at all: of two concurrent
+    // creations of one name exactly one gets it, and a crash between the two writes
+    // cannot leave a name held by no token.
+    let written = store
+        .insert_records(
+            &[
+                RecordEntry {
+                    kind: NAME_KIND,
+                    key: &new.name,
+                    value: &hashed,
+                },
+                RecordEntry {
+                    kind: KIND,
+                    key: &hashed,
+                    value: &json,
+                },
+            ],
+            now,
+        )
+        .await?;
+    if !written {
+        return Err(TokenError::Duplicate(new.name.clone()));
     }
     Ok((record, secret))
 }
@@ -342,16 +352,23 @@ pub async fn list(store: &Arc<dyn Store>) -> Result<Vec<TokenView>, TokenError> 
 /// Revokes the token named `name`: from then on its secret answers 401. Returns the
 /// revoked record (its id stays in the audit trail and in past approvals).
 pub async fn revoke(store: &Arc<dyn Store>, name: &str) -> Result<TokenRecord, TokenError> {
-    let mut revoked = None;
-    for (hashed, token) in list_records(store).await? {
-        if token.name == name {
-            store.delete_record(KIND, &hashed).await?;
-            store.delete_record(USED_KIND, &token.id).await?;
-            revoked = Some(token);
-        }
+    let tokens: Vec<(String, TokenRecord)> = list_records(store)
+        .await?
+        .into_iter()
+        .filter(|(_, token)| token.name == name)
+        .collect();
+    // Every key of the name goes in one transaction: a crash leaves the token whole or gone.
+    let mut keys: Vec<(&str, &str)> = vec![(NAME_KIND, name)];
+    for (hashed, token) in &tokens {
+        keys.push((KIND, hashed));
+        keys.push((USED_KIND, &token.id));
     }
-    store.delete_record(NAME_KIND, name).await?;
-    revoked.ok_or_else(|| TokenError::NotFound(name.to_string()))
+    store.delete_records(&keys).await?;
+    tokens
+        .into_iter()
+        .map(|(_, token)| token)
+        .next_back()
+        .ok_or_else(|| TokenError::NotFound(name.to_string()))
 }
 
 /// The live token for `secret`, if it exists and has not expired. Notes its use.

@@ -20,6 +20,7 @@ use manent_testkit::on_both_backends;
 
 on_both_backends!(
     the_token_store_keeps_names_unique_and_forgets_revoked_and_expired_tokens,
+    of_concurrent_creations_of_one_name_exactly_one_makes_a_token,
     the_audit_trail_is_kept_on_each_backend,
 );
 
@@ -85,6 +86,45 @@ async fn the_token_store_keeps_names_unique_and_forgets_revoked_and_expired_toke
         summary,
         [("ci", false, true), ("old", true, false)],
         "the list shows each token once, its expiry and its last use"
+    );
+}
+
+async fn of_concurrent_creations_of_one_name_exactly_one_makes_a_token(db: Db) {
+    let db = TestDb::new(db).await;
+    let store = store::open(&db.url).await.expect("open the database");
+    let attempts: Vec<_> = (0..8)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(
+                async move { auth::create_token(&store, "ci", Role::Deployer, None).await },
+            )
+        })
+        .collect();
+    let mut created = 0;
+    for attempt in attempts {
+        match attempt.await.expect("a creation does not panic") {
+            Ok(_) => created += 1,
+            Err(auth::TokenError::Duplicate(name)) => assert_eq!(name, "ci"),
+            Err(other) => panic!("a concurrent creation fails only as a duplicate: {other}"),
+        }
+    }
+    assert_eq!(created, 1, "exactly one creation of `ci` succeeds");
+    assert_eq!(
+        auth::list(&store).await.unwrap().len(),
+        1,
+        "the refused creations left no token behind"
+    );
+    auth::revoke(&store, "ci").await.expect("ci is revoked");
+    assert!(
+        auth::list(&store).await.unwrap().is_empty(),
+        "revoking removes the token"
+    );
+    assert!(
+        matches!(
+            auth::revoke(&store, "ci").await,
+            Err(auth::TokenError::NotFound(_))
+        ),
+        "a second revoke finds nothing"
     );
 }
 

@@ -27,8 +27,8 @@ pub use output::OutputWriter;
 pub use policy::StepPolicy;
 pub use store::{
     AuditRecord, Backend, EventRecord, ExecutorRecord, ExecutorState, LimitGroup, OutputLine,
-    QueueDepth, QueueRecord, RunningCount, StepRecord, StepStatus, Store, WorkflowFilter,
-    WorkflowRecord, WorkflowStatus,
+    QueueDepth, QueueRecord, RecordEntry, RunningCount, StepRecord, StepStatus, Store,
+    WorkflowFilter, WorkflowRecord, WorkflowStatus,
 };
 
 /// Milliseconds since the Unix epoch: the one clock of the engine's records.

@@ -12,8 +12,8 @@ use std::{
 };
 
 use manent_engine::{
-    Client, Engine, EngineConfig, EngineError, EnqueueRequest, QueueSpec, StepPolicy, StepStatus,
-    Store, WorkflowContext, WorkflowError, WorkflowStatus, now_ms, store,
+    Client, Engine, EngineConfig, EngineError, EnqueueRequest, QueueSpec, RecordEntry, StepPolicy,
+    StepStatus, Store, WorkflowContext, WorkflowError, WorkflowStatus, now_ms, store,
 };
 use manent_testkit::{Db, TestDb};
 use tokio::sync::Notify;
@@ -44,6 +44,7 @@ on_both_backends!(
     higher_priority_runs_first,
     a_panicking_workflow_ends_in_error,
     records_are_kept_replaced_listed_and_deleted,
+    records_written_together_are_inserted_all_or_none_and_deleted_together,
     audit_entries_are_appended_and_listed_newest_first,
     branches_replay_whatever_order_they_completed_in,
     a_workflow_moved_to_another_queue_goes_on_there_under_its_limits,
@@ -1090,6 +1091,46 @@ async fn records_are_kept_replaced_listed_and_deleted(db: Db) {
         "deleting twice reports nothing deleted"
     );
     assert_eq!(s.get_record("token", "a").await.unwrap(), None);
+}
+
+async fn records_written_together_are_inserted_all_or_none_and_deleted_together(db: Db) {
+    let db = TestDb::new(db).await;
+    let s = open(&db).await;
+    let entry = |kind, key, value| RecordEntry { kind, key, value };
+    assert!(
+        s.insert_records(&[entry("name", "ci", "h1"), entry("token", "h1", "{}")], 1)
+            .await
+            .unwrap(),
+        "free keys are all inserted"
+    );
+    assert!(
+        !s.insert_records(&[entry("token", "h2", "{}"), entry("name", "ci", "h2")], 2)
+            .await
+            .unwrap(),
+        "a taken key refuses the whole write"
+    );
+    assert_eq!(
+        s.get_record("token", "h2").await.unwrap(),
+        None,
+        "the record before the taken key was rolled back with it"
+    );
+    assert_eq!(
+        s.get_record("name", "ci").await.unwrap().as_deref(),
+        Some("h1"),
+        "the taken key keeps its value"
+    );
+    assert_eq!(
+        s.delete_records(&[("name", "ci"), ("token", "h1"), ("token", "absent")])
+            .await
+            .unwrap(),
+        2,
+        "deleting counts the records that existed"
+    );
+    assert_eq!(
+        s.list_records("name").await.unwrap().len() + s.list_records("token").await.unwrap().len(),
+        0,
+        "both records are gone"
+    );
 }
 
 async fn audit_entries_are_appended_and_listed_newest_first(db: Db) {

@@ -143,6 +143,14 @@ pub struct NewWorkflow {
     pub now_ms: i64,
 }
 
+/// One record to write: its kind, its key within the kind, and its value (JSON text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordEntry<'a> {
+    pub kind: &'a str,
+    pub key: &'a str,
+    pub value: &'a str,
+}
+
 /// What happened to an enqueue.
 #[derive(Debug, Clone)]
 pub enum EnqueueOutcome {
@@ -659,9 +667,20 @@ pub trait Store: Send + Sync + 'static {
         value: &str,
         now_ms: i64,
     ) -> Result<bool, StoreError>;
+    /// Inserts every record of `records`, all or none, in one transaction: if any
+    /// `(kind, key)` is taken, nothing is written and `false` is returned. For a value
+    /// kept under several keys (a token under its name and its hash), so that a crash
+    /// between two writes cannot leave one key held with nothing behind it.
+    async fn insert_records(
+        &self,
+        records: &[RecordEntry<'_>],
+        now_ms: i64,
+    ) -> Result<bool, StoreError>;
     async fn get_record(&self, kind: &str, key: &str) -> Result<Option<String>, StoreError>;
     async fn list_records(&self, kind: &str) -> Result<Vec<(String, String)>, StoreError>;
     async fn delete_record(&self, kind: &str, key: &str) -> Result<bool, StoreError>;
+    /// Deletes every `(kind, key)` of `keys` in one transaction; returns how many existed.
+    async fn delete_records(&self, keys: &[(&str, &str)]) -> Result<u64, StoreError>;
 
     // --- output (append-only, outside the checkpoints) ---
     /// Appends lines of one workflow; their `seq` is assigned by the store.

@@ -21,8 +21,8 @@ use tokio::{sync::broadcast, task::JoinHandle};
 use super::{
     AuditRecord, Backend, Checkpoint, ClaimLimits, Consumed, EnqueueOutcome, EventRecord,
     ExecutorLease, ExecutorRecord, ExecutorState, Lease, LeaseGrant, Liveness, NewWorkflow,
-    OutputLine, QueueDepth, QueueRecord, Renewal, RunningCount, StepRecord, Store, Wakeup,
-    WorkflowFilter, WorkflowRecord, WorkflowStatus, claim, migrations, postgres, sqlite,
+    OutputLine, QueueDepth, QueueRecord, RecordEntry, Renewal, RunningCount, StepRecord, Store,
+    Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus, claim, migrations, postgres, sqlite,
 };
 use crate::error::StoreError;
 
@@ -1706,6 +1706,33 @@ impl Store for SqlStore {
         self.write_record(kind, key, value, now_ms, false).await
     }
 
+    async fn insert_records(
+        &self,
+        records: &[RecordEntry<'_>],
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        write_tx!(self, tx => {
+            for record in records {
+                let inserted = sqlx::query(
+                    "INSERT INTO manent_records (kind, record_key, value, updated_at) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (kind, record_key) DO NOTHING")
+                    .bind(record.kind)
+                    .bind(record.key)
+                    .bind(record.value)
+                    .bind(now_ms)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?
+                    .rows_affected();
+                if inserted == 0 {
+                    // Dropping the transaction rolls back what this call wrote so far.
+                    return Ok(false);
+                }
+            }
+        });
+        Ok(true)
+    }
+
     async fn get_record(&self, kind: &str, key: &str) -> Result<Option<String>, StoreError> {
         with_pool!(self, pool => sqlx::query_scalar("SELECT value FROM manent_records WHERE kind = $1 AND record_key = $2")
             .bind(kind)
@@ -1733,6 +1760,23 @@ impl Store for SqlStore {
             .map(|r| r.rows_affected())
             .map_err(map_err))?;
         Ok(deleted == 1)
+    }
+
+    async fn delete_records(&self, keys: &[(&str, &str)]) -> Result<u64, StoreError> {
+        let deleted = write_tx!(self, tx => {
+            let mut deleted = 0;
+            for (kind, key) in keys {
+                deleted += sqlx::query("DELETE FROM manent_records WHERE kind = $1 AND record_key = $2")
+                    .bind(*kind)
+                    .bind(*key)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?
+                    .rows_affected();
+            }
+            deleted
+        });
+        Ok(deleted)
     }
 
     async fn append_output(
