@@ -394,6 +394,10 @@ impl Engine {
         let watcher = tokio::spawn(run_watcher(shared.clone()));
         let claimer = tokio::spawn(claim_loop(shared.clone()));
         lock(&shared.background).extend([heartbeat, watchdog, watcher, claimer]);
+        if config.automatic_recovery {
+            let recovery = tokio::spawn(recovery_loop(shared.clone()));
+            lock(&shared.background).push(recovery);
+        }
         tracing::info!(executor_id = %config.executor_id, host = %config.host, queues = ?queues.iter().map(|q| &q.name).collect::<Vec<_>>(), "executor started");
         Ok(())
     }
@@ -762,40 +766,58 @@ async fn finish(
 /// How often a newcomer looks at a held lease again.
 const LEASE_POLL: Duration = Duration::from_millis(200);
 
-/// Renews the lease, then records the heartbeat, then (if configured)
-/// recovers stale executors. Ends when the lease is lost.
+/// Renews the lease, then records the heartbeat. Ends when the lease is lost.
+/// Each call is bounded, so that nothing keeps the next renewal waiting.
 async fn heartbeat_loop(shared: Arc<Shared>) {
     let config = &shared.config;
     let mut ticker = tokio::time::interval(config.heartbeat_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let stale_ms = shared.stale_ms();
     loop {
         ticker.tick().await;
         if !renew_lease(&shared).await {
             return;
         }
         let state = *lock(&shared.state);
-        if let Err(e) = shared
-            .store
-            .heartbeat(&config.executor_id, state, now_ms())
-            .await
-        {
-            tracing::warn!(error = %e, "heartbeat failed");
+        let heartbeat = tokio::time::timeout(
+            config.heartbeat_interval,
+            shared.store.heartbeat(&config.executor_id, state, now_ms()),
+        );
+        match heartbeat.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "heartbeat failed"),
+            Err(_) => tracing::warn!(
+                "heartbeat not written within the heartbeat interval; the lease is renewed first next time"
+            ),
+        }
+    }
+}
+
+/// Re-enqueues the pending workflows of stale executors, every heartbeat interval.
+/// A task of its own, not a step of [`heartbeat_loop`]: a recovery held up (by a row
+/// lock another session holds, by a slow database) must not hold up the lease renewal,
+/// or this executor would fence itself, stopping its own runs, while it waits to
+/// recover another's.
+async fn recovery_loop(shared: Arc<Shared>) {
+    let config = &shared.config;
+    let mut ticker = tokio::time::interval(config.heartbeat_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stale_ms = shared.stale_ms();
+    loop {
+        ticker.tick().await;
+        if *lock(&shared.state) != ExecutorState::Running || !shared.lease_live() {
             continue;
         }
-        if config.automatic_recovery && state == ExecutorState::Running && shared.lease_live() {
-            let now = now_ms();
-            match shared
-                .store
-                .recover_stale(now - stale_ms, &config.executor_id, now)
-                .await
-            {
-                Ok(recovered) if !recovered.is_empty() => {
-                    tracing::warn!(count = recovered.len(), workflows = ?recovered, "recovered the workflows of stale executors");
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "automatic recovery failed"),
+        let now = now_ms();
+        match shared
+            .store
+            .recover_stale(now - stale_ms, &config.executor_id, now)
+            .await
+        {
+            Ok(recovered) if !recovered.is_empty() => {
+                tracing::warn!(count = recovered.len(), workflows = ?recovered, "recovered the workflows of stale executors");
             }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "automatic recovery failed"),
         }
     }
 }

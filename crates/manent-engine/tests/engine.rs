@@ -716,12 +716,12 @@ async fn manual_recovery_hands_work_to_another_executor_and_fences_the_first(db:
     b.shutdown(WAIT).await;
 }
 
-async fn automatic_recovery_takes_over_a_stale_executor(db: Db) {
-    manent_testkit::init_tracing();
-    let db = TestDb::new(db).await;
-    let store = open(&db).await;
-    let client = Client::new(store.clone());
-    // A dead executor's leftovers: a row with an old heartbeat and a PENDING workflow.
+/// Leaves what a dead executor leaves behind: a PENDING workflow of queue `q` under the
+/// id `dead`, whose executor row has an old heartbeat and which holds no lease.
+async fn dead_executors_workflow(
+    store: &Arc<dyn Store>,
+    client: &Client,
+) -> manent_engine::WorkflowRecord {
     let wf = client
         .enqueue(EnqueueRequest::new("noop", "q", ()))
         .await
@@ -741,7 +741,7 @@ async fn automatic_recovery_takes_over_a_stale_executor(db: Db) {
         )
         .await
         .unwrap();
-    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed.len(), 1, "the dead executor holds the workflow");
     store
         .upsert_executor(&manent_engine::ExecutorRecord {
             id: "dead".into(),
@@ -758,6 +758,15 @@ async fn automatic_recovery_takes_over_a_stale_executor(db: Db) {
         })
         .await
         .unwrap();
+    wf
+}
+
+async fn automatic_recovery_takes_over_a_stale_executor(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let store = open(&db).await;
+    let client = Client::new(store.clone());
+    let wf = dead_executors_workflow(&store, &client).await;
     let mut cfg = config("alive");
     cfg.automatic_recovery = true;
     let e = Engine::new(store.clone(), cfg);
@@ -771,6 +780,115 @@ async fn automatic_recovery_takes_over_a_stale_executor(db: Db) {
         done.executor_id.as_deref(),
         Some("alive"),
         "the live executor resumed the stale one's work"
+    );
+    e.shutdown(WAIT).await;
+}
+
+/// PostgreSQL only: there, a row lock held by another session keeps a recovery waiting
+/// while every other write goes on. On SQLite a held write lock stops every write, the
+/// lease renewal's too, so there is nothing to keep apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_held_up_by_a_row_lock_does_not_keep_the_executor_from_renewing_its_lease() {
+    use sqlx::Connection;
+    manent_testkit::init_tracing();
+    let db = TestDb::new(Db::Postgres).await;
+    let store = open(&db).await;
+    let client = Client::new(store.clone());
+    let stale = dead_executors_workflow(&store, &client).await;
+    // Another session holds the stale workflow's row, as a transaction stuck half-way would.
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT id FROM manent_workflows WHERE id = $1 FOR UPDATE")
+        .bind(&stale.id)
+        .fetch_one(&mut holder)
+        .await
+        .unwrap();
+    // pg_stat_activity is read outside any transaction: inside one it is a snapshot.
+    let observer = sqlx::PgPool::connect(&db.url).await.unwrap();
+
+    let mut cfg = config("alive");
+    cfg.automatic_recovery = true;
+    let e = Engine::new(store.clone(), cfg);
+    let gate = Gate::new();
+    let ledger = Ledger::default();
+    e.register("noop", |ctx: WorkflowContext, _: ()| async move {
+        ctx.step("x", || async { Ok::<_, String>(()) }).await
+    });
+    let (g, l) = (gate.clone(), ledger.clone());
+    e.register("held", move |ctx: WorkflowContext, _: ()| {
+        let (g, l) = (g.clone(), l.clone());
+        async move {
+            ctx.step("wait", || async {
+                l.hit("wait");
+                g.wait().await;
+                Ok::<_, String>(())
+            })
+            .await
+        }
+    });
+    e.listen(QueueSpec::new("q"));
+    e.launch().await.unwrap();
+    let own = client
+        .enqueue(EnqueueRequest::new("held", "q", ()))
+        .await
+        .unwrap();
+    manent_testkit::eventually("the live executor runs its own workflow", WAIT, || async {
+        (ledger.count("wait") == 1).then_some(())
+    })
+    .await;
+    async fn recovery_waits(observer: &sqlx::PgPool) -> i64 {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND query LIKE 'UPDATE manent_workflows SET status = ''ENQUEUED''%'",
+        )
+        .fetch_one(observer)
+        .await
+        .unwrap()
+    }
+    manent_testkit::eventually("the recovery waits on the held row", WAIT, || async {
+        (recovery_waits(&observer).await == 1).then_some(())
+    })
+    .await;
+    let renewed_at = || async {
+        store
+            .get_executor_lease("alive")
+            .await
+            .unwrap()
+            .expect("the live executor holds a lease")
+            .renewed_at_ms
+    };
+    let waiting_since = renewed_at().await;
+    let stale_after_ms = config("alive").stale_after.as_millis() as i64;
+    manent_testkit::eventually(
+        "the lease is renewed past its first lifetime while the recovery waits",
+        WAIT,
+        || async { (renewed_at().await > waiting_since + stale_after_ms).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        recovery_waits(&observer).await,
+        1,
+        "the recovery was still waiting while the lease was renewed"
+    );
+    assert_eq!(
+        client.get(&own.id).await.unwrap().unwrap().status,
+        WorkflowStatus::Pending,
+        "the executor's own run goes on: it did not fence itself"
+    );
+
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    gate.open();
+    wait_success(&client, &own.id).await;
+    assert_eq!(
+        ledger.count("wait"),
+        1,
+        "the executor's own step ran once: it was never stopped and run again"
+    );
+    let recovered = wait_success(&client, &stale.id).await;
+    assert_eq!(
+        recovered.executor_id.as_deref(),
+        Some("alive"),
+        "once the row is free, the recovery goes through"
     );
     e.shutdown(WAIT).await;
 }
