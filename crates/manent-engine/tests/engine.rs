@@ -28,6 +28,7 @@ on_both_backends!(
     limits_hold_with_several_engines_claiming_at_once,
     a_deduplication_key_admits_one_active_workflow,
     a_workflow_id_makes_a_start_idempotent,
+    an_enqueue_wakes_the_claimers_of_another_store_once_it_is_committed,
     a_workflow_does_not_start_before_its_not_before_time,
     messages_reach_recv_and_events_reach_clients,
     recv_times_out_durably,
@@ -360,6 +361,36 @@ async fn a_workflow_id_makes_a_start_idempotent(db: Db) {
     assert!(
         matches!(c, Err(EngineError::IdConflict { .. })),
         "same id, other workflow: refused, got {c:?}"
+    );
+}
+
+/// Another store on the same database stands for another worker process: on PostgreSQL
+/// it hears of the enqueue through NOTIFY, on SQLite through the per-file bus.
+async fn an_enqueue_wakes_the_claimers_of_another_store_once_it_is_committed(db: Db) {
+    let db = TestDb::new(db).await;
+    let enqueuer = open(&db).await;
+    let claimer = open(&db).await;
+    let mut wakeups = claimer.subscribe();
+    let wf = Client::new(enqueuer)
+        .enqueue(EnqueueRequest::new("noop", "woken", ()))
+        .await
+        .unwrap();
+    let heard = tokio::time::timeout(WAIT, async {
+        loop {
+            match wakeups.recv().await {
+                Ok(store::Wakeup::Queue(queue)) if queue == "woken" => return queue,
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(e) => panic!("the wake-up bus closed: {e}"),
+            }
+        }
+    })
+    .await
+    .expect("the other store hears of the enqueue");
+    assert_eq!(heard, "woken");
+    assert_eq!(
+        claimer.get_workflow(&wf.id).await.unwrap().map(|w| w.status),
+        Some(WorkflowStatus::Enqueued),
+        "what woke the other store is committed and visible to it"
     );
 }
 
