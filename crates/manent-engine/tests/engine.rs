@@ -388,7 +388,11 @@ async fn an_enqueue_wakes_the_claimers_of_another_store_once_it_is_committed(db:
     .expect("the other store hears of the enqueue");
     assert_eq!(heard, "woken");
     assert_eq!(
-        claimer.get_workflow(&wf.id).await.unwrap().map(|w| w.status),
+        claimer
+            .get_workflow(&wf.id)
+            .await
+            .unwrap()
+            .map(|w| w.status),
         Some(WorkflowStatus::Enqueued),
         "what woke the other store is committed and visible to it"
     );
