@@ -796,12 +796,9 @@ async fn dead_executors_workflow(
     wf
 }
 
-async fn automatic_recovery_takes_over_a_stale_executor(db: Db) {
-    manent_testkit::init_tracing();
-    let db = TestDb::new(db).await;
-    let store = open(&db).await;
-    let client = Client::new(store.clone());
-    let wf = dead_executors_workflow(&store, &client).await;
+/// The executor `alive`, recovering stale executors by itself, serving queue `q` with
+/// the `noop` workflow the dead executor left behind; not launched yet.
+fn recovering_engine(store: &Arc<dyn Store>) -> Engine {
     let mut cfg = config("alive");
     cfg.automatic_recovery = true;
     let e = Engine::new(store.clone(), cfg);
@@ -809,6 +806,16 @@ async fn automatic_recovery_takes_over_a_stale_executor(db: Db) {
         ctx.step("x", || async { Ok::<_, String>(()) }).await
     });
     e.listen(QueueSpec::new("q"));
+    e
+}
+
+async fn automatic_recovery_takes_over_a_stale_executor(db: Db) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let store = open(&db).await;
+    let client = Client::new(store.clone());
+    let wf = dead_executors_workflow(&store, &client).await;
+    let e = recovering_engine(&store);
     e.launch().await.unwrap();
     let done = wait_success(&client, &wf.id).await;
     assert_eq!(
@@ -841,14 +848,9 @@ async fn a_recovery_held_up_by_a_row_lock_does_not_keep_the_executor_from_renewi
     // pg_stat_activity is read outside any transaction: inside one it is a snapshot.
     let observer = sqlx::PgPool::connect(&db.url).await.unwrap();
 
-    let mut cfg = config("alive");
-    cfg.automatic_recovery = true;
-    let e = Engine::new(store.clone(), cfg);
+    let e = recovering_engine(&store);
     let gate = Gate::new();
     let ledger = Ledger::default();
-    e.register("noop", |ctx: WorkflowContext, _: ()| async move {
-        ctx.step("x", || async { Ok::<_, String>(()) }).await
-    });
     let (g, l) = (gate.clone(), ledger.clone());
     e.register("held", move |ctx: WorkflowContext, _: ()| {
         let (g, l) = (g.clone(), l.clone());
@@ -861,7 +863,6 @@ async fn a_recovery_held_up_by_a_row_lock_does_not_keep_the_executor_from_renewi
             .await
         }
     });
-    e.listen(QueueSpec::new("q"));
     e.launch().await.unwrap();
     let own = client
         .enqueue(EnqueueRequest::new("held", "q", ()))

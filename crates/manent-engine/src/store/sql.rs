@@ -507,16 +507,12 @@ impl SqlStore {
         now_ms: i64,
         replace: bool,
     ) -> Result<bool, StoreError> {
-        let on_conflict = if replace {
-            "DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at"
+        let sql = if replace {
+            PUT_RECORD
         } else {
-            "DO NOTHING"
+            INSERT_RECORD_IF_FREE
         };
-        let sql = format!(
-            "INSERT INTO manent_records (kind, record_key, value, updated_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (kind, record_key) {on_conflict}"
-        );
-        let written = with_writer!(self, pool => sqlx::query(&sql)
+        let written = with_writer!(self, pool => sqlx::query(sql)
             .bind(kind)
             .bind(key)
             .bind(value)
@@ -595,6 +591,14 @@ where
         }
     }
 }
+
+/// A record's writes, binding kind, key, value and the time (`DELETE_RECORD`: kind, key).
+const INSERT_RECORD_IF_FREE: &str = "INSERT INTO manent_records (kind, record_key, value, updated_at) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT (kind, record_key) DO NOTHING";
+const PUT_RECORD: &str = "INSERT INTO manent_records (kind, record_key, value, updated_at) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT (kind, record_key) \
+     DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at";
+const DELETE_RECORD: &str = "DELETE FROM manent_records WHERE kind = $1 AND record_key = $2";
 
 #[async_trait]
 impl Store for SqlStore {
@@ -1718,9 +1722,7 @@ impl Store for SqlStore {
     ) -> Result<bool, StoreError> {
         write_tx!(self, tx => {
             for record in records {
-                let inserted = sqlx::query(
-                    "INSERT INTO manent_records (kind, record_key, value, updated_at) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT (kind, record_key) DO NOTHING")
+                let inserted = sqlx::query(INSERT_RECORD_IF_FREE)
                     .bind(record.kind)
                     .bind(record.key)
                     .bind(record.value)
@@ -1757,7 +1759,7 @@ impl Store for SqlStore {
     }
 
     async fn delete_record(&self, kind: &str, key: &str) -> Result<bool, StoreError> {
-        let deleted = with_writer!(self, pool => sqlx::query("DELETE FROM manent_records WHERE kind = $1 AND record_key = $2")
+        let deleted = with_writer!(self, pool => sqlx::query(DELETE_RECORD)
             .bind(kind)
             .bind(key)
             .execute(pool)
@@ -1771,7 +1773,7 @@ impl Store for SqlStore {
         let deleted = write_tx!(self, tx => {
             let mut deleted = 0;
             for (kind, key) in keys {
-                deleted += sqlx::query("DELETE FROM manent_records WHERE kind = $1 AND record_key = $2")
+                deleted += sqlx::query(DELETE_RECORD)
                     .bind(*kind)
                     .bind(*key)
                     .execute(&mut *tx)
