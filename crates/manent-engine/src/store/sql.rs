@@ -33,6 +33,7 @@ enum Pool {
         read: SqlitePool,
         write: SqlitePool,
         group: sqlite::GroupCommit,
+        unsynced: sqlite::UnsyncedCommit,
     },
     Postgres(sqlx::PgPool),
 }
@@ -61,15 +62,30 @@ macro_rules! with_writer {
 /// Runs `$body` inside a write transaction bound to `$tx` and commits it.
 /// An early return (`?`) rolls the transaction back. `pg_begin`, when given,
 /// opens the transaction on PostgreSQL (a `BEGIN` followed by statements that
-/// belong to it, in one round trip).
+/// belong to it, in one round trip). `claim_begin` is the same for a claim,
+/// whose commit on SQLite is not synced (`sqlite::UnsyncedCommit`).
 macro_rules! write_tx {
     ($store:expr, $tx:ident => $body:expr) => {
-        write_tx!($store, pg_begin = String::from("BEGIN"), $tx => $body)
+        write_tx!(@tx $store, String::from("BEGIN"), false, $tx => $body)
     };
     ($store:expr, pg_begin = $begin:expr, $tx:ident => $body:expr) => {
+        write_tx!(@tx $store, $begin, false, $tx => $body)
+    };
+    ($store:expr, claim_begin = $begin:expr, $tx:ident => $body:expr) => {
+        write_tx!(@tx $store, $begin, true, $tx => $body)
+    };
+    (@tx $store:expr, $pg_begin:expr, $unsynced:expr, $tx:ident => $body:expr) => {
         match &$store.pool {
-            Pool::Sqlite { write: pool, .. } => {
-                let mut $tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
+            Pool::Sqlite { write: pool, unsynced, .. } => {
+                let mut conn = pool.acquire().await.map_err(map_err)?;
+                let mut $tx = if $unsynced {
+                    // Back to FULL as `conn` returns to the pool, before any other
+                    // write may take it, and not on the claim's way to its runs.
+                    unsynced.begin(&mut conn).await
+                } else {
+                    sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await
+                }
+                .map_err(map_err)?;
                 let result = $body;
                 $tx.commit().await.map_err(map_err)?;
                 result
@@ -77,7 +93,7 @@ macro_rules! write_tx {
             Pool::Postgres(pool) => {
                 // Not `pool.begin_with`: see `postgres::BeginGuard`.
                 let mut guard = postgres::BeginGuard::acquire(pool).await.map_err(map_err)?;
-                let mut $tx = guard.begin($begin).await.map_err(map_err)?;
+                let mut $tx = guard.begin($pg_begin).await.map_err(map_err)?;
                 let result = $body;
                 $tx.commit().await.map_err(map_err)?;
                 result
@@ -347,6 +363,7 @@ impl SqlStore {
                             group: sqlite::spawn_group_commit(pools.write.clone()),
                             read: pools.read,
                             write: pools.write,
+                            unsynced: pools.unsynced,
                         },
                         sqlite_path: pools.path,
                         pg_options: None,
@@ -834,7 +851,10 @@ impl Store for SqlStore {
             Some(g) => format!("group:{g}"),
             None => queue.to_string(),
         };
-        let claimed: Vec<WorkflowRow> = write_tx!(self, pg_begin = pg_claim_begin(&lock_key), tx => {
+        // On SQLite the claim's commit is not synced: a power cut that undoes it
+        // stops this process too, and the workflow is queued again, its first step
+        // never recorded (docs/scaling-and-recovery.md, "What a power cut may undo").
+        let claimed: Vec<WorkflowRow> = write_tx!(self, claim_begin = pg_claim_begin(&lock_key), tx => {
             let running: Vec<(i64, Option<String>, String, i64)> = sqlx::query_as(
                 "SELECT CAST(0 AS BIGINT), executor_id, partition_key, COUNT(*) FROM manent_workflows \
                  WHERE queue_name = $1 AND status = 'PENDING' GROUP BY executor_id, partition_key \
@@ -2098,6 +2118,37 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn grouped_step_writes_on_sqlite_fence_each_row_by_its_own_lease() {
         grouped_writes_fence_each_row(manent_testkit::Db::Sqlite).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_claim_on_sqlite_leaves_the_writer_synced_for_every_later_write() {
+        let test = manent_testkit::TestDb::new(manent_testkit::Db::Sqlite).await;
+        let store = SqlStore::connect(&test.url).await.expect("connect");
+        store.migrate().await.expect("migrate");
+        let now = crate::now_ms();
+        store
+            .enqueue(&queued("w0".into(), String::new(), now))
+            .await
+            .expect("enqueue");
+        let Pool::Sqlite { write, .. } = &store.pool else {
+            unreachable!("a SQLite store")
+        };
+        let limits = ClaimLimits {
+            worker: 1,
+            partition: None,
+            global: 0,
+            group: None,
+        };
+        let claimed = store.claim("q", "e", limits, now, 1).await.expect("claim");
+        assert_eq!(claimed.len(), 1, "the queued workflow is claimed");
+        let level: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(write)
+            .await
+            .expect("read the writer's level");
+        assert_eq!(
+            level, 2,
+            "after a claim the writer is back at FULL: every checkpoint is synced"
+        );
     }
 
     /// Workflow `id` of `w` on queue `q`, in `partition`, claimable from `now`.

@@ -7,13 +7,16 @@ use std::{
     fs::File,
     path::{Path, PathBuf},
     str::FromStr,
-    sync::{Mutex, OnceLock},
+    sync::{
+        Arc, Mutex, OnceLock,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
 use futures::future::BoxFuture;
 use sqlx::{
-    Connection, TransactionManager,
+    Connection, Sqlite, Transaction, TransactionManager,
     sqlite::{
         SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
         SqliteSynchronous, SqliteTransactionManager,
@@ -42,7 +45,53 @@ pub(crate) struct Pools {
     /// instead, in order, and each goes in as soon as the one before is done. Other
     /// processes on the same file still meet the busy handler.
     pub(crate) write: SqlitePool,
+    /// Whether the writer connection runs a transaction whose commit is not synced.
+    pub(crate) unsynced: UnsyncedCommit,
     pub(crate) path: Option<PathBuf>,
+}
+
+/// A transaction of the writer connection committed without its own WAL sync
+/// (`synchronous=NORMAL` for that transaction only), for writes a power cut may
+/// undo without harm: a claim (docs/scaling-and-recovery.md, "What a power cut
+/// may undo").
+///
+/// In WAL mode every synced commit syncs the whole log, so what survives a power
+/// cut is always a prefix of the commits: an unsynced commit is durable once any
+/// later commit of the file is (a run's first checkpoint, say), and a power cut can
+/// only discard it together with everything after it. A crash of the process loses
+/// nothing: the commit is in the OS's page cache.
+///
+/// SQLite refuses to change the level inside a transaction, so it is lowered in the
+/// statement that begins the transaction, and the pool's release check raises it
+/// again (`after_release`, which runs before the connection can be taken again),
+/// however the transaction ended: no other write ever runs unsynced.
+#[derive(Clone, Default)]
+pub(crate) struct UnsyncedCommit(Arc<AtomicBool>);
+
+/// Begins a transaction whose commit is not synced (one trip to the connection's thread).
+const BEGIN_UNSYNCED: &str = "PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE";
+/// Every other write's level (see [`connect`]).
+const SYNCED: &str = "PRAGMA synchronous = FULL";
+
+impl UnsyncedCommit {
+    /// Begins `BEGIN IMMEDIATE` on the writer connection `conn`, its commit unsynced.
+    pub(crate) async fn begin<'c>(
+        &self,
+        conn: &'c mut SqliteConnection,
+    ) -> Result<Transaction<'c, Sqlite>, sqlx::Error> {
+        self.0.store(true, Ordering::SeqCst);
+        conn.begin_with(BEGIN_UNSYNCED).await
+    }
+
+    /// Puts `conn` back to `synchronous=FULL` if a transaction lowered it. On an
+    /// error the pool closes the connection; a new one starts at FULL.
+    async fn restore(&self, conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
+        if self.0.load(Ordering::SeqCst) {
+            sqlx::query(SYNCED).execute(&mut *conn).await?;
+            self.0.store(false, Ordering::SeqCst);
+        }
+        Ok(())
+    }
 }
 
 pub(crate) async fn connect(url: &str) -> Result<Pools, sqlx::Error> {
@@ -57,6 +106,7 @@ pub(crate) async fn connect(url: &str) -> Result<Pools, sqlx::Error> {
     if let Some(path) = &path {
         owner_only(path).map_err(sqlx::Error::Io)?;
     }
+    let unsynced = UnsyncedCommit::default();
     let Some(_) = &path else {
         // An in-memory database lives as long as its one connection: it reads and writes.
         let pool = SqlitePoolOptions::new()
@@ -64,12 +114,16 @@ pub(crate) async fn connect(url: &str) -> Result<Pools, sqlx::Error> {
             .min_connections(1)
             .idle_timeout(None)
             .max_lifetime(None)
-            .after_release(|conn, _meta| Box::pin(end_abandoned_transactions(conn)))
+            .after_release({
+                let unsynced = unsynced.clone();
+                move |conn, _meta| Box::pin(release_writer(conn, unsynced.clone()))
+            })
             .connect_with(options)
             .await?;
         return Ok(Pools {
             read: pool.clone(),
             write: pool,
+            unsynced,
             path,
         });
     };
@@ -91,7 +145,10 @@ pub(crate) async fn connect(url: &str) -> Result<Pools, sqlx::Error> {
         // transaction, holding the database's write lock, and sqlx would count it as one
         // level deep, refusing the next `begin_with`. So a released connection is rolled
         // back through sqlx's own transaction manager, which keeps its count right.
-        .after_release(|conn, _meta| Box::pin(end_abandoned_transactions(conn)))
+        .after_release({
+            let unsynced = unsynced.clone();
+            move |conn, _meta| Box::pin(release_writer(conn, unsynced.clone()))
+        })
         .connect_with(options.clone())
         .await?;
     let read = SqlitePoolOptions::new()
@@ -104,7 +161,12 @@ pub(crate) async fn connect(url: &str) -> Result<Pools, sqlx::Error> {
         // A write that strays onto a reader fails loudly instead of contending.
         .connect_with(options.read_only(true))
         .await?;
-    Ok(Pools { read, write, path })
+    Ok(Pools {
+        read,
+        write,
+        unsynced,
+        path,
+    })
 }
 
 /// What one batched write did: rows it changed, and the value it returned, if any.
@@ -180,6 +242,17 @@ async fn commit_together(
 /// Rolls back whatever transaction a released connection is still in. The ping goes
 /// through the connection's command queue behind any rollback a dropped `Transaction`
 /// asked for, so the depth read after it is the connection's real state.
+/// The writer's release check: no transaction left open, and its commits synced again
+/// if a transaction of [`UnsyncedCommit`] was dropped before it could say so.
+async fn release_writer(
+    conn: &mut SqliteConnection,
+    unsynced: UnsyncedCommit,
+) -> Result<bool, sqlx::Error> {
+    end_abandoned_transactions(conn).await?;
+    unsynced.restore(conn).await?;
+    Ok(true)
+}
+
 async fn end_abandoned_transactions(conn: &mut SqliteConnection) -> Result<bool, sqlx::Error> {
     conn.ping().await?;
     while conn.is_in_transaction() {
@@ -301,6 +374,29 @@ mod tests {
         (dir, path, pools)
     }
 
+    /// The values of table `t`, in order, as a reader sees them.
+    async fn values_in_t(pools: &Pools) -> Vec<i64> {
+        sqlx::query_scalar("SELECT x FROM t ORDER BY x")
+            .fetch_all(&pools.read)
+            .await
+            .expect("read t")
+    }
+
+    /// Inserts `x` into `t` in a transaction of its own on the writer, which must be free.
+    async fn write_afresh(pool: &SqlitePool, x: i64) {
+        let mut conn = pool.acquire().await.unwrap();
+        let mut tx = conn
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .unwrap_or_else(|e| panic!("the writer must begin afresh: {e}"));
+        sqlx::query("INSERT INTO t VALUES ($1)")
+            .bind(x)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+
     #[tokio::test]
     async fn a_connection_released_inside_an_unowned_transaction_is_rolled_back_and_reusable() {
         let (_dir, _, pools) = database_with_a_table().await;
@@ -317,24 +413,93 @@ mod tests {
             .unwrap();
         drop(abandoned);
         // The writer is the pool's one connection: it must begin, write and commit afresh.
-        let mut conn = pool.acquire().await.unwrap();
-        let mut tx = conn
-            .begin_with("BEGIN IMMEDIATE")
+        write_afresh(pool, 2).await;
+        assert_eq!(
+            values_in_t(&pools).await,
+            vec![2],
+            "the abandoned transaction's write is rolled back"
+        );
+        pools.read.close().await;
+        pools.write.close().await;
+    }
+
+    /// The writer's `synchronous` level: 2 is FULL (every commit synced), 1 NORMAL.
+    async fn writer_sync_level(conn: &mut SqliteConnection) -> i64 {
+        sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&mut *conn)
             .await
-            .unwrap_or_else(|e| panic!("the writer must begin afresh: {e}"));
-        sqlx::query("INSERT INTO t VALUES (2)")
+            .expect("read the level")
+    }
+
+    #[tokio::test]
+    async fn an_unsynced_commit_leaves_every_later_write_of_the_writer_synced() {
+        let (_dir, _, pools) = database_with_a_table().await;
+        let mut conn = pools.write.acquire().await.unwrap();
+        assert_eq!(
+            writer_sync_level(&mut conn).await,
+            2,
+            "the writer opens at FULL"
+        );
+        let mut tx = pools
+            .unsynced
+            .begin(&mut conn)
+            .await
+            .expect("begin unsynced");
+        assert_eq!(
+            writer_sync_level(&mut tx).await,
+            1,
+            "inside its transaction the commit is not synced"
+        );
+        sqlx::query("INSERT INTO t VALUES (1)")
             .execute(&mut *tx)
             .await
             .unwrap();
         tx.commit().await.unwrap();
         drop(conn);
-        let ones: i64 = sqlx::query_scalar("SELECT count(*) FROM t WHERE x = 1")
-            .fetch_one(&pools.read)
+        // The one writer connection again, once its release check has run.
+        let mut conn = pools.write.acquire().await.unwrap();
+        assert_eq!(
+            writer_sync_level(&mut conn).await,
+            2,
+            "the release check put the writer back to FULL before anyone could write"
+        );
+        drop(conn);
+        assert_eq!(
+            values_in_t(&pools).await,
+            vec![1],
+            "the unsynced commit is a commit"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unsynced_transaction_dropped_unfinished_leaves_the_writer_synced_and_free() {
+        let (_dir, _, pools) = database_with_a_table().await;
+        let mut conn = pools.write.acquire().await.unwrap();
+        let mut tx = pools
+            .unsynced
+            .begin(&mut conn)
+            .await
+            .expect("begin unsynced");
+        sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&mut *tx)
             .await
             .unwrap();
-        assert_eq!(ones, 0, "the abandoned transaction's write is rolled back");
-        pools.read.close().await;
-        pools.write.close().await;
+        // A claim stopped mid-way (its run fenced, the process draining).
+        drop(tx);
+        drop(conn);
+        let mut conn = pools.write.acquire().await.unwrap();
+        assert_eq!(
+            writer_sync_level(&mut conn).await,
+            2,
+            "a dropped transaction must not leave the writer unsynced"
+        );
+        drop(conn);
+        write_afresh(&pools.write, 2).await;
+        assert_eq!(
+            values_in_t(&pools).await,
+            vec![2],
+            "the dropped transaction wrote nothing"
+        );
     }
 
     #[tokio::test]
