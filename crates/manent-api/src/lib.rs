@@ -26,8 +26,8 @@ use manent_config::Config;
 use manent_contract::{
     ApplicationView, DecisionBody, DeployAction, DeployLogs, DeployOutput, DeployStatus,
     Descriptor, ErrorBody, QueueView, Recovered, RedeployKind, Resubmitted, RollbackBody,
-    ScheduleDeleted, ScheduleView, Submitted, SubmittedStatus, TenantView, WhoAmI, WorkerView,
-    WorkflowStatus,
+    ScheduleDeleted, ScheduleView, SubmitBatch, Submitted, SubmittedStatus, TenantView, WhoAmI,
+    WorkerView, WorkflowStatus,
 };
 use manent_deploy::{
     schedules,
@@ -82,6 +82,7 @@ fn top_routes() -> OpenApiRouter<AppState> {
 fn v1_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::default()
         .routes(routes!(submit_deploy, list_deploys))
+        .routes(routes!(submit_deploys))
         .routes(routes!(deploy_status))
         .routes(routes!(deploy_logs))
         .routes(routes!(deploy_output))
@@ -397,6 +398,68 @@ async fn submit_deploy(
         &state.client,
         &state.config,
         descriptor,
+        query.dry_run,
+        &manent_deploy::Submitter::new(&caller.token.name, &caller.token.id),
+    )
+    .await
+    .map_err(submit_error)?;
+    Ok((StatusCode::CREATED, Json(submitted)))
+}
+
+/// Submit many deploys at once (a bulk submission).
+///
+/// The body is `{"deploys": [{"descriptor": "<YAML or JSON text>", "file": "a.yml"?}, …]}`:
+/// at least one, at most 1,000. Every descriptor is parsed, the caller is authorised on
+/// each one's application, and each is checked and routed as `POST /deploys` does; if
+/// any is refused, none is enqueued and the error names it (`deploys[N]`, then its
+/// field). Then all are enqueued in one transaction. A recurring schedule
+/// (`schedule.cron`) is refused here: submit it alone.
+#[utoipa::path(post, path = "/deploys/batch", tag = "deploys", operation_id = "submitDeploys",
+    params(
+        ("dry_run" = Option<bool>, Query, description = "`true` forces every deploy of the batch to be a dry run."),
+    ),
+    request_body(content = SubmitBatch, content_type = "application/json"),
+    responses(
+        (status = 201, description = "All enqueued: each deploy's id, status and queue, in the order given.", body = Vec<Submitted>),
+        (status = 400, description = "The body is not a batch, it holds no deploy or more than 1,000, or a descriptor is malformed or invalid: `field` names it (e.g. `deploys[3].artifacts[0].sha256`). Nothing was enqueued.", body = ErrorBody),
+        (status = 403, description = "The token may not deploy one of the applications (the message names which deploy). Nothing was enqueued.", body = ErrorBody),
+    ))]
+async fn submit_deploys(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Query(query): Query<SubmitQuery>,
+    body: String,
+) -> Result<(StatusCode, Json<Vec<Submitted>>), AppError> {
+    let batch: SubmitBatch = serde_json::from_str(&body).map_err(|e| {
+        AppError::bad_request(
+            "deploys",
+            format!(
+                "deploys: the body is not a batch ({e}); send {{\"deploys\": [{{\"descriptor\": \"<YAML or JSON text>\", \"file\": \"a.yml\"?}}, …]}}"
+            ),
+        )
+    })?;
+    service::check_batch_size(batch.deploys.len()).map_err(submit_error)?;
+    let mut descriptors = Vec::with_capacity(batch.deploys.len());
+    for (i, entry) in batch.deploys.into_iter().enumerate() {
+        let file = entry.file.unwrap_or_else(|| format!("deploys[{i}]"));
+        let descriptor = service::parse(entry.descriptor, file)
+            .await
+            .map_err(|e| submit_error(service::in_batch(i, e)))?;
+        descriptors.push(descriptor);
+    }
+    // Parsed, then authorised: every application before anything is stored.
+    for (i, descriptor) in descriptors.iter().enumerate() {
+        if !caller.may(Action::Deploy, Some(&descriptor.application)) {
+            return Err(AppError::Forbidden {
+                token: caller.token.name.clone(),
+                action: format!("deploy {} (deploys[{i}])", descriptor.application),
+            });
+        }
+    }
+    let submitted = service::submit_many(
+        &state.client,
+        &state.config,
+        descriptors,
         query.dry_run,
         &manent_deploy::Submitter::new(&caller.token.name, &caller.token.id),
     )

@@ -190,6 +190,122 @@ async fn a_valid_submission_is_201_with_id_status_and_the_default_queue() {
     );
 }
 
+/// `{"deploys": [{"descriptor": text}, …]}`, the body of a bulk submission.
+fn batch_of(descriptors: &[String]) -> String {
+    let entries: Vec<Value> = descriptors
+        .iter()
+        .map(|d| serde_json::json!({ "descriptor": d }))
+        .collect();
+    serde_json::json!({ "deploys": entries }).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_submission_enqueues_every_deploy_and_answers_them_in_order() {
+    let api = Api::new().await;
+    let deployer = api.token("ci", Role::Deployer).await;
+    let sha = hex::encode(Sha256::digest(ARTIFACT));
+    // Two of acme/web's prod and one with no environment file (routed by artifact type).
+    let descriptors = vec![
+        api.good_descriptor(),
+        api.descriptor("acme/nope", &sha),
+        api.good_descriptor(),
+    ];
+    let (status, body) = api
+        .call(
+            "POST",
+            "/api/v1/deploys/batch",
+            Some(&deployer),
+            &batch_of(&descriptors),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "all three are valid: {body}");
+    let answers = body.as_array().expect("one answer per deploy");
+    assert_eq!(answers.len(), 3, "one answer per deploy, in order: {body}");
+    let mut ids = Vec::new();
+    for answer in answers {
+        assert_fields(answer, &["id", "status", "queue"], "each batch answer");
+        assert_eq!(
+            answer["status"], "ENQUEUED",
+            "no worker runs here: {answer}"
+        );
+        assert_eq!(
+            answer["queue"], "default",
+            "no routing configured: {answer}"
+        );
+        ids.push(answer["id"].as_str().unwrap().to_string());
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "each deploy has its own id: {body}");
+    let (_, second) = api
+        .get(
+            &format!("/api/v1/deploys/{}", answers[1]["id"].as_str().unwrap()),
+            Some(&deployer),
+        )
+        .await;
+    assert_eq!(
+        second["application"], "acme/nope",
+        "the answers are in the order the deploys were given: {second}"
+    );
+    assert_eq!(api.deploy_count().await, 3, "all three are stored");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_submission_with_one_refused_deploy_enqueues_none_and_names_it() {
+    let api = Api::new().await;
+    let deployer = api.token("ci", Role::Deployer).await;
+    let good = api.good_descriptor();
+    let cron = format!("{good}schedule: {{cron: \"0 3 * * *\"}}\n");
+    let too_many = vec![good.clone(); manent_deploy::service::MAX_BATCH + 1];
+    // (body, the field the 400 must name)
+    let cases: Vec<(String, &str)> = vec![
+        (
+            batch_of(&[
+                good.clone(),
+                api.descriptor("acme/web", "not-a-checksum"),
+                good.clone(),
+            ]),
+            "deploys[1].artifacts[0].sha256",
+        ),
+        (
+            batch_of(&[good.clone(), "application: [unclosed".into()]),
+            "deploys[1]",
+        ),
+        (batch_of(&[good.clone(), cron]), "deploys[1].schedule.cron"),
+        (batch_of(&[]), "deploys"),
+        (batch_of(&too_many), "deploys"),
+        (good.clone(), "deploys"),
+        ("{\"deploys\": [{\"file\": \"a.yml\"}]}".into(), "deploys"),
+    ];
+    for (body, field) in cases {
+        let (status, answer) = api
+            .call("POST", "/api/v1/deploys/batch", Some(&deployer), &body)
+            .await;
+        let shown: String = body.chars().take(120).collect();
+        assert_eq!(
+            status,
+            StatusCode::BAD_REQUEST,
+            "refused as bad input: {shown} -> {answer}"
+        );
+        let error_field = answer["error"]["field"].as_str().unwrap_or_default();
+        assert!(
+            error_field.starts_with(field),
+            "the error names {field}, got {error_field}: {answer}"
+        );
+        assert!(
+            error_of(&answer)
+                .1
+                .starts_with(field.split('.').next().unwrap()),
+            "the message says which deploy: {answer}"
+        );
+        assert_eq!(
+            api.deploy_count().await,
+            0,
+            "a refused batch enqueues none of its deploys: {shown}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_of_a_finished_deploy_has_the_fields_of_the_contract() {
     let mut api = Api::new().await;

@@ -223,6 +223,33 @@ async fn every_route_answers_each_role_and_scope_as_the_security_model_says() {
                 );
             }
 
+            // A bulk submission: every parsed application decides, and a batch holding
+            // one the caller may not deploy enqueues none of them.
+            for apps in [vec![app], vec![OWN, OTHER]] {
+                let before = site.api.deploy_count().await;
+                let allowed = who.may_deploy() && apps.iter().all(|a| who.sees(a));
+                let expected = if allowed {
+                    StatusCode::CREATED
+                } else {
+                    StatusCode::FORBIDDEN
+                };
+                let entries: Vec<Value> = apps
+                    .iter()
+                    .map(|a| serde_json::json!({"descriptor": site.descriptor(a)}))
+                    .collect();
+                let body = serde_json::json!({ "deploys": entries }).to_string();
+                let got = site
+                    .call("POST", "/api/v1/deploys/batch", &token, &body)
+                    .await;
+                check(got, expected, who, &format!("submitting {apps:?} at once"));
+                let added = if allowed { apps.len() } else { 0 };
+                assert_eq!(
+                    site.api.deploy_count().await,
+                    before + added,
+                    "a batch of {apps:?} by {who:?} enqueues all of it or nothing"
+                );
+            }
+
             // Reads of one deploy.
             let id = site.deploy(app).await;
             let read = on_recorded(who, app, true, StatusCode::OK);

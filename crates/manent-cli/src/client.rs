@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use manent_contract::{ErrorBody, Submitted};
+use manent_contract::{BatchEntry, ErrorBody, SubmitBatch, Submitted};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
@@ -243,6 +243,19 @@ impl ApiClient {
             .header(reqwest::header::CONTENT_TYPE, content_type)
             .body(text.to_string());
         self.send("POST /api/v1/deploys", request).await
+    }
+
+    /// A bulk submission: every entry enqueued, or none (the error names the one refused).
+    pub async fn submit_batch(
+        &self,
+        deploys: Vec<BatchEntry>,
+        dry_run: bool,
+    ) -> Result<Answer<Vec<Submitted>>, CliError> {
+        let request = self
+            .request(reqwest::Method::POST, "/api/v1/deploys/batch")
+            .query(&[("dry_run", dry_run.to_string())])
+            .json(&SubmitBatch { deploys });
+        self.send("POST /api/v1/deploys/batch", request).await
     }
 }
 

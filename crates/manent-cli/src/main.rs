@@ -9,8 +9,8 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use manent_contract::{
-    ApplicationView, AuditEntry, DecisionBody, DeployLogs, DeployOutput, DeployStatus, QueueView,
-    Recovered, Resubmitted, RollbackBody, ScheduleDeleted, ScheduleView, Submitted,
+    ApplicationView, AuditEntry, BatchEntry, DecisionBody, DeployLogs, DeployOutput, DeployStatus,
+    QueueView, Recovered, Resubmitted, RollbackBody, ScheduleDeleted, ScheduleView, Submitted,
     SubmittedStatus, TenantView, WorkerView, WorkflowStatus,
 };
 use serde_json::Value;
@@ -53,12 +53,13 @@ enum Output {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Submits a deploy descriptor (YAML or JSON).
+    /// Submits a deploy descriptor (YAML or JSON); several `-f` submit them together.
     Deploy {
-        /// The descriptor's file; `-` reads it from standard input.
-        #[arg(short, long)]
-        file: PathBuf,
-        /// Waits for the deploy to end, showing its progress.
+        /// The descriptor's file; `-` reads it from standard input. Repeated, the deploys
+        /// are submitted at once (all of them are enqueued, or none if one is refused).
+        #[arg(short, long, required = true)]
+        file: Vec<PathBuf>,
+        /// Waits for the deploy (each deploy) to end, showing its progress.
         #[arg(long)]
         wait: bool,
         /// Plans instead of acting: nothing changes on any target.
@@ -224,14 +225,12 @@ async fn run(args: Args) -> Result<u8, CliError> {
             wait,
             dry_run,
         } => {
-            let text = if file.as_os_str() == "-" {
-                std::io::read_to_string(std::io::stdin())
-                    .map_err(|e| CliError::Usage(format!("cannot read standard input: {e}")))?
-            } else {
-                std::fs::read_to_string(&file)
-                    .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", file.display())))?
-            };
-            let created = api.submit(&text, &file, dry_run).await?;
+            if file.len() > 1 {
+                return deploy_many(&api, &file, wait, dry_run, json).await;
+            }
+            let file = &file[0];
+            let text = read_descriptor(file)?;
+            let created = api.submit(&text, file, dry_run).await?;
             // A recurring schedule has no single deploy to wait for: `manent schedules` shows it.
             if !wait || created.body.status == SubmittedStatus::Scheduled {
                 render::print(json, &created, render::submitted);
@@ -465,6 +464,66 @@ async fn resubmitted(
 }
 
 /// The exit code of a deploy that ended: 0 on SUCCESS, 1 otherwise.
+/// A descriptor's text from `file`, or from standard input for `-`.
+fn read_descriptor(file: &std::path::Path) -> Result<String, CliError> {
+    if file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())
+            .map_err(|e| CliError::Usage(format!("cannot read standard input: {e}")))
+    } else {
+        std::fs::read_to_string(file)
+            .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", file.display())))
+    }
+}
+
+/// `manent deploy -f A -f B …`: one bulk submission; with `--wait`, follows each deploy in
+/// turn and exits 0 only if every one succeeded.
+async fn deploy_many(
+    api: &ApiClient,
+    files: &[PathBuf],
+    wait: bool,
+    dry_run: bool,
+    json: bool,
+) -> Result<u8, CliError> {
+    if files.iter().filter(|f| f.as_os_str() == "-").count() > 1 {
+        return Err(CliError::Usage(
+            "-f -: standard input can be read once; give the other descriptors as files".into(),
+        ));
+    }
+    let mut entries = Vec::with_capacity(files.len());
+    for file in files {
+        entries.push(BatchEntry {
+            descriptor: read_descriptor(file)?,
+            file: Some(file.display().to_string()),
+        });
+    }
+    let created = api.submit_batch(entries, dry_run).await?;
+    if !wait {
+        render::print(json, &created, |all: &Vec<Submitted>| {
+            all.iter()
+                .map(render::submitted)
+                .collect::<Vec<_>>()
+                .join("\n")
+        });
+        return Ok(0);
+    }
+    let mut statuses = Vec::with_capacity(created.body.len());
+    for submitted in &created.body {
+        statuses.push(follow(api, &submitted.id, json).await?);
+    }
+    let code = statuses.iter().map(exit_code_of).max().unwrap_or(0);
+    let all = Answer {
+        json: Value::Array(statuses.iter().map(|s| s.json.clone()).collect()),
+        body: statuses.into_iter().map(|s| s.body).collect::<Vec<_>>(),
+    };
+    render::print(json, &all, |all: &Vec<DeployStatus>| {
+        all.iter()
+            .map(render::status)
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    Ok(code)
+}
+
 fn exit_code_of(status: &Answer<DeployStatus>) -> u8 {
     if status.body.status == WorkflowStatus::Success {
         0

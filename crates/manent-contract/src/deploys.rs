@@ -267,6 +267,30 @@ pub struct Submitted {
     pub queue: String,
 }
 
+/// A bulk submission (`POST /api/v1/deploys/batch`): many deploys in one request,
+/// checked together and enqueued in one transaction, or none of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SubmitBatch {
+    /// The deploys, in order: at least one, at most 1,000.
+    pub deploys: Vec<BatchEntry>,
+}
+
+/// One deploy of a bulk submission: a descriptor's text and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BatchEntry {
+    /// The descriptor, in YAML or JSON, as in a file.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(examples("application: web/shop\nenvironment: prod\nartifacts: []\n"))
+    )]
+    pub descriptor: String,
+    /// The descriptor's file name, for messages (default `deploys[N]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
 /// What a rollback or redeploy answers: the new deploy, and what it submitted again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

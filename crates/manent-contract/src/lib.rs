@@ -21,11 +21,11 @@ pub use admin::{AuditEntry, CreateTokenBody, CreatedToken, Role, TokenRevoked, T
 #[cfg(feature = "openapi")]
 pub use deploys::StatusFilter;
 pub use deploys::{
-    ApprovalView, Artifact, Decision, DecisionBody, Dependency, DeployAction, DeployLogs,
-    DeployOutput, DeployOverrides, DeployStatus, Descriptor, Missed, OutputLine, OutputStream,
-    PassMode, PassView, Phase, Recovered, RedeployKind, Resubmitted, RollbackBody, Schedule,
-    StepStatus, StepView, Submitted, SubmittedStatus, TargetState, TargetView, WaveView,
-    WorkflowStatus,
+    ApprovalView, Artifact, BatchEntry, Decision, DecisionBody, Dependency, DeployAction,
+    DeployLogs, DeployOutput, DeployOverrides, DeployStatus, Descriptor, Missed, OutputLine,
+    OutputStream, PassMode, PassView, Phase, Recovered, RedeployKind, Resubmitted, RollbackBody,
+    Schedule, StepStatus, StepView, SubmitBatch, Submitted, SubmittedStatus, TargetState,
+    TargetView, WaveView, WorkflowStatus,
 };
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use fleet::{

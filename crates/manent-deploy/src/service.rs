@@ -11,5 +11,6 @@ pub use crate::approvals::{Approver, DecideError, decide};
 pub use crate::deploy_views::{ListFilter, activity, history, list, logs, output, status};
 pub use crate::history::{LiveVersion, Origin, OriginKind, live_version, previous_success};
 pub use crate::submission::{
-    ResubmitError, SubmitError, parse, recorded_request, resubmit, rollback_source, submit,
+    MAX_BATCH, ResubmitError, SubmitError, check_batch_size, in_batch, parse, recorded_request,
+    resubmit, rollback_source, submit, submit_many,
 };

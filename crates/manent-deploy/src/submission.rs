@@ -216,13 +216,7 @@ async fn submit_recording(
             queue: record.route.queue,
         });
     }
-    let not_before = match &schedule.at {
-        Some(at) => Some(parse_at(at).map_err(|message| SubmitError::Invalid {
-            field: Some("schedule.at".into()),
-            message: format!("schedule.at: `{at}` {message}"),
-        })?),
-        None => None,
-    };
+    let not_before = not_before(schedule.at.as_deref())?;
     let request = DeployRequest::new(descriptor, effective, route, submitted_by, now_ms());
     let mut enqueue = request.enqueue();
     if let (Some(origin), serde_json::Value::Object(input)) = (origin, &mut enqueue.input) {
@@ -243,6 +237,122 @@ async fn submit_recording(
         status: SubmittedStatus::from(record.status.as_str()),
         queue: request.route.queue,
     })
+}
+
+/// Most deploys one bulk submission may hold ([`submit_many`]).
+pub const MAX_BATCH: usize = 1000;
+
+/// Submits many parsed descriptors at once: a bulk submission (a fleet-wide patch, the
+/// deploys held back by an outage). Every one is checked and routed as [`submit`] does
+/// before anything is stored; if one is refused, nothing is enqueued and the error names
+/// it (`deploys[N]`, then its field). Then all are enqueued in one transaction, with one
+/// wake-up per queue. A recurring schedule (`schedule.cron`) is refused: it is a
+/// resource of its own, created alone.
+pub async fn submit_many(
+    client: &Client,
+    config: &Arc<Config>,
+    descriptors: Vec<Descriptor>,
+    force_dry_run: bool,
+    submitted_by: &Submitter,
+) -> Result<Vec<Submitted>, SubmitError> {
+    check_batch_size(descriptors.len())?;
+    let prepared = {
+        let config = Arc::clone(config);
+        tokio::task::spawn_blocking(move || {
+            descriptors
+                .into_iter()
+                .enumerate()
+                .map(|(i, d)| prepare(&config, d, force_dry_run).map_err(|e| in_batch(i, e)))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .map_err(|e| SubmitError::Internal(format!("submission check stopped: {e}")))??
+    };
+    let now = now_ms();
+    let mut queues = Vec::with_capacity(prepared.len());
+    let mut requests = Vec::with_capacity(prepared.len());
+    for (i, p) in prepared.into_iter().enumerate() {
+        let schedule = p.descriptor.schedule.clone().unwrap_or_default();
+        if schedule.cron.is_some() {
+            return Err(in_batch(
+                i,
+                SubmitError::Invalid {
+                    field: Some("schedule.cron".into()),
+                    message: "schedule.cron: a recurring schedule is created alone; submit it \
+                              with POST /api/v1/deploys (manent deploy -f FILE)"
+                        .into(),
+                },
+            ));
+        }
+        let not_before = not_before(schedule.at.as_deref()).map_err(|e| in_batch(i, e))?;
+        let request = DeployRequest::new(p.descriptor, p.effective, p.route, submitted_by, now);
+        let mut enqueue = request.enqueue();
+        if let Some(at_ms) = not_before {
+            enqueue = enqueue.not_before(at_ms);
+        }
+        queues.push(request.route.queue);
+        requests.push(enqueue);
+    }
+    client
+        .enqueue_many(requests)
+        .await?
+        .into_iter()
+        .zip(queues)
+        .map(|(record, queue)| {
+            let record = record?;
+            Ok(Submitted {
+                id: record.id,
+                status: SubmittedStatus::from(record.status.as_str()),
+                queue,
+            })
+        })
+        .collect()
+}
+
+/// Refuses an empty bulk submission and one over [`MAX_BATCH`], naming `deploys`.
+pub fn check_batch_size(count: usize) -> Result<(), SubmitError> {
+    let message = if count == 0 {
+        "deploys: the list is empty; give at least one descriptor".to_string()
+    } else if count > MAX_BATCH {
+        format!(
+            "deploys: {count} deploys, more than the {MAX_BATCH} one submission may hold; split them"
+        )
+    } else {
+        return Ok(());
+    };
+    Err(SubmitError::Invalid {
+        field: Some("deploys".into()),
+        message,
+    })
+}
+
+/// `e`, refused for the `i`-th deploy of a bulk submission: its field and message say which.
+pub fn in_batch(i: usize, e: SubmitError) -> SubmitError {
+    let at = format!("deploys[{i}]");
+    match e {
+        SubmitError::Invalid { field, message } => SubmitError::Invalid {
+            field: Some(match field {
+                Some(field) => format!("{at}.{field}"),
+                None => at.clone(),
+            }),
+            message: format!("{at}: {message}"),
+        },
+        SubmitError::UnknownEnvironment(message) => {
+            SubmitError::UnknownEnvironment(format!("{at}: {message}"))
+        }
+        other => other,
+    }
+}
+
+/// The time a deploy held until `schedule.at` may start, in unix milliseconds.
+fn not_before(at: Option<&str>) -> Result<Option<i64>, SubmitError> {
+    at.map(|at| {
+        parse_at(at).map_err(|message| SubmitError::Invalid {
+            field: Some("schedule.at".into()),
+            message: format!("schedule.at: `{at}` {message}"),
+        })
+    })
+    .transpose()
 }
 
 /// `schedule.at` (RFC 3339, already validated by the model) in unix milliseconds.

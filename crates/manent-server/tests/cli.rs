@@ -1,7 +1,7 @@
 //! The `manent` CLI's habits, against a real server: a descriptor on standard input,
 //! ids by unique prefix, `wait` to re-attach, `deploy --wait` riding out an API restart,
-//! `approve` printing the state after the approval, a quiet exit on a closed pipe, and
-//! commands' output live in `logs -f` and `deploy --wait`.
+//! `approve` printing the state after the approval, a quiet exit on a closed pipe,
+//! commands' output live in `logs -f` and `deploy --wait`, and several `-f` submitted at once.
 
 mod common;
 
@@ -20,6 +20,7 @@ on_both_backends!(
     a_descriptor_on_stdin_ids_by_prefix_and_wait_to_reattach,
     deploy_wait_rides_out_an_api_restart,
     logs_follow_shows_what_commands_print_as_they_print_it,
+    several_descriptors_are_submitted_together_and_wait_follows_each,
 );
 
 /// `manent` against the site, as JSON, with `stdin` fed to it.
@@ -259,4 +260,56 @@ async fn logs_follow_shows_what_commands_print_as_they_print_it(db: Db) {
             .any(|l| l.contains("wake dependents") || l.contains("manent.")),
         "internal steps are not part of the log: {lines:#?}"
     );
+}
+
+async fn several_descriptors_are_submitted_together_and_wait_follows_each(db: Db) {
+    let mut site = Site::new(db, &["true"]).await;
+    let token = site.token();
+    site.start("serve", "s1");
+    site.wait_api().await;
+    let (one, two) = (site.descriptor("1.0"), site.descriptor("2.0"));
+    let (one, two) = (one.to_str().unwrap(), two.to_str().unwrap());
+
+    let out = manent(
+        &site,
+        &token,
+        &["deploy", "--wait", "-f", one, "-f", two],
+        "",
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "both deploys succeed, so the exit is 0: {out:?}"
+    );
+    let statuses = json_of(&out);
+    let statuses = statuses.as_array().expect("one final status per deploy");
+    assert_eq!(statuses.len(), 2, "both are followed: {statuses:?}");
+    for status in statuses {
+        assert_eq!(
+            status["status"], "SUCCESS",
+            "each is waited for to its end: {status}"
+        );
+    }
+
+    // One refused descriptor: nothing of the batch is enqueued, and the error names it.
+    let bad = site.dir.join("bad.yml");
+    std::fs::write(&bad, "application: acme/web\n").unwrap();
+    let listed = |site: &Site| {
+        let out = manent(site, &token, &["list"], "");
+        json_of(&out).as_array().map_or(0, Vec::len)
+    };
+    let before = listed(&site);
+    let out = manent(
+        &site,
+        &token,
+        &["deploy", "-f", one, "-f", bad.to_str().unwrap()],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(2), "bad input exits 2: {out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("deploys[1]"),
+        "the error says which descriptor: {stderr}"
+    );
+    assert_eq!(listed(&site), before, "a refused batch enqueues nothing");
 }
