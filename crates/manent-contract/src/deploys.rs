@@ -283,7 +283,11 @@ pub struct BatchEntry {
     /// The descriptor, in YAML or JSON, as in a file.
     #[cfg_attr(
         feature = "openapi",
-        schema(examples("application: web/shop\nenvironment: prod\nartifacts: []\n"))
+        schema(examples(
+            "application: web/shop\nenvironment: prod\nartifacts:\n  - {name: shop.tar.gz, type: \
+             tarball, version: 1.4.2, url: \"https://releases.example.com/shop-1.4.2.tar.gz\", \
+             sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}\n"
+        ))
     )]
     pub descriptor: String,
     /// The descriptor's file name, for messages (default `deploys[N]`).
