@@ -251,6 +251,52 @@ async fn a_bulk_submission_enqueues_every_deploy_and_answers_them_in_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_bulk_submission_answers_every_id_and_is_audited_with_them() {
+    let api = Api::new().await;
+    let admin = api.token("ops", Role::Admin).await;
+    let descriptors = vec![api.good_descriptor(); manent_deploy::service::MAX_BATCH];
+    let (status, body) = api
+        .call(
+            "POST",
+            "/api/v1/deploys/batch",
+            Some(&admin),
+            &batch_of(&descriptors),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "a full batch is accepted");
+    // About 85 KB of answer: more than the audit trail once read of an answer, which then
+    // answered nothing at all.
+    let ids: Vec<&str> = body
+        .as_array()
+        .unwrap_or_else(|| panic!("the answer reaches the client whole, got {body}"))
+        .iter()
+        .filter_map(|a| a["id"].as_str())
+        .collect();
+    assert_eq!(
+        ids.len(),
+        manent_deploy::service::MAX_BATCH,
+        "every deploy's id is answered"
+    );
+    let (_, listed) = api.get("/api/v1/deploys?limit=1000", Some(&admin)).await;
+    assert_eq!(
+        listed.as_array().map_or(0, Vec::len),
+        manent_deploy::service::MAX_BATCH,
+        "every deploy is stored"
+    );
+    let (_, trail) = api.get("/api/v1/audit?limit=1", Some(&admin)).await;
+    let entry = &trail[0];
+    assert_eq!(
+        entry["action"], "deploy.submit_batch",
+        "the batch is audited: {entry}"
+    );
+    let target = entry["target"].as_str().unwrap_or_default();
+    assert!(
+        ids.iter().all(|id| target.contains(id)),
+        "the audit entry names every deploy the batch created"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_submission_with_one_refused_deploy_enqueues_none_and_names_it() {
     let api = Api::new().await;
     let deployer = api.token("ci", Role::Deployer).await;
