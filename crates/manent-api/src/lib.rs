@@ -438,15 +438,16 @@ async fn submit_deploys(
             ),
         )
     })?;
-    service::check_batch_size(batch.deploys.len()).map_err(submit_error)?;
-    let mut descriptors = Vec::with_capacity(batch.deploys.len());
-    for (i, entry) in batch.deploys.into_iter().enumerate() {
-        let file = entry.file.unwrap_or_else(|| format!("deploys[{i}]"));
-        let descriptor = service::parse(entry.descriptor, file)
-            .await
-            .map_err(|e| submit_error(service::in_batch(i, e)))?;
-        descriptors.push(descriptor);
-    }
+    let entries = batch
+        .deploys
+        .into_iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let file = entry.file.unwrap_or_else(|| format!("deploys[{i}]"));
+            (entry.descriptor, file)
+        })
+        .collect();
+    let descriptors = service::parse_many(entries).await.map_err(submit_error)?;
     // Parsed, then authorised: every application before anything is stored.
     for (i, descriptor) in descriptors.iter().enumerate() {
         if !caller.may(Action::Deploy, Some(&descriptor.application)) {

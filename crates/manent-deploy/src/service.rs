@@ -11,6 +11,6 @@ pub use crate::approvals::{Approver, DecideError, decide};
 pub use crate::deploy_views::{ListFilter, activity, history, list, logs, output, status};
 pub use crate::history::{LiveVersion, Origin, OriginKind, live_version, previous_success};
 pub use crate::submission::{
-    MAX_BATCH, ResubmitError, SubmitError, check_batch_size, in_batch, parse, recorded_request,
-    resubmit, rollback_source, submit, submit_many,
+    MAX_BATCH, ResubmitError, SubmitError, parse, parse_many, recorded_request, resubmit,
+    rollback_source, submit, submit_many,
 };

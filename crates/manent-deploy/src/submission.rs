@@ -309,8 +309,26 @@ pub async fn submit_many(
         .collect()
 }
 
+/// Parses the descriptors of a bulk submission, `(text, file name)` each, off the async
+/// threads as [`parse`] does, in one task. A bad one is refused naming `deploys[N]`; so is
+/// an empty list or one over [`MAX_BATCH`], before any text is read. Nothing is stored.
+pub async fn parse_many(entries: Vec<(String, String)>) -> Result<Vec<Descriptor>, SubmitError> {
+    check_batch_size(entries.len())?;
+    tokio::task::spawn_blocking(move || {
+        entries
+            .iter()
+            .enumerate()
+            .map(|(i, (text, file))| {
+                parse_descriptor(text, file).map_err(|e| in_batch(i, invalid(e)))
+            })
+            .collect()
+    })
+    .await
+    .map_err(|e| SubmitError::Internal(format!("descriptor parser stopped: {e}")))?
+}
+
 /// Refuses an empty bulk submission and one over [`MAX_BATCH`], naming `deploys`.
-pub fn check_batch_size(count: usize) -> Result<(), SubmitError> {
+fn check_batch_size(count: usize) -> Result<(), SubmitError> {
     let message = if count == 0 {
         "deploys: the list is empty; give at least one descriptor".to_string()
     } else if count > MAX_BATCH {
@@ -327,7 +345,7 @@ pub fn check_batch_size(count: usize) -> Result<(), SubmitError> {
 }
 
 /// `e`, refused for the `i`-th deploy of a bulk submission: its field and message say which.
-pub fn in_batch(i: usize, e: SubmitError) -> SubmitError {
+fn in_batch(i: usize, e: SubmitError) -> SubmitError {
     let at = format!("deploys[{i}]");
     match e {
         SubmitError::Invalid { field, message } => SubmitError::Invalid {
