@@ -3,7 +3,8 @@ CREATE TABLE manent_workflows (
   id TEXT PRIMARY KEY, name TEXT NOT NULL, status TEXT NOT NULL, queue_name TEXT NOT NULL,
   partition_key TEXT NOT NULL DEFAULT '', priority BIGINT NOT NULL DEFAULT 0, not_before BIGINT NOT NULL DEFAULT 0,
   executor_id TEXT, input TEXT NOT NULL, created_seq BIGINT NOT NULL, limit_group TEXT);
-CREATE INDEX manent_workflows_queue ON manent_workflows (queue_name, status, partition_key);
+CREATE INDEX manent_workflows_running ON manent_workflows (queue_name, executor_id, partition_key) WHERE status = 'PENDING';
+CREATE INDEX manent_workflows_partition ON manent_workflows (partition_key, created_seq);
 CREATE INDEX manent_workflows_claimable ON manent_workflows (queue_name, priority, created_seq, id) WHERE status = 'ENQUEUED';
 CREATE INDEX manent_workflows_scheduled ON manent_workflows (queue_name, not_before) WHERE status = 'ENQUEUED';
 CREATE INDEX manent_workflows_group_running ON manent_workflows (limit_group, executor_id, partition_key) WHERE status = 'PENDING';

@@ -8,7 +8,8 @@ CREATE TABLE manent_workflows (
   dedup_key TEXT, executor_id TEXT, input TEXT NOT NULL, output TEXT, error TEXT, parent_id TEXT,
   attempts BIGINT NOT NULL DEFAULT 0, generation BIGINT NOT NULL DEFAULT 0, created_at BIGINT NOT NULL,
   created_seq BIGINT NOT NULL, updated_at BIGINT NOT NULL, started_at BIGINT, finished_at BIGINT, limit_group TEXT);
-CREATE INDEX manent_workflows_queue ON manent_workflows (queue_name, status, partition_key);
+CREATE INDEX manent_workflows_running ON manent_workflows (queue_name, executor_id, partition_key) WHERE status = 'PENDING';
+CREATE INDEX manent_workflows_partition ON manent_workflows (partition_key, created_seq);
 CREATE INDEX manent_workflows_executor ON manent_workflows (executor_id, status);
 CREATE INDEX manent_workflows_claimable ON manent_workflows (queue_name, priority, created_seq, id) WHERE status = 'ENQUEUED';
 CREATE INDEX manent_workflows_scheduled ON manent_workflows (queue_name, not_before) WHERE status = 'ENQUEUED';

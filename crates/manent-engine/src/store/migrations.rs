@@ -180,6 +180,25 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX manent_output_workflow ON manent_output (workflow_id, id)",
         ],
     },
+    Migration {
+        version: 9,
+        name: "indexes that a workflow's changes of status leave in place",
+        // An index with `status` in its key and `partition_key` after it moved each
+        // workflow's entry to another place of a large tree at its claim and again at its
+        // end: pages written all over the file at every commit, more the larger the
+        // history (bench/README.md, "Indexes that status changes leave in place").
+        statements: &[
+            // What every claim counts: a queue's running workflows, per executor and
+            // partition. Only running rows are in it.
+            "CREATE INDEX manent_workflows_running ON manent_workflows (queue_name, executor_id, partition_key) \
+             WHERE status = 'PENDING'",
+            // One partition's history, newest first; the status is read from the rows.
+            // Written once, when the workflow is enqueued.
+            "CREATE INDEX manent_workflows_partition ON manent_workflows (partition_key, created_seq)",
+            "DROP INDEX manent_workflows_queue",
+            "DROP INDEX manent_workflows_partition_history",
+        ],
+    },
 ];
 
 /// The version a fully migrated schema has.

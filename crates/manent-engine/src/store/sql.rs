@@ -8,7 +8,7 @@
 //! a checkpoint in flight instead of racing it.
 
 use std::{
-    collections::HashSet,
+    collections::{BTreeMap, HashSet},
     path::PathBuf,
     sync::atomic::{AtomicI64, Ordering},
     time::Duration,
@@ -688,21 +688,21 @@ impl Store for SqlStore {
     }
 
     async fn queue_depths(&self) -> Result<Vec<QueueDepth>, StoreError> {
-        let rows: Vec<(String, i64, i64)> = with_pool!(self, pool => sqlx::query_as(
-            "SELECT queue_name, SUM(CASE WHEN status = 'ENQUEUED' THEN 1 ELSE 0 END), \
-             SUM(CASE WHEN status = 'PENDING' THEN 1 ELSE 0 END) FROM manent_workflows \
-             WHERE status IN ('ENQUEUED', 'PENDING') GROUP BY queue_name ORDER BY queue_name")
+        let rows: Vec<(String, i64, i64)> = with_pool!(self, pool => sqlx::query_as(QUEUE_DEPTHS_SQL)
             .fetch_all(pool)
             .await
             .map_err(map_err))?;
-        Ok(rows
-            .into_iter()
-            .map(|(queue, enqueued, running)| QueueDepth {
+        let mut depths: BTreeMap<String, QueueDepth> = BTreeMap::new();
+        for (queue, enqueued, running) in rows {
+            let depth = depths.entry(queue.clone()).or_insert(QueueDepth {
                 queue,
-                enqueued,
-                running,
-            })
-            .collect())
+                enqueued: 0,
+                running: 0,
+            });
+            depth.enqueued += enqueued;
+            depth.running += running;
+        }
+        Ok(depths.into_values().collect())
     }
 
     async fn enqueue(&self, wf: &NewWorkflow) -> Result<EnqueueOutcome, StoreError> {
@@ -855,12 +855,7 @@ impl Store for SqlStore {
         // stops this process too, and the workflow is queued again, its first step
         // never recorded (docs/scaling-and-recovery.md, "What a power cut may undo").
         let claimed: Vec<WorkflowRow> = write_tx!(self, claim_begin = pg_claim_begin(&lock_key), tx => {
-            let running: Vec<(i64, Option<String>, String, i64)> = sqlx::query_as(
-                "SELECT CAST(0 AS BIGINT), executor_id, partition_key, COUNT(*) FROM manent_workflows \
-                 WHERE queue_name = $1 AND status = 'PENDING' GROUP BY executor_id, partition_key \
-                 UNION ALL \
-                 SELECT CAST(1 AS BIGINT), executor_id, partition_key, COUNT(*) FROM manent_workflows \
-                 WHERE limit_group = $2 AND status = 'PENDING' GROUP BY executor_id, partition_key")
+            let running: Vec<(i64, Option<String>, String, i64)> = sqlx::query_as(CLAIM_RUNNING_SQL)
                 .bind(queue)
                 .bind(&group)
                 .fetch_all(&mut *tx)
@@ -973,22 +968,19 @@ impl Store for SqlStore {
     }
 
     async fn list_workflows(&self, f: &WorkflowFilter) -> Result<Vec<WorkflowRecord>, StoreError> {
-        let rows: Vec<WorkflowRow> = with_pool!(self, pool => sqlx::query_as(concat!(
-            "SELECT ", wf_cols!(), " FROM manent_workflows WHERE ($1 IS NULL OR status = $1) \
-             AND ($2 IS NULL OR queue_name = $2) AND ($3 IS NULL OR name = $3) AND ($4 IS NULL OR executor_id = $4) \
-             AND ($5 IS NULL OR parent_id = $5) AND ($7 IS NULL OR partition_key = $7) \
-             ORDER BY created_seq DESC LIMIT $6 OFFSET $8"))
-            .bind(f.status.map(|s| s.as_str()))
-            .bind(&f.queue)
-            .bind(&f.name)
-            .bind(&f.executor_id)
-            .bind(&f.parent_id)
-            .bind(f.limit.unwrap_or(1000))
-            .bind(&f.partition_key)
-            .bind(f.offset.unwrap_or(0))
-            .fetch_all(pool)
-            .await
-            .map_err(map_err))?;
+        let (sql, values) = list_sql(f);
+        let rows: Vec<WorkflowRow> = with_pool!(self, pool => {
+            let mut query = sqlx::query_as(&sql);
+            for value in &values {
+                query = query.bind(*value);
+            }
+            query
+                .bind(f.limit.unwrap_or(1000))
+                .bind(f.offset.unwrap_or(0))
+                .fetch_all(pool)
+                .await
+                .map_err(map_err)
+        })?;
         workflows(rows)
     }
 
@@ -1987,6 +1979,25 @@ fn pg_claim_begin(lock_key: &str) -> String {
     )
 }
 
+/// What a claim counts before it takes anything: the running workflows of queue `$1`
+/// and of limit group `$2`, per executor and partition (`0` and `1` tell which).
+/// Each half reads a partial index of running rows (`manent_workflows_running`,
+/// `manent_workflows_group_running`), whatever the history holds.
+const CLAIM_RUNNING_SQL: &str = "SELECT CAST(0 AS BIGINT), executor_id, partition_key, COUNT(*) FROM manent_workflows \
+     WHERE queue_name = $1 AND status = 'PENDING' GROUP BY executor_id, partition_key \
+     UNION ALL \
+     SELECT CAST(1 AS BIGINT), executor_id, partition_key, COUNT(*) FROM manent_workflows \
+     WHERE limit_group = $2 AND status = 'PENDING' GROUP BY executor_id, partition_key";
+
+/// The queued and running workflows of every queue. Each status on its own, so that each
+/// count reads the partial index of that status (`manent_workflows_claimable`,
+/// `manent_workflows_running`), not the table.
+const QUEUE_DEPTHS_SQL: &str = "SELECT queue_name, COUNT(*), CAST(0 AS BIGINT) FROM manent_workflows \
+     WHERE status = 'ENQUEUED' GROUP BY queue_name \
+     UNION ALL \
+     SELECT queue_name, CAST(0 AS BIGINT), COUNT(*) FROM manent_workflows \
+     WHERE status = 'PENDING' GROUP BY queue_name";
+
 /// One page of a queue's claimable backlog in claim order: `$1` queue, `$2`
 /// now, `$3` the page's size, `$4` the full partitions to leave out (a JSON
 /// array), then (`keyset`) `$5..$7` the last row read. One text per shape, so
@@ -2082,6 +2093,39 @@ fn enqueue_chunk_rows(is_pg: bool) -> usize {
 }
 
 /// `items` as a JSON array of strings: one bound parameter for a list of any length.
+/// The query of [`Store::list_workflows`] for `f`: only the filters given are in its
+/// `WHERE`, so the planner sees which columns are fixed and reads the index that serves
+/// them (one partition's history through `manent_workflows_partition`, a workflow's
+/// children through `manent_workflows_parent`). Written as `($n IS NULL OR column = $n)`
+/// for every filter, SQLite cannot use any of them: it read the whole history newest
+/// first to find one application's deploys. Returns the text and the filters' values,
+/// bound in order before the limit and the offset.
+fn list_sql(f: &WorkflowFilter) -> (String, Vec<&str>) {
+    let filters = [
+        ("status", f.status.map(WorkflowStatus::as_str)),
+        ("queue_name", f.queue.as_deref()),
+        ("name", f.name.as_deref()),
+        ("executor_id", f.executor_id.as_deref()),
+        ("parent_id", f.parent_id.as_deref()),
+        ("partition_key", f.partition_key.as_deref()),
+    ];
+    let mut sql = String::from(concat!("SELECT ", wf_cols!(), " FROM manent_workflows"));
+    let mut values = Vec::new();
+    for (column, value) in filters {
+        if let Some(value) = value {
+            values.push(value);
+            let keyword = if values.len() == 1 { "WHERE" } else { "AND" };
+            sql.push_str(&format!(" {keyword} {column} = ${}", values.len()));
+        }
+    }
+    sql.push_str(&format!(
+        " ORDER BY created_seq DESC LIMIT ${} OFFSET ${}",
+        values.len() + 1,
+        values.len() + 2
+    ));
+    (sql, values)
+}
+
 fn json_list(items: &[&str]) -> String {
     serde_json::Value::from(items).to_string()
 }
@@ -2460,6 +2504,200 @@ mod tests {
                 "the update ({mode}) must look the picked ids up by primary key; plan:\n{plan}"
             );
         }
+    }
+
+    #[test]
+    fn the_list_query_filters_on_what_was_asked_only_with_placeholders_in_order() {
+        fn check(f: WorkflowFilter, expected: &str, values: &[&str]) {
+            let (sql, bound) = list_sql(&f);
+            let rest = sql
+                .split_once(" FROM manent_workflows")
+                .map(|(_, rest)| rest)
+                .expect("the query reads manent_workflows");
+            assert_eq!(rest, expected, "the filters of {f:?}");
+            assert_eq!(
+                bound, values,
+                "the values bound before limit and offset for {f:?}"
+            );
+        }
+        check(
+            WorkflowFilter::default(),
+            " ORDER BY created_seq DESC LIMIT $1 OFFSET $2",
+            &[],
+        );
+        check(
+            WorkflowFilter {
+                status: Some(WorkflowStatus::Success),
+                name: Some("deploy".into()),
+                partition_key: Some("shop/prod".into()),
+                limit: Some(100),
+                ..Default::default()
+            },
+            " WHERE status = $1 AND name = $2 AND partition_key = $3 \
+             ORDER BY created_seq DESC LIMIT $4 OFFSET $5",
+            &["SUCCESS", "deploy", "shop/prod"],
+        );
+        check(
+            WorkflowFilter {
+                queue: Some("q".into()),
+                executor_id: Some("e".into()),
+                parent_id: Some("p".into()),
+                ..Default::default()
+            },
+            " WHERE queue_name = $1 AND executor_id = $2 AND parent_id = $3 \
+             ORDER BY created_seq DESC LIMIT $4 OFFSET $5",
+            &["q", "e", "p"],
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_by_partition_and_of_running_work_use_their_indexes_on_sqlite() {
+        status_reads_use_their_indexes(manent_testkit::Db::Sqlite).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_by_partition_and_of_running_work_use_their_indexes_on_postgres() {
+        status_reads_use_their_indexes(manent_testkit::Db::Postgres).await;
+    }
+
+    /// A query's plan (PostgreSQL: the plan a fresh statement gets and the one a
+    /// prepared statement settles on), `texts` then `ints` bound in order.
+    async fn plans(
+        store: &SqlStore,
+        sql: &str,
+        texts: &[&str],
+        ints: &[i64],
+    ) -> Vec<(&'static str, String)> {
+        match &store.pool {
+            Pool::Postgres(pool) => {
+                let mut plans = Vec::new();
+                for mode in ["force_custom_plan", "force_generic_plan"] {
+                    let mut tx = pool.begin().await.expect("begin");
+                    sqlx::query(&format!("SET LOCAL plan_cache_mode = {mode}"))
+                        .execute(&mut *tx)
+                        .await
+                        .expect("plan mode");
+                    let explain = format!("EXPLAIN {sql}");
+                    let mut query = sqlx::query_scalar::<_, String>(&explain);
+                    for text in texts {
+                        query = query.bind(*text);
+                    }
+                    for int in ints {
+                        query = query.bind(*int);
+                    }
+                    let lines = query.fetch_all(&mut *tx).await.expect("explain");
+                    tx.rollback().await.expect("rollback");
+                    plans.push((mode, lines.join("\n")));
+                }
+                plans
+            }
+            Pool::Sqlite { read: pool, .. } => {
+                let explain = format!("EXPLAIN QUERY PLAN {sql}");
+                let mut query = sqlx::query_as::<_, (i64, i64, i64, String)>(&explain);
+                for text in texts {
+                    query = query.bind(*text);
+                }
+                for int in ints {
+                    query = query.bind(*int);
+                }
+                let rows = query.fetch_all(pool).await.expect("explain");
+                let plan = rows.into_iter().map(|(_, _, _, d)| d).collect::<Vec<_>>();
+                vec![("sqlite", plan.join("\n"))]
+            }
+        }
+    }
+
+    /// Whether `plan` reads every row of manent_workflows rather than an index of it.
+    fn reads_the_whole_table(plan: &str) -> bool {
+        plan.contains("Seq Scan on manent_workflows")
+            || plan
+                .lines()
+                .any(|l| l.contains("SCAN manent_workflows") && !l.contains("INDEX"))
+    }
+
+    /// 100,000 queued in one burst and never analyzed, 50 of them running: one
+    /// partition's history (rollback, dependencies, `manent history`), the claim's count
+    /// of running work and the queues' depths each read an index made for them, never
+    /// the whole history.
+    async fn status_reads_use_their_indexes(db: manent_testkit::Db) {
+        let (_test, store, now) = store_with_unanalyzed_backlog(db, 100_000).await;
+        let limits = ClaimLimits {
+            worker: 50,
+            partition: Some(1),
+            global: 0,
+            group: None,
+        };
+        let claimed = store.claim("q", "e", limits, now, 64).await.expect("claim");
+        assert_eq!(claimed.len(), 50, "50 are running while the plans are read");
+        let by_partition = [
+            WorkflowFilter {
+                status: Some(WorkflowStatus::Success),
+                name: Some("w".into()),
+                partition_key: Some("p7".into()),
+                ..Default::default()
+            },
+            WorkflowFilter {
+                name: Some("w".into()),
+                partition_key: Some("p7".into()),
+                ..Default::default()
+            },
+            WorkflowFilter {
+                status: Some(WorkflowStatus::Pending),
+                name: Some("w".into()),
+                partition_key: Some("p7".into()),
+                ..Default::default()
+            },
+        ];
+        for filter in &by_partition {
+            let (sql, values) = list_sql(filter);
+            for (mode, plan) in plans(&store, &sql, &values, &[100, 0]).await {
+                // Running rows may also come from the (smaller) index of running work.
+                assert!(
+                    plan.contains("manent_workflows_partition")
+                        || plan.contains("manent_workflows_running"),
+                    "{filter:?} ({mode}) must read the partition's index; plan:\n{plan}"
+                );
+                assert!(
+                    !reads_the_whole_table(&plan),
+                    "{filter:?} ({mode}) must not read the table; plan:\n{plan}"
+                );
+                // PostgreSQL may sort the partition's few rows it found; SQLite, without
+                // statistics, would otherwise sort everything it read.
+                assert!(
+                    !plan.contains("TEMP B-TREE"),
+                    "{filter:?} ({mode}) must come newest first from the index; plan:\n{plan}"
+                );
+            }
+        }
+        for (mode, plan) in plans(&store, CLAIM_RUNNING_SQL, &["q", "g"], &[]).await {
+            assert!(
+                plan.contains("manent_workflows_running")
+                    && plan.contains("manent_workflows_group_running"),
+                "the claim's count ({mode}) must read the indexes of running rows; \
+                 plan:\n{plan}"
+            );
+            assert!(
+                !reads_the_whole_table(&plan),
+                "the claim's count ({mode}) must not read the table; plan:\n{plan}"
+            );
+        }
+        for (mode, plan) in plans(&store, QUEUE_DEPTHS_SQL, &[], &[]).await {
+            assert!(
+                !reads_the_whole_table(&plan),
+                "the queues' depths ({mode}) must read the partial indexes of queued and \
+                 running rows, not the whole history; plan:\n{plan}"
+            );
+        }
+        let depths = store.queue_depths().await.expect("depths");
+        assert_eq!(
+            depths,
+            vec![QueueDepth {
+                queue: "q".into(),
+                enqueued: 99_950,
+                running: 50,
+            }],
+            "both counts of the queue, in one entry"
+        );
     }
 
     #[test]
