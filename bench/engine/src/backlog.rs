@@ -59,13 +59,21 @@ const CLAIM_PAGE: u32 = 16;
 const ENQUEUED_SQL: &str =
     "SELECT count(*) FROM manent_workflows WHERE queue_name = 'bench' AND status = 'ENQUEUED'";
 
+/// Every (backend, backlog) `--rounds` times; within a round the backlogs of a backend run
+/// one after the other, so the ratio of two backlogs compares runs minutes apart at most.
 pub(crate) async fn run(args: &Args) -> Result<()> {
-    for &backend in &args.backends {
-        for &backlog in &args.backlogs {
-            let line = measure(args, backend, backlog)
-                .await
-                .map_err(|e| anyhow!("manent backlog {} {backlog}: {e:#}", backend.name()))?;
-            println!("{line}");
+    for round in 1..=args.rounds {
+        for &backend in &args.backends {
+            for &backlog in &args.backlogs {
+                let mut line = measure(args, backend, backlog).await.map_err(|e| {
+                    anyhow!(
+                        "manent backlog {} {backlog}, round {round}: {e:#}",
+                        backend.name()
+                    )
+                })?;
+                line["round"] = serde_json::json!(round);
+                println!("{line}");
+            }
         }
     }
     Ok(())

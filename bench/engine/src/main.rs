@@ -203,6 +203,10 @@ pub(crate) struct Args {
     pub timeout: Duration,
     /// Backlog mode: the backlog sizes, one fresh database each.
     pub backlogs: Vec<u64>,
+    /// Backlog mode: how many times every (backend, backlog) is measured, the backlogs
+    /// alternating within each round, so that a slow minute of the machine falls on all of
+    /// them rather than on one.
+    pub rounds: u32,
     /// Backlog and workers modes: workflow `i` has key `p{i % partitions}`.
     pub partitions: u64,
     /// Backlog mode: constant backlog (default) or drain.
@@ -250,6 +254,7 @@ fn parse_args() -> Result<Args> {
         backends: vec![Backend::Postgres, Backend::Sqlite],
         timeout: Duration::from_secs(600),
         backlogs: vec![1_000, 10_000, 100_000],
+        rounds: 1,
         partitions: 5_000,
         backlog_method: BacklogMethod::Constant,
         window: 10_000,
@@ -310,6 +315,7 @@ fn parse_args() -> Result<Args> {
                     Duration::from_secs(value()?.parse().context("--timeout-secs takes a number")?)
             }
             "--backlogs" => args.backlogs = list("--backlogs", &value()?)?,
+            "--rounds" => args.rounds = value()?.parse().context("--rounds takes a number")?,
             "--partitions" => {
                 args.partitions = value()?.parse().context("--partitions takes a number")?
             }
@@ -341,7 +347,7 @@ fn parse_args() -> Result<Args> {
                      \x20 peers (default): [--workflows N] [--latency-samples N] \
                      [--setting default|tuned|both] [--backend postgres|sqlite|both] \
                      [--timeout-secs S] [--record-start] [--count-statements]\n\
-                     \x20 backlog: [--backlogs 1000,10000,100000] [--partitions 5000] \
+                     \x20 backlog: [--backlogs 1000,10000,100000] [--rounds 1] [--partitions 5000] \
                      [--backlog-method constant|drain] [--window 10000] [--warmup 1000] \
                      [--top-up 100] [--chunk 1000] [--worker-concurrency 50] \
                      [--backend ..] [--timeout-secs S]\n\
@@ -362,8 +368,11 @@ fn parse_args() -> Result<Args> {
         || args.window == 0
         || args.chunk == 0
         || args.top_up == 0
+        || args.rounds == 0
     {
-        bail!("--workflows, --partitions, --window, --chunk and --top-up must be at least 1");
+        bail!(
+            "--workflows, --partitions, --window, --chunk, --top-up and --rounds must be at least 1"
+        );
     }
     if args.backlogs.contains(&0) || args.workers.contains(&0) {
         bail!("--backlogs and --workers take numbers of at least 1");
