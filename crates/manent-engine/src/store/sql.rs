@@ -430,8 +430,7 @@ impl SqlStore {
     }
 
     async fn migrate_once(&self) -> Result<(), StoreError> {
-        const CREATE: &str = "CREATE TABLE IF NOT EXISTS manent_schema_migrations (
-            version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)";
+        const CREATE: &str = CREATE_MIGRATIONS_TABLE;
         let backend = self.backend();
         match &self.pool {
             Pool::Sqlite { write: pool, .. } => {
@@ -1979,6 +1978,10 @@ fn pg_claim_begin(lock_key: &str) -> String {
     )
 }
 
+/// The record of applied migrations (`migrations.rs`), made by the first migrator.
+const CREATE_MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS manent_schema_migrations (
+    version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)";
+
 /// What a claim counts before it takes anything: the running workflows of queue `$1`
 /// and of limit group `$2`, per executor and partition (`0` and `1` tell which).
 /// Each half reads a partial index of running rows (`manent_workflows_running`,
@@ -2698,6 +2701,151 @@ mod tests {
             }],
             "both counts of the queue, in one entry"
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_version_8_database_with_work_in_it_migrates_to_9_on_sqlite() {
+        upgrade_from_version_8(manent_testkit::Db::Sqlite).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_version_8_database_with_work_in_it_migrates_to_9_on_postgres() {
+        upgrade_from_version_8(manent_testkit::Db::Postgres).await;
+    }
+
+    /// The names of manent_workflows' indexes, sorted.
+    async fn workflow_indexes(store: &SqlStore) -> Vec<String> {
+        let mut names: Vec<String> = match &store.pool {
+            Pool::Postgres(pool) => sqlx::query_scalar(
+                "SELECT indexname::text FROM pg_indexes WHERE tablename = 'manent_workflows'",
+            )
+            .fetch_all(pool)
+            .await
+            .expect("list indexes"),
+            Pool::Sqlite { read: pool, .. } => sqlx::query_scalar(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'manent_workflows'",
+            )
+            .fetch_all(pool)
+            .await
+            .expect("list indexes"),
+        };
+        names.sort();
+        names
+    }
+
+    /// The ids and statuses of both test partitions' histories, newest first.
+    async fn partition_histories(store: &SqlStore) -> Vec<(String, String, WorkflowStatus)> {
+        let mut seen = Vec::new();
+        for partition in ["app/env0", "app/env1"] {
+            let rows = store
+                .list_workflows(&WorkflowFilter {
+                    partition_key: Some(partition.into()),
+                    ..Default::default()
+                })
+                .await
+                .expect("list a partition");
+            seen.extend(
+                rows.into_iter()
+                    .map(|r| (partition.to_string(), r.id, r.status)),
+            );
+        }
+        seen
+    }
+
+    /// A database that version 8 made and used (queued, running and finished work in two
+    /// partitions) takes migration 9 with nothing lost: the same rows listed by partition,
+    /// the same depths, the old indexes gone and the new ones there.
+    async fn upgrade_from_version_8(db: manent_testkit::Db) {
+        let test = manent_testkit::TestDb::new(db).await;
+        let store = SqlStore::connect(&test.url).await.expect("connect");
+        let backend = store.backend();
+        with_writer!(store, pool => {
+            sqlx::query(CREATE_MIGRATIONS_TABLE).execute(pool).await.expect("migrations table");
+            for m in migrations::MIGRATIONS.iter().filter(|m| m.version <= 8) {
+                for statement in m.statements(backend) {
+                    sqlx::query(&statement).execute(pool).await.expect("a version 8 statement");
+                }
+                sqlx::query("INSERT INTO manent_schema_migrations (version, name, applied_at) VALUES ($1, $2, 0)")
+                    .bind(m.version)
+                    .bind(m.name)
+                    .execute(pool)
+                    .await
+                    .expect("record the version");
+            }
+        });
+        assert!(
+            workflow_indexes(&store)
+                .await
+                .contains(&"manent_workflows_partition_history".to_string()),
+            "the database starts as version 8 left it"
+        );
+        let now = crate::now_ms();
+        let wfs: Vec<NewWorkflow> = (0..6)
+            .map(|i| queued(format!("w{i}"), format!("app/env{}", i % 2), now))
+            .collect();
+        store.enqueue_many(&wfs).await.expect("enqueue");
+        let limits = ClaimLimits {
+            worker: 2,
+            partition: Some(1),
+            global: 0,
+            group: None,
+        };
+        let claimed = store.claim("q", "e", limits, now, 2).await.expect("claim");
+        assert_eq!(claimed.len(), 2, "one running in each partition");
+        let lease = claimed[0].lease().expect("a claimed workflow has a lease");
+        let finished = store
+            .finish(&lease, WorkflowStatus::Success, Some("null"), None, now)
+            .await
+            .expect("finish one");
+        assert_eq!(finished, Checkpoint::Written, "the first claimed finishes");
+        let before = partition_histories(&store).await;
+        assert_eq!(
+            before.len(),
+            6,
+            "both partitions' histories hold all six: {before:?}"
+        );
+        let depths_before = store.queue_depths().await.expect("depths");
+
+        store
+            .migrate()
+            .await
+            .expect("migrate to the latest version");
+
+        assert_eq!(
+            partition_histories(&store).await,
+            before,
+            "every partition's history reads the same after the migration"
+        );
+        assert_eq!(
+            store.queue_depths().await.expect("depths"),
+            depths_before,
+            "the queue's depths read the same after the migration"
+        );
+        assert_eq!(
+            depths_before,
+            vec![QueueDepth {
+                queue: "q".into(),
+                enqueued: 4,
+                running: 1,
+            }],
+            "four queued and one running, counted from the new indexes too"
+        );
+        let indexes = workflow_indexes(&store).await;
+        for gone in [
+            "manent_workflows_queue",
+            "manent_workflows_partition_history",
+        ] {
+            assert!(
+                !indexes.contains(&gone.to_string()),
+                "{gone} is dropped: {indexes:?}"
+            );
+        }
+        for made in ["manent_workflows_running", "manent_workflows_partition"] {
+            assert!(
+                indexes.contains(&made.to_string()),
+                "{made} is made: {indexes:?}"
+            );
+        }
     }
 
     #[test]
