@@ -961,12 +961,19 @@ async fn check_run(shared: &Shared, workflow_id: &str) {
     if let Ok(record) = shared.store.get_workflow(workflow_id).await {
         let holds = record.as_ref().is_some_and(|r| lease_holds(r, &lease));
         if !holds && run_lease(shared, workflow_id) == Some(lease) && shared.stop_run(workflow_id) {
-            let status = record.map(|r| r.status.to_string()).unwrap_or_default();
-            tracing::info!(
-                workflow_id,
-                status,
-                "stopped the run: the workflow is no longer ours (cancelled or recovered)"
-            );
+            let status = record.as_ref().map(|r| r.status);
+            if status == Some(WorkflowStatus::Cancelled) {
+                tracing::info!(workflow_id, "stopped the run: the workflow was cancelled");
+            } else {
+                // Recovered by another worker while this one was silent (paused, cut off):
+                // an operator should know that this process had fallen behind.
+                tracing::warn!(
+                    workflow_id,
+                    status = ?status,
+                    "stopped the run: the workflow is no longer ours (recovered by another \
+                     worker, or gone)"
+                );
+            }
         }
     }
 }

@@ -455,12 +455,15 @@ async fn a_paused_worker_whose_workflow_was_recovered_records_nothing_more_when_
     let finished = client.get("wf").await.unwrap().unwrap();
 
     signal(&procs.children.0[a], "CONT");
-    // On waking, a either stops its run at once (its lease ran out while it
-    // was paused: self-fencing) or, if the step body wins the race, has its
-    // checkpoint refused (the workflow's generation moved on).
+    // On waking, a stops its run in one of three ways, whichever comes first:
+    // at once, its lease having run out while it was paused (self-fencing); when
+    // its run watcher reads that the workflow was recovered away; or, if the step
+    // body wins the race, when its checkpoint is refused (the generation moved on).
     eventually("the continued worker stops its run", WAIT, || async {
+        let output = procs.output(a);
         (procs.ledger.count(&format!("wf fenced {pid_a}")) == 1
-            || procs.output(a).contains("could not be renewed in time"))
+            || output.contains("could not be renewed in time")
+            || output.contains("the workflow is no longer ours"))
         .then_some(())
     })
     .await;
