@@ -430,13 +430,12 @@ impl SqlStore {
     }
 
     async fn migrate_once(&self) -> Result<(), StoreError> {
-        const CREATE: &str = CREATE_MIGRATIONS_TABLE;
         let backend = self.backend();
         match &self.pool {
             Pool::Sqlite { write: pool, .. } => {
                 // BEGIN IMMEDIATE makes concurrent starters queue up on the write lock.
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
-                sqlx::query(CREATE)
+                sqlx::query(CREATE_MIGRATIONS_TABLE)
                     .execute(&mut *tx)
                     .await
                     .map_err(map_err)?;
@@ -475,7 +474,7 @@ impl SqlStore {
                     .await
                     .map_err(map_err)?;
                 let result = async {
-                    sqlx::query(CREATE).execute(&mut *conn).await.map_err(map_err)?;
+                    sqlx::query(CREATE_MIGRATIONS_TABLE).execute(&mut *conn).await.map_err(map_err)?;
                     let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM manent_schema_migrations")
                         .fetch_all(&mut *conn)
                         .await
