@@ -354,7 +354,11 @@ fn ssh_auth(rt: &Runtime, eff: &EffectiveDescriptor) -> SshAuth {
         .unwrap_or_else(|| home.join(".ssh/known_hosts"));
     let mut auth = SshAuth::new(key, known_hosts);
     auth.strict_host_key_checking = eff.ssh.strict_host_key_checking;
-    auth.verify_over_sftp = eff.ssh.verify == manent_model::VerifyBy::Sftp;
+    auth.verify = match eff.ssh.verify {
+        manent_model::VerifyBy::Auto => manent_ssh::VerifyUploads::Auto,
+        manent_model::VerifyBy::Sftp => manent_ssh::VerifyUploads::Sftp,
+        manent_model::VerifyBy::Command => manent_ssh::VerifyUploads::Command,
+    };
     auth
 }
 

@@ -142,9 +142,9 @@ pub struct SshSettings {
     /// Refuse hosts whose key is not in known_hosts.
     #[serde(default = "yes")]
     pub strict_host_key_checking: bool,
-    /// How an upload is verified before its rename: `sftp` (read back and hashed on the
-    /// worker; no command on the target) or `command` (`sha256sum` on the target; no
-    /// read-back traffic, for slow links).
+    /// How an upload is verified before its rename: `auto` (the default: `sftp` up to 8 MiB,
+    /// `command` above), `sftp` (read back and hashed on the worker; no command on the
+    /// target) or `command` (hashed on the target; no read-back traffic).
     #[serde(default)]
     pub verify: VerifyBy,
 }
@@ -154,6 +154,7 @@ pub struct SshSettings {
 #[serde(rename_all = "lowercase")]
 pub enum VerifyBy {
     #[default]
+    Auto,
     Sftp,
     Command,
 }
@@ -165,7 +166,7 @@ impl Default for SshSettings {
             key: None,
             known_hosts: None,
             strict_host_key_checking: true,
-            verify: VerifyBy::Sftp,
+            verify: VerifyBy::Auto,
         }
     }
 }
@@ -1166,13 +1167,13 @@ mod tests {
         check(
             "targets:\n  - name: local\n    host: local\n",
             expect![[
-                r#"{"targets":[{"name":"local","host":"local","port":22}],"ssh":{"strict_host_key_checking":true,"verify":"sftp"},"deploy":{"plugin":"remote-copy","commands":[]},"rollout":{"waves":"all","max_parallel":5},"checks":[],"depends_on":[],"rollback":{"on_failure":"reactivate_previous"}}"#
+                r#"{"targets":[{"name":"local","host":"local","port":22}],"ssh":{"strict_host_key_checking":true,"verify":"auto"},"deploy":{"plugin":"remote-copy","commands":[]},"rollout":{"waves":"all","max_parallel":5},"checks":[],"depends_on":[],"rollback":{"on_failure":"reactivate_previous"}}"#
             ]],
         );
         check(
             "targets:\n  - {name: a, host: a}\nssh:\ndeploy:\nrollout:\nchecks:\ndepends_on:\nrollback:\n",
             expect![[
-                r#"{"targets":[{"name":"a","host":"a","port":22}],"ssh":{"strict_host_key_checking":true,"verify":"sftp"},"deploy":{"plugin":"remote-copy","commands":[]},"rollout":{"waves":"all","max_parallel":5},"checks":[],"depends_on":[],"rollback":{"on_failure":"reactivate_previous"}}"#
+                r#"{"targets":[{"name":"a","host":"a","port":22}],"ssh":{"strict_host_key_checking":true,"verify":"auto"},"deploy":{"plugin":"remote-copy","commands":[]},"rollout":{"waves":"all","max_parallel":5},"checks":[],"depends_on":[],"rollback":{"on_failure":"reactivate_previous"}}"#
             ]],
         );
         let env = parse_environment(
@@ -1211,7 +1212,7 @@ mod tests {
         check(
             &text,
             expect![[
-                r#"{"targets":[{"name":"web-1","host":"10.0.0.1","port":22,"region":"eu","az":"eu-a"},{"name":"web-2","host":"10.0.0.2","port":22,"region":"us","az":"us-a"},{"name":"web-3","host":"web-3.example","port":2222,"user":"deploy","region":"us","az":"us-b","labels":{"tier":"1"}}],"ssh":{"user":"ops","key":"/etc/manent/id_ed25519","known_hosts":"/etc/manent/known_hosts","strict_host_key_checking":false,"verify":"sftp"},"deploy":{"plugin":"command","dest":"/opt/{application}/{version}","activate":"systemctl restart app","commands":["a","b"],"params":{"x":1}},"rollout":{"waves":"by_az","max_parallel":2,"pause":"30s"},"checks":[],"approval":{"required":true,"approvers":["alice"],"count":1,"timeout":"1day","allow_self_approval":true},"depends_on":[{"application":"ml/features","environment":"prod","version":"3"}],"rollback":{"on_failure":"none"}}"#
+                r#"{"targets":[{"name":"web-1","host":"10.0.0.1","port":22,"region":"eu","az":"eu-a"},{"name":"web-2","host":"10.0.0.2","port":22,"region":"us","az":"us-a"},{"name":"web-3","host":"web-3.example","port":2222,"user":"deploy","region":"us","az":"us-b","labels":{"tier":"1"}}],"ssh":{"user":"ops","key":"/etc/manent/id_ed25519","known_hosts":"/etc/manent/known_hosts","strict_host_key_checking":false,"verify":"auto"},"deploy":{"plugin":"command","dest":"/opt/{application}/{version}","activate":"systemctl restart app","commands":["a","b"],"params":{"x":1}},"rollout":{"waves":"by_az","max_parallel":2,"pause":"30s"},"checks":[],"approval":{"required":true,"approvers":["alice"],"count":1,"timeout":"1day","allow_self_approval":true},"depends_on":[{"application":"ml/features","environment":"prod","version":"3"}],"rollback":{"on_failure":"none"}}"#
             ]],
         );
     }
@@ -1284,7 +1285,7 @@ mod tests {
              - {name: port, type: tcp, host: \"{target}\", port: 80, retries: 0, interval: 2s, timeout: 1s}\n  \
              - {type: command, command: systemctl is-active app, expect_exit: 3}\n",
             expect![[
-                r#"{"targets":[{"name":"a","host":"a","port":22}],"ssh":{"strict_host_key_checking":true,"verify":"sftp"},"deploy":{"plugin":"remote-copy","commands":[]},"rollout":{"waves":"all","max_parallel":5},"checks":[{"type":"http","url":"http://{host}:8080/health","expect_status":200,"retries":3,"interval":"1s","timeout":"10s"},{"name":"port","type":"tcp","host":"{target}","port":80,"retries":0,"interval":"2s","timeout":"1s"},{"type":"command","command":"systemctl is-active app","expect_exit":3,"retries":3,"interval":"1s","timeout":"10s"}],"depends_on":[],"rollback":{"on_failure":"reactivate_previous"}}"#
+                r#"{"targets":[{"name":"a","host":"a","port":22}],"ssh":{"strict_host_key_checking":true,"verify":"auto"},"deploy":{"plugin":"remote-copy","commands":[]},"rollout":{"waves":"all","max_parallel":5},"checks":[{"type":"http","url":"http://{host}:8080/health","expect_status":200,"retries":3,"interval":"1s","timeout":"10s"},{"name":"port","type":"tcp","host":"{target}","port":80,"retries":0,"interval":"2s","timeout":"1s"},{"type":"command","command":"systemctl is-active app","expect_exit":3,"retries":3,"interval":"1s","timeout":"10s"}],"depends_on":[],"rollback":{"on_failure":"reactivate_previous"}}"#
             ]],
         );
         let env = parse_environment(
@@ -1482,22 +1483,32 @@ mod tests {
     }
 
     #[test]
-    fn ssh_verify_is_sftp_by_default_and_may_be_command() {
+    fn ssh_verify_is_auto_by_default_and_may_be_sftp_or_command() {
         let parse = |yaml: &str| parse_environment(yaml, "e.yml", "acme/web", "prod");
         let env = parse("targets: [{name: t, host: local}]\n").expect("valid");
         assert_eq!(
             env.ssh.verify,
-            VerifyBy::Sftp,
-            "read-back over SFTP by default"
+            VerifyBy::Auto,
+            "chosen by the file's size by default"
         );
-        let env =
-            parse("targets: [{name: t, host: local}]\nssh: {verify: command}\n").expect("valid");
-        assert_eq!(env.ssh.verify, VerifyBy::Command);
+        for (written, meant) in [("sftp", VerifyBy::Sftp), ("command", VerifyBy::Command)] {
+            let env = parse(&format!(
+                "targets: [{{name: t, host: local}}]\nssh: {{verify: {written}}}\n"
+            ))
+            .expect("valid");
+            assert_eq!(
+                env.ssh.verify, meant,
+                "`verify: {written}` is taken as written"
+            );
+        }
         let err = parse("targets: [{name: t, host: local}]\nssh: {verify: rsync}\n")
             .expect_err("an unknown verify mode is refused")
             .to_string();
         assert!(
-            err.contains("verify") && err.contains("sftp") && err.contains("command"),
+            err.contains("verify")
+                && err.contains("auto")
+                && err.contains("sftp")
+                && err.contains("command"),
             "the error names the field and the choices: {err}"
         );
     }

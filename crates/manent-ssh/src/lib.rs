@@ -78,22 +78,50 @@ pub struct SshAuth {
     /// `false`: such a host is accepted, with a warning naming its fingerprint.
     /// A key that differs from the recorded one is refused either way.
     pub strict_host_key_checking: bool,
-    /// How a verified upload checks the `.part` before the rename. `true` (the default):
-    /// read back over SFTP and hashed here, renamed with `posix-rename@openssh.com`; no
-    /// command runs on the target (cheapest on a LAN: a remote command costs a session and
-    /// processes). `false`: hashed by `sha256sum` on the target (no read-back traffic: for
-    /// slow links). A server without the extension is always verified by command.
-    pub verify_over_sftp: bool,
+    /// How a verified upload checks the `.part` before the rename.
+    pub verify: VerifyUploads,
+}
+
+/// How a verified upload checks what landed in the `.part` before renaming it into place.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum VerifyUploads {
+    /// [`Sftp`](Self::Sftp) for a file of up to [`VerifyUploads::READ_BACK_UP_TO`] bytes,
+    /// [`Command`](Self::Command) for a larger one. Reading back costs in proportion to the
+    /// size (the bytes cross the link and both ends' encryption again); a command costs a
+    /// session and three processes whatever the size. On loopback targets the two meet
+    /// at about 10 MB (bench/README.md, "Fan-out over SSH").
+    #[default]
+    Auto,
+    /// Read back over SFTP and hashed by the worker, renamed with
+    /// `posix-rename@openssh.com`: no command runs on the target.
+    Sftp,
+    /// Hashed on the target (`openssl dgst -sha256`, else `sha256sum`) and renamed by the
+    /// same command: no read-back traffic. A target with neither tool is read back.
+    Command,
+}
+
+impl VerifyUploads {
+    /// [`VerifyUploads::Auto`] reads back files up to this size (8 MiB).
+    pub const READ_BACK_UP_TO: u64 = 8 * 1024 * 1024;
+
+    /// Whether an upload of `size` bytes is read back over SFTP.
+    pub fn reads_back(self, size: u64) -> bool {
+        match self {
+            VerifyUploads::Auto => size <= Self::READ_BACK_UP_TO,
+            VerifyUploads::Sftp => true,
+            VerifyUploads::Command => false,
+        }
+    }
 }
 
 impl SshAuth {
-    /// Key auth with strict host-key checking, uploads verified over SFTP.
+    /// Key auth with strict host-key checking, uploads verified the [`VerifyUploads::Auto`] way.
     pub fn new(key_path: impl Into<PathBuf>, known_hosts_path: impl Into<PathBuf>) -> Self {
         SshAuth {
             key_path: key_path.into(),
             known_hosts_path: known_hosts_path.into(),
             strict_host_key_checking: true,
-            verify_over_sftp: true,
+            verify: VerifyUploads::Auto,
         }
     }
 }

@@ -59,7 +59,7 @@ struct WarmKey {
     key_path: PathBuf,
     known_hosts_path: PathBuf,
     strict: bool,
-    verify_over_sftp: bool,
+    verify: crate::VerifyUploads,
 }
 
 impl WarmKey {
@@ -71,7 +71,7 @@ impl WarmKey {
             key_path: auth.key_path.clone(),
             known_hosts_path: auth.known_hosts_path.clone(),
             strict: auth.strict_host_key_checking,
-            verify_over_sftp: auth.verify_over_sftp,
+            verify: auth.verify,
         }
     }
 }

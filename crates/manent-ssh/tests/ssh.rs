@@ -7,7 +7,8 @@ use std::{
 };
 
 use manent_ssh::{
-    Address, Connection, ConnectionPool, SshAuth, TransportError, connect, sha256_file,
+    Address, Connection, ConnectionPool, SshAuth, TransportError, VerifyUploads, connect,
+    sha256_file,
 };
 use manent_testkit::sshd::SshHosts;
 
@@ -30,12 +31,54 @@ async fn ssh_with(hosts: &SshHosts, auth: SshAuth) -> Arc<dyn Connection> {
         .unwrap_or_else(|e| panic!("connect to sshd: {e}\n{}", hosts.logs()))
 }
 
-/// Uploads verified by `sha256sum` on the target instead of an SFTP read-back.
+/// Uploads verified by a command on the target instead of an SFTP read-back.
 fn verify_by_command(hosts: &SshHosts) -> SshAuth {
     SshAuth {
-        verify_over_sftp: false,
+        verify: VerifyUploads::Command,
         ..auth(hosts)
     }
+}
+
+/// A directory for a target's PATH holding links to the real `tools`, and `scripts`
+/// (name, body) written as executable files.
+fn target_path(tools: &[&str], scripts: &[(&str, String)]) -> tempfile::TempDir {
+    let bin = tempfile::tempdir().unwrap();
+    for tool in tools {
+        let real = ["/bin", "/usr/bin"]
+            .iter()
+            .map(|d| Path::new(d).join(tool))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("{tool} is installed"));
+        std::os::unix::fs::symlink(real, bin.path().join(tool)).unwrap();
+    }
+    for (name, body) in scripts {
+        let path = bin.path().join(name);
+        std::fs::write(&path, body).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // The login account must reach the scripts (the testkit's sshd runs as root here, but
+    // not every machine does).
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+/// An `openssl` that appends a line to `log` each time it runs, then runs the real one.
+fn recording_openssl(log: &Path) -> (&'static str, String) {
+    (
+        "openssl",
+        format!(
+            "#!/bin/sh\necho ran >> '{}'\nexec /usr/bin/openssl \"$@\"\n",
+            log.display()
+        ),
+    )
+}
+
+fn times_run(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
 }
 
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -237,6 +280,17 @@ async fn put_file_verified_renames_only_a_matching_copy(
     );
 }
 
+/// [`put_file_verified_renames_only_a_matching_copy`] into the first host's directory.
+async fn verified_uploads_rename_only_matching_copies_on(conn: &dyn Connection, hosts: &SshHosts) {
+    let local_dir = tempfile::tempdir().unwrap();
+    put_file_verified_renames_only_a_matching_copy(
+        conn,
+        local_dir.path(),
+        &hosts.hosts[0].root_dir,
+    )
+    .await;
+}
+
 async fn sha256_of_existing_and_missing_files(conn: &dyn Connection, dir: &Path) {
     let file = dir.join("hello.txt");
     std::fs::write(&file, b"hello\n").unwrap();
@@ -307,55 +361,121 @@ async fn ssh_put_file_atomic_streams_a_5_mb_file_and_rewriting_is_idempotent() {
 async fn ssh_put_file_verified_renames_only_a_matching_copy() {
     let hosts = SshHosts::start(1).await;
     let conn = ssh(&hosts).await;
-    let local_dir = tempfile::tempdir().unwrap();
-    put_file_verified_renames_only_a_matching_copy(
-        conn.as_ref(),
-        local_dir.path(),
-        &hosts.hosts[0].root_dir,
-    )
-    .await;
+    verified_uploads_rename_only_matching_copies_on(conn.as_ref(), &hosts).await;
 }
 
 #[tokio::test]
 async fn ssh_put_file_verified_by_command_renames_only_a_matching_copy() {
     let hosts = SshHosts::start(1).await;
     let conn = ssh_with(&hosts, verify_by_command(&hosts)).await;
-    let local_dir = tempfile::tempdir().unwrap();
-    put_file_verified_renames_only_a_matching_copy(
-        conn.as_ref(),
-        local_dir.path(),
-        &hosts.hosts[0].root_dir,
-    )
-    .await;
+    verified_uploads_rename_only_matching_copies_on(conn.as_ref(), &hosts).await;
 }
 
 #[tokio::test]
-async fn ssh_put_file_verified_by_command_hashes_over_sftp_when_the_target_has_no_sha256sum() {
-    // The target's PATH holds `sh`, `mkdir`, `rm` and `mv`, and no `sha256sum`.
-    let bin = tempfile::tempdir().unwrap();
-    for tool in ["sh", "mkdir", "rm", "mv"] {
-        let real = ["/bin", "/usr/bin"]
-            .iter()
-            .map(|d| Path::new(d).join(tool))
-            .find(|p| p.exists())
-            .unwrap_or_else(|| panic!("{tool} is installed"));
-        std::os::unix::fs::symlink(real, bin.path().join(tool)).unwrap();
-    }
+async fn auto_verification_reads_small_files_back_and_hashes_large_ones_on_the_target() {
+    let log_dir = tempfile::tempdir().unwrap();
+    let log = log_dir.path().join("openssl.log");
+    let bin = target_path(&["sh", "rm", "mv"], &[recording_openssl(&log)]);
+    let hosts =
+        SshHosts::start_with_config(1, &format!("SetEnv PATH={}", bin.path().display())).await;
+    let conn = ssh(&hosts).await;
+    assert_eq!(
+        auth(&hosts).verify,
+        VerifyUploads::Auto,
+        "auto is the default"
+    );
+    let local_dir = tempfile::tempdir().unwrap();
+    let root = &hosts.hosts[0].root_dir;
+
+    let small = random_file(&local_dir.path().join("small.bin"), 1024 * 1024);
+    let small_sum = sha256_file(&small).unwrap().unwrap();
+    conn.put_file_verified(&small, path_str(&root.join("small.bin")), &small_sum)
+        .await
+        .expect("a small verified upload");
+    assert_eq!(
+        times_run(&log),
+        0,
+        "a file of 1 MiB is read back over SFTP: no command hashes it on the target"
+    );
+
+    let large_len = VerifyUploads::READ_BACK_UP_TO as usize + 1;
+    let large = random_file(&local_dir.path().join("large.bin"), large_len);
+    let large_sum = sha256_file(&large).unwrap().unwrap();
+    let dest = root.join("large.bin");
+    conn.put_file_verified(&large, path_str(&dest), &large_sum)
+        .await
+        .expect("a large verified upload");
+    assert_eq!(
+        times_run(&log),
+        1,
+        "a file over the read-back size is hashed once by openssl on the target"
+    );
+    assert_eq!(
+        sha256_file(&dest).unwrap().as_deref(),
+        Some(large_sum.as_str()),
+        "the large file is in place"
+    );
+    assert!(!root.join("large.bin.part").exists(), "no `.part` is left");
+}
+
+#[tokio::test]
+async fn verification_on_the_target_uses_sha256sum_when_openssl_prints_no_digest() {
+    let log_dir = tempfile::tempdir().unwrap();
+    let log = log_dir.path().join("openssl.log");
+    let broken = format!(
+        "#!/bin/sh\necho ran >> '{}'\necho 'not-a-digest *stdin'\n",
+        log.display()
+    );
+    let bin = target_path(&["sh", "rm", "mv", "sha256sum"], &[("openssl", broken)]);
     let hosts =
         SshHosts::start_with_config(1, &format!("SetEnv PATH={}", bin.path().display())).await;
     let conn = ssh_with(&hosts, verify_by_command(&hosts)).await;
-    let probe = conn.exec("command -v sha256sum", &[]).await.unwrap();
+    verified_uploads_rename_only_matching_copies_on(conn.as_ref(), &hosts).await;
+    assert!(
+        times_run(&log) > 0,
+        "the broken openssl was tried first, so sha256sum was the fallback"
+    );
+}
+
+#[tokio::test]
+async fn a_verifying_command_that_renames_nothing_is_an_error_not_a_success() {
+    // `sh` on the target's PATH exits 0 and does nothing, as a server that replaces
+    // commands would.
+    let bin = target_path(&[], &[("sh", "#!/bin/sh\nexit 0\n".to_string())]);
+    let hosts =
+        SshHosts::start_with_config(1, &format!("SetEnv PATH={}", bin.path().display())).await;
+    let conn = ssh_with(&hosts, verify_by_command(&hosts)).await;
+    let local_dir = tempfile::tempdir().unwrap();
+    let local = random_file(&local_dir.path().join("a.bin"), 4096);
+    let sum = sha256_file(&local).unwrap().unwrap();
+    let dest = hosts.hosts[0].root_dir.join("a.bin");
+    let err = conn
+        .put_file_verified(&local, path_str(&dest), &sum)
+        .await
+        .expect_err("a command that ends well without renaming is not a verified upload");
+    assert!(
+        matches!(&err, TransportError::Remote { status: 0, stderr, .. } if stderr.contains("without renaming")),
+        "the error says the command renamed nothing: {err}"
+    );
+    assert!(!dest.exists(), "nothing landed under the real name");
+}
+
+#[tokio::test]
+async fn ssh_put_file_verified_by_command_hashes_over_sftp_when_the_target_has_no_hashing_tool() {
+    // The target's PATH holds `sh`, `mkdir`, `rm` and `mv`: no `openssl`, no `sha256sum`.
+    let bin = target_path(&["sh", "mkdir", "rm", "mv"], &[]);
+    let hosts =
+        SshHosts::start_with_config(1, &format!("SetEnv PATH={}", bin.path().display())).await;
+    let conn = ssh_with(&hosts, verify_by_command(&hosts)).await;
+    let probe = conn
+        .exec("command -v sha256sum || command -v openssl", &[])
+        .await
+        .unwrap();
     assert_ne!(
         probe.status, 0,
-        "the test needs a target without sha256sum: {probe:?}"
+        "the test needs a target without sha256sum and openssl: {probe:?}"
     );
-    let local_dir = tempfile::tempdir().unwrap();
-    put_file_verified_renames_only_a_matching_copy(
-        conn.as_ref(),
-        local_dir.path(),
-        &hosts.hosts[0].root_dir,
-    )
-    .await;
+    verified_uploads_rename_only_matching_copies_on(conn.as_ref(), &hosts).await;
 }
 
 #[tokio::test]
