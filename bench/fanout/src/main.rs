@@ -44,14 +44,14 @@ struct Args {
     postgres_url: Option<String>,
     /// The account every engine logs in as (`--login-user`); the current user when `None`.
     login_user: Option<String>,
-    /// manent's `ssh.verify` (`--ssh-verify sftp|command`); its default when `None`.
+    /// manent's `ssh.verify` (`--ssh-verify auto|sftp|command`); its default when `None`.
     ssh_verify: Option<String>,
 }
 
 fn usage() -> &'static str {
     "usage: manent-fanout-bench [--targets N] [--sizes-mb 50,1] \
      [--engines manent,manent-pg,manent-warm,scp,ansible,transport] [--postgres-url ADMIN_URL] \
-     [--ansible-playbook PATH] [--json FILE] [--login-user ACCOUNT] [--ssh-verify sftp|command]\n\
+     [--ansible-playbook PATH] [--json FILE] [--login-user ACCOUNT] [--ssh-verify auto|sftp|command]\n\
      manent runs on a fresh SQLite file, manent-pg on a fresh PostgreSQL database created \
      (and dropped) through ADMIN_URL (default $MANENT_TEST_POSTGRES, else \
      postgres://postgres@127.0.0.1:5432/postgres); --login-user (as root): every engine logs in \
@@ -100,8 +100,8 @@ fn parse_args() -> Result<Args> {
             "--ssh-verify" => {
                 let how = value()?;
                 ensure!(
-                    how == "sftp" || how == "command",
-                    "--ssh-verify is sftp or command, not {how}"
+                    ["auto", "sftp", "command"].contains(&how.as_str()),
+                    "--ssh-verify is auto, sftp or command, not {how}"
                 );
                 args.ssh_verify = Some(how);
             }
@@ -216,6 +216,7 @@ async fn run(args: Args, scratch: &Path) -> Result<()> {
                 workload.label,
                 loadavg().unwrap_or_default()
             );
+            let cpu_before = cpu_ticks();
             let outcome = match engine.as_str() {
                 "manent" => run_manent(&site, &workload, &run_id, Db::Sqlite, false).await,
                 "manent-pg" => run_manent(&site, &workload, &run_id, Db::Postgres, false).await,
@@ -225,6 +226,16 @@ async fn run(args: Args, scratch: &Path) -> Result<()> {
                 "ansible" => run_ansible(&site, &workload, &run_id, &args.ansible_playbook).await,
                 "transport" => run_transport(&site, &workload, &run_id).await,
                 _ => unreachable!(),
+            };
+            // manent's rows measure their timed deploy themselves (manent-warm's first deploy
+            // is untimed).
+            let outcome = match outcome {
+                Ok((secs, note)) if !engine.starts_with("manent") => {
+                    let cpu = cpu_note(cpu_before, cpu_ticks());
+                    let note = if note.is_empty() { cpu } else { format!("{note}; {cpu}") };
+                    Ok((secs, note))
+                }
+                other => other,
             };
             let m = match outcome {
                 Ok((secs, note)) => match verify(&site, &workload, &run_id, engine).await {
@@ -272,6 +283,34 @@ fn target_name(i: usize) -> String {
 fn loadavg() -> Option<String> {
     let s = std::fs::read_to_string("/proc/loadavg").ok()?;
     Some(s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+}
+
+/// CPU time of the whole machine from `/proc/stat`, in clock ticks: (busy, steal). Busy is
+/// user + nice + system + irq + softirq of every process (the targets' sshd included), so a
+/// run's figure is the work the fan-out cost, less noisy than its wall time when 2 cores are
+/// saturated. Steal is time the hypervisor gave to other machines.
+fn cpu_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    let at = |i: usize| f.get(i).copied().unwrap_or(0);
+    Some((at(0) + at(1) + at(2) + at(5) + at(6), at(7)))
+}
+
+/// "cpu B s, steal S s" between two [`cpu_ticks`] readings (USER_HZ is 100 on Linux).
+fn cpu_note(before: Option<(u64, u64)>, after: Option<(u64, u64)>) -> String {
+    match (before, after) {
+        (Some((b0, s0)), Some((b1, s1))) => format!(
+            "cpu {:.2} s, steal {:.2} s",
+            b1.saturating_sub(b0) as f64 / 100.0,
+            s1.saturating_sub(s0) as f64 / 100.0
+        ),
+        _ => "cpu n/a".into(),
+    }
 }
 
 /// Flushes the previous run's writes and lets the machine calm down a little.
@@ -562,7 +601,12 @@ async fn run_manent(
     };
     let result = match first {
         Some(Err(e)) => Err(e.context("the first (untimed) deploy")),
-        _ => deploy_once(&client, &config, w, run_id).await,
+        _ => {
+            let before = cpu_ticks();
+            deploy_once(&client, &config, w, run_id)
+                .await
+                .map(|(secs, note)| (secs, format!("{note}; {}", cpu_note(before, cpu_ticks()))))
+        }
     };
     engine.shutdown(Duration::from_secs(10)).await;
     let _ = std::fs::remove_dir_all(site.scratch.join("manent-work"));
