@@ -34,7 +34,7 @@ const SFTP_REQUEST_TIMEOUT_SECS: u64 = 120;
 /// The size of one SFTP write to a server that announces `limits@openssh.com` (OpenSSH 8.6
 /// and later; the server's own maximum wins when smaller): OpenSSH's sftp-server takes up to
 /// 255 KiB per write. Eight times fewer requests and acknowledgements than 32 KiB writes, for
-/// the same bytes in flight: 50 MB to 20 loopback targets cost 9–14 % less CPU (all
+/// the same bytes in flight: 50 MB to 20 loopback targets cost 9–22 % less CPU (all
 /// processes, the targets' sshd and sftp-server included), see bench/README.md.
 const SFTP_LARGE_WRITE: u32 = 255 * 1024;
 /// The size of one SFTP write packet otherwise: 32 KiB, what every SFTP server accepts.
