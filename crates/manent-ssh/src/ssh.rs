@@ -572,7 +572,7 @@ impl SshConnection {
 /// exist, about five times faster than coreutils' `sha256sum` on these machines (50 MB: 0.04 s
 /// against 0.2 s of CPU), which matters when 20 targets share a host's cores. An `openssl` that
 /// is missing, fails or prints something else falls back to `sha256sum`; with neither, the
-/// script exits [`NO_SHA256SUM`] and the caller hashes over SFTP. A file that cannot be read
+/// script exits [`NO_HASHING_TOOL`] and the caller hashes over SFTP. A file that cannot be read
 /// exits 1 with `sha256sum`'s message.
 fn digest_into_d(path_q: &str) -> String {
     format!(
@@ -581,7 +581,7 @@ fn digest_into_d(path_q: &str) -> String {
          d=$(openssl dgst -sha256 -r < {path_q} 2>/dev/null) && d=${{d%% *}} || d=; \
          case $d in *[!0-9a-f]*) d= ;; esac; fi; \
          if [ ${{#d}} -ne 64 ]; then \
-         command -v sha256sum >/dev/null 2>&1 || exit {NO_SHA256SUM}; \
+         command -v sha256sum >/dev/null 2>&1 || exit {NO_HASHING_TOOL}; \
          d=$(sha256sum < {path_q}) || exit 1; d=${{d%% *}}; fi"
     )
 }
@@ -598,7 +598,7 @@ const ABSENT: i32 = 3;
 /// Exit status of the verified rename when the `.part` has another sha256.
 const MISMATCH: i32 = 4;
 /// Exit status of the sha256 script when the target has neither `openssl` nor `sha256sum`.
-const NO_SHA256SUM: i32 = 127;
+const NO_HASHING_TOOL: i32 = 127;
 /// What the verified rename prints last when it renamed.
 const RENAMED: &str = "RENAMED";
 
@@ -675,17 +675,19 @@ impl Connection for SshConnection {
             expected: expected.clone(),
             actual,
         };
+        // Hashes the `.part` over SFTP; one with another sha256 is removed.
+        let read_back = async || match self.sha256_over_sftp(&part).await? {
+            Some(sum) if sum == expected => Ok(()),
+            actual => {
+                let _ = self.sftp().await?.remove_file(part.as_str()).await;
+                Err(mismatch(actual))
+            }
+        };
         if self.verify.reads_back(size) {
             // Verified by reading the fsynced `.part` back, renamed without a command: a
             // command costs the target a session and three processes (sh, openssl, mv),
             // more than reading back a small file.
-            match self.sha256_over_sftp(&part).await? {
-                Some(sum) if sum == expected => {}
-                actual => {
-                    let _ = self.sftp().await?.remove_file(part.as_str()).await;
-                    return Err(mismatch(actual));
-                }
-            }
+            read_back().await?;
             if self.posix_rename(&part, dest).await? {
                 return Ok(());
             }
@@ -703,11 +705,12 @@ impl Connection for SshConnection {
              mv -f -- {part_q} {dest_q} && echo {RENAMED}",
             digest = digest_into_d(&part_q),
         );
+        let command = format!("sha256 of {part_q} && mv -f -- {part_q} {dest_q}");
         let out = self.run(sh_command_line(&script, &[])?).await?;
         match out.status {
             0 if out.stdout.trim_end().ends_with(RENAMED) => Ok(()),
             0 => Err(TransportError::Remote {
-                command: format!("sha256 of {part_q} && mv -f -- {part_q} {dest_q}"),
+                command,
                 status: 0,
                 stderr: format!(
                     "the command ended without renaming (its output: {:?}); does the account \
@@ -716,20 +719,14 @@ impl Connection for SshConnection {
                 ),
             }),
             MISMATCH => Err(mismatch(parse_sha256sum(&out.stdout))),
-            NO_SHA256SUM => {
-                match self.sha256_over_sftp(&part).await? {
-                    Some(sum) if sum == expected => {}
-                    actual => {
-                        let _ = self.sftp().await?.remove_file(part.as_str()).await;
-                        return Err(mismatch(actual));
-                    }
-                }
+            NO_HASHING_TOOL => {
+                read_back().await?;
                 self.run_checked(format!("{not_a_dir}; mv -f -- {part_q} {dest_q}"))
                     .await?;
                 Ok(())
             }
             status => Err(TransportError::Remote {
-                command: format!("sha256 of {part_q} && mv -f -- {part_q} {dest_q}"),
+                command,
                 status,
                 stderr: out.stderr.trim_end().to_string(),
             }),
@@ -751,7 +748,7 @@ impl Connection for SshConnection {
                 )
             }),
             ABSENT => Ok(None),
-            NO_SHA256SUM => self.sha256_over_sftp(path).await,
+            NO_HASHING_TOOL => self.sha256_over_sftp(path).await,
             status => Err(TransportError::Remote {
                 command: format!("sha256 of {p}"),
                 status,
