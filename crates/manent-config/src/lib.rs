@@ -515,6 +515,13 @@ impl Config {
         validate::validate(self)
     }
 
+    /// What stops a worker (`worker`, `serve`) from starting with this configuration, and
+    /// nothing else: clashing queue names. Loading accepts them, so `api`, `admin` and
+    /// `check-config` report them and go on.
+    pub fn worker_refusals(&self) -> Vec<ConfigIssue> {
+        validate::worker_refusals(self)
+    }
+
     /// This worker's executor id, resolved at load: `DBOS__VMID`, else
     /// `MANENT__DBOS__EXECUTOR_ID`, else `dbos.executor_id`, else the host name.
     pub fn effective_executor_id(&self) -> &str {

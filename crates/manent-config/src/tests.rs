@@ -66,6 +66,13 @@ fn render(config: &Config) -> String {
         ExecutorIdSource::Hostname => {}
         source => out.push_str(&format!("executor_id from {source:?}\n")),
     }
+    let refusals = config.worker_refusals();
+    if !refusals.is_empty() {
+        out.push_str("WORKERS REFUSE TO START\n");
+        for issue in refusals {
+            out.push_str(&format!("{issue}\n"));
+        }
+    }
     out
 }
 
@@ -705,7 +712,15 @@ queues:
     match: {environments: [prod]}
 "#,
         expect![[r#"
-            ERROR
+            OK
+            queues[0].match.applications = ["ml/*"]
+            queues[0].name = "gpu"
+            queues[1].match.environments = ["prod"]
+            queues[1].name = "web"
+            tenants[0].name = "ml"
+            tenants[0].queue = "gpu"
+            tenants[1].name = "web"
+            WORKERS REFUSE TO START
             manent.yml:7: queues[0].name: queue name `gpu` is also in the tenant registry (the queue of tenant `ml`: tenants[0], line 3); workers refuse to start: rename the routed queue or the tenant queue
             manent.yml:9: queues[1].name: queue name `web` is also in the tenant registry (tenant `web`: tenants[1], line 5); workers refuse to start: rename the routed queue or the tenant queue
         "#]],
@@ -728,6 +743,28 @@ queues:
         expect![[r#"
             ERROR
             manent.yml:8: queues[1].name: invalid queue name `manent.gate`; use letters, digits, '-' and '_' only
+        "#]],
+    );
+}
+
+#[test]
+fn a_tenant_or_routed_queue_named_default_stops_only_the_workers() {
+    check(
+        r#"
+tenants:
+  - name: ml
+    queue: default
+queues:
+  - name: default
+    match: {applications: ["ml/*"]}
+"#,
+        expect![[r#"
+            OK
+            queues[0].match.applications = ["ml/*"]
+            queues[0].name = "default"
+            tenants[0].name = "ml"
+            tenants[0].queue = "default"
+            WORKERS REFUSE TO START
             manent.yml:4: tenants[0].queue: `default` is the name of the default queue, which every worker serves; workers refuse to start: give this queue another name
             manent.yml:6: queues[0].name: `default` is the name of the default queue, which every worker serves; workers refuse to start: give this queue another name
             manent.yml:6: queues[0].name: queue name `default` is also in the tenant registry (the queue of tenant `ml`: tenants[0], line 3); workers refuse to start: rename the routed queue or the tenant queue

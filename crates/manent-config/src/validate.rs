@@ -19,11 +19,24 @@ pub(crate) fn validate(config: &Config) -> Vec<ConfigIssue> {
     v.plugins();
     v.queues();
     v.tenants();
-    v.queue_names();
+    v.plugin_queue_names();
     v.environments();
     v.artifacts();
     v.log();
     v.worker();
+    v.issues
+}
+
+/// What stops a worker, and only a worker, from starting with `config`: queue names that
+/// clash (the seed's page: "A queue name also in the tenant registry stops the workers at
+/// startup"). `api`, `admin` and `check-config` report these and go on: which queues a
+/// worker serves is the worker's concern, and submission routes the same either way.
+pub(crate) fn worker_refusals(config: &Config) -> Vec<ConfigIssue> {
+    let mut v = Validator {
+        config,
+        issues: Vec::new(),
+    };
+    v.queue_names();
     v.issues
 }
 
@@ -459,7 +472,7 @@ impl Validator<'_> {
             let key = format!("plugins.{name}.queue");
             if let Some((t, what)) = tenant_names.get(queue.as_str()) {
                 self.push(
-                    key.clone(),
+                    key,
                     format!(
                         "queue name `{queue}` is also in the tenant registry ({what}: {}); \
                          rename the plugin queue or the tenant queue",
@@ -467,9 +480,19 @@ impl Validator<'_> {
                     ),
                 );
             }
+        }
+    }
+
+    /// A plugin's queue may not be a routed queue: routed workers without the plugin's
+    /// runtime would claim its deploys (a configuration error for every role, unlike the
+    /// clashes of [`Validator::queue_names`], which only workers refuse).
+    fn plugin_queue_names(&mut self) {
+        let config = self.config;
+        for (name, plugin) in &config.plugins {
+            let Some(queue) = &plugin.queue else { continue };
             if let Some(i) = config.queues.iter().position(|q| q.name == *queue) {
                 self.push(
-                    key,
+                    format!("plugins.{name}.queue"),
                     format!(
                         "queue name `{queue}` is also a routed queue ({}); give the plugin a \
                          queue of its own",

@@ -161,15 +161,33 @@ async fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     let config = Arc::new(load_config(args.config.as_ref())?);
+    // Clashing queue names stop workers only (the seed's page); every other role reports
+    // them and goes on.
+    let worker_refusals = config.worker_refusals();
+    let starts_a_worker = matches!(args.command, Command::Serve | Command::Worker);
+    if starts_a_worker && !worker_refusals.is_empty() {
+        let issues: Vec<String> = worker_refusals.iter().map(ToString::to_string).collect();
+        anyhow::bail!(
+            "{}: a worker cannot start with this configuration:\n{}",
+            config.file_name(),
+            issues.join("\n")
+        );
+    }
     if let Command::Admin(Admin::CheckConfig) = args.command {
         println!(
             "{}: valid (executor id {})",
             config.file_name(),
             config.effective_executor_id()
         );
+        for issue in &worker_refusals {
+            println!("warning: workers will refuse to start: {issue}");
+        }
         return Ok(());
     }
     init_logging(&config);
+    for issue in &worker_refusals {
+        tracing::warn!(%issue, "workers will refuse to start with this configuration");
+    }
     let store = open_store(&config).await?;
     match args.command {
         Command::Serve => serve(config, store, true, true).await,

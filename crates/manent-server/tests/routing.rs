@@ -251,6 +251,51 @@ fn startup_refusals_stop_the_worker_with_their_message() {
     }
 }
 
+#[test]
+fn a_queue_name_clash_stops_workers_only_while_check_config_and_admin_report_it_and_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("clash.yml");
+    std::fs::write(
+        &path,
+        format!(
+            "database: {{url: \"sqlite://{}/m.db\"}}\n{GPU}tenants: [{{name: ml, queue: gpu}}]\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(common::SERVER)
+            .arg("-c")
+            .arg(&path)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let check = run(&["admin", "check-config"]);
+    let stdout = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.success(),
+        "check-config goes on past a queue-name clash: {stdout}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(
+        stdout.contains("workers will refuse to start") && stdout.contains("gpu"),
+        "check-config reports the clash: {stdout}"
+    );
+    let migrate = run(&["admin", "migrate"]);
+    assert!(
+        migrate.status.success(),
+        "admin goes on past a queue-name clash: {}",
+        String::from_utf8_lossy(&migrate.stderr)
+    );
+    let worker = run(&["worker"]);
+    let stderr = String::from_utf8_lossy(&worker.stderr);
+    assert!(
+        !worker.status.success() && stderr.contains("tenant registry"),
+        "the worker refuses to start, naming the clash: {stderr}"
+    );
+}
+
 async fn environment_concurrency_serializes_one_environment_while_others_run(db: Db) {
     let mut site = Site::new(db, &[]).await;
     let ledger = common::ledger_path(&site.dir);
