@@ -91,7 +91,7 @@ pub(crate) fn answer_together<W, O>(
         Err(_) if group.len() > 1 => group,
         Err(e) => {
             if let Some(pending) = group.into_iter().next() {
-                let _ = pending.reply.send(Err(super::sql::map_err(e)));
+                let _ = pending.reply.send(Err(StoreError::from(e)));
             }
             Vec::new()
         }
@@ -101,7 +101,7 @@ pub(crate) fn answer_together<W, O>(
 /// Answers one write applied alone.
 pub(crate) fn answer_alone<W, O>(pending: Pending<W, O>, alone: Result<Vec<O>, sqlx::Error>) {
     let answer = alone
-        .map_err(super::sql::map_err)
+        .map_err(StoreError::from)
         .and_then(|outputs| outputs.into_iter().next().ok_or_else(no_output));
     let _ = pending.reply.send(answer);
 }

@@ -6,6 +6,7 @@
 //! the shared SQL; `sqlite.rs` and `postgres.rs` hold what differs.
 
 mod claim;
+mod driver;
 mod grouped;
 mod migrations;
 mod postgres;

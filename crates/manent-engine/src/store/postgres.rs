@@ -171,15 +171,12 @@ pub(crate) async fn acquire_liveness(
     options: &PgConnectOptions,
     executor_id: &str,
 ) -> Result<Liveness, StoreError> {
-    let mut conn = PgConnection::connect_with(options)
-        .await
-        .map_err(super::sql::map_err)?;
+    let mut conn = PgConnection::connect_with(options).await?;
     let acquired: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, hashtext($2))")
         .bind(LOCK_NAMESPACE_EXECUTOR)
         .bind(executor_id)
         .fetch_one(&mut conn)
-        .await
-        .map_err(super::sql::map_err)?;
+        .await?;
     if acquired {
         Ok(Liveness::Acquired(Box::new(Mutex::new(conn))))
     } else {

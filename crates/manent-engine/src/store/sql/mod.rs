@@ -1,0 +1,622 @@
+//! The SQL both backends share: one implementation of [`Store`], written once
+//! and compiled for each driver by the `with_pool!` / `write_tx!` macros.
+//!
+//! Dialect differences are few and explicit: write transactions start with
+//! `BEGIN IMMEDIATE` on SQLite (one writer at a time) and take a per-queue
+//! (or per-limit-group) advisory lock on PostgreSQL when claiming; PostgreSQL also row-locks the
+//! workflow (`FOR SHARE`) when a step is checkpointed, so a recovery waits for
+//! a checkpoint in flight instead of racing it.
+
+use std::{path::PathBuf, time::Duration};
+
+use async_trait::async_trait;
+use sqlx::{postgres::PgConnectOptions, sqlite::SqlitePool};
+use tokio::{sync::broadcast, task::JoinHandle};
+
+use super::{
+    AuditRecord, Backend, Checkpoint, ClaimLimits, Consumed, EnqueueOutcome, EventRecord,
+    ExecutorLease, ExecutorRecord, ExecutorState, Lease, LeaseGrant, Liveness, NewWorkflow,
+    OutputLine, QueueDepth, QueueRecord, RecordEntry, Renewal, RunningCount, StepRecord, Store,
+    Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus, postgres, sqlite,
+};
+use crate::error::StoreError;
+
+enum Pool {
+    /// Reads on `read`; every write on `write`, the one writer connection
+    /// (`sqlite::Pools`); step checkpoints and outcomes through `group`.
+    Sqlite {
+        read: SqlitePool,
+        write: SqlitePool,
+        group: sqlite::GroupCommit,
+        unsynced: sqlite::UnsyncedCommit,
+    },
+    Postgres(sqlx::PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to the driver's pool for reads; the body is
+/// compiled once per driver. A write uses [`with_writer!`].
+macro_rules! with_pool {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match &$store.pool {
+            $crate::store::sql::Pool::Sqlite { read: $pool, .. } => $body,
+            $crate::store::sql::Pool::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// [`with_pool!`] for a write outside a transaction: on SQLite, the writer connection.
+macro_rules! with_writer {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match &$store.pool {
+            $crate::store::sql::Pool::Sqlite { write: $pool, .. } => $body,
+            $crate::store::sql::Pool::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// Runs `$body` inside a write transaction bound to `$tx` and commits it.
+/// An early return (`?`) rolls the transaction back. `pg_begin`, when given,
+/// opens the transaction on PostgreSQL (a `BEGIN` followed by statements that
+/// belong to it, in one round trip). `claim_begin` is the same for a claim,
+/// whose commit on SQLite is not synced (`sqlite::UnsyncedCommit`).
+macro_rules! write_tx {
+    ($store:expr, $tx:ident => $body:expr) => {
+        write_tx!(@tx $store, String::from("BEGIN"), false, $tx => $body)
+    };
+    ($store:expr, pg_begin = $begin:expr, $tx:ident => $body:expr) => {
+        write_tx!(@tx $store, $begin, false, $tx => $body)
+    };
+    ($store:expr, claim_begin = $begin:expr, $tx:ident => $body:expr) => {
+        write_tx!(@tx $store, $begin, true, $tx => $body)
+    };
+    (@tx $store:expr, $pg_begin:expr, $unsynced:expr, $tx:ident => $body:expr) => {
+        match &$store.pool {
+            $crate::store::sql::Pool::Sqlite { write: pool, unsynced, .. } => {
+                let mut conn = pool.acquire().await?;
+                let mut $tx = if $unsynced {
+                    // Back to FULL as `conn` returns to the pool, before any other
+                    // write may take it, and not on the claim's way to its runs.
+                    unsynced.begin(&mut conn).await
+                } else {
+                    sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await
+                }?;
+                let result = $body;
+                $tx.commit().await?;
+                result
+            }
+            $crate::store::sql::Pool::Postgres(pool) => {
+                // Not `pool.begin_with`: see `postgres::BeginGuard`.
+                let mut guard = $crate::store::postgres::BeginGuard::acquire(pool).await?;
+                let mut $tx = guard.begin($pg_begin).await?;
+                let result = $body;
+                $tx.commit().await?;
+                result
+            }
+        }
+    };
+}
+
+/// The workflow columns, in [`WorkflowRow`] order.
+macro_rules! wf_cols {
+    () => {
+        "id, name, status, queue_name, partition_key, priority, not_before, dedup_key, executor_id, input, output, \
+         error, parent_id, attempts, generation, created_at, updated_at, started_at, finished_at"
+    };
+}
+
+macro_rules! step_cols {
+    () => {
+        "workflow_id, step_index, name, status, output, error, attempts, started_at, finished_at, executor_id"
+    };
+}
+
+mod claims;
+mod executors;
+mod messages;
+mod migrate;
+mod records;
+mod rows;
+mod steps;
+#[cfg(test)]
+mod tests;
+mod workflows;
+
+/// The store over SQLite or PostgreSQL.
+pub struct SqlStore {
+    pool: Pool,
+    bus: broadcast::Sender<Wakeup>,
+    sqlite_path: Option<PathBuf>,
+    pg_options: Option<PgConnectOptions>,
+    /// PostgreSQL: step checkpoints and outcomes, grouped into one statement each.
+    pg_group: Option<postgres::GroupWrites>,
+    listener: Option<JoinHandle<()>>,
+}
+
+impl Drop for SqlStore {
+    fn drop(&mut self) {
+        if let Some(listener) = self.listener.take() {
+            listener.abort();
+        }
+    }
+}
+
+impl SqlStore {
+    /// Connects to `url`, retrying with an increasing wait while the server is unreachable.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Backend::Postgres
+        } else {
+            return Err(StoreError::InvalidUrl {
+                url: url.to_string(),
+                reason: "expected sqlite://PATH, sqlite::memory: or postgres://…".into(),
+            });
+        };
+        retry_transient("connect to the database", || async {
+            match backend {
+                Backend::Sqlite => {
+                    let pools = sqlite::connect(url)
+                        .await
+                        .map_err(|e| connect_err(url, e))?;
+                    Ok(SqlStore {
+                        bus: sqlite::wakeup_bus(pools.path.as_deref()),
+                        pool: Pool::Sqlite {
+                            group: sqlite::spawn_group_commit(pools.write.clone()),
+                            read: pools.read,
+                            write: pools.write,
+                            unsynced: pools.unsynced,
+                        },
+                        sqlite_path: pools.path,
+                        pg_options: None,
+                        pg_group: None,
+                        listener: None,
+                    })
+                }
+                Backend::Postgres => {
+                    let (pool, options) = postgres::connect(url)
+                        .await
+                        .map_err(|e| connect_err(url, e))?;
+                    let bus = broadcast::channel(4096).0;
+                    let listener = postgres::spawn_listener(&pool, bus.clone()).await?;
+                    Ok(SqlStore {
+                        bus,
+                        pg_group: Some(postgres::spawn_group_writes(pool.clone())),
+                        pool: Pool::Postgres(pool),
+                        sqlite_path: None,
+                        pg_options: Some(options),
+                        listener: Some(listener),
+                    })
+                }
+            }
+        })
+        .await
+    }
+
+    fn lock_clause(&self) -> &'static str {
+        match self.pool {
+            Pool::Sqlite { .. } => "",
+            Pool::Postgres(_) => "FOR SHARE",
+        }
+    }
+
+    /// Publishes wake-ups in this process only: for writes whose NOTIFY went
+    /// out with their own transaction.
+    fn wake_here(&self, wakeups: &[Wakeup]) {
+        for w in wakeups {
+            let _ = self.bus.send(w.clone());
+        }
+    }
+
+    /// Publishes wake-ups after a commit: in-process always, and through
+    /// NOTIFY on PostgreSQL so other processes hear of them too.
+    async fn wake(&self, wakeups: &[Wakeup]) {
+        self.wake_here(wakeups);
+        if let Pool::Postgres(pool) = &self.pool
+            && !wakeups.is_empty()
+        {
+            // One round trip for all of them.
+            let payloads: Vec<String> = wakeups.iter().map(postgres::encode).collect();
+            // A lost notification only delays the other side until its fallback poll.
+            if let Err(e) = sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
+                .bind(postgres::CHANNEL)
+                .bind(&payloads)
+                .execute(pool)
+                .await
+            {
+                tracing::debug!(error = %e, "notify failed");
+            }
+        }
+    }
+}
+
+/// A PostgreSQL store always has its group writer; this names the bug if not.
+fn no_group() -> StoreError {
+    StoreError::Database("the PostgreSQL store has no group writer (a bug)".into())
+}
+
+fn connect_err(url: &str, e: sqlx::Error) -> StoreError {
+    match e {
+        sqlx::Error::Configuration(reason) => StoreError::InvalidUrl {
+            url: redact(url),
+            reason: reason.to_string(),
+        },
+        other => StoreError::from(other),
+    }
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{}:***{}", &url[..scheme + 3], user, &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Retries `op` on transient errors with an increasing wait (100 ms doubling
+/// to 2 s, about a minute in all), so workers started together, or before
+/// the database is up, all come up without being started one at a time.
+pub(crate) async fn retry_transient<T, F, Fut>(what: &str, mut op: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    let mut wait = Duration::from_millis(100);
+    let mut waited = Duration::ZERO;
+    loop {
+        match op().await {
+            Err(e) if e.is_transient() && waited < Duration::from_secs(60) => {
+                let jitter = Duration::from_millis(rand::random::<u64>() % 50);
+                tracing::info!(error = %e, retry_in = ?(wait + jitter), "{what}: retrying");
+                tokio::time::sleep(wait + jitter).await;
+                waited += wait + jitter;
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Every method is written beside the others of its concern (`claims.rs`, `steps.rs`…)
+/// as an inherent method of the same name: an inherent method wins the lookup of
+/// `SqlStore::name`, so each line here calls the one SQL implementation.
+#[async_trait]
+impl Store for SqlStore {
+    fn backend(&self) -> Backend {
+        match self.pool {
+            Pool::Sqlite { .. } => Backend::Sqlite,
+            Pool::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        SqlStore::migrate(self).await
+    }
+
+    async fn schema_version(&self) -> Result<i64, StoreError> {
+        SqlStore::schema_version(self).await
+    }
+
+    async fn upsert_queue(&self, q: &QueueRecord) -> Result<(), StoreError> {
+        SqlStore::upsert_queue(self, q).await
+    }
+
+    async fn list_queues(&self) -> Result<Vec<QueueRecord>, StoreError> {
+        SqlStore::list_queues(self).await
+    }
+
+    async fn queue_depths(&self) -> Result<Vec<QueueDepth>, StoreError> {
+        SqlStore::queue_depths(self).await
+    }
+
+    async fn enqueue(&self, wf: &NewWorkflow) -> Result<EnqueueOutcome, StoreError> {
+        SqlStore::enqueue(self, wf).await
+    }
+
+    async fn enqueue_many(&self, wfs: &[NewWorkflow]) -> Result<Vec<EnqueueOutcome>, StoreError> {
+        SqlStore::enqueue_many(self, wfs).await
+    }
+
+    async fn claim(
+        &self,
+        queue: &str,
+        executor_id: &str,
+        limits: ClaimLimits,
+        now_ms: i64,
+        max: u32,
+    ) -> Result<Vec<WorkflowRecord>, StoreError> {
+        SqlStore::claim(self, queue, executor_id, limits, now_ms, max).await
+    }
+
+    async fn running_counts(&self) -> Result<Vec<RunningCount>, StoreError> {
+        SqlStore::running_counts(self).await
+    }
+
+    async fn next_not_before(&self, queue: &str, now_ms: i64) -> Result<Option<i64>, StoreError> {
+        SqlStore::next_not_before(self, queue, now_ms).await
+    }
+
+    async fn get_workflow(&self, id: &str) -> Result<Option<WorkflowRecord>, StoreError> {
+        SqlStore::get_workflow(self, id).await
+    }
+
+    async fn list_workflows(&self, f: &WorkflowFilter) -> Result<Vec<WorkflowRecord>, StoreError> {
+        SqlStore::list_workflows(self, f).await
+    }
+
+    async fn take_over_own(
+        &self,
+        executor_id: &str,
+        now_ms: i64,
+    ) -> Result<Vec<WorkflowRecord>, StoreError> {
+        SqlStore::take_over_own(self, executor_id, now_ms).await
+    }
+
+    async fn finish(
+        &self,
+        lease: &Lease,
+        status: WorkflowStatus,
+        output: Option<&str>,
+        error: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Checkpoint, StoreError> {
+        SqlStore::finish(self, lease, status, output, error, now_ms).await
+    }
+
+    async fn cancel(&self, id: &str, now_ms: i64) -> Result<Option<WorkflowStatus>, StoreError> {
+        SqlStore::cancel(self, id, now_ms).await
+    }
+
+    async fn resume(&self, id: &str, now_ms: i64) -> Result<Option<WorkflowStatus>, StoreError> {
+        SqlStore::resume(self, id, now_ms).await
+    }
+
+    async fn recover_executor(
+        &self,
+        executor_id: &str,
+        note: &str,
+        now_ms: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        SqlStore::recover_executor(self, executor_id, note, now_ms).await
+    }
+
+    async fn recover_stale(
+        &self,
+        stale_before_ms: i64,
+        except: &str,
+        now_ms: i64,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        SqlStore::recover_stale(self, stale_before_ms, except, now_ms).await
+    }
+
+    async fn load_steps(&self, workflow_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        SqlStore::load_steps(self, workflow_id).await
+    }
+
+    async fn record_step(
+        &self,
+        lease: &Lease,
+        step: &StepRecord,
+    ) -> Result<Checkpoint, StoreError> {
+        SqlStore::record_step(self, lease, step).await
+    }
+
+    async fn move_to_queue(
+        &self,
+        lease: &Lease,
+        step: &StepRecord,
+        queue: &str,
+        partition_key: &str,
+        now_ms: i64,
+    ) -> Result<Checkpoint, StoreError> {
+        SqlStore::move_to_queue(self, lease, step, queue, partition_key, now_ms).await
+    }
+
+    async fn release(&self, lease: &Lease, now_ms: i64) -> Result<Checkpoint, StoreError> {
+        SqlStore::release(self, lease, now_ms).await
+    }
+
+    async fn count_by_status(&self, name: &str) -> Result<Vec<(WorkflowStatus, i64)>, StoreError> {
+        SqlStore::count_by_status(self, name).await
+    }
+
+    async fn recent_step_durations(&self, limit: i64) -> Result<Vec<i64>, StoreError> {
+        SqlStore::recent_step_durations(self, limit).await
+    }
+
+    async fn recent_claim_latencies(&self, limit: i64) -> Result<Vec<i64>, StoreError> {
+        SqlStore::recent_claim_latencies(self, limit).await
+    }
+
+    async fn send_message(
+        &self,
+        workflow_id: &str,
+        topic: &str,
+        payload: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        SqlStore::send_message(self, workflow_id, topic, payload, now_ms).await
+    }
+
+    async fn consume_message(
+        &self,
+        lease: &Lease,
+        topic: &str,
+        step: &StepRecord,
+    ) -> Result<Consumed, StoreError> {
+        SqlStore::consume_message(self, lease, topic, step).await
+    }
+
+    async fn set_event(
+        &self,
+        lease: &Lease,
+        key: &str,
+        value: &str,
+        step: &StepRecord,
+    ) -> Result<Checkpoint, StoreError> {
+        SqlStore::set_event(self, lease, key, value, step).await
+    }
+
+    async fn list_events(&self, workflow_id: &str) -> Result<Vec<EventRecord>, StoreError> {
+        SqlStore::list_events(self, workflow_id).await
+    }
+
+    async fn list_events_of(
+        &self,
+        workflow_ids: &[String],
+    ) -> Result<Vec<(String, EventRecord)>, StoreError> {
+        SqlStore::list_events_of(self, workflow_ids).await
+    }
+
+    async fn upsert_executor(&self, e: &ExecutorRecord) -> Result<(), StoreError> {
+        SqlStore::upsert_executor(self, e).await
+    }
+
+    async fn get_executor(&self, id: &str) -> Result<Option<ExecutorRecord>, StoreError> {
+        SqlStore::get_executor(self, id).await
+    }
+
+    async fn heartbeat(
+        &self,
+        id: &str,
+        state: ExecutorState,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        SqlStore::heartbeat(self, id, state, now_ms).await
+    }
+
+    async fn list_executors(&self) -> Result<Vec<ExecutorRecord>, StoreError> {
+        SqlStore::list_executors(self).await
+    }
+
+    async fn acquire_liveness(&self, executor_id: &str) -> Result<Liveness, StoreError> {
+        SqlStore::acquire_liveness(self, executor_id).await
+    }
+
+    async fn acquire_executor_lease(
+        &self,
+        lease: &ExecutorLease,
+        override_live: bool,
+    ) -> Result<LeaseGrant, StoreError> {
+        SqlStore::acquire_executor_lease(self, lease, override_live).await
+    }
+
+    async fn renew_executor_lease(
+        &self,
+        executor_id: &str,
+        holder: &str,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Result<Renewal, StoreError> {
+        SqlStore::renew_executor_lease(self, executor_id, holder, now_ms, expires_at_ms).await
+    }
+
+    async fn get_executor_lease(
+        &self,
+        executor_id: &str,
+    ) -> Result<Option<ExecutorLease>, StoreError> {
+        SqlStore::get_executor_lease(self, executor_id).await
+    }
+
+    async fn end_executor_lease(
+        &self,
+        executor_id: &str,
+        holder: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        SqlStore::end_executor_lease(self, executor_id, holder).await
+    }
+
+    async fn revoke_executor_lease(
+        &self,
+        executor_id: &str,
+        holder: &str,
+    ) -> Result<bool, StoreError> {
+        SqlStore::revoke_executor_lease(self, executor_id, holder).await
+    }
+
+    async fn put_record(
+        &self,
+        kind: &str,
+        key: &str,
+        value: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        SqlStore::put_record(self, kind, key, value, now_ms).await
+    }
+
+    async fn insert_record(
+        &self,
+        kind: &str,
+        key: &str,
+        value: &str,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        SqlStore::insert_record(self, kind, key, value, now_ms).await
+    }
+
+    async fn insert_records(
+        &self,
+        records: &[RecordEntry<'_>],
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        SqlStore::insert_records(self, records, now_ms).await
+    }
+
+    async fn get_record(&self, kind: &str, key: &str) -> Result<Option<String>, StoreError> {
+        SqlStore::get_record(self, kind, key).await
+    }
+
+    async fn list_records(&self, kind: &str) -> Result<Vec<(String, String)>, StoreError> {
+        SqlStore::list_records(self, kind).await
+    }
+
+    async fn delete_record(&self, kind: &str, key: &str) -> Result<bool, StoreError> {
+        SqlStore::delete_record(self, kind, key).await
+    }
+
+    async fn delete_records(&self, keys: &[(&str, &str)]) -> Result<u64, StoreError> {
+        SqlStore::delete_records(self, keys).await
+    }
+
+    async fn append_output(
+        &self,
+        workflow_id: &str,
+        lines: &[OutputLine],
+    ) -> Result<(), StoreError> {
+        SqlStore::append_output(self, workflow_id, lines).await
+    }
+
+    async fn list_output(
+        &self,
+        workflow_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<OutputLine>, StoreError> {
+        SqlStore::list_output(self, workflow_id, after, limit).await
+    }
+
+    async fn append_audit(&self, entry: &AuditRecord) -> Result<(), StoreError> {
+        SqlStore::append_audit(self, entry).await
+    }
+
+    async fn list_audit(&self, limit: i64) -> Result<Vec<AuditRecord>, StoreError> {
+        SqlStore::list_audit(self, limit).await
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<Wakeup> {
+        self.bus.subscribe()
+    }
+
+    fn poll_interval(&self) -> Duration {
+        match self.pool {
+            Pool::Sqlite { .. } => sqlite::POLL_INTERVAL,
+            Pool::Postgres(_) => postgres::POLL_INTERVAL,
+        }
+    }
+}
