@@ -7,7 +7,7 @@ use std::{
     fmt::Display,
     sync::{
         Arc,
-        atomic::{AtomicI64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -49,6 +49,10 @@ struct Inner {
     next_index: AtomicI64,
     /// Durable waits in progress in this run (all branches).
     waits: Arc<AtomicUsize>,
+    /// Set just before this run hands its workflow on by itself (an outcome, a move to
+    /// another queue): from then on the record stops naming this run's lease, and the run
+    /// watcher must not take that for a recovery elsewhere (engine.rs, `check_run`).
+    ending: Arc<AtomicBool>,
 }
 
 /// Counts a durable wait for as long as it lasts and tells a draining engine
@@ -76,6 +80,7 @@ impl WorkflowContext {
         record: &WorkflowRecord,
         steps: Vec<StepRecord>,
         waits: Arc<AtomicUsize>,
+        ending: Arc<AtomicBool>,
     ) -> Self {
         WorkflowContext {
             inner: Arc::new(Inner {
@@ -87,6 +92,7 @@ impl WorkflowContext {
                 recorded: Arc::new(steps.into_iter().map(|s| (s.index, s)).collect()),
                 next_index: AtomicI64::new(0),
                 waits,
+                ending,
             }),
         }
     }
@@ -150,6 +156,7 @@ impl WorkflowContext {
                         recorded: self.inner.recorded.clone(),
                         next_index: AtomicI64::new(base),
                         waits: self.inner.waits.clone(),
+                        ending: self.inner.ending.clone(),
                     }),
                 }
             })
@@ -471,6 +478,7 @@ impl WorkflowContext {
                 return Ok(());
             }
             let rec = self.record(index, &name, StepStatus::Success, 1, now_ms());
+            self.inner.ending.store(true, Ordering::SeqCst);
             match self
                 .inner
                 .shared

@@ -152,6 +152,8 @@ struct Running {
     /// Durable waits (`recv`, `sleep`) this run is blocked in right now; a
     /// draining executor hands such runs back to their queue at once.
     waits: Arc<AtomicUsize>,
+    /// The run is handing its workflow on by itself (outcome, move): not "no longer ours".
+    ending: Arc<AtomicBool>,
 }
 
 pub(crate) struct Shared {
@@ -607,12 +609,14 @@ fn spawn_run(shared: &Arc<Shared>, record: WorkflowRecord) {
     }
     let id = record.id.clone();
     let waits = Arc::new(AtomicUsize::new(0));
+    let ending = Arc::new(AtomicBool::new(false));
     let handle = tokio::spawn(run_workflow(
         shared.clone(),
         record,
         lease.clone(),
         token,
         waits.clone(),
+        ending.clone(),
     ));
     running.insert(
         id,
@@ -621,6 +625,7 @@ fn spawn_run(shared: &Arc<Shared>, record: WorkflowRecord) {
             handle,
             lease,
             waits,
+            ending,
         },
     );
 }
@@ -631,9 +636,10 @@ async fn run_workflow(
     lease: Lease,
     token: u64,
     waits: Arc<AtomicUsize>,
+    ending: Arc<AtomicBool>,
 ) {
     let id = record.id.clone();
-    run_to_outcome(&shared, record, lease, waits).await;
+    run_to_outcome(&shared, record, lease, waits, ending).await;
     let mut running = lock(&shared.running);
     if running.get(&id).is_some_and(|r| r.token == token) {
         running.remove(&id);
@@ -647,6 +653,7 @@ async fn run_to_outcome(
     record: WorkflowRecord,
     lease: Lease,
     waits: Arc<AtomicUsize>,
+    ending: Arc<AtomicBool>,
 ) {
     let function = read(&shared.registry).get(&record.name).cloned();
     let Some(function) = function else {
@@ -655,6 +662,7 @@ async fn run_to_outcome(
             record.name, shared.config.executor_id
         );
         tracing::error!(workflow_id = %record.id, "{message}");
+        ending.store(true, Ordering::SeqCst);
         finish(shared, &lease, WorkflowStatus::Error, None, Some(&message)).await;
         return;
     };
@@ -682,11 +690,24 @@ async fn run_to_outcome(
                 return;
             }
         };
-        let ctx =
-            WorkflowContext::new(shared.clone(), lease.clone(), &record, steps, waits.clone());
+        let ctx = WorkflowContext::new(
+            shared.clone(),
+            lease.clone(),
+            &record,
+            steps,
+            waits.clone(),
+            ending.clone(),
+        );
         let outcome = AssertUnwindSafe(function(ctx, record.input.clone()))
             .catch_unwind()
             .await;
+        // Every arm below but the transient replay ends this run; an outcome it writes
+        // makes the record stop naming this lease, which the watcher must not mistake
+        // for a recovery elsewhere.
+        let replays = matches!(&outcome, Ok(Err(WorkflowError::Store(e))) if e.is_transient());
+        if !replays {
+            ending.store(true, Ordering::SeqCst);
+        }
         match outcome {
             Ok(Ok(output)) => {
                 finish(shared, &lease, WorkflowStatus::Success, Some(&output), None).await;
@@ -942,9 +963,13 @@ async fn run_watcher(shared: Arc<Shared>) {
     }
 }
 
+/// The lease of this executor's run of `workflow_id`, unless there is none or the run is
+/// handing the workflow on by itself (its outcome or move is being written): such a run is
+/// ending on its own and is neither stopped nor reported as taken away.
 fn run_lease(shared: &Shared, workflow_id: &str) -> Option<Lease> {
     lock(&shared.running)
         .get(workflow_id)
+        .filter(|run| !run.ending.load(Ordering::SeqCst))
         .map(|run| run.lease.clone())
 }
 
