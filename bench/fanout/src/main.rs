@@ -125,12 +125,9 @@ fn main() -> Result<()> {
         .prefix("manent-fanout-")
         .tempdir()
         .context("a scratch directory")?;
-    // manent keeps fetched artifacts in MANENT_WORKDIR; keep them in our scratch directory.
-    // SAFETY: set before the runtime starts any thread; nothing else reads the environment yet.
-    unsafe { std::env::set_var("MANENT_WORKDIR", scratch.path().join("manent-work")) };
     // The testkit creates manent-pg's fresh databases through this admin URL.
     if let Some(url) = &args.postgres_url {
-        // SAFETY: as above.
+        // SAFETY: set before the runtime starts any thread; nothing else reads the environment yet.
         unsafe { std::env::set_var("MANENT_TEST_POSTGRES", url) };
     }
     tracing_subscriber::fmt()
@@ -564,13 +561,15 @@ async fn run_manent(
         .path
         .parent()
         .ok_or_else(|| anyhow!("the artifact has no directory"))?;
+    // Fetched artifacts are kept in our scratch directory (removed below).
     let yaml = format!(
         "database: {{url: {}}}\ndbos: {{executor_id: {}}}\nenvironments: {{source: {}}}\n\
-         artifacts: {{sources: [{}]}}\n",
+         artifacts: {{sources: [{}]}}\nworker: {{workdir: {}}}\n",
         q(&url),
         q(&executor_id),
         q(source.to_string_lossy()),
         q(artifact_dir.to_string_lossy()),
+        q(site.scratch.join("manent-work").to_string_lossy()),
     );
     let config = Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty())
         .map_err(|e| anyhow!("{e}"))?;

@@ -84,6 +84,17 @@ impl From<EngineError> for AppError {
     }
 }
 
+impl From<manent_deploy::views::ApplicationsError> for AppError {
+    fn from(e: manent_deploy::views::ApplicationsError) -> Self {
+        use manent_deploy::views::ApplicationsError;
+        match e {
+            ApplicationsError::Engine(e) => e.into(),
+            // The server's own directory: nothing the client can change.
+            ApplicationsError::Source(e) => AppError::Internal(e.to_string()),
+        }
+    }
+}
+
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let status = self.status();

@@ -283,7 +283,7 @@ async fn list_tenants(
     let config = state.config.clone();
     let mut tenants = tokio::task::spawn_blocking(move || views::tenants(&config))
         .await
-        .map_err(|e| AppError::Internal(format!("reading the environments source: {e}")))?;
+        .map_err(|e| AppError::Internal(format!("reading the environments source: {e}")))??;
     tenants.retain(|t| caller.may_see_tenant(&t.name));
     for tenant in &mut tenants {
         tenant

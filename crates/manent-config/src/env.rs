@@ -1,6 +1,7 @@
 //! Owns environment overrides: `MANENT__SECTION__KEY=value` sets any key (levels separated
-//! by a double underscore, names case-insensitive, list entries by index or by `name`), and
-//! `DBOS__VMID` sets `dbos.executor_id` over everything else.
+//! by a double underscore, names case-insensitive, list entries by index or by `name`),
+//! `DBOS__VMID` sets `dbos.executor_id` over everything else, and `MANENT_WORKDIR` is the
+//! worker's work directory as is (for tests and benchmarks, docs/configuration.md).
 //!
 //! An override is applied to the configuration as a JSON tree and the tree is read back
 //! into the model, so every key can be overridden and a bad value is reported with the
@@ -10,7 +11,7 @@ use serde_json::Value;
 
 use crate::error::humanize;
 use crate::yaml::{Segment, join};
-use crate::{Config, ConfigError, ENV_PREFIX, VMID_VAR};
+use crate::{Config, ConfigError, ENV_PREFIX, VMID_VAR, WORKDIR_VAR};
 
 /// The process environment, for [`Config::load`]. Variables whose name or value is not
 /// UTF-8 are skipped.
@@ -33,6 +34,8 @@ pub(crate) struct Override {
 pub(crate) struct EnvInput {
     pub(crate) overrides: Vec<Override>,
     pub(crate) vmid: Option<String>,
+    /// `MANENT_WORKDIR`, when set and not empty.
+    pub(crate) workdir: Option<std::path::PathBuf>,
 }
 
 impl EnvInput {
@@ -43,6 +46,10 @@ impl EnvInput {
         for (var, value) in env {
             if var.eq_ignore_ascii_case(VMID_VAR) {
                 input.vmid = Some(value);
+                continue;
+            }
+            if var == WORKDIR_VAR {
+                input.workdir = Some(value).filter(|dir| !dir.is_empty()).map(Into::into);
                 continue;
             }
             let Some(rest) = var

@@ -1,5 +1,6 @@
 //! Owns the operator configuration `manent.yml`: its typed model, defaults, the loading
-//! pipeline (YAML, then `MANENT__…`/`DBOS__VMID` environment overrides, then validation) and
+//! pipeline (YAML, then `MANENT__…`/`DBOS__VMID`/`MANENT_WORKDIR` environment overrides, then
+//! validation) and
 //! the look-ups the server needs. It knows nothing of SQL, HTTP or the engine.
 //!
 //! ```no_run
@@ -39,6 +40,9 @@ pub const DEFAULT_DATABASE_URL: &str = "sqlite://manent.db";
 pub const DEFAULT_API_LISTEN: &str = "127.0.0.1:8080";
 /// The environment variable that overrides `dbos.executor_id`, over everything else.
 pub const VMID_VAR: &str = "DBOS__VMID";
+/// The environment variable naming the worker's work directory, used as is (no executor id
+/// directory added) over `worker.workdir`: for tests and benchmarks (docs/configuration.md).
+pub const WORKDIR_VAR: &str = "MANENT_WORKDIR";
 /// The prefix of the variables that override keys: `MANENT__SECTION__KEY`.
 pub const ENV_PREFIX: &str = "MANENT__";
 
@@ -371,6 +375,8 @@ struct Origin {
     executor_id_source: ExecutorIdSource,
     /// Why the host name could not be used as executor id, if it could not.
     hostname_error: Option<String>,
+    /// `MANENT_WORKDIR`: the work directory as is (see [`Config::worker_workdir`]).
+    workdir_from_env: Option<PathBuf>,
 }
 
 /// The file name used in messages for a configuration built without a file.
@@ -409,7 +415,8 @@ impl Config {
     }
 
     /// Reads, overrides and validates the configuration file at `path`. `env` is the process
-    /// environment (see [`process_env`]); only `MANENT__…` and `DBOS__VMID` are used.
+    /// environment (see [`process_env`]); only `MANENT__…`, `DBOS__VMID` and `MANENT_WORKDIR`
+    /// are used.
     pub fn load(
         path: &Path,
         env: impl IntoIterator<Item = (String, String)>,
@@ -473,6 +480,7 @@ impl Config {
         let input = env::EnvInput::collect(env)?;
         let mut config = env::apply(self, &input.overrides)?;
         config.resolve_executor_id(input.vmid);
+        config.origin.workdir_from_env = input.workdir;
         let issues = config.validate();
         if issues.is_empty() {
             Ok(config)
@@ -570,7 +578,11 @@ impl Config {
     /// `StateDirectory=`), else `$XDG_STATE_HOME/manent/work`, else
     /// `~/.local/state/manent/work`, else `<temp dir>/manent/work`; then a directory of this
     /// worker's executor id, so that workers sharing a machine never share files.
+    /// `MANENT_WORKDIR`, when the environment given at load sets it, is used as is instead.
     pub fn worker_workdir(&self) -> PathBuf {
+        if let Some(dir) = &self.origin.workdir_from_env {
+            return dir.clone();
+        }
         let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
         let base = match &self.worker.workdir {
             Some(dir) => self.resolve_path(dir),

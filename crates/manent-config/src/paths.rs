@@ -177,6 +177,30 @@ mod tests {
     }
 
     #[test]
+    fn manent_workdir_given_at_load_is_the_work_directory_as_is() {
+        let yaml = "worker: {workdir: /srv/work}\ndbos: {executor_id: w1}\n";
+        let with = |value: &str| {
+            crate::Config::from_yaml_str(
+                yaml,
+                "manent.yml",
+                vec![("MANENT_WORKDIR".to_owned(), value.to_owned())],
+            )
+            .unwrap()
+            .worker_workdir()
+        };
+        assert_eq!(
+            with("/tmp/bench-work"),
+            Path::new("/tmp/bench-work"),
+            "MANENT_WORKDIR wins over worker.workdir, with no executor id directory added"
+        );
+        assert_eq!(
+            with(""),
+            Path::new("/srv/work/w1"),
+            "an empty MANENT_WORKDIR is not set"
+        );
+    }
+
+    #[test]
     fn an_empty_workdir_is_refused_naming_the_key() {
         let err =
             crate::Config::from_yaml_str("worker:\n  workdir: \"\"\n", "manent.yml", Vec::new())

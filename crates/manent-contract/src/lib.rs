@@ -8,8 +8,7 @@
 //!
 //! An enum read from JSON never fails on a value this build does not know (a row written
 //! by another version of manent): it keeps it as `Other(text)`, which is printed as it
-//! was written; code that must refuse it (a request body) uses `parse_known`, whose error
-//! names the value.
+//! was written.
 
 mod admin;
 mod deploys;
@@ -33,32 +32,6 @@ pub use fleet::{
     WorkerView,
 };
 pub use schedules::{MissedPolicy, ScheduleDeleted, ScheduleView};
-
-/// A value of a contract enum that this build does not know, where only known values
-/// are accepted (a request body).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownValue {
-    /// The enum's name in the contract (`Role`).
-    pub kind: &'static str,
-    /// The value as it was written.
-    pub value: String,
-    /// Every value this build knows.
-    pub known: &'static [&'static str],
-}
-
-impl std::fmt::Display for UnknownValue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "`{}` is not a known {}: use one of {}",
-            self.value,
-            self.kind,
-            self.known.join(", ")
-        )
-    }
-}
-
-impl std::error::Error for UnknownValue {}
 
 /// A string enum of the contract: known values as variants, anything else kept as
 /// `Other(text)` (see the crate's documentation). `listed` says whether the schema lists
@@ -86,18 +59,6 @@ macro_rules! string_enum {
                 match self {
                     $($name::$variant => $text,)+
                     $name::Other(text) => text,
-                }
-            }
-
-            /// The known value `text` names; any other is an error that names it.
-            pub fn parse_known(text: &str) -> Result<Self, $crate::UnknownValue> {
-                match $name::from(text) {
-                    $name::Other(value) => Err($crate::UnknownValue {
-                        kind: stringify!($name),
-                        value,
-                        known: Self::KNOWN,
-                    }),
-                    known => Ok(known),
                 }
             }
         }
@@ -194,21 +155,6 @@ mod tests {
             "an unknown value is kept, not refused or replaced"
         );
         assert_eq!(unknown.to_string(), "teleported", "and printed as written");
-    }
-
-    #[test]
-    fn parse_known_names_the_unknown_value_and_the_known_ones() {
-        let error = Role::parse_known("root").expect_err("root is no role");
-        assert_eq!(
-            error.to_string(),
-            "`root` is not a known Role: use one of viewer, deployer, approver, admin",
-            "the error names the value and what to use"
-        );
-        assert_eq!(
-            Role::parse_known("admin"),
-            Ok(Role::Admin),
-            "a known role parses"
-        );
     }
 
     #[test]

@@ -196,20 +196,33 @@ fn limit_uses(queue: &DeclaredQueue, running: &[RunningCount]) -> Vec<LimitUse> 
     uses
 }
 
+/// Why the applications or tenants (`manent apps`, `manent tenants`) cannot be shown.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplicationsError {
+    /// The environments source cannot be listed: its applications are unknown, not none.
+    #[error(transparent)]
+    Source(#[from] manent_model::EnvironmentsSourceUnreadable),
+    /// The engine's records (the live versions) cannot be read.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
 /// The applications of the environments source, with their environments.
-pub fn applications(config: &Config) -> Vec<ApplicationView> {
-    manent_model::list_applications(&config.environments_source())
-        .into_iter()
-        .map(|(application, environments)| ApplicationView {
-            tenant: application
-                .split_once('/')
-                .map_or("", |(t, _)| t)
-                .to_string(),
-            application,
-            environments,
-            live: BTreeMap::new(),
-        })
-        .collect()
+pub fn applications(config: &Config) -> Result<Vec<ApplicationView>, ApplicationsError> {
+    Ok(
+        manent_model::list_applications(&config.environments_source())?
+            .into_iter()
+            .map(|(application, environments)| ApplicationView {
+                tenant: application
+                    .split_once('/')
+                    .map_or("", |(t, _)| t)
+                    .to_string(),
+                application,
+                environments,
+                live: BTreeMap::new(),
+            })
+            .collect(),
+    )
 }
 
 /// The applications `visible` admits, with the version live in each of their environments
@@ -218,12 +231,14 @@ pub async fn applications_live(
     client: &Client,
     config: &Config,
     visible: &(dyn Fn(&str) -> bool + Sync),
-) -> Result<Vec<ApplicationView>, EngineError> {
+) -> Result<Vec<ApplicationView>, ApplicationsError> {
     // The environments source is a directory tree: read off the async threads.
     let owned = config.clone();
     let mut apps = tokio::task::spawn_blocking(move || applications(&owned))
         .await
-        .map_err(|e| EngineError::InvalidInput(format!("reading the environments source: {e}")))?;
+        .map_err(|e| {
+            EngineError::InvalidInput(format!("reading the environments source: {e}"))
+        })??;
     apps.retain(|a| visible(&a.application));
     for app in &mut apps {
         for environment in &app.environments {
@@ -236,13 +251,13 @@ pub async fn applications_live(
 }
 
 /// The tenants of `manent.yml` and of the environments source, with their applications.
-pub fn tenants(config: &Config) -> Vec<TenantView> {
-    let apps = applications(config);
+pub fn tenants(config: &Config) -> Result<Vec<TenantView>, ApplicationsError> {
+    let apps = applications(config)?;
     let mut names: Vec<String> = config.tenants.iter().map(|t| t.name.clone()).collect();
     names.extend(apps.iter().map(|a| a.tenant.clone()));
     names.sort();
     names.dedup();
-    names
+    Ok(names
         .into_iter()
         .map(|name| {
             let declared = config.tenants.iter().find(|t| t.name == name);
@@ -257,5 +272,5 @@ pub fn tenants(config: &Config) -> Vec<TenantView> {
                 name,
             }
         })
-        .collect()
+        .collect())
 }

@@ -29,9 +29,9 @@ pub struct DeployResult {
 pub struct Runtime {
     pub config: Arc<Config>,
     pub client: manent_engine::Client,
-    /// Where artifacts are kept on this worker: `MANENT_WORKDIR` if set, else
-    /// `worker.workdir` ([`Config::worker_workdir`]). One directory per deploy, removed as
-    /// the deploy ends.
+    /// Where artifacts are kept on this worker: [`Config::worker_workdir`] (`worker.workdir`,
+    /// or `MANENT_WORKDIR` given at load). One directory per deploy, removed as the deploy
+    /// ends.
     pub workdir: PathBuf,
     /// The plugins: built in, external ones this worker runs, stubs for the others.
     pub plugins: Arc<Plugins>,
@@ -43,10 +43,7 @@ pub struct Runtime {
 
 impl Runtime {
     pub fn new(config: Arc<Config>, client: manent_engine::Client) -> Self {
-        let workdir = std::env::var_os("MANENT_WORKDIR")
-            .filter(|dir| !dir.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| config.worker_workdir());
+        let workdir = config.worker_workdir();
         let plugins = Arc::new(Plugins::from_config(&config));
         let artifact_sources = Arc::new(config.artifact_sources());
         let warm = manent_ssh::WarmConnections::new(config.worker.ssh_keep_warm);

@@ -116,11 +116,6 @@ impl Missed {
 }
 
 impl Schedule {
-    /// True for a recurring schedule (`cron`).
-    pub fn is_recurring(&self) -> bool {
-        self.cron.is_some()
-    }
-
     /// The missed-tick policy, `run_once` when not written.
     pub fn missed_policy(&self) -> Missed {
         self.missed.unwrap_or_default()

@@ -128,16 +128,6 @@ impl EffectiveDescriptor {
         Ok(effective)
     }
 
-    /// The `deploy:` fields this deploy takes from its descriptor rather than its environment
-    /// file: what an approver must see besides the artifacts.
-    pub fn overridden_fields(descriptor: &Descriptor) -> Vec<&'static str> {
-        descriptor
-            .deploy
-            .as_ref()
-            .map(set_override_keys)
-            .unwrap_or_default()
-    }
-
     fn check(&self) -> Result<(), ModelError> {
         let refuse = |field: &str, message: String| ModelError::EffectiveInvalid {
             application: self.application.clone(),

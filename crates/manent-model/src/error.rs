@@ -1,5 +1,6 @@
 //! Owns the model's errors: [`ModelError`] and [`Issue`], one problem located in a file
-//! (file, line, field) with a message that says what to do.
+//! (file, line, field) with a message that says what to do, and
+//! [`EnvironmentsSourceUnreadable`], an environments source that cannot be listed.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -41,6 +42,21 @@ fn lines(issues: &[Issue]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// A directory of the environments source (`environments.source`) cannot be listed, so the
+/// applications it holds are not known: an error, never an empty list.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot list the environments source at {}: {source}; check that environments.source is a \
+     directory this process can read",
+    path.display()
+)]
+pub struct EnvironmentsSourceUnreadable {
+    /// The directory (or the entry of one) that could not be read.
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
 }
 
 /// Why a descriptor or an environment configuration was refused, or could not be read.

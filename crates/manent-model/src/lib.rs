@@ -34,12 +34,13 @@ mod waves;
 
 pub use descriptor::{Artifact, DeployOverrides, Descriptor, Missed, Schedule, parse_descriptor};
 pub use effective::{EffectiveDescriptor, expand_dest};
+pub use environment::load::{environment_path, list_applications, load_environment};
 pub use environment::{
     Approval, Check, CheckKind, DEFAULT_OVERRIDES, Dependency, DeploySettings, EnvironmentFile,
     OVERRIDABLE_KEYS, OnFailure, RollbackPolicy, Rollout, SecretSource, SshSettings, Target,
-    VerifyBy, Waves, environment_path, list_applications, load_environment, parse_environment,
+    VerifyBy, Waves, parse_environment,
 };
-pub use error::{Issue, ModelError};
+pub use error::{EnvironmentsSourceUnreadable, Issue, ModelError};
 pub use routing::{
     DEFAULT_QUEUE, QueueKind, Route, partition_key, queue_kinds, region_queue, route,
 };
