@@ -318,7 +318,7 @@ impl Drop for Site {
 struct Worker {
     config: Config,
     engine: Engine,
-    /// Where this worker keeps artifacts (`MANENT_WORKDIR`, else under the temp dir).
+    /// Where this worker keeps artifacts: its `Runtime`'s work directory, from the config.
     workdir: PathBuf,
 }
 

@@ -100,9 +100,6 @@ impl WorkflowContext {
     pub fn workflow_id(&self) -> &str {
         &self.inner.lease.workflow_id
     }
-    pub fn workflow_name(&self) -> &str {
-        &self.inner.name
-    }
     pub fn queue(&self) -> &str {
         &self.inner.queue
     }
