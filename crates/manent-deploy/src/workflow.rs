@@ -12,6 +12,7 @@ use manent_ssh::{ConnectionPool, SshAuth};
 use serde::{Deserialize, Serialize};
 
 pub use crate::request::{DEPLOY_WORKFLOW, DeployRequest, Submitter, same_token};
+use crate::request::{EventKey, Phase, publish};
 use crate::{
     artifacts::{self, LocalArtifact},
     gate,
@@ -118,8 +119,8 @@ pub fn register_workflows(engine: &Engine, config: &Config) -> Arc<Plugins> {
     plugins
 }
 
-async fn phase(ctx: &WorkflowContext, phase: &str) -> Result<(), WorkflowError> {
-    ctx.set_event("phase", &phase.to_string()).await
+async fn phase(ctx: &WorkflowContext, phase: Phase) -> Result<(), WorkflowError> {
+    publish(ctx, &EventKey::Phase, &phase).await
 }
 
 async fn deploy(
@@ -164,7 +165,7 @@ async fn deploy(
     }
     let plugin = plugin_for(ctx, rt, &eff)?;
 
-    phase(ctx, "fetching").await?;
+    phase(ctx, Phase::Fetching).await?;
     let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
     let local = fetch_all(ctx, &eff, &dir, &rt.artifact_sources).await?;
 
@@ -188,7 +189,11 @@ async fn deploy(
     for (w, wave) in waves.iter().enumerate() {
         phase(
             ctx,
-            &format!("wave {}/{} ({})", w + 1, waves.len(), wave.name),
+            Phase::Wave {
+                number: w + 1,
+                of: waves.len(),
+                name: wave.name.clone(),
+            },
         )
         .await?;
         let mut wave_outcomes = Vec::new();
@@ -232,7 +237,7 @@ async fn deploy(
         if let Some(pause) = eff.rollout.pause
             && w + 1 < waves.len()
         {
-            phase(ctx, &format!("pause before wave {}", w + 2)).await?;
+            phase(ctx, Phase::PauseBeforeWave(w + 2)).await?;
             ctx.sleep(pause).await?;
         }
     }
@@ -240,7 +245,7 @@ async fn deploy(
 
     if let Some(reason) = failure {
         if !eff.dry_run && eff.rollback.on_failure == OnFailure::ReactivatePrevious {
-            phase(ctx, "rolling back").await?;
+            phase(ctx, Phase::RollingBack).await?;
             let previous: Option<EffectiveDescriptor> = ctx
                 .step("find previous version", || async {
                     crate::history::previous_success(&rt.client, &eff, &deploy_id).await
@@ -283,7 +288,7 @@ async fn deploy(
                     .await?;
             }
         }
-        phase(ctx, "done").await?;
+        phase(ctx, Phase::Done).await?;
         let mut message = format!("deploy failed: {reason}");
         if not_started > 0 {
             message.push_str(&if not_started == 1 {
@@ -301,7 +306,7 @@ async fn deploy(
         })
         .await?;
     }
-    phase(ctx, "done").await?;
+    phase(ctx, Phase::Done).await?;
     Ok(DeployResult { targets: outcomes })
 }
 
@@ -428,8 +433,7 @@ async fn await_passes(
     for child in children {
         let pass: Vec<TargetOutcome> = ctx.await_workflow(child).await?;
         for outcome in &pass {
-            ctx.set_event(&format!("target:{}", outcome.name), outcome)
-                .await?;
+            publish(ctx, &EventKey::target(&outcome.name), outcome).await?;
         }
         all.extend(pass);
     }
