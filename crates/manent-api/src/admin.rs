@@ -69,11 +69,8 @@ pub async fn create_token(
             ),
         )
     })?;
-    let role: Role = body
-        .role
-        .as_str()
-        .parse()
-        .map_err(|m: String| AppError::bad_request("role", m))?;
+    let role: Role =
+        crate::wire::role(&body.role).map_err(|m: String| AppError::bad_request("role", m))?;
     let expires_at_ms = body
         .expires
         .as_deref()

@@ -152,12 +152,6 @@ pub struct NewToken {
 
 pub use manent_contract::TokenView;
 
-impl From<Role> for manent_contract::Role {
-    fn from(role: Role) -> Self {
-        manent_contract::Role::from(role.to_string())
-    }
-}
-
 /// Record kind: token name → hash of its secret (makes names unique).
 const NAME_KIND: &str = "api_token_name";
 /// Record kind: token id → last use (milliseconds), kept apart from the token so that

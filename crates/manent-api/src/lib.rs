@@ -12,6 +12,7 @@ mod error;
 pub mod openapi;
 mod platform;
 mod refusals;
+mod wire;
 
 use std::sync::Arc;
 
@@ -25,9 +26,8 @@ use axum::{
 use manent_config::Config;
 use manent_contract::{
     ApplicationView, DecisionBody, DeployAction, DeployLogs, DeployOutput, DeployStatus,
-    Descriptor, ErrorBody, QueueView, Recovered, RedeployKind, Resubmitted, RollbackBody,
-    ScheduleDeleted, ScheduleView, SubmitBatch, Submitted, SubmittedStatus, TenantView, WhoAmI,
-    WorkerView, WorkflowStatus,
+    Descriptor, ErrorBody, QueueView, Recovered, Resubmitted, RollbackBody, ScheduleDeleted,
+    ScheduleView, SubmitBatch, Submitted, TenantView, WhoAmI, WorkerView, WorkflowStatus,
 };
 use manent_deploy::{
     schedules,
@@ -36,6 +36,7 @@ use manent_deploy::{
 };
 use manent_engine::{Client, store};
 use utoipa_axum::{router::OpenApiRouter, routes};
+use wire::ToWire;
 
 pub use auth::{Action, Caller, Role};
 pub use error::AppError;
@@ -269,7 +270,11 @@ async fn metrics(State(state): State<AppState>) -> Result<Response, AppError> {
 #[utoipa::path(get, path = "/workers", tag = "platform", operation_id = "listWorkers",
     responses((status = 200, description = "Every worker that registered, as `manent workers` shows them.", body = Vec<WorkerView>)))]
 async fn list_workers(State(state): State<AppState>) -> Result<Json<Vec<WorkerView>>, AppError> {
-    Ok(Json(views::workers(&state.client, &state.config).await?))
+    Ok(Json(
+        views::workers(&state.client, &state.config)
+            .await?
+            .to_wire(),
+    ))
 }
 
 /// Tenants.
@@ -290,7 +295,7 @@ async fn list_tenants(
             .applications
             .retain(|app| caller.may(Action::Read, Some(app)));
     }
-    Ok(Json(tenants))
+    Ok(Json(tenants.to_wire()))
 }
 
 /// Applications.
@@ -302,7 +307,9 @@ async fn list_applications(
 ) -> Result<Json<Vec<ApplicationView>>, AppError> {
     let visible = |application: &str| caller.may(Action::Read, Some(application));
     Ok(Json(
-        views::applications_live(&state.client, &state.config, &visible).await?,
+        views::applications_live(&state.client, &state.config, &visible)
+            .await?
+            .to_wire(),
     ))
 }
 
@@ -310,7 +317,9 @@ async fn list_applications(
 #[utoipa::path(get, path = "/queues", tag = "platform", operation_id = "listQueues",
     responses((status = 200, description = "Every queue, as `manent queues` shows them.", body = Vec<QueueView>)))]
 async fn list_queues(State(state): State<AppState>) -> Result<Json<Vec<QueueView>>, AppError> {
-    Ok(Json(views::queues(&state.client, &state.config).await?))
+    Ok(Json(
+        views::queues(&state.client, &state.config).await?.to_wire(),
+    ))
 }
 
 #[derive(serde::Deserialize)]
@@ -403,7 +412,7 @@ async fn submit_deploy(
     )
     .await
     .map_err(submit_error)?;
-    Ok((StatusCode::CREATED, Json(submitted)))
+    Ok((StatusCode::CREATED, Json(submitted.to_wire())))
 }
 
 /// Submit many deploys at once (a bulk submission).
@@ -466,7 +475,7 @@ async fn submit_deploys(
     )
     .await
     .map_err(submit_error)?;
-    Ok((StatusCode::CREATED, Json(submitted)))
+    Ok((StatusCode::CREATED, Json(submitted.to_wire())))
 }
 
 fn submit_error(e: SubmitError) -> AppError {
@@ -488,6 +497,7 @@ async fn visible_deploy(
     service::status(&state.client, id)
         .await?
         .filter(|deploy| caller.may(Action::Read, Some(&deploy.application)))
+        .map(ToWire::to_wire)
         .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))
 }
 
@@ -509,7 +519,9 @@ async fn list_deploys(
     Query(filter): Query<ListFilter>,
 ) -> Result<Json<Vec<DeployStatus>>, AppError> {
     let visible = |application: &str| caller.may(Action::Read, Some(application));
-    let mut deploys = service::list(&state.client, &filter, &visible).await?;
+    let mut deploys = service::list(&state.client, &filter, &visible)
+        .await?
+        .to_wire();
     deploys.iter_mut().for_each(|d| fill_actions(&caller, d));
     Ok(Json(deploys))
 }
@@ -577,7 +589,7 @@ async fn deploy_logs(
     visible_deploy(&state, &caller, &id).await?;
     service::logs(&state.client, &id)
         .await?
-        .map(Json)
+        .map(|logs| Json(logs.to_wire()))
         .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))
 }
 
@@ -613,7 +625,9 @@ async fn deploy_output(
     Query(query): Query<OutputQuery>,
 ) -> Result<Json<DeployOutput>, AppError> {
     visible_deploy(&state, &caller, &id).await?;
-    let lines = service::output(&state.client, &id, query.after, query.limit).await?;
+    let lines = service::output(&state.client, &id, query.after, query.limit)
+        .await?
+        .to_wire();
     Ok(Json(DeployOutput { id, lines }))
 }
 
@@ -637,7 +651,7 @@ async fn cancel_deploy(
     tracing::info!(deploy = %id, by = %caller.token.name, "deploy cancelled");
     Ok(Json(Submitted {
         id,
-        status: SubmittedStatus::from(status.as_str()),
+        status: status.to_wire().into(),
         queue: deploy.queue,
     }))
 }
@@ -691,7 +705,7 @@ async fn decide_deploy(
     tracing::info!(deploy = %id, by = %caller.token.name, approve, "approval decision");
     service::status(&state.client, &id)
         .await?
-        .map(Json)
+        .map(|deploy| Json(deploy.to_wire()))
         .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))
 }
 
@@ -744,7 +758,7 @@ async fn activity(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
 ) -> Result<Json<Vec<DeployStatus>>, AppError> {
-    let mut deploys = service::activity(&state.client).await?;
+    let mut deploys = service::activity(&state.client).await?.to_wire();
     deploys.retain(|d| caller.may(Action::Read, Some(&d.application)));
     deploys.iter_mut().for_each(|d| fill_actions(&caller, d));
     Ok(Json(deploys))
@@ -757,7 +771,7 @@ async fn list_schedules(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
 ) -> Result<Json<Vec<ScheduleView>>, AppError> {
-    let mut views = schedules::list(&state.client).await?;
+    let mut views = schedules::list(&state.client).await?.to_wire();
     views.retain(|v| caller.may(Action::Read, Some(&v.application)));
     Ok(Json(views))
 }
@@ -777,7 +791,7 @@ async fn schedule_status(
     schedules::show(&state.client, &id)
         .await?
         .filter(|v| caller.may(Action::Read, Some(&v.application)))
-        .map(Json)
+        .map(|view| Json(view.to_wire()))
         .ok_or_else(|| AppError::NotFound(format!("no schedule `{id}`")))
 }
 
@@ -806,7 +820,7 @@ async fn set_schedule_paused(
         .await?
         .ok_or_else(|| AppError::NotFound(format!("no schedule `{id}`")))?;
     tracing::info!(schedule = %id, paused, by = %caller.token.name, "schedule paused or resumed");
-    Ok(Json(view))
+    Ok(Json(view.to_wire()))
 }
 
 /// Pause a schedule.
@@ -910,9 +924,9 @@ async fn resubmit(
     Ok((
         StatusCode::CREATED,
         Json(Resubmitted {
-            submitted,
+            submitted: submitted.to_wire(),
             redeploy_of: source.to_string(),
-            redeploy_kind: RedeployKind::from(kind.as_str()),
+            redeploy_kind: kind.to_wire(),
             version,
         }),
     ))
@@ -1019,7 +1033,9 @@ async fn environment_history(
 ) -> Result<Json<Vec<DeployStatus>>, AppError> {
     let (application, environment) = visible_environment(&caller, path)?;
     Ok(Json(
-        service::history(&state.client, &application, &environment, query.limit).await?,
+        service::history(&state.client, &application, &environment, query.limit)
+            .await?
+            .to_wire(),
     ))
 }
 

@@ -45,7 +45,14 @@ string_enum!(
 
 impl From<WorkflowStatus> for SubmittedStatus {
     fn from(status: WorkflowStatus) -> Self {
-        SubmittedStatus::from(status.as_str())
+        match status {
+            WorkflowStatus::Enqueued => SubmittedStatus::Enqueued,
+            WorkflowStatus::Pending => SubmittedStatus::Pending,
+            WorkflowStatus::Success => SubmittedStatus::Success,
+            WorkflowStatus::Error => SubmittedStatus::Error,
+            WorkflowStatus::Cancelled => SubmittedStatus::Cancelled,
+            WorkflowStatus::Other(text) => SubmittedStatus::Other(text),
+        }
     }
 }
 

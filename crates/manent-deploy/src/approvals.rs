@@ -5,9 +5,8 @@ use manent_engine::{Client, EngineError, WorkflowStatus, now_ms};
 
 use crate::deploy_views::event;
 use crate::{
-    gate,
-    history::request_of,
-    request::{DEPLOY_WORKFLOW, Decision, same_token},
+    history::read_request,
+    request::{DEPLOY_WORKFLOW, Decision, EventKey, Phase, same_token},
 };
 
 /// Who asks to approve or reject a deploy: the API token's name, stable id and role.
@@ -48,17 +47,19 @@ pub async fn decide(
     let Some(record) = client.get(id).await?.filter(|r| r.name == DEPLOY_WORKFLOW) else {
         return Err(DecideError::NotFound(id.to_string()));
     };
-    let request = request_of(&record).ok_or_else(|| DecideError::NotFound(id.to_string()))?;
+    // A deploy that exists but cannot be read is no 404: nobody can decide on it until
+    // its record is fixed, and the error says so.
+    let request = read_request(&record)?;
     let events = client.events(id).await?;
-    let phase: Option<String> = event(&events, "phase");
-    let policy: Option<manent_model::Approval> = event(&events, gate::EVENT_APPROVAL_POLICY);
-    let (WorkflowStatus::Pending, Some("waiting_approval"), Some(policy)) =
-        (record.status, phase.as_deref(), policy)
+    let phase: Option<Phase> = event(id, &events, &EventKey::Phase)?;
+    let policy: Option<manent_model::Approval> = event(id, &events, &EventKey::ApprovalPolicy)?;
+    let (WorkflowStatus::Pending, Some(Phase::WaitingApproval), Some(policy)) =
+        (record.status, &phase, policy)
     else {
         return Err(DecideError::NotWaiting(format!(
             "deploy {id} is not waiting for approval (status {}, phase {}); nothing to {}",
             record.status,
-            phase.as_deref().unwrap_or("none"),
+            phase.as_ref().map_or("none".into(), Phase::text),
             if approve { "approve" } else { "reject" }
         )));
     };
@@ -91,6 +92,8 @@ pub async fn decide(
         reason,
         at_ms: now_ms(),
     };
-    client.send(id, gate::APPROVAL_TOPIC, &decision).await?;
+    client
+        .send(id, crate::request::APPROVAL_TOPIC, &decision)
+        .await?;
     Ok(())
 }

@@ -1,55 +1,199 @@
 //! Deploys as the API and the CLI show them (docs/cli.md): status, list, logs, output,
-//! activity and an environment's history, read in a constant number of queries.
+//! activity and an environment's history, read in a constant number of queries. The
+//! views are this crate's types; `manent-api` turns them into the contract's.
 
 use manent_engine::{
     Client, EngineError, EventRecord, ExecutorState, StepRecord, WorkflowFilter, WorkflowRecord,
     WorkflowStatus, now_ms,
 };
 
-use manent_model::Artifact;
+use manent_model::{Artifact, QueueKind};
 use serde::Deserialize;
 
-use manent_contract::{
-    ApprovalView, DeployLogs, DeployStatus, OutputLine, Phase, StepView, TargetState, TargetView,
+use crate::{
+    history::{OriginKind, last_success, origin_of, read_request, request_of},
+    request::{DEPLOY_WORKFLOW, Decision, DeployRequest, EventKey, Phase, rfc3339},
+    targets::{TargetOutcome, TargetState},
+    timeline::{self, PassView, WaveView},
 };
 
-use crate::{
-    gate,
-    history::{last_success, origin_of, request_of},
-    request::{DEPLOY_WORKFLOW, Decision, DeployRequest, rfc3339},
-    targets::TargetOutcome,
-    timeline,
-};
+/// A deploy as status shows it (docs/cli.md, docs/api.md).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeployStatus {
+    pub id: String,
+    /// `tenant/app`.
+    pub application: String,
+    pub environment: String,
+    /// The version of the first artifact (empty if none).
+    pub version: String,
+    pub status: WorkflowStatus,
+    pub phase: Phase,
+    /// The queue it was routed to.
+    pub queue: String,
+    /// The kind of that queue.
+    pub route_kind: QueueKind,
+    /// The worker that holds (or last held) it.
+    pub executor_id: Option<String>,
+    pub dry_run: bool,
+    pub targets: Vec<TargetView>,
+    /// Empty in lists and in activity.
+    pub steps: Vec<StepView>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// The name of the token that submitted it.
+    pub submitted_by: String,
+    pub created_at: String,
+    pub updated_at: String,
+    /// While it waits: why.
+    pub waiting_for: Option<String>,
+    /// Approvals and a rejection received, in order.
+    pub approvals: Vec<ApprovalView>,
+    /// The artifacts as submitted: what an approver approves.
+    pub artifacts: Vec<Artifact>,
+    /// The `deploy:` fields the descriptor set over its environment file, with their values.
+    pub overrides: serde_json::Map<String, serde_json::Value>,
+    /// The effective descriptor (status only; absent when the environment could not be
+    /// read at submission).
+    pub effective: Option<serde_json::Value>,
+    /// The version deployed in this environment now, while the deploy waits for approval.
+    pub deployed_now: Option<String>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub duration_ms: Option<i64>,
+    /// The deploy whose recorded descriptor this one submitted again, and how.
+    pub redeploy_of: Option<String>,
+    pub redeploy_kind: Option<OriginKind>,
+    /// The rollout's waves (status only).
+    pub waves: Vec<WaveView>,
+    /// The region passes of a region-routed deploy (status only).
+    pub passes: Vec<PassView>,
+}
+
+/// One target of a deploy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetView {
+    pub name: String,
+    pub status: TargetState,
+    pub detail: Option<String>,
+}
+
+/// One step of a deploy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepView {
+    pub name: String,
+    pub status: StepState,
+    pub attempts: i64,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    /// The worker that ran it.
+    pub executor_id: String,
+    pub error: Option<String>,
+}
+
+/// A step as shown: the engine's status, and `Stopped` for one still running in a deploy
+/// that has ended (cancelled, or failed elsewhere): it will never finish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepState {
+    Running,
+    Success,
+    Error,
+    Stopped,
+}
+
+impl StepState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepState::Running => "RUNNING",
+            StepState::Success => "SUCCESS",
+            StepState::Error => "ERROR",
+            StepState::Stopped => "STOPPED",
+        }
+    }
+}
+
+impl std::fmt::Display for StepState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One approval or rejection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalView {
+    /// The approver's token name.
+    pub by: String,
+    /// Approved (else rejected).
+    pub approve: bool,
+    pub reason: Option<String>,
+    pub at: String,
+}
 
 impl From<Decision> for ApprovalView {
     fn from(d: Decision) -> Self {
         ApprovalView {
             by: d.by,
-            decision: if d.approve {
-                manent_contract::Decision::Approved
-            } else {
-                manent_contract::Decision::Rejected
-            },
+            approve: d.approve,
             reason: d.reason,
             at: rfc3339(d.at_ms),
         }
     }
 }
 
+/// A deploy's log lines, and where its output goes on from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeployLogs {
+    pub id: String,
+    pub lines: Vec<String>,
+    /// The `seq` of the last output line in `lines` (0 if none).
+    pub output_seq: i64,
+}
+
+/// One line a deploy's step printed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputLine {
+    pub seq: i64,
+    pub at: String,
+    /// The run of the deploy that printed it.
+    pub attempt: i64,
+    /// The step that printed it.
+    pub source: String,
+    /// `stdout`, `stderr` or `progress`, as the engine recorded it.
+    pub stream: String,
+    pub line: String,
+}
+
+/// Deploy `id`'s event `key`, if it was published. One that cannot be read is an error
+/// naming the deploy and the key: what it would have said (an approval, a phase) is not
+/// taken as unsaid.
 pub(crate) fn event<T: serde::de::DeserializeOwned>(
+    id: &str,
     events: &[EventRecord],
-    key: &str,
-) -> Option<T> {
+    key: &EventKey,
+) -> Result<Option<T>, EngineError> {
+    let key = key.text();
     events
         .iter()
         .find(|e| e.key == key)
-        .and_then(|e| serde_json::from_str(&e.value).ok())
+        .map(|e| {
+            serde_json::from_str(&e.value).map_err(|error| EngineError::Unreadable {
+                kind: "deploy event",
+                id: format!("{id} {key}"),
+                error: error.to_string(),
+            })
+        })
+        .transpose()
 }
 
-fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStatus> {
-    let request = request_of(record)?;
+/// The summary of deploy `record`, which recorded `request` (no steps, waves or passes);
+/// an error when one of its events cannot be read.
+fn summary(
+    record: &WorkflowRecord,
+    request: &DeployRequest,
+    events: &[EventRecord],
+) -> Result<DeployStatus, EngineError> {
+    let id = &record.id;
     let d = &request.descriptor;
-    let phase_event: Option<String> = event(events, "phase");
+    let phase_event: Option<Phase> = event(id, events, &EventKey::Phase)?;
     let waiting_for = match record.status {
         WorkflowStatus::Enqueued if record.not_before_ms > now_ms() => {
             Some(format!("its start time, {}", rfc3339(record.not_before_ms)))
@@ -59,11 +203,12 @@ fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStat
             request.route.queue
         )),
         WorkflowStatus::Pending => {
-            event::<String>(events, gate::EVENT_WAITING).filter(|w| !w.is_empty())
+            event::<String>(id, events, &EventKey::Waiting)?.filter(|w| !w.is_empty())
         }
         _ => None,
     };
-    let approvals: Vec<ApprovalView> = event::<Vec<Decision>>(events, gate::EVENT_APPROVALS)
+    // No approvals event: none received yet.
+    let approvals: Vec<ApprovalView> = event::<Vec<Decision>>(id, events, &EventKey::Approvals)?
         .unwrap_or_default()
         .into_iter()
         .map(ApprovalView::from)
@@ -75,19 +220,19 @@ fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStat
     let phase = match record.status {
         WorkflowStatus::Enqueued if record.not_before_ms > now_ms() => Phase::Scheduled,
         WorkflowStatus::Enqueued => Phase::Queued,
-        WorkflowStatus::Pending => phase_event.map_or(Phase::Running, Phase::from),
+        WorkflowStatus::Pending => phase_event.unwrap_or(Phase::Running),
         _ => Phase::Done,
     };
-    Some(DeployStatus {
+    Ok(DeployStatus {
         id: record.id.clone(),
         application: d.application.clone(),
         environment: d.environment.clone(),
         version: d.version().to_string(),
-        status: manent_contract::WorkflowStatus::from(record.status.as_str()),
+        status: record.status,
         phase,
         // The route's queue, also while the deploy waits on the gate queue.
         queue: request.route.queue.clone(),
-        route_kind: crate::views::contract_kind(request.route.kind),
+        route_kind: request.route.kind,
         executor_id: record.executor_id.clone(),
         dry_run: request.effective.as_ref().map_or(d.dry_run, |e| e.dry_run),
         targets: request
@@ -117,7 +262,7 @@ fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStat
         ),
         waiting_for,
         approvals,
-        artifacts: d.artifacts.iter().map(contract_artifact).collect(),
+        artifacts: d.artifacts.clone(),
         overrides: d
             .deploy
             .as_ref()
@@ -129,7 +274,6 @@ fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStat
             .unwrap_or_default(),
         effective: None,
         deployed_now: None,
-        actions: Vec::new(),
         started_at: record.started_at_ms.map(rfc3339),
         finished_at: finished_ms.map(rfc3339),
         duration_ms: record
@@ -137,30 +281,37 @@ fn summary(record: &WorkflowRecord, events: &[EventRecord]) -> Option<DeployStat
             .zip(finished_ms)
             .map(|(started, finished)| (finished - started).max(0)),
         redeploy_of: origin.as_ref().map(|o| o.deploy_id.clone()),
-        redeploy_kind: origin.map(|o| manent_contract::RedeployKind::from(o.kind.as_str())),
+        redeploy_kind: origin.map(|o| o.kind),
         waves: Vec::new(),
         passes: Vec::new(),
     })
 }
 
-/// An artifact as the API shows it.
-fn contract_artifact(a: &Artifact) -> manent_contract::Artifact {
-    manent_contract::Artifact {
-        name: a.name.clone(),
-        artifact_type: a.artifact_type.clone(),
-        version: a.version.clone(),
-        url: a.url.clone(),
-        sha256: a.sha256.clone(),
+/// The summaries of the deploys among `records` whose request can be read (one that
+/// cannot is logged by `request_of` and left out: a list cannot tell whose it is), with
+/// the events read for them.
+fn summaries<'r>(
+    records: impl IntoIterator<Item = &'r WorkflowRecord>,
+    events: &mut std::collections::HashMap<String, Vec<EventRecord>>,
+) -> Result<Vec<DeployStatus>, EngineError> {
+    let mut views = Vec::new();
+    for record in records {
+        if let Some(request) = request_of(record) {
+            let events = events.remove(&record.id).unwrap_or_default();
+            views.push(summary(record, &request, &events)?);
+        }
     }
+    Ok(views)
 }
 
 /// A step's status as shown: one still RUNNING in a deploy that has ended was stopped
 /// with it (a cancel, or a failure elsewhere) and will never finish.
-fn shown_step_status(s: &StepRecord, deploy_ended: bool) -> manent_contract::StepStatus {
-    use manent_contract::StepStatus;
-    match StepStatus::from(s.status.as_str()) {
-        StepStatus::Running if deploy_ended => StepStatus::Stopped,
-        status => status,
+fn shown_step_status(s: &StepRecord, deploy_ended: bool) -> StepState {
+    match s.status {
+        manent_engine::StepStatus::Running if deploy_ended => StepState::Stopped,
+        manent_engine::StepStatus::Running => StepState::Running,
+        manent_engine::StepStatus::Success => StepState::Success,
+        manent_engine::StepStatus::Error => StepState::Error,
     }
 }
 
@@ -185,31 +336,21 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
     if record.name != DEPLOY_WORKFLOW {
         return Ok(None);
     }
+    // A deploy whose input cannot be read exists: say so, never "not found".
+    let request = read_request(&record)?;
     let events = client.events(id).await?;
-    let Some(mut view) = summary(&record, &events) else {
-        // A deploy whose input cannot be read exists: say so, never "not found".
-        let error = serde_json::from_str::<DeployRequest>(&record.input)
-            .err()
-            .map_or_else(|| "unknown".to_string(), |e| e.to_string());
-        return Err(EngineError::Unreadable {
-            kind: "deploy",
-            id: id.to_string(),
-            error,
-        });
-    };
+    let mut view = summary(&record, &request, &events)?;
     if let Some(reason) = waiting_reason(client, &record).await? {
         view.waiting_for = Some(reason);
     }
     let passes = timeline::passes(client, id, &view.queue).await?;
     // A pass's own events first: the deploy republishes its targets' outcomes when the
     // pass ends, and those win.
-    for e in passes
-        .events
-        .iter()
-        .chain(&events)
-        .filter(|e| e.key.starts_with("target:"))
-    {
-        let outcome = recorded_target(id, &e.key, &e.value);
+    for e in passes.events.iter().chain(&events) {
+        let Some(EventKey::Target(name)) = EventKey::parse(&e.key) else {
+            continue;
+        };
+        let outcome = recorded_target(id, &name, &e.value);
         match view.targets.iter_mut().find(|t| t.name == outcome.name) {
             Some(t) => {
                 t.status = outcome.status;
@@ -230,8 +371,7 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
             }
         }
     }
-    let request = request_of(&record);
-    view.effective = match request.and_then(|r| r.effective) {
+    view.effective = match &request.effective {
         Some(effective) => {
             Some(
                 serde_json::to_value(effective).map_err(|e| EngineError::Unreadable {
@@ -244,11 +384,9 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
         None => None,
     };
     if view.phase == Phase::WaitingApproval {
-        // What the approver would replace.
+        // What the approver would replace: a database error is an error, not "nothing".
         view.deployed_now = last_success(client, &view.application, &view.environment, None)
-            .await
-            .ok()
-            .flatten()
+            .await?
             .and_then(|(_, r)| r.effective)
             .map(|p| p.version);
     }
@@ -274,9 +412,10 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
             )
         })
         .collect();
-    view.waves = crate::history::request_of(&record)
-        .and_then(|request| request.effective)
-        .map(|effective| timeline::waves(&effective))
+    view.waves = request
+        .effective
+        .as_ref()
+        .map(timeline::waves)
         .unwrap_or_default();
     view.passes = passes.views;
     Ok(Some(view))
@@ -393,7 +532,7 @@ pub async fn output(
                 at: rfc3339(l.at_ms),
                 attempt: l.generation,
                 source: l.source,
-                stream: manent_contract::OutputStream::from(l.stream),
+                stream: l.stream,
                 line: l.line,
             })
             .collect(),
@@ -446,11 +585,7 @@ pub async fn list(
         .map(|r| r.id.clone())
         .collect();
     let mut events = client.events_of(&running).await?;
-    let mut views = Vec::new();
-    for r in records {
-        views.extend(summary(r, &events.remove(&r.id).unwrap_or_default()));
-    }
-    Ok(views
+    Ok(summaries(records, &mut events)?
         .into_iter()
         .filter(|d| {
             filter
@@ -601,10 +736,7 @@ pub async fn activity(client: &Client) -> Result<Vec<DeployStatus>, EngineError>
     records.extend(recent.into_iter().filter(|r| r.status.is_terminal()));
     let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
     let mut events = client.events_of(&ids).await?;
-    Ok(records
-        .iter()
-        .filter_map(|r| summary(r, &events.remove(&r.id).unwrap_or_default()))
-        .collect())
+    summaries(&records, &mut events)
 }
 
 /// One environment's deploys, newest first (all statuses, dry runs included): what
@@ -626,22 +758,24 @@ pub async fn history(
         .await?;
     let mut views = Vec::new();
     for r in &records {
+        let Some(request) = request_of(r) else {
+            continue;
+        };
         // A running deploy's phase (waiting for approval, a wave) lives in its events.
         let events = if r.status == WorkflowStatus::Pending {
             client.events(&r.id).await?
         } else {
             Vec::new()
         };
-        views.extend(summary(r, &events));
+        views.push(summary(r, &request, &events)?);
     }
     Ok(views)
 }
 
-/// A target's recorded outcome (event `target:<name>` of deploy `id`). One that cannot be
-/// read is logged and shown as `unreadable` with the reason, never left out.
-fn recorded_target(id: &str, key: &str, value: &str) -> TargetOutcome {
+/// Target `name`'s recorded outcome (event `target:<name>` of deploy `id`). One that
+/// cannot be read is logged and shown as `unreadable` with the reason, never left out.
+fn recorded_target(id: &str, name: &str, value: &str) -> TargetOutcome {
     serde_json::from_str(value).unwrap_or_else(|e| {
-        let name = key.strip_prefix("target:").unwrap_or(key);
         tracing::error!(deploy_id = %id, target = name, error = %e, "a target's recorded outcome cannot be read; shown as unreadable");
         TargetOutcome {
             name: name.to_string(),
@@ -658,11 +792,8 @@ mod tests {
 
     #[test]
     fn a_target_outcome_that_cannot_be_read_is_shown_not_dropped() {
-        let outcome = recorded_target("d1", "target:web-1", "{not json");
-        assert_eq!(
-            outcome.name, "web-1",
-            "the target is named from its event key"
-        );
+        let outcome = recorded_target("d1", "web-1", "{not json");
+        assert_eq!(outcome.name, "web-1", "the target is named");
         assert_eq!(
             outcome.status,
             TargetState::Other("unreadable".into()),

@@ -12,11 +12,8 @@ use manent_engine::{
 use manent_model::{Approval, Dependency, EffectiveDescriptor};
 use serde::{Deserialize, Serialize};
 
-pub use crate::request::{
-    APPROVAL_TOPIC, Decision, EVENT_APPROVAL_POLICY, EVENT_APPROVALS, EVENT_WAITING, GATE_QUEUE,
-    needs_gate,
-};
-use crate::request::{DeployRequest, approval_required, same_token};
+pub use crate::request::{APPROVAL_TOPIC, Decision, GATE_QUEUE, needs_gate};
+use crate::request::{DeployRequest, EventKey, Phase, approval_required, publish, same_token};
 
 /// The gate queue as every worker serves it: no limit that a waiting deploy could exhaust.
 pub fn gate_queue_spec() -> QueueSpec {
@@ -47,8 +44,8 @@ pub async fn pass_gate(
     for dep in &eff.depends_on {
         wait_for_dependency(ctx, client, dep).await?;
     }
-    ctx.set_event(EVENT_WAITING, &String::new()).await?;
-    ctx.set_event("phase", &"queued".to_string()).await?;
+    publish(ctx, &EventKey::Waiting, &String::new()).await?;
+    publish(ctx, &EventKey::Phase, &Phase::Queued).await?;
     ctx.move_to_queue(&request.route.queue, &eff.partition_key())
         .await
 }
@@ -66,7 +63,7 @@ async fn wait_for_approval(
     request: &DeployRequest,
     policy: &Approval,
 ) -> Result<(), WorkflowError> {
-    ctx.set_event(EVENT_APPROVAL_POLICY, policy).await?;
+    publish(ctx, &EventKey::ApprovalPolicy, policy).await?;
     // The deadline is recorded once, so every replay and every worker agrees on it.
     let timeout = policy.timeout;
     let deadline: Option<i64> = ctx
@@ -76,8 +73,9 @@ async fn wait_for_approval(
         .await?;
     let mut approvals: Vec<Decision> = Vec::new();
     while approvals.len() < policy.count as usize {
-        ctx.set_event(
-            EVENT_WAITING,
+        publish(
+            ctx,
+            &EventKey::Waiting,
             &format!(
                 "approval: {} of {} (approvers: {}{})",
                 approvals.len(),
@@ -92,8 +90,7 @@ async fn wait_for_approval(
         .await?;
         if approvals.is_empty() {
             // After `waiting_for`, so a reader never sees the phase without its reason.
-            ctx.set_event("phase", &"waiting_approval".to_string())
-                .await?;
+            publish(ctx, &EventKey::Phase, &Phase::WaitingApproval).await?;
         }
         let left = deadline.map_or(FOREVER, |d| {
             Duration::from_millis(u64::try_from(d - now_ms()).unwrap_or(0))
@@ -114,7 +111,7 @@ async fn wait_for_approval(
                 .clone()
                 .unwrap_or_else(|| "no reason given".into());
             approvals.push(decision.clone());
-            ctx.set_event(EVENT_APPROVALS, &approvals).await?;
+            publish(ctx, &EventKey::Approvals, &approvals).await?;
             return Err(WorkflowError::failed(format!(
                 "rejected by {}: {reason}",
                 decision.by
@@ -134,7 +131,7 @@ async fn wait_for_approval(
             continue;
         }
         approvals.push(decision);
-        ctx.set_event(EVENT_APPROVALS, &approvals).await?;
+        publish(ctx, &EventKey::Approvals, &approvals).await?;
     }
     Ok(())
 }
@@ -160,13 +157,13 @@ async fn wait_for_dependency(
     dep: &Dependency,
 ) -> Result<(), WorkflowError> {
     let label = dependency_label(dep);
-    ctx.set_event(
-        EVENT_WAITING,
+    publish(
+        ctx,
+        &EventKey::Waiting,
         &format!("dependency: a successful deploy of {label}"),
     )
     .await?;
-    ctx.set_event("phase", &"waiting_dependency".to_string())
-        .await?;
+    publish(ctx, &EventKey::Phase, &Phase::WaitingDependency).await?;
     let timeout = dep.timeout;
     let deadline: Option<i64> = ctx
         .step(&format!("dependency deadline {label}"), || async move {

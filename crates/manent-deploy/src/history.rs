@@ -6,9 +6,28 @@ use manent_engine::{Client, EngineError, WorkflowFilter, WorkflowRecord, Workflo
 use manent_model::EffectiveDescriptor;
 use serde::{Deserialize, Serialize};
 
-pub use manent_contract::LiveVersion;
-
 use crate::request::{DEPLOY_WORKFLOW, DeployRequest, rfc3339};
+
+/// The version live in one environment: its last successful deploy that was not a dry run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveVersion {
+    /// The deploy's version (its first artifact's).
+    pub version: String,
+    /// The successful deploy that put it there.
+    pub deploy_id: String,
+    /// When that deploy ended (RFC 3339).
+    pub finished_at: Option<String>,
+}
+
+/// The deploy's recorded request, or an error naming the deploy: what a read that decides
+/// something (a rollback's source, the live version, a dependency, an approval) uses.
+pub(crate) fn read_request(record: &WorkflowRecord) -> Result<DeployRequest, EngineError> {
+    serde_json::from_str(&record.input).map_err(|e| EngineError::Unreadable {
+        kind: "deploy",
+        id: record.id.clone(),
+        error: e.to_string(),
+    })
+}
 
 /// The deploy's recorded request; one that cannot be read is logged (and shown by
 /// `status` as an error) and left out of lists, which cannot tell whose it is.
@@ -34,6 +53,9 @@ pub(crate) async fn last_success(
 
 /// The newest successful deploy (not a dry run) of `application/environment` that `wanted`
 /// accepts, with its id, reading that partition's successes newest first, a page at a time.
+/// A success whose recorded request cannot be read, met before the one wanted, is an error
+/// naming it: it may be the one wanted (a rollback's target, the live version, the version
+/// a dependency needs), so passing over it would answer wrong.
 pub(crate) async fn find_success(
     client: &Client,
     application: &str,
@@ -54,10 +76,7 @@ pub(crate) async fn find_success(
             })
             .await?;
         for record in &records {
-            let Some(request) = request_of(record) else {
-                tracing::warn!(deploy_id = %record.id, "a successful deploy's input cannot be read; passed over");
-                continue;
-            };
+            let request = read_request(record)?;
             let dry_run = request
                 .effective
                 .as_ref()

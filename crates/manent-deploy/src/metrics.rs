@@ -105,7 +105,7 @@ pub async fn render(client: &Client, config: &Config) -> Result<String, EngineEr
         "1 for a running worker with a fresh heartbeat, 0 otherwise.",
     );
     for w in &workers {
-        let up = u8::from(w.state == "running" && !w.stale);
+        let up = u8::from(w.state == manent_engine::ExecutorState::Running && !w.stale);
         let _ = writeln!(
             out,
             "manent_worker_up{{executor_id=\"{}\"}} {up}",

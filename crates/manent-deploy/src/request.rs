@@ -4,7 +4,7 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use manent_engine::EnqueueRequest;
+use manent_engine::{EnqueueRequest, WorkflowContext, WorkflowError};
 use manent_model::{Approval, Descriptor, EffectiveDescriptor, Route};
 use serde::{Deserialize, Serialize};
 
@@ -102,10 +102,177 @@ pub const GATE_QUEUE: &str = "manent.gate";
 
 /// Message topic of approvals and rejections.
 pub const APPROVAL_TOPIC: &str = "approval";
-/// Event keys published by the gate.
-pub const EVENT_APPROVAL_POLICY: &str = "approval_policy";
-pub const EVENT_APPROVALS: &str = "approvals";
-pub const EVENT_WAITING: &str = "waiting";
+
+/// The key of an event a deploy (or its region pass) publishes. Its text is stored: in the
+/// events table and in the name of the step that recorded it (`manent.event:<key>`), so a
+/// replay by another build of manent meets the same names; never change one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventKey {
+    /// `phase`: where the deploy stands, a [`Phase`].
+    Phase,
+    /// `waiting`: what a gated deploy waits for, in words (empty once it waits no more).
+    Waiting,
+    /// `approval_policy`: the policy a deploy waiting for approval is decided under.
+    ApprovalPolicy,
+    /// `approvals`: the decisions counted so far, in order.
+    Approvals,
+    /// `target:<name>`: one target's outcome (`targets::TargetOutcome`).
+    Target(String),
+}
+
+impl EventKey {
+    const TARGET_PREFIX: &'static str = "target:";
+
+    /// The key of target `name`'s outcome.
+    pub fn target(name: &str) -> Self {
+        EventKey::Target(name.to_string())
+    }
+
+    /// The key as stored.
+    pub fn text(&self) -> std::borrow::Cow<'static, str> {
+        match self {
+            EventKey::Phase => "phase".into(),
+            EventKey::Waiting => "waiting".into(),
+            EventKey::ApprovalPolicy => "approval_policy".into(),
+            EventKey::Approvals => "approvals".into(),
+            EventKey::Target(name) => format!("{}{name}", Self::TARGET_PREFIX).into(),
+        }
+    }
+
+    /// The key a stored event's text names; `None` for the engine's own (`recovery:<ms>`)
+    /// and any this build does not publish.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "phase" => Some(EventKey::Phase),
+            "waiting" => Some(EventKey::Waiting),
+            "approval_policy" => Some(EventKey::ApprovalPolicy),
+            "approvals" => Some(EventKey::Approvals),
+            other => other
+                .strip_prefix(Self::TARGET_PREFIX)
+                .map(|name| EventKey::Target(name.to_string())),
+        }
+    }
+}
+
+/// Publishes `value` as the deploy's event `key` (`WorkflowContext::set_event`).
+pub async fn publish<T: Serialize + Sync>(
+    ctx: &WorkflowContext,
+    key: &EventKey,
+    value: &T,
+) -> Result<(), WorkflowError> {
+    ctx.set_event(&key.text(), value).await
+}
+
+impl std::fmt::Display for EventKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text())
+    }
+}
+
+/// Where a deploy stands: what the views derive from its status (`scheduled`, `queued`,
+/// `done`) and what the workflow publishes as event `phase` while it runs. Stored as its
+/// text (the event's JSON string); a text this build does not name (a newer worker's) is
+/// kept as written (`Other`), never refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// Enqueued with a start time still to come.
+    Scheduled,
+    /// Enqueued, or through the gate and moving to its route's queue.
+    Queued,
+    WaitingApproval,
+    WaitingDependency,
+    /// Claimed, before the workflow said more.
+    Running,
+    /// Fetching and verifying the artifacts.
+    Fetching,
+    /// Deploying wave `number` of `of` (1-based), named `name`.
+    Wave {
+        number: usize,
+        of: usize,
+        name: String,
+    },
+    /// Pausing (`rollout.pause`) before wave `number` (1-based).
+    PauseBeforeWave(usize),
+    RollingBack,
+    Done,
+    /// A phase this build does not name, kept as written.
+    Other(String),
+}
+
+impl Phase {
+    /// The phase as stored and shown.
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Phase::Scheduled => "scheduled".into(),
+            Phase::Queued => "queued".into(),
+            Phase::WaitingApproval => "waiting_approval".into(),
+            Phase::WaitingDependency => "waiting_dependency".into(),
+            Phase::Running => "running".into(),
+            Phase::Fetching => "fetching".into(),
+            Phase::Wave { number, of, name } => format!("wave {number}/{of} ({name})").into(),
+            Phase::PauseBeforeWave(number) => format!("pause before wave {number}").into(),
+            Phase::RollingBack => "rolling back".into(),
+            Phase::Done => "done".into(),
+            Phase::Other(text) => text.as_str().into(),
+        }
+    }
+
+    /// The phase `text` names. Whatever it is, its [`Phase::text`] is `text` again (a
+    /// wave written `wave 01/2 (web)` is kept as `Other`, not rewritten).
+    pub fn parse(text: &str) -> Self {
+        let named = match text {
+            "scheduled" => Some(Phase::Scheduled),
+            "queued" => Some(Phase::Queued),
+            "waiting_approval" => Some(Phase::WaitingApproval),
+            "waiting_dependency" => Some(Phase::WaitingDependency),
+            "running" => Some(Phase::Running),
+            "fetching" => Some(Phase::Fetching),
+            "rolling back" => Some(Phase::RollingBack),
+            "done" => Some(Phase::Done),
+            other => Self::parse_wave(other),
+        };
+        named
+            .filter(|phase| phase.text() == text)
+            .unwrap_or_else(|| Phase::Other(text.to_string()))
+    }
+
+    fn parse_wave(text: &str) -> Option<Self> {
+        if let Some(number) = text.strip_prefix("pause before wave ") {
+            return number.parse().ok().map(Phase::PauseBeforeWave);
+        }
+        let (number, rest) = text.strip_prefix("wave ")?.split_once('/')?;
+        let (of, name) = rest.split_once(" (")?;
+        Some(Phase::Wave {
+            number: number.parse().ok()?,
+            of: of.parse().ok()?,
+            name: name.strip_suffix(')')?.to_string(),
+        })
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text())
+    }
+}
+
+impl PartialEq<&str> for Phase {
+    fn eq(&self, other: &&str) -> bool {
+        self.text() == *other
+    }
+}
+
+impl Serialize for Phase {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text())
+    }
+}
+
+impl<'de> Deserialize<'de> for Phase {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(|text| Phase::parse(&text))
+    }
+}
 
 /// One approver's decision, as sent to the deploy and recorded in its events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -145,4 +312,100 @@ pub(crate) fn approval_required(eff: &EffectiveDescriptor) -> Option<&Approval> 
 pub fn rfc3339(ms: i64) -> String {
     let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_millis(t).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::expect;
+
+    use super::*;
+
+    /// Every phase as the events table holds it (a JSON string); each reads back as itself.
+    #[test]
+    fn every_phase_is_recorded_as_before_and_reads_back() {
+        let phases = [
+            Phase::Scheduled,
+            Phase::Queued,
+            Phase::WaitingApproval,
+            Phase::WaitingDependency,
+            Phase::Running,
+            Phase::Fetching,
+            Phase::Wave {
+                number: 1,
+                of: 2,
+                name: "web (eu)".into(),
+            },
+            Phase::PauseBeforeWave(2),
+            Phase::RollingBack,
+            Phase::Done,
+            Phase::Other("warming caches".into()),
+        ];
+        let written: Vec<String> = phases
+            .iter()
+            .map(|p| serde_json::to_string(p).expect("a phase serialises"))
+            .collect();
+        expect![[r#"
+            "scheduled"
+            "queued"
+            "waiting_approval"
+            "waiting_dependency"
+            "running"
+            "fetching"
+            "wave 1/2 (web (eu))"
+            "pause before wave 2"
+            "rolling back"
+            "done"
+            "warming caches""#]]
+        .assert_eq(&written.join("\n"));
+        for (phase, json) in phases.iter().zip(&written) {
+            let read: Phase = serde_json::from_str(json).expect("a recorded phase reads");
+            assert_eq!(&read, phase, "{json} reads back as the phase that wrote it");
+        }
+    }
+
+    #[test]
+    fn a_phase_text_this_build_would_write_otherwise_is_kept_as_written() {
+        for text in ["wave 01/2 (web)", "wave 1/2", "pause before wave x", "Done"] {
+            let phase = Phase::parse(text);
+            assert_eq!(
+                phase,
+                Phase::Other(text.into()),
+                "{text} is not rewritten into a phase that reads differently"
+            );
+            assert_eq!(phase.text(), text, "and it is shown as it was written");
+        }
+    }
+
+    /// Every event key as stored (the events table, and the step `manent.event:<key>` that
+    /// recorded it); each parses back.
+    #[test]
+    fn every_event_key_is_stored_as_before_and_parses_back() {
+        let keys = [
+            EventKey::Phase,
+            EventKey::Waiting,
+            EventKey::ApprovalPolicy,
+            EventKey::Approvals,
+            EventKey::target("web-1"),
+        ];
+        let texts: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        expect![[r#"
+            phase
+            waiting
+            approval_policy
+            approvals
+            target:web-1"#]]
+        .assert_eq(&texts.join("\n"));
+        for (key, text) in keys.iter().zip(&texts) {
+            assert_eq!(
+                EventKey::parse(text).as_ref(),
+                Some(key),
+                "{text} parses back"
+            );
+        }
+        assert_eq!(
+            EventKey::parse("recovery:1700000000000"),
+            None,
+            "the engine's own events are no deploy event"
+        );
+    }
 }

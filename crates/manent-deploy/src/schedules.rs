@@ -81,7 +81,31 @@ pub struct TickState {
     pub last_deploy: Option<String>,
 }
 
-pub use manent_contract::ScheduleView;
+/// A schedule, as `manent schedules` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleView {
+    pub id: String,
+    pub application: String,
+    pub environment: String,
+    /// The version of the first artifact.
+    pub version: String,
+    pub cron: String,
+    pub timezone: String,
+    /// `None` for a schedule that cannot be read (see `error`).
+    pub missed: Option<Missed>,
+    pub paused: bool,
+    pub queue: String,
+    /// RFC 3339; none when paused or when the expression never matches again.
+    pub next_tick: Option<String>,
+    pub last_tick: Option<String>,
+    /// The id of the deploy of the last tick.
+    pub last_deploy: Option<String>,
+    /// The name of the token that created it.
+    pub created_by: String,
+    pub created_at: String,
+    /// Only for a stored schedule that cannot be read: why. Its other fields are empty.
+    pub error: Option<String>,
+}
 
 /// The deploy id of one tick.
 pub fn tick_id(schedule_id: &str, tick_secs: i64) -> String {
@@ -320,7 +344,7 @@ fn unreadable_view(id: String, error: String) -> ScheduleView {
         version: String::new(),
         cron: String::new(),
         timezone: String::new(),
-        missed: manent_contract::MissedPolicy::Unreadable,
+        missed: None,
         paused: false,
         queue: String::new(),
         next_tick: None,
@@ -366,7 +390,7 @@ fn view(r: &ScheduleRecord, state: &TickState, now: i64) -> ScheduleView {
         version: d.version().to_string(),
         cron: r.cron.clone(),
         timezone: r.timezone.clone(),
-        missed: manent_contract::MissedPolicy::from(r.missed.as_str()),
+        missed: Some(r.missed),
         paused: r.paused,
         queue: r.route.queue.clone(),
         next_tick: next.map(|s| rfc3339_secs(s, &r.timezone)),

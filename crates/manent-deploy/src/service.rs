@@ -2,10 +2,12 @@
 //! [`crate::submission`] (parse, check, route, enqueue, resubmit), [`crate::deploy_views`]
 //! (status, list, logs, output, activity, history) and [`crate::approvals`].
 
-pub use manent_contract::{
-    ApprovalView, DeployAction, DeployLogs, DeployStatus, OutputLine, Phase, StepView, Submitted,
-    SubmittedStatus, TargetState, TargetView,
+pub use crate::deploy_views::{
+    ApprovalView, DeployLogs, DeployStatus, OutputLine, StepState, StepView, TargetView,
 };
+pub use crate::request::Phase;
+pub use crate::submission::{Submitted, SubmittedStatus};
+pub use crate::targets::TargetState;
 
 pub use crate::approvals::{Approver, DecideError, decide};
 pub use crate::deploy_views::{ListFilter, activity, history, list, logs, output, status};

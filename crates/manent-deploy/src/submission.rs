@@ -4,14 +4,29 @@
 //! `manent redeploy`). Nothing is stored before every check passed.
 
 use manent_config::Config;
-use manent_engine::{Client, EngineError, now_ms};
+use manent_engine::{Client, EngineError, WorkflowStatus, now_ms};
 use std::sync::Arc;
 
 use manent_model::{
     Descriptor, EffectiveDescriptor, ModelError, Route, load_environment, parse_descriptor, route,
 };
 
-use manent_contract::{Submitted, SubmittedStatus};
+/// A deploy just submitted, or a schedule just created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    /// The deploy's id (the schedule's when [`SubmittedStatus::Scheduled`]).
+    pub id: String,
+    pub status: SubmittedStatus,
+    /// The queue it was routed to.
+    pub queue: String,
+}
+
+/// What a submission made: a deploy, with its status, or a recurring schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubmittedStatus {
+    Deploy(WorkflowStatus),
+    Scheduled,
+}
 
 use crate::history::{Origin, OriginKind};
 use crate::{
@@ -234,7 +249,7 @@ async fn submit_recording(
     let record = client.enqueue(enqueue).await?;
     Ok(Submitted {
         id: record.id,
-        status: SubmittedStatus::from(record.status.as_str()),
+        status: SubmittedStatus::Deploy(record.status),
         queue: request.route.queue,
     })
 }
@@ -302,7 +317,7 @@ pub async fn submit_many(
             let record = record?;
             Ok(Submitted {
                 id: record.id,
-                status: SubmittedStatus::from(record.status.as_str()),
+                status: SubmittedStatus::Deploy(record.status),
                 queue,
             })
         })
@@ -397,7 +412,10 @@ fn invalid(e: ModelError) -> SubmitError {
 type AppEnv = (String, String);
 
 /// Refuses a deploy whose dependencies lead back to its own application and
-/// environment, following the environment files of the dependencies.
+/// environment, following the environment files of the dependencies. A dependency without
+/// an environment file (or whose source cannot be read now) has no known dependencies; one
+/// whose file is invalid is refused, naming the file and what is wrong: its dependencies
+/// cannot be followed, and a cycle through them would slip through.
 fn refuse_dependency_cycle(config: &Config, eff: &EffectiveDescriptor) -> Result<(), SubmitError> {
     let source = config.environments_source();
     let start = (eff.application.clone(), eff.environment.clone());
@@ -428,13 +446,25 @@ fn refuse_dependency_cycle(config: &Config, eff: &EffectiveDescriptor) -> Result
         if !seen.insert(node.clone()) {
             continue;
         }
-        // A dependency whose environment cannot be read has no known dependencies.
-        if let Ok(env) = load_environment(&source, &node.0, &node.1) {
-            for d in &env.depends_on {
-                let mut next_path = path.clone();
-                next_path.push(node.clone());
-                stack.push((next_path, (d.application.clone(), d.environment.clone())));
+        let env = match load_environment(&source, &node.0, &node.1) {
+            Ok(env) => env,
+            Err(e) if e.is_environment_unavailable() => continue,
+            Err(e) => {
+                return Err(SubmitError::Invalid {
+                    field: Some("depends_on".into()),
+                    message: format!(
+                        "depends_on: the environment of dependency {}/{} is invalid, so its own \
+                         dependencies (a cycle back to this deploy) cannot be checked: {e}; fix \
+                         that file, then submit again",
+                        node.0, node.1
+                    ),
+                });
             }
+        };
+        for d in &env.depends_on {
+            let mut next_path = path.clone();
+            next_path.push(node.clone());
+            stack.push((next_path, (d.application.clone(), d.environment.clone())));
         }
     }
     Ok(())
@@ -556,7 +586,64 @@ pub async fn resubmit(
 
 #[cfg(test)]
 mod tests {
-    use super::parse_at;
+    use super::{SubmitError, parse_at, prepare};
+
+    #[test]
+    fn a_dependency_whose_environment_file_is_invalid_is_refused_naming_the_file() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let write = |application: &str, text: &str| {
+            let path = dir.path().join(application).join("prod.yml");
+            std::fs::create_dir_all(path.parent().unwrap()).expect("the environment's directory");
+            std::fs::write(&path, text).expect("write the environment file");
+        };
+        let deploy =
+            "targets: [{name: t1, host: local}]\ndeploy: {plugin: command, commands: [\"true\"]}\n";
+        write(
+            "acme/a",
+            &format!("{deploy}depends_on: [{{application: acme/b, environment: prod}}]\n"),
+        );
+        // acme/b leads back to acme/a, but its file is invalid: the cycle cannot be followed.
+        write(
+            "acme/b",
+            &format!(
+                "{deploy}no_such_key: 1\ndepends_on: [{{application: acme/a, environment: prod}}]\n"
+            ),
+        );
+        let config = manent_config::Config::from_yaml_str(
+            &format!(
+                "database: {{url: \"sqlite://{}\"}}\nenvironments: {{source: \"{}\"}}\n\
+                 artifacts: {{sources: [\"file:///srv/\"]}}\n",
+                dir.path().join("manent.db").display(),
+                dir.path().display()
+            ),
+            "manent.yml",
+            std::iter::empty(),
+        )
+        .expect("a valid configuration");
+        let descriptor = manent_model::parse_descriptor(
+            &format!(
+                "application: acme/a\nenvironment: prod\nartifacts: [{{name: a.tar, type: tarball, \
+                 version: \"1\", url: \"file:///srv/a.tar\", sha256: {}}}]\n",
+                "0".repeat(64)
+            ),
+            "deploy.yml",
+        )
+        .expect("a valid descriptor");
+        let error = prepare(&config, descriptor, false)
+            .expect_err("a dependency that cannot be followed is refused, not passed over");
+        let SubmitError::Invalid { field, message } = &error else {
+            panic!("a refusal of the descriptor, not {error:?}");
+        };
+        assert_eq!(field.as_deref(), Some("depends_on"), "{message}");
+        assert!(
+            message.contains("acme/b/prod") && message.contains("prod.yml"),
+            "the refusal names the dependency and its environment file: {message}"
+        );
+        assert!(
+            message.contains("no_such_key"),
+            "and says what is wrong with it: {message}"
+        );
+    }
 
     #[test]
     fn schedule_at_is_read_with_its_offset() {

@@ -5,7 +5,6 @@
 
 use std::{sync::Arc, time::Duration};
 
-pub use manent_contract::TargetState;
 use manent_engine::OutputWriter;
 use manent_model::{CheckKind, EffectiveDescriptor, Target};
 use manent_ssh::{Address, Connection, ConnectionPool, Stream, TransportError};
@@ -78,6 +77,78 @@ impl TargetError {
             | TargetError::ArtifactMissing(_)
             | TargetError::Secret(_) => false,
         }
+    }
+}
+
+/// One target's state in a deploy. Recorded (in `target:<name>` events and in the steps
+/// and results of deploys and region passes) as its text, `deployed`, `rolled_back`, …, the
+/// names the API shows; a text this build does not know (a newer worker's) is kept as
+/// written (`Other`), never refused, so every recorded deploy replays and reads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TargetState {
+    Pending,
+    Deploying,
+    Deployed,
+    Failed,
+    RolledBack,
+    /// What a dry run found it would do.
+    Planned,
+    /// Its deploy was cancelled before it finished.
+    Cancelled,
+    /// A state this build does not know, kept as written.
+    Other(String),
+}
+
+impl TargetState {
+    pub fn as_str(&self) -> &str {
+        match self {
+            TargetState::Pending => "pending",
+            TargetState::Deploying => "deploying",
+            TargetState::Deployed => "deployed",
+            TargetState::Failed => "failed",
+            TargetState::RolledBack => "rolled_back",
+            TargetState::Planned => "planned",
+            TargetState::Cancelled => "cancelled",
+            TargetState::Other(text) => text,
+        }
+    }
+
+    /// The state `text` names, or `Other(text)`.
+    pub fn parse(text: &str) -> Self {
+        match text {
+            "pending" => TargetState::Pending,
+            "deploying" => TargetState::Deploying,
+            "deployed" => TargetState::Deployed,
+            "failed" => TargetState::Failed,
+            "rolled_back" => TargetState::RolledBack,
+            "planned" => TargetState::Planned,
+            "cancelled" => TargetState::Cancelled,
+            other => TargetState::Other(other.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for TargetState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for TargetState {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Serialize for TargetState {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for TargetState {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(|text| TargetState::parse(&text))
     }
 }
 
@@ -426,6 +497,46 @@ mod tests {
             TargetState::Other("quarantined".into()),
             "a state this build does not know is kept as written, not lost"
         );
+    }
+
+    /// Every state as recorded in a target's outcome (events, step results, a deploy's
+    /// result); each reads back as itself.
+    #[test]
+    fn every_target_state_is_recorded_as_before_and_reads_back() {
+        let states = [
+            TargetState::Pending,
+            TargetState::Deploying,
+            TargetState::Deployed,
+            TargetState::Failed,
+            TargetState::RolledBack,
+            TargetState::Planned,
+            TargetState::Cancelled,
+            TargetState::Other("quarantined".into()),
+        ];
+        let written: Vec<String> = states
+            .iter()
+            .map(|s| {
+                serde_json::to_string(&TargetOutcome::new("t1", s.clone(), None))
+                    .expect("an outcome serialises")
+            })
+            .collect();
+        expect_test::expect![[r#"
+            {"name":"t1","status":"pending","detail":null,"switched":false}
+            {"name":"t1","status":"deploying","detail":null,"switched":false}
+            {"name":"t1","status":"deployed","detail":null,"switched":false}
+            {"name":"t1","status":"failed","detail":null,"switched":false}
+            {"name":"t1","status":"rolled_back","detail":null,"switched":false}
+            {"name":"t1","status":"planned","detail":null,"switched":false}
+            {"name":"t1","status":"cancelled","detail":null,"switched":false}
+            {"name":"t1","status":"quarantined","detail":null,"switched":false}"#]]
+        .assert_eq(&written.join("\n"));
+        for (state, json) in states.iter().zip(&written) {
+            let read: TargetOutcome = serde_json::from_str(json).expect("a recorded outcome reads");
+            assert_eq!(
+                &read.status, state,
+                "{json} reads back as the state that wrote it"
+            );
+        }
     }
 
     #[test]

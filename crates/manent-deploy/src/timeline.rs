@@ -5,9 +5,9 @@
 
 use std::collections::HashMap;
 
-pub use manent_contract::{PassView, WaveView};
 use manent_engine::{
     Client, EngineError, EventRecord, OutputLine, StepRecord, WorkflowFilter, WorkflowRecord,
+    WorkflowStatus,
 };
 use manent_model::{EffectiveDescriptor, plan_waves};
 
@@ -15,6 +15,35 @@ use crate::{
     request::rfc3339,
     workflow::{PASS_WORKFLOW, PassMode, PassRequest},
 };
+
+/// One wave of the rollout: its name and its targets, in the order they are deployed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaveView {
+    pub name: String,
+    pub targets: Vec<String>,
+}
+
+/// What a region pass does: deploy the new version, or roll the targets it switched back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassAction {
+    Deploy,
+    Rollback,
+}
+
+/// One region's pass of a region-routed deploy: a child workflow on `<queue>.<region>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassView {
+    /// The pass's own workflow id (`<deploy id>.<n>`).
+    pub id: String,
+    pub region: String,
+    pub action: PassAction,
+    pub status: WorkflowStatus,
+    /// The worker that runs (or ran) it.
+    pub executor_id: Option<String>,
+    pub targets: Vec<String>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+}
 
 /// The waves `eff` deploys, as status shows them.
 pub fn waves(eff: &EffectiveDescriptor) -> Vec<WaveView> {
@@ -75,11 +104,11 @@ pub async fn passes(client: &Client, id: &str, queue: &str) -> Result<Passes, En
                 .strip_prefix(&format!("{queue}."))
                 .unwrap_or(&child.queue)
                 .to_string(),
-            mode: match request.mode {
-                PassMode::Deploy => manent_contract::PassMode::Deploy,
-                PassMode::Rollback { .. } => manent_contract::PassMode::Rollback,
+            action: match request.mode {
+                PassMode::Deploy => PassAction::Deploy,
+                PassMode::Rollback { .. } => PassAction::Rollback,
             },
-            status: manent_contract::WorkflowStatus::from(child.status.as_str()),
+            status: child.status,
             executor_id: child.executor_id.clone(),
             targets: request.targets,
             started_at: child.started_at_ms.map(rfc3339),

@@ -1,20 +1,116 @@
 //! What operators see of the fleet (docs/cli.md), built from engine records: workers,
-//! queues, tenants and applications (with their live versions), as the contract's types.
+//! queues, tenants and applications (with their live versions), as this crate's types
+//! (`manent-api` turns them into the contract's).
 
 use std::collections::BTreeMap;
 
 use manent_config::Config;
-pub use manent_contract::{
-    ApplicationView, LimitUse, LiveVersion, QueueView, TenantView, WorkerState, WorkerView,
-};
 use manent_engine::{Client, EngineError, ExecutorState, RunningCount, now_ms};
 
+pub use crate::history::LiveVersion;
 use crate::{
     history::live_version,
     queues::{DEPLOY_LIMIT_GROUP, DeclaredQueue, QueueKind, declared_queues},
 };
 
 pub use crate::request::rfc3339;
+
+/// One worker (executor), as `manent workers` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerView {
+    pub executor_id: String,
+    pub host: String,
+    pub region: Option<String>,
+    /// The state it last recorded for itself.
+    pub state: ExecutorState,
+    pub heartbeat_at: String,
+    /// Workflows it holds.
+    pub running: i64,
+    pub pid: i64,
+    pub started_at: String,
+    /// The queues it dequeues (internal ones left out).
+    pub queues: Vec<String>,
+    pub heartbeat_age_secs: i64,
+    /// Not stopped, but silent for longer than `recovery.stale_after`.
+    pub stale: bool,
+    /// The worker's manent version.
+    pub version: String,
+}
+
+/// A queue's kind as shown: one this build knows, or the text a worker of another
+/// version registered, kept as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShownKind {
+    Known(QueueKind),
+    Other(String),
+}
+
+impl ShownKind {
+    pub fn as_str(&self) -> &str {
+        match self {
+            ShownKind::Known(kind) => kind.as_str(),
+            ShownKind::Other(text) => text,
+        }
+    }
+}
+
+/// One queue, as `manent queues` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueView {
+    pub name: String,
+    pub kind: ShownKind,
+    /// The most deploys of this queue one worker runs at once.
+    pub concurrency: u32,
+    /// Per `<application>/<environment>`, across workers.
+    pub environment_concurrency: u32,
+    /// The most deploys of this queue running at once in total; 0 = no limit.
+    pub global_concurrency: u32,
+    pub enqueued: i64,
+    pub running: i64,
+    /// Executor ids of the live workers that dequeue it.
+    pub workers: Vec<String>,
+    /// A routed queue's own `concurrency`; `None` for other queues.
+    pub queue_concurrency: Option<u32>,
+    /// Every limit a claim from this queue checks, with its current use.
+    pub limits: Vec<LimitUse>,
+}
+
+/// One limit and how much of it is used now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitUse {
+    /// The configuration key that sets it.
+    pub key: String,
+    /// What it counts, in words.
+    pub counts: String,
+    /// The limit; `None` = none.
+    pub limit: Option<u32>,
+    /// The current count: the busiest worker or environment, or the total.
+    pub in_use: i64,
+    /// Current counts per worker or per `<application>/<environment>`; empty for totals.
+    pub by: BTreeMap<String, i64>,
+}
+
+/// One tenant, as `manent tenants` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantView {
+    pub name: String,
+    /// Its dedicated queue (`tenants[].queue`), if any.
+    pub queue: Option<String>,
+    /// Whether `manent.yml` declares it (else it only has environment files).
+    pub declared: bool,
+    pub applications: Vec<String>,
+}
+
+/// One application, as `manent apps` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplicationView {
+    /// `tenant/app`.
+    pub application: String,
+    pub tenant: String,
+    pub environments: Vec<String>,
+    /// By environment, the version live there; environments without one are absent.
+    pub live: BTreeMap<String, LiveVersion>,
+}
 
 /// A queue operators never see: the engine's and manent's own (the gate queue).
 fn is_internal_queue(name: &str) -> bool {
@@ -35,7 +131,7 @@ pub async fn workers(client: &Client, config: &Config) -> Result<Vec<WorkerView>
                 executor_id: e.id,
                 host: e.host,
                 region: e.region,
-                state: WorkerState::from(e.state.as_str()),
+                state: e.state,
                 heartbeat_at: rfc3339(e.heartbeat_at_ms),
                 running: e.running,
                 pid: e.pid,
@@ -61,13 +157,13 @@ pub async fn queues(client: &Client, config: &Config) -> Result<Vec<QueueView>, 
     let live: Vec<_> = workers(client, config)
         .await?
         .into_iter()
-        .filter(|w| w.state != WorkerState::Stopped && !w.stale)
+        .filter(|w| w.state != ExecutorState::Stopped && !w.stale)
         .collect();
     let mut views: Vec<QueueView> = declared_queues(config)
         .into_iter()
         .map(|q| QueueView {
             name: q.name.clone(),
-            kind: contract_kind(q.kind),
+            kind: ShownKind::Known(q.kind),
             concurrency: q.worker_cap(),
             environment_concurrency: q.environment_concurrency,
             global_concurrency: q.total_cap(),
@@ -85,11 +181,15 @@ pub async fn queues(client: &Client, config: &Config) -> Result<Vec<QueueView>, 
         let limit = |v: Option<i64>| v.and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
         // A kind this build does not know (a newer worker's) is shown as registered; its
         // limits are counted as a default queue's.
-        let shown_kind = manent_contract::QueueKind::from(registered.kind.as_str());
+        let known: Option<QueueKind> =
+            serde_json::from_value(serde_json::Value::String(registered.kind.clone())).ok();
+        let shown_kind = known.map_or_else(
+            || ShownKind::Other(registered.kind.clone()),
+            ShownKind::Known,
+        );
         let declared = DeclaredQueue {
             name: registered.name.clone(),
-            kind: serde_json::from_value(serde_json::Value::String(registered.kind.clone()))
-                .unwrap_or(QueueKind::Default),
+            kind: known.unwrap_or(QueueKind::Default),
             concurrency: limit(registered.worker_concurrency),
             environment_concurrency: limit(registered.partition_concurrency),
             global_concurrency: u32::try_from(registered.global_concurrency).unwrap_or(0),
@@ -120,11 +220,6 @@ pub async fn queues(client: &Client, config: &Config) -> Result<Vec<QueueView>, 
             .collect();
     }
     Ok(views)
-}
-
-/// The contract's name of a queue kind.
-pub fn contract_kind(kind: QueueKind) -> manent_contract::QueueKind {
-    manent_contract::QueueKind::from(kind.as_str())
 }
 
 /// The limits a claim from `queue` checks and their use now: the deploy

@@ -12,6 +12,7 @@ use manent_ssh::{ConnectionPool, SshAuth};
 use serde::{Deserialize, Serialize};
 
 pub use crate::request::{DEPLOY_WORKFLOW, DeployRequest, Submitter, same_token};
+use crate::request::{EventKey, Phase, publish};
 use crate::{
     artifacts::{self, LocalArtifact},
     gate,
@@ -115,8 +116,8 @@ pub fn register_workflows(engine: &Engine, config: &Config) -> Arc<Plugins> {
     plugins
 }
 
-async fn phase(ctx: &WorkflowContext, phase: &str) -> Result<(), WorkflowError> {
-    ctx.set_event("phase", &phase.to_string()).await
+async fn phase(ctx: &WorkflowContext, phase: Phase) -> Result<(), WorkflowError> {
+    publish(ctx, &EventKey::Phase, &phase).await
 }
 
 async fn deploy(
@@ -161,7 +162,7 @@ async fn deploy(
     }
     let plugin = plugin_for(ctx, rt, &eff)?;
 
-    phase(ctx, "fetching").await?;
+    phase(ctx, Phase::Fetching).await?;
     let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
     let local = fetch_all(ctx, &eff, &dir, &rt.artifact_sources).await?;
 
@@ -185,7 +186,11 @@ async fn deploy(
     for (w, wave) in waves.iter().enumerate() {
         phase(
             ctx,
-            &format!("wave {}/{} ({})", w + 1, waves.len(), wave.name),
+            Phase::Wave {
+                number: w + 1,
+                of: waves.len(),
+                name: wave.name.clone(),
+            },
         )
         .await?;
         let mut wave_outcomes = Vec::new();
@@ -229,7 +234,7 @@ async fn deploy(
         if let Some(pause) = eff.rollout.pause
             && w + 1 < waves.len()
         {
-            phase(ctx, &format!("pause before wave {}", w + 2)).await?;
+            phase(ctx, Phase::PauseBeforeWave(w + 2)).await?;
             ctx.sleep(pause).await?;
         }
     }
@@ -237,7 +242,7 @@ async fn deploy(
 
     if let Some(reason) = failure {
         if !eff.dry_run && eff.rollback.on_failure == OnFailure::ReactivatePrevious {
-            phase(ctx, "rolling back").await?;
+            phase(ctx, Phase::RollingBack).await?;
             let previous: Option<EffectiveDescriptor> = ctx
                 .step("find previous version", || async {
                     crate::history::previous_success(&rt.client, &eff, &deploy_id).await
@@ -280,7 +285,7 @@ async fn deploy(
                     .await?;
             }
         }
-        phase(ctx, "done").await?;
+        phase(ctx, Phase::Done).await?;
         let mut message = format!("deploy failed: {reason}");
         if not_started > 0 {
             message.push_str(&if not_started == 1 {
@@ -298,7 +303,7 @@ async fn deploy(
         })
         .await?;
     }
-    phase(ctx, "done").await?;
+    phase(ctx, Phase::Done).await?;
     Ok(DeployResult { targets: outcomes })
 }
 
@@ -425,8 +430,7 @@ async fn await_passes(
     for child in children {
         let pass: Vec<TargetOutcome> = ctx.await_workflow(child).await?;
         for outcome in &pass {
-            ctx.set_event(&format!("target:{}", outcome.name), outcome)
-                .await?;
+            publish(ctx, &EventKey::target(&outcome.name), outcome).await?;
         }
         all.extend(pass);
     }

@@ -130,7 +130,7 @@ impl Site {
             .unwrap();
         assert_eq!(
             record.status == WorkflowStatus::Success,
-            status.status == "SUCCESS",
+            status.status == WorkflowStatus::Success,
             "the view agrees with the record"
         );
         status
@@ -187,7 +187,8 @@ async fn an_external_plugin_deploys_each_pass_in_one_step_then_checks_each_targe
 
     let planned = site.deploy(&config, &worker, true).await;
     assert_eq!(
-        planned.status, "SUCCESS",
+        planned.status,
+        WorkflowStatus::Success,
         "the dry-run succeeds: {planned:?}"
     );
     assert_eq!(planned.queue, "test", "routed to the plugin's queue");
@@ -206,7 +207,11 @@ async fn an_external_plugin_deploys_each_pass_in_one_step_then_checks_each_targe
     );
 
     let done = site.deploy(&config, &worker, false).await;
-    assert_eq!(done.status, "SUCCESS", "the deploy succeeds: {done:?}");
+    assert_eq!(
+        done.status,
+        WorkflowStatus::Success,
+        "the deploy succeeds: {done:?}"
+    );
     assert_eq!(
         targets(&done),
         [
@@ -246,7 +251,11 @@ async fn a_wrong_sha256_fails_the_deploy_at_once_and_says_why() {
     let wrong = "0".repeat(64);
     let (config, worker) = site.worker(&wrong, true).await;
     let done = site.deploy(&config, &worker, false).await;
-    assert_eq!(done.status, "ERROR", "the deploy fails: {done:?}");
+    assert_eq!(
+        done.status,
+        WorkflowStatus::Error,
+        "the deploy fails: {done:?}"
+    );
     let error = done.error.clone().unwrap_or_default();
     assert!(
         error.contains("sha256") && error.contains(&wrong) && error.contains("refusing to start"),
@@ -268,7 +277,11 @@ async fn a_deploy_reaching_a_worker_where_the_plugin_is_a_stub_fails_without_ret
     // deploy reaches a worker where the plugin is a stub.
     let (config, worker) = site.worker(&"f".repeat(64), false).await;
     let done = site.deploy(&config, &worker, false).await;
-    assert_eq!(done.status, "ERROR", "the deploy fails: {done:?}");
+    assert_eq!(
+        done.status,
+        WorkflowStatus::Error,
+        "the deploy fails: {done:?}"
+    );
     let error = done.error.clone().unwrap_or_default();
     assert!(
         error.contains("runs only on workers with dbos.plugins: [test]"),
@@ -291,7 +304,8 @@ async fn a_plugin_that_keeps_crashing_fails_the_deploy_with_its_exit_and_stderr(
         .deploy_with(&config, &worker, false, "deploy: {params: {mode: crash}}\n")
         .await;
     assert_eq!(
-        done.status, "ERROR",
+        done.status,
+        WorkflowStatus::Error,
         "the deploy fails, it does not hang: {done:?}"
     );
     let error = done.error.clone().unwrap_or_default();
@@ -306,6 +320,10 @@ async fn a_plugin_that_keeps_crashing_fails_the_deploy_with_its_exit_and_stderr(
     );
     // The worker still serves the next deploy, with a fresh process.
     let next = site.deploy(&config, &worker, false).await;
-    assert_eq!(next.status, "SUCCESS", "the next deploy works: {next:?}");
+    assert_eq!(
+        next.status,
+        WorkflowStatus::Success,
+        "the next deploy works: {next:?}"
+    );
     worker.stop().await;
 }

@@ -406,7 +406,8 @@ async fn four_targets_in_two_regions_are_deployed_wave_by_wave(backend: Db) {
         record.error
     );
     assert_eq!(
-        status.status, "SUCCESS",
+        status.status,
+        WorkflowStatus::Success,
         "the status view agrees with the record"
     );
     for i in 0..4 {
@@ -442,7 +443,7 @@ async fn four_targets_in_two_regions_are_deployed_wave_by_wave(backend: Db) {
         ] {
             assert_eq!(
                 step(&status, &s).status,
-                "SUCCESS",
+                service::StepState::Success,
                 "each target has its own durable upload and activate steps"
             );
         }

@@ -211,7 +211,10 @@ async fn statements_of_views(backend: Db, per_kind: usize) -> (usize, usize) {
         "the activity shows each running deploy's phase"
     );
     assert_eq!(
-        activity.iter().filter(|d| d.status == "ENQUEUED").count(),
+        activity
+            .iter()
+            .filter(|d| d.status == WorkflowStatus::Enqueued)
+            .count(),
         per_kind,
         "and each queued one"
     );

@@ -13,6 +13,7 @@ use manent_ssh::ConnectionPool;
 use super::{PassContext, Plugin};
 use crate::{
     artifacts::{self, ArtifactError, LocalArtifact},
+    request::{EventKey, publish},
     targets::{self, RollbackResult, TargetError, TargetOutcome, TargetState},
 };
 
@@ -83,9 +84,10 @@ async fn deploy_target(
         sources,
         ..
     } = *pass;
-    let key = format!("target:{}", target.name);
+    let key = EventKey::target(&target.name);
     let name = &target.name;
-    ctx.set_event(
+    publish(
+        ctx,
         &key,
         &TargetOutcome::new(name, TargetState::Deploying, None),
     )
@@ -204,7 +206,7 @@ async fn deploy_target(
         },
         Err(other) => return Err(other),
     };
-    ctx.set_event(&key, &outcome).await?;
+    publish(ctx, &key, &outcome).await?;
     Ok(outcome)
 }
 
@@ -257,7 +259,7 @@ async fn roll_back(
         let Some(target) = eff.targets.iter().find(|t| t.name == outcome.name) else {
             continue;
         };
-        let key = format!("target:{}", target.name);
+        let key = EventKey::target(&target.name);
         let result = match previous {
             None => RollbackResult::NothingToRestore(format!(
                 "no earlier successful deploy of {}/{} to return to",
@@ -287,7 +289,7 @@ async fn roll_back(
             },
         };
         let rolled = outcome.after_rollback(&result);
-        ctx.set_event(&key, &rolled).await?;
+        publish(ctx, &key, &rolled).await?;
         rolled_back.push(rolled);
     }
     Ok(rolled_back)

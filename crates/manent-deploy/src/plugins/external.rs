@@ -15,6 +15,7 @@ use manent_plugin::{
 use super::{PassContext, Plugin, builtin::run_checks, ensure_all};
 use crate::{
     artifacts::LocalArtifact,
+    request::{EventKey, publish},
     targets,
     targets::{RollbackResult, TargetOutcome, TargetState},
 };
@@ -215,8 +216,9 @@ impl Plugin for External {
         }
         let eff = pass.eff;
         for t in targets {
-            ctx.set_event(
-                &format!("target:{}", t.name),
+            publish(
+                ctx,
+                &EventKey::target(&t.name),
                 &TargetOutcome::new(&t.name, TargetState::Deploying, None),
             )
             .await?;
@@ -337,7 +339,7 @@ impl Plugin for External {
             }
         }
         for o in &outcomes {
-            ctx.set_event(&format!("target:{}", o.name), o).await?;
+            publish(ctx, &EventKey::target(&o.name), o).await?;
         }
         Ok(outcomes)
     }
@@ -386,8 +388,7 @@ impl Plugin for External {
                 )),
             };
             let rolled = outcome.after_rollback(&rollback);
-            ctx.set_event(&format!("target:{}", outcome.name), &rolled)
-                .await?;
+            publish(ctx, &EventKey::target(&outcome.name), &rolled).await?;
             rolled_back.push(rolled);
         }
         Ok(rolled_back)

@@ -1,0 +1,463 @@
+//! The one place where the domain meets the wire: manent-deploy's views, the engine's and
+//! the model's enums and the API's own roles turned into `manent-contract`'s types, field by
+//! field and with exhaustive matches (ARCHITECTURE.md: manent-deploy knows nothing of the
+//! wire). A variant added on either side fails to compile here instead of being joined by
+//! its text.
+
+use manent_contract as contract;
+use manent_deploy::{
+    deploy_views, history, request::Phase, schedules::ScheduleView, submission, targets, timeline,
+    views,
+};
+use manent_engine::{ExecutorState, WorkflowStatus};
+use manent_model::{Artifact, Missed, QueueKind};
+
+use crate::auth::Role;
+
+/// A domain value as the contract writes it.
+pub trait ToWire {
+    type Wire;
+    fn to_wire(self) -> Self::Wire;
+}
+
+impl<T: ToWire> ToWire for Vec<T> {
+    type Wire = Vec<T::Wire>;
+    fn to_wire(self) -> Self::Wire {
+        self.into_iter().map(ToWire::to_wire).collect()
+    }
+}
+
+impl<T: ToWire> ToWire for Option<T> {
+    type Wire = Option<T::Wire>;
+    fn to_wire(self) -> Self::Wire {
+        self.map(ToWire::to_wire)
+    }
+}
+
+impl From<Role> for contract::Role {
+    fn from(role: Role) -> Self {
+        match role {
+            Role::Viewer => contract::Role::Viewer,
+            Role::Deployer => contract::Role::Deployer,
+            Role::Approver => contract::Role::Approver,
+            Role::Admin => contract::Role::Admin,
+        }
+    }
+}
+
+/// The role a request body names; a value this build does not know is refused, naming it.
+pub fn role(role: &contract::Role) -> Result<Role, String> {
+    match role {
+        contract::Role::Viewer => Ok(Role::Viewer),
+        contract::Role::Deployer => Ok(Role::Deployer),
+        contract::Role::Approver => Ok(Role::Approver),
+        contract::Role::Admin => Ok(Role::Admin),
+        contract::Role::Other(text) => text.parse(),
+    }
+}
+
+impl ToWire for WorkflowStatus {
+    type Wire = contract::WorkflowStatus;
+    fn to_wire(self) -> Self::Wire {
+        match self {
+            WorkflowStatus::Enqueued => contract::WorkflowStatus::Enqueued,
+            WorkflowStatus::Pending => contract::WorkflowStatus::Pending,
+            WorkflowStatus::Success => contract::WorkflowStatus::Success,
+            WorkflowStatus::Error => contract::WorkflowStatus::Error,
+            WorkflowStatus::Cancelled => contract::WorkflowStatus::Cancelled,
+        }
+    }
+}
+
+impl ToWire for submission::SubmittedStatus {
+    type Wire = contract::SubmittedStatus;
+    fn to_wire(self) -> Self::Wire {
+        match self {
+            submission::SubmittedStatus::Deploy(status) => status.to_wire().into(),
+            submission::SubmittedStatus::Scheduled => contract::SubmittedStatus::Scheduled,
+        }
+    }
+}
+
+impl ToWire for submission::Submitted {
+    type Wire = contract::Submitted;
+    fn to_wire(self) -> Self::Wire {
+        contract::Submitted {
+            id: self.id,
+            status: self.status.to_wire(),
+            queue: self.queue,
+        }
+    }
+}
+
+impl ToWire for Phase {
+    type Wire = contract::Phase;
+    fn to_wire(self) -> Self::Wire {
+        match self {
+            Phase::Scheduled => contract::Phase::Scheduled,
+            Phase::Queued => contract::Phase::Queued,
+            Phase::WaitingApproval => contract::Phase::WaitingApproval,
+            Phase::WaitingDependency => contract::Phase::WaitingDependency,
+            Phase::Running => contract::Phase::Running,
+            Phase::Done => contract::Phase::Done,
+            // The workflow's own phases: an open set on the wire, written as their text.
+            Phase::Fetching
+            | Phase::Wave { .. }
+            | Phase::PauseBeforeWave(_)
+            | Phase::RollingBack
+            | Phase::Other(_) => contract::Phase::Other(self.text().into_owned()),
+        }
+    }
+}
+
+impl ToWire for QueueKind {
+    type Wire = contract::QueueKind;
+    fn to_wire(self) -> Self::Wire {
+        match self {
+            QueueKind::Default => contract::QueueKind::Default,
+            QueueKind::Tenant => contract::QueueKind::Tenant,
+            QueueKind::Region => contract::QueueKind::Region,
+            QueueKind::Plugin => contract::QueueKind::Plugin,
+            QueueKind::Routed => contract::QueueKind::Routed,
+        }
+    }
+}
+
+impl ToWire for views::ShownKind {
+    type Wire = contract::QueueKind;
+    fn to_wire(self) -> Self::Wire {
+        match self {
+            views::ShownKind::Known(kind) => kind.to_wire(),
+            views::ShownKind::Other(text) => contract::QueueKind::Other(text),
+        }
+    }
+}
+
+impl ToWire for targets::TargetState {
+    type Wire = contract::TargetState;
+    fn to_wire(self) -> Self::Wire {
+        use targets::TargetState;
+        match self {
+            TargetState::Pending => contract::TargetState::Pending,
+            TargetState::Deploying => contract::TargetState::Deploying,
+            TargetState::Deployed => contract::TargetState::Deployed,
+            TargetState::Failed => contract::TargetState::Failed,
+            TargetState::RolledBack => contract::TargetState::RolledBack,
+            TargetState::Planned => contract::TargetState::Planned,
+            TargetState::Cancelled => contract::TargetState::Cancelled,
+            TargetState::Other(text) => contract::TargetState::Other(text),
+        }
+    }
+}
+
+impl ToWire for deploy_views::StepState {
+    type Wire = contract::StepStatus;
+    fn to_wire(self) -> Self::Wire {
+        use deploy_views::StepState;
+        match self {
+            StepState::Running => contract::StepStatus::Running,
+            StepState::Success => contract::StepStatus::Success,
+            StepState::Error => contract::StepStatus::Error,
+            StepState::Stopped => contract::StepStatus::Stopped,
+        }
+    }
+}
+
+impl ToWire for history::OriginKind {
+    type Wire = contract::RedeployKind;
+    fn to_wire(self) -> Self::Wire {
+        match self {
+            history::OriginKind::Rollback => contract::RedeployKind::Rollback,
+            history::OriginKind::Redeploy => contract::RedeployKind::Redeploy,
+        }
+    }
+}
+
+impl ToWire for timeline::PassAction {
+    type Wire = contract::PassMode;
+    fn to_wire(self) -> Self::Wire {
+        match self {
+            timeline::PassAction::Deploy => contract::PassMode::Deploy,
+            timeline::PassAction::Rollback => contract::PassMode::Rollback,
+        }
+    }
+}
+
+impl ToWire for ExecutorState {
+    type Wire = contract::WorkerState;
+    fn to_wire(self) -> Self::Wire {
+        match self {
+            ExecutorState::Running => contract::WorkerState::Running,
+            ExecutorState::Draining => contract::WorkerState::Draining,
+            ExecutorState::Stopped => contract::WorkerState::Stopped,
+        }
+    }
+}
+
+/// A schedule's `missed` policy; `None` for a schedule that cannot be read.
+fn missed_policy(missed: Option<Missed>) -> contract::MissedPolicy {
+    match missed {
+        Some(Missed::RunOnce) => contract::MissedPolicy::RunOnce,
+        Some(Missed::Skip) => contract::MissedPolicy::Skip,
+        None => contract::MissedPolicy::Unreadable,
+    }
+}
+
+impl ToWire for Artifact {
+    type Wire = contract::Artifact;
+    fn to_wire(self) -> Self::Wire {
+        contract::Artifact {
+            name: self.name,
+            artifact_type: self.artifact_type,
+            version: self.version,
+            url: self.url,
+            sha256: self.sha256,
+        }
+    }
+}
+
+impl ToWire for deploy_views::TargetView {
+    type Wire = contract::TargetView;
+    fn to_wire(self) -> Self::Wire {
+        contract::TargetView {
+            name: self.name,
+            status: self.status.to_wire(),
+            detail: self.detail,
+        }
+    }
+}
+
+impl ToWire for deploy_views::StepView {
+    type Wire = contract::StepView;
+    fn to_wire(self) -> Self::Wire {
+        contract::StepView {
+            name: self.name,
+            status: self.status.to_wire(),
+            attempts: self.attempts,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            executor_id: self.executor_id,
+            error: self.error,
+        }
+    }
+}
+
+impl ToWire for deploy_views::ApprovalView {
+    type Wire = contract::ApprovalView;
+    fn to_wire(self) -> Self::Wire {
+        contract::ApprovalView {
+            by: self.by,
+            decision: if self.approve {
+                contract::Decision::Approved
+            } else {
+                contract::Decision::Rejected
+            },
+            reason: self.reason,
+            at: self.at,
+        }
+    }
+}
+
+impl ToWire for timeline::WaveView {
+    type Wire = contract::WaveView;
+    fn to_wire(self) -> Self::Wire {
+        contract::WaveView {
+            name: self.name,
+            targets: self.targets,
+        }
+    }
+}
+
+impl ToWire for timeline::PassView {
+    type Wire = contract::PassView;
+    fn to_wire(self) -> Self::Wire {
+        contract::PassView {
+            id: self.id,
+            region: self.region,
+            mode: self.action.to_wire(),
+            status: self.status.to_wire(),
+            executor_id: self.executor_id,
+            targets: self.targets,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+        }
+    }
+}
+
+/// Without `actions`: what the asking token may do is the API's to say (`fill_actions`).
+impl ToWire for deploy_views::DeployStatus {
+    type Wire = contract::DeployStatus;
+    fn to_wire(self) -> Self::Wire {
+        contract::DeployStatus {
+            id: self.id,
+            application: self.application,
+            environment: self.environment,
+            version: self.version,
+            status: self.status.to_wire(),
+            phase: self.phase.to_wire(),
+            queue: self.queue,
+            route_kind: self.route_kind.to_wire(),
+            executor_id: self.executor_id,
+            dry_run: self.dry_run,
+            targets: self.targets.to_wire(),
+            steps: self.steps.to_wire(),
+            error: self.error,
+            submitted_by: self.submitted_by,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            waiting_for: self.waiting_for,
+            approvals: self.approvals.to_wire(),
+            artifacts: self.artifacts.to_wire(),
+            overrides: self.overrides,
+            effective: self.effective,
+            deployed_now: self.deployed_now,
+            actions: Vec::new(),
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            duration_ms: self.duration_ms,
+            redeploy_of: self.redeploy_of,
+            redeploy_kind: self.redeploy_kind.to_wire(),
+            waves: self.waves.to_wire(),
+            passes: self.passes.to_wire(),
+        }
+    }
+}
+
+impl ToWire for deploy_views::DeployLogs {
+    type Wire = contract::DeployLogs;
+    fn to_wire(self) -> Self::Wire {
+        contract::DeployLogs {
+            id: self.id,
+            lines: self.lines,
+            output_seq: self.output_seq,
+        }
+    }
+}
+
+impl ToWire for deploy_views::OutputLine {
+    type Wire = contract::OutputLine;
+    fn to_wire(self) -> Self::Wire {
+        contract::OutputLine {
+            seq: self.seq,
+            at: self.at,
+            attempt: self.attempt,
+            source: self.source,
+            // The engine stores the stream as text; the contract keeps one it does not know.
+            stream: contract::OutputStream::from(self.stream),
+            line: self.line,
+        }
+    }
+}
+
+impl ToWire for views::WorkerView {
+    type Wire = contract::WorkerView;
+    fn to_wire(self) -> Self::Wire {
+        contract::WorkerView {
+            executor_id: self.executor_id,
+            host: self.host,
+            region: self.region,
+            state: self.state.to_wire(),
+            heartbeat_at: self.heartbeat_at,
+            running: self.running,
+            pid: self.pid,
+            started_at: self.started_at,
+            queues: self.queues,
+            heartbeat_age_secs: self.heartbeat_age_secs,
+            stale: self.stale,
+            version: self.version,
+        }
+    }
+}
+
+impl ToWire for views::LimitUse {
+    type Wire = contract::LimitUse;
+    fn to_wire(self) -> Self::Wire {
+        contract::LimitUse {
+            key: self.key,
+            counts: self.counts,
+            limit: self.limit,
+            in_use: self.in_use,
+            by: self.by,
+        }
+    }
+}
+
+impl ToWire for views::QueueView {
+    type Wire = contract::QueueView;
+    fn to_wire(self) -> Self::Wire {
+        contract::QueueView {
+            name: self.name,
+            kind: self.kind.to_wire(),
+            concurrency: self.concurrency,
+            environment_concurrency: self.environment_concurrency,
+            global_concurrency: self.global_concurrency,
+            enqueued: self.enqueued,
+            running: self.running,
+            workers: self.workers,
+            queue_concurrency: self.queue_concurrency,
+            limits: self.limits.to_wire(),
+        }
+    }
+}
+
+impl ToWire for views::TenantView {
+    type Wire = contract::TenantView;
+    fn to_wire(self) -> Self::Wire {
+        contract::TenantView {
+            name: self.name,
+            queue: self.queue,
+            declared: self.declared,
+            applications: self.applications,
+        }
+    }
+}
+
+impl ToWire for history::LiveVersion {
+    type Wire = contract::LiveVersion;
+    fn to_wire(self) -> Self::Wire {
+        contract::LiveVersion {
+            version: self.version,
+            deploy_id: self.deploy_id,
+            finished_at: self.finished_at,
+        }
+    }
+}
+
+impl ToWire for views::ApplicationView {
+    type Wire = contract::ApplicationView;
+    fn to_wire(self) -> Self::Wire {
+        contract::ApplicationView {
+            application: self.application,
+            tenant: self.tenant,
+            environments: self.environments,
+            live: self
+                .live
+                .into_iter()
+                .map(|(environment, live)| (environment, live.to_wire()))
+                .collect(),
+        }
+    }
+}
+
+impl ToWire for ScheduleView {
+    type Wire = contract::ScheduleView;
+    fn to_wire(self) -> Self::Wire {
+        contract::ScheduleView {
+            id: self.id,
+            application: self.application,
+            environment: self.environment,
+            version: self.version,
+            cron: self.cron,
+            timezone: self.timezone,
+            missed: missed_policy(self.missed),
+            paused: self.paused,
+            queue: self.queue,
+            next_tick: self.next_tick,
+            last_tick: self.last_tick,
+            last_deploy: self.last_deploy,
+            created_by: self.created_by,
+            created_at: self.created_at,
+            error: self.error,
+        }
+    }
+}
