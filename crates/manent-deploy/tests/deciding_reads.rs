@@ -4,6 +4,8 @@
 //! now; an approvals record that cannot be read is an error, not "no approvals"; and a
 //! deploy that exists but cannot be read is no 404 to an approver.
 
+mod common;
+
 use std::time::Duration;
 
 use manent_deploy::{
@@ -25,25 +27,6 @@ on_both_backends!(reads_that_decide_return_the_error_of_a_record_that_cannot_be_
 
 const QUEUE: &str = "deciding";
 const WAIT: Duration = Duration::from_secs(60);
-
-/// A recorded deploy request of `application` in prod, as submission stores it.
-fn request(application: &str) -> Value {
-    json!({
-        "descriptor": {
-            "application": application,
-            "environment": "prod",
-            "artifacts": [{
-                "name": "app.tar.gz", "type": "file", "version": "1.0",
-                "url": "file:///srv/app.tar.gz",
-                "sha256": "239f59ed55e737c77147cf55ad0c1b030b6d7ee748a7426952f9b852d5a935e5",
-            }],
-        },
-        "effective": null,
-        "route": {"queue": QUEUE, "kind": "default", "plugin": null},
-        "submitted_by": "test",
-        "submitted_at_ms": 0,
-    })
-}
 
 /// Stands in for the deploy workflow: a request it cannot read succeeds at once; a readable
 /// one publishes that it waits for approval (for `shop/api`, with approvals that cannot be
@@ -96,8 +79,18 @@ async fn reads_that_decide_return_the_error_of_a_record_that_cannot_be_read(db: 
     let unreadable = enqueue(&client, json!({"garbled": true}), "shop/web/prod").await;
     let done = client.wait(&unreadable, WAIT).await.expect("it ends");
     assert_eq!(done.status, WorkflowStatus::Success, "it succeeded");
-    let waiting = enqueue(&client, request("shop/web"), "shop/web/prod").await;
-    let garbled_approvals = enqueue(&client, request("shop/api"), "shop/api/prod").await;
+    let waiting = enqueue(
+        &client,
+        common::recorded_request("shop/web", QUEUE, false),
+        "shop/web/prod",
+    )
+    .await;
+    let garbled_approvals = enqueue(
+        &client,
+        common::recorded_request("shop/api", QUEUE, false),
+        "shop/api/prod",
+    )
+    .await;
     waiting_for_approval(&client, &waiting).await;
     waiting_for_approval(&client, &garbled_approvals).await;
 

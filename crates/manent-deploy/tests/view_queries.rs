@@ -3,6 +3,8 @@
 //! as with 50: none is read one deploy at a time. Statements are counted from sqlx's own
 //! per-statement trace (`sqlx::query`), with no engine running while a view is read.
 
+mod common;
+
 use std::{
     sync::{
         LazyLock,
@@ -83,26 +85,6 @@ fn count_statements() {
     });
 }
 
-/// A recorded deploy request of `application` in prod, as submission stores it.
-fn request(application: &str, queue: &str, dry_run: bool) -> Value {
-    json!({
-        "descriptor": {
-            "application": application,
-            "environment": "prod",
-            "artifacts": [{
-                "name": "app.tar.gz", "type": "file", "version": "1.0",
-                "url": "file:///srv/app.tar.gz",
-                "sha256": "239f59ed55e737c77147cf55ad0c1b030b6d7ee748a7426952f9b852d5a935e5",
-            }],
-            "dry_run": dry_run,
-        },
-        "effective": null,
-        "route": {"queue": queue, "kind": "default", "plugin": null},
-        "submitted_by": "test",
-        "submitted_at_ms": 0,
-    })
-}
-
 /// How many statements `list` and `activity` each ran over `per_kind` finished, running
 /// (each with a phase and a target event) and queued deploys.
 async fn statements_of_views(backend: Db, per_kind: usize) -> (usize, usize) {
@@ -139,7 +121,7 @@ async fn statements_of_views(backend: Db, per_kind: usize) -> (usize, usize) {
                 EnqueueRequest::new(
                     DEPLOY_WORKFLOW,
                     queue,
-                    request(&application, queue, dry_run),
+                    common::recorded_request(&application, queue, dry_run),
                 )
                 .partition(format!("{application}/prod")),
             );
