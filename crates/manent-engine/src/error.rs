@@ -19,6 +19,20 @@ pub enum StoreError {
     /// A stored value could not be decoded (a corrupted or foreign row).
     #[error("corrupt stored value in {what}: {reason}")]
     Corrupt { what: String, reason: String },
+    /// An applied migration's statements differ from this build's: a released migration was
+    /// edited, so the schema this database has is not the one this build expects.
+    #[error(
+        "migration {version} (`{name}`) was applied with checksum {recorded}, but this build's \
+         migration {version} has checksum {expected}: a released migration was edited. \
+         Run the manent release that applied it, or restore the migration (a change to the \
+         schema is a new migration, never an edit)"
+    )]
+    MigrationEdited {
+        version: i64,
+        name: String,
+        recorded: String,
+        expected: String,
+    },
 }
 
 impl StoreError {

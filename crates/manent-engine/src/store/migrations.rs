@@ -1,8 +1,14 @@
 //! The versioned schema of both backends. A migration is never edited once
-//! released: a change is a new version appended to [`MIGRATIONS`].
+//! released: a change is a new version appended to [`MIGRATIONS`]. Each applied
+//! migration's checksum is recorded, and a database whose recorded checksum differs
+//! from this build's is refused at start ([`plan`]).
+
+use sha2::{Digest, Sha256};
 
 use super::Backend;
+use crate::error::StoreError;
 
+#[derive(Debug)]
 pub(crate) struct Migration {
     pub version: i64,
     pub name: &'static str,
@@ -18,6 +24,64 @@ impl Migration {
         };
         self.statements.iter().map(move |s| s.replace("{ID}", id))
     }
+
+    /// SHA-256 (hex) of the statements as written, before the dialect's substitution:
+    /// one checksum for both backends. Statements are joined with NUL, which no statement
+    /// contains, so moving text from one statement to the next changes the checksum.
+    pub fn checksum(&self) -> String {
+        let mut hasher = Sha256::new();
+        for (i, statement) in self.statements.iter().enumerate() {
+            if i > 0 {
+                hasher.update([0u8]);
+            }
+            hasher.update(statement.as_bytes());
+        }
+        hex::encode(hasher.finalize())
+    }
+}
+
+/// A row of `manent_schema_migrations`: a version applied to this database, with the
+/// checksum recorded when it was applied (`None` when a release before checksums applied it).
+#[derive(Debug, Clone)]
+pub(crate) struct Applied {
+    pub version: i64,
+    pub checksum: Option<String>,
+}
+
+/// What a migrator does to a database, decided from what it has applied.
+#[derive(Debug, Default)]
+pub(crate) struct Plan {
+    /// Migrations to apply, in order.
+    pub pending: Vec<&'static Migration>,
+    /// Applied migrations whose checksum was never recorded: stamped with this build's.
+    pub unstamped: Vec<&'static Migration>,
+}
+
+/// Decides what to apply, refusing a database one of whose applied migrations was edited
+/// since. A version this build does not know (a newer release applied it) is left alone.
+pub(crate) fn plan(applied: &[Applied]) -> Result<Plan, StoreError> {
+    let mut plan = Plan::default();
+    for migration in MIGRATIONS {
+        match applied.iter().find(|a| a.version == migration.version) {
+            None => plan.pending.push(migration),
+            Some(Applied { checksum: None, .. }) => plan.unstamped.push(migration),
+            Some(Applied {
+                checksum: Some(recorded),
+                ..
+            }) => {
+                let expected = migration.checksum();
+                if *recorded != expected {
+                    return Err(StoreError::MigrationEdited {
+                        version: migration.version,
+                        name: migration.name.to_string(),
+                        recorded: recorded.clone(),
+                        expected,
+                    });
+                }
+            }
+        }
+    }
+    Ok(plan)
 }
 
 pub(crate) const MIGRATIONS: &[Migration] = &[
@@ -204,4 +268,108 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
 /// The version a fully migrated schema has.
 pub fn latest_version() -> i64 {
     MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn applied(version: i64, checksum: Option<&str>) -> Applied {
+        Applied {
+            version,
+            checksum: checksum.map(str::to_string),
+        }
+    }
+
+    fn versions(migrations: &[&Migration]) -> Vec<i64> {
+        migrations.iter().map(|m| m.version).collect()
+    }
+
+    #[test]
+    fn released_migrations_keep_their_checksums() {
+        // A change here means a released migration was edited: append a new one instead.
+        let sums: Vec<String> = MIGRATIONS
+            .iter()
+            .map(|m| format!("{} {}", m.version, m.checksum()))
+            .collect();
+        expect_test::expect![[r#"
+            1 a4113f2073499967d5fbb32b7dcd9020bc8fc91dc58ab5256f0a125ea5c648f6
+            2 8e18ae1a03941795a0382e995f3e034ff39f74ad626542fb056e4b966fe45217
+            3 b031056bad1d5dcee6450daf1655f58cf50eee642964d28a52d72a59b4e6801b
+            4 89a22b27e3d141adbd16416674d5d6d8809191ebfc66c632ba0e841537284328
+            5 6332885275119db8d2d4574d9d7dca9c96bdcbb9e1f62fee7d1e578678c4d268
+            6 43f2c0f2ffa02395a216f1507539baab31e54a5806a357bbc4082038750c39cd
+            7 e33c4a0c665b7c0e6a9431630a19308105023b493ecb8e426a42246c69187e47
+            8 bb6c1d55e2999cada39f125ab2d49d9f130682e4efb962c567e53e586be267ea
+            9 80a1dd186d723e4e58e9d6eb5dbe5d6402359fc8ebda0420abf2b8dd513b14e4"#]]
+        .assert_eq(&sums.join("\n"));
+    }
+
+    #[test]
+    fn versions_are_strictly_increasing() {
+        let all: Vec<i64> = MIGRATIONS.iter().map(|m| m.version).collect();
+        assert!(
+            all.windows(2).all(|w| w[0] < w[1]),
+            "migrations must be appended in version order: {all:?}"
+        );
+    }
+
+    #[test]
+    fn a_fresh_database_takes_every_migration() {
+        let plan = plan(&[]).expect("nothing applied, nothing to refuse");
+        assert_eq!(
+            versions(&plan.pending),
+            versions(&MIGRATIONS.iter().collect::<Vec<_>>())
+        );
+        assert!(
+            plan.unstamped.is_empty(),
+            "nothing applied, nothing to stamp"
+        );
+    }
+
+    #[test]
+    fn migrations_applied_before_checksums_are_stamped_not_reapplied() {
+        let before: Vec<Applied> = MIGRATIONS
+            .iter()
+            .filter(|m| m.version <= 8)
+            .map(|m| applied(m.version, None))
+            .collect();
+        let plan = plan(&before).expect("unstamped rows are not refused");
+        assert_eq!(
+            versions(&plan.pending),
+            vec![9],
+            "only the missing version is applied"
+        );
+        assert_eq!(versions(&plan.unstamped), (1..=8).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn an_edited_migration_is_refused_with_its_version_and_both_checksums() {
+        let mut rows: Vec<Applied> = MIGRATIONS
+            .iter()
+            .map(|m| applied(m.version, Some(&m.checksum())))
+            .collect();
+        rows[2].checksum = Some("0".repeat(64));
+        let error = plan(&rows).expect_err("an edited migration must be refused");
+        let message = error.to_string();
+        assert!(
+            matches!(error, StoreError::MigrationEdited { version: 3, .. }),
+            "the refusal names version 3: {message}"
+        );
+        assert!(
+            message.contains(&"0".repeat(64)) && message.contains(&MIGRATIONS[2].checksum()),
+            "the refusal shows the recorded and the expected checksum: {message}"
+        );
+    }
+
+    #[test]
+    fn a_version_this_build_does_not_know_is_left_alone() {
+        let mut rows: Vec<Applied> = MIGRATIONS
+            .iter()
+            .map(|m| applied(m.version, Some(&m.checksum())))
+            .collect();
+        rows.push(applied(latest_version() + 1, Some("newer")));
+        let plan = plan(&rows).expect("a newer version is not an edit");
+        assert!(plan.pending.is_empty() && plan.unstamped.is_empty());
+    }
 }

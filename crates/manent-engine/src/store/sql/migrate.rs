@@ -11,7 +11,24 @@ use crate::store::postgres;
 /// The record of applied migrations (`migrations.rs`), made by the first migrator.
 pub(super) const CREATE_MIGRATIONS_TABLE: &str =
     "CREATE TABLE IF NOT EXISTS manent_schema_migrations (
+    version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL, checksum TEXT)";
+
+/// The table as releases before migration checksums made it: the column is added in place.
+#[cfg(test)]
+pub(super) const LEGACY_MIGRATIONS_TABLE: &str =
+    "CREATE TABLE IF NOT EXISTS manent_schema_migrations (
     version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)";
+
+const SELECT_APPLIED: &str = "SELECT version, checksum FROM manent_schema_migrations";
+const INSERT_APPLIED: &str = "INSERT INTO manent_schema_migrations (version, name, applied_at, checksum) VALUES ($1, $2, $3, $4)";
+const STAMP_APPLIED: &str =
+    "UPDATE manent_schema_migrations SET checksum = $1 WHERE version = $2 AND checksum IS NULL";
+
+fn applied_rows(rows: Vec<(i64, Option<String>)>) -> Vec<migrations::Applied> {
+    rows.into_iter()
+        .map(|(version, checksum)| migrations::Applied { version, checksum })
+        .collect()
+}
 
 impl SqlStore {
     pub(super) async fn migrate_once(&self) -> Result<(), StoreError> {
@@ -23,21 +40,35 @@ impl SqlStore {
                 sqlx::query(CREATE_MIGRATIONS_TABLE)
                     .execute(&mut *tx)
                     .await?;
-                let applied: Vec<i64> =
-                    sqlx::query_scalar("SELECT version FROM manent_schema_migrations")
-                        .fetch_all(&mut *tx)
+                let has_checksum: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM pragma_table_info('manent_schema_migrations') WHERE name = 'checksum'",
+                )
+                .fetch_one(&mut *tx)
+                .await?;
+                if has_checksum == 0 {
+                    sqlx::query("ALTER TABLE manent_schema_migrations ADD COLUMN checksum TEXT")
+                        .execute(&mut *tx)
                         .await?;
-                for m in migrations::MIGRATIONS
-                    .iter()
-                    .filter(|m| !applied.contains(&m.version))
-                {
+                }
+                let applied =
+                    applied_rows(sqlx::query_as(SELECT_APPLIED).fetch_all(&mut *tx).await?);
+                let plan = migrations::plan(&applied)?;
+                for m in &plan.unstamped {
+                    sqlx::query(STAMP_APPLIED)
+                        .bind(m.checksum())
+                        .bind(m.version)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                for m in &plan.pending {
                     for statement in m.statements(backend) {
                         sqlx::query(&statement).execute(&mut *tx).await?;
                     }
-                    sqlx::query("INSERT INTO manent_schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)")
+                    sqlx::query(INSERT_APPLIED)
                         .bind(m.version)
                         .bind(m.name)
                         .bind(crate::now_ms())
+                        .bind(m.checksum())
                         .execute(&mut *tx)
                         .await?;
                 }
@@ -53,22 +84,30 @@ impl SqlStore {
                     .await?;
                 let result = async {
                     sqlx::query(CREATE_MIGRATIONS_TABLE).execute(&mut *conn).await?;
-                    let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM manent_schema_migrations")
-                        .fetch_all(&mut *conn)
+                    sqlx::query("ALTER TABLE manent_schema_migrations ADD COLUMN IF NOT EXISTS checksum TEXT")
+                        .execute(&mut *conn)
                         .await?;
-                    for m in migrations::MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
+                    let applied = applied_rows(sqlx::query_as(SELECT_APPLIED).fetch_all(&mut *conn).await?);
+                    let plan = migrations::plan(&applied)?;
+                    for m in &plan.unstamped {
+                        sqlx::query(STAMP_APPLIED)
+                            .bind(m.checksum())
+                            .bind(m.version)
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    for m in &plan.pending {
                         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                         for statement in m.statements(backend) {
                             sqlx::query(&statement).execute(&mut *tx).await?;
                         }
-                        sqlx::query(
-                            "INSERT INTO manent_schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
-                        )
-                        .bind(m.version)
-                        .bind(m.name)
-                        .bind(crate::now_ms())
-                        .execute(&mut *tx)
-                        .await?;
+                        sqlx::query(INSERT_APPLIED)
+                            .bind(m.version)
+                            .bind(m.name)
+                            .bind(crate::now_ms())
+                            .bind(m.checksum())
+                            .execute(&mut *tx)
+                            .await?;
                         tx.commit().await?;
                     }
                     Ok::<_, StoreError>(())

@@ -4,7 +4,7 @@ use super::claims::CLAIM_RUNNING_SQL;
 use super::claims::claim_page_sql;
 use super::claims::claim_update_sql;
 use super::claims::pg_claim_begin;
-use super::migrate::CREATE_MIGRATIONS_TABLE;
+use super::migrate::LEGACY_MIGRATIONS_TABLE;
 use super::workflows::QUEUE_DEPTHS_SQL;
 use super::workflows::json_list;
 use super::workflows::list_sql;
@@ -627,13 +627,14 @@ async fn partition_histories(store: &SqlStore) -> Vec<(String, String, WorkflowS
 
 /// A database that version 8 made and used (queued, running and finished work in two
 /// partitions) takes migration 9 with nothing lost: the same rows listed by partition,
-/// the same depths, the old indexes gone and the new ones there.
+/// the same depths, the old indexes gone and the new ones there. Version 8 kept no
+/// checksums: its record gains the column and every version its checksum.
 async fn upgrade_from_version_8(db: manent_testkit::Db) {
     let test = manent_testkit::TestDb::new(db).await;
     let store = SqlStore::connect(&test.url).await.expect("connect");
     let backend = store.backend();
     with_writer!(store, pool => {
-        sqlx::query(CREATE_MIGRATIONS_TABLE).execute(pool).await.expect("migrations table");
+        sqlx::query(LEGACY_MIGRATIONS_TABLE).execute(pool).await.expect("migrations table");
         for m in migrations::MIGRATIONS.iter().filter(|m| m.version <= 8) {
             for statement in m.statements(backend) {
                 sqlx::query(&statement).execute(pool).await.expect("a version 8 statement");
@@ -719,6 +720,66 @@ async fn upgrade_from_version_8(db: manent_testkit::Db) {
             "{made} is made: {indexes:?}"
         );
     }
+    assert_eq!(
+        recorded_checksums(&store).await,
+        migrations::MIGRATIONS
+            .iter()
+            .map(|m| (m.version, Some(m.checksum())))
+            .collect::<Vec<_>>(),
+        "every applied version carries this build's checksum after the migration"
+    );
+}
+
+/// Each version's recorded checksum, by version.
+async fn recorded_checksums(store: &SqlStore) -> Vec<(i64, Option<String>)> {
+    with_pool!(store, pool => sqlx::query_as::<_, (i64, Option<String>)>(
+        "SELECT version, checksum FROM manent_schema_migrations ORDER BY version",
+    )
+    .fetch_all(pool)
+    .await)
+    .expect("read the migrations record")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_migration_is_refused_at_start_on_sqlite() {
+    edited_migration_is_refused(manent_testkit::Db::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_migration_is_refused_at_start_on_postgres() {
+    edited_migration_is_refused(manent_testkit::Db::Postgres).await;
+}
+
+/// A database whose record says migration 4 was applied with other statements than this
+/// build's is refused by the next start, naming the version; nothing is applied or stamped.
+async fn edited_migration_is_refused(db: manent_testkit::Db) {
+    let test = manent_testkit::TestDb::new(db).await;
+    let store = SqlStore::connect(&test.url).await.expect("connect");
+    store.migrate().await.expect("a fresh database migrates");
+    with_writer!(store, pool => {
+        sqlx::query("UPDATE manent_schema_migrations SET checksum = 'edited' WHERE version = 4")
+            .execute(pool)
+            .await
+            .expect("pretend migration 4 was applied from other statements");
+    });
+    let error = store
+        .migrate()
+        .await
+        .expect_err("an edited migration must stop the start");
+    assert!(
+        matches!(error, StoreError::MigrationEdited { version: 4, .. }),
+        "the refusal names migration 4: {error}"
+    );
+    let recorded = recorded_checksums(&store).await;
+    assert_eq!(
+        recorded
+            .iter()
+            .find(|(v, _)| *v == 4)
+            .and_then(|(_, c)| c.clone())
+            .as_deref(),
+        Some("edited"),
+        "the refused record is left as it was, for the operator to see"
+    );
 }
 
 #[test]
