@@ -8,7 +8,7 @@ use std::{
     sync::Arc,
 };
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use axum_server::tls_rustls::RustlsConfig;
 use clap::{CommandFactory, Parser, Subcommand};
 use manent_api::{AppState, Role, auth};
@@ -342,7 +342,7 @@ async fn serve(
         None
     };
 
-    let api = if with_api {
+    let mut api = if with_api {
         let listener = tokio::net::TcpListener::bind(&config.api.listen)
             .await
             .with_context(|| format!("cannot listen on {} (api.listen)", config.api.listen))?;
@@ -387,24 +387,50 @@ async fn serve(
 
     let lease_lost = async {
         match &worker {
-            Some((engine, _, _)) => Some(engine.lease_lost().await),
+            Some((engine, _, _)) => engine.lease_lost().await,
             None => std::future::pending().await,
         }
     };
-    let lost = tokio::select! {
-        _ = sigterm.recv() => { tracing::info!("SIGTERM: shutting down"); None }
-        _ = sigint.recv() => { tracing::info!("SIGINT: shutting down"); None }
-        lost = lease_lost => lost,
-    };
-    if let Some(lost) = lost {
-        // Another process holds this executor id now: its runs were stopped
-        // and their commands killed; touch nothing more, exit non-zero.
-        let _ = stop_tx.send(true);
-        if let Some((_, _, plugins)) = worker {
-            plugins.shutdown().await;
+    let api_ended = async {
+        match api.as_mut() {
+            Some(task) => task.await,
+            None => std::future::pending().await,
         }
-        return Err(anyhow::Error::new(lost).context("the worker stopped"));
-    }
+    };
+    let signal = async {
+        tokio::select! {
+            _ = sigterm.recv() => "SIGTERM",
+            _ = sigint.recv() => "SIGINT",
+        }
+    };
+    let stop = first_stop(signal, lease_lost, api_ended).await;
+    let api_failure = match stop {
+        Stop::Signal(name) => {
+            tracing::info!("{name}: shutting down");
+            None
+        }
+        Stop::LeaseLost(lost) => {
+            // Another process holds this executor id now: its runs were stopped
+            // and their commands killed; touch nothing more, exit non-zero.
+            let _ = stop_tx.send(true);
+            if let Some((_, _, plugins)) = worker {
+                plugins.shutdown().await;
+            }
+            return Err(anyhow::Error::new(lost).context("the worker stopped"));
+        }
+        Stop::ApiEnded(ended) => {
+            // Nobody asked the API to stop: the process must not go on as a worker whose
+            // API is silently gone. The worker drains as on a signal; the exit is non-zero.
+            api = None;
+            let failure = match ended {
+                Ok(Ok(())) => anyhow!("the API server stopped although no shutdown was asked"),
+                Ok(Err(e)) => anyhow::Error::new(e).context("the API server failed"),
+                Err(e) => anyhow::Error::new(e).context("the API task ended"),
+            };
+            tracing::error!(error = %format!("{failure:#}"), "the API stopped; shutting down");
+            Some(failure)
+        }
+    };
     let _ = stop_tx.send(true);
     if let Some((engine, ticker, plugins)) = worker {
         // No new tick once shutting down; the deploys already enqueued wait for any worker.
@@ -418,10 +444,35 @@ async fn serve(
         // After the engine: no pass can need a plugin process any more.
         plugins.shutdown().await;
     }
+    if let Some(failure) = api_failure {
+        return Err(failure);
+    }
     if let Some(api) = api {
         api.await.context("API task")?.context("API server")?;
     }
     Ok(())
+}
+
+/// Why `serve` stops: a signal, the worker's lease lost, or the API's task ending by
+/// itself (with its result).
+#[derive(Debug)]
+enum Stop<A> {
+    Signal(&'static str),
+    LeaseLost(manent_engine::EngineError),
+    ApiEnded(A),
+}
+
+/// The first of the three that happens.
+async fn first_stop<A>(
+    signal: impl Future<Output = &'static str>,
+    lease_lost: impl Future<Output = manent_engine::EngineError>,
+    api_ended: impl Future<Output = A>,
+) -> Stop<A> {
+    tokio::select! {
+        name = signal => Stop::Signal(name),
+        lost = lease_lost => Stop::LeaseLost(lost),
+        ended = api_ended => Stop::ApiEnded(ended),
+    }
 }
 
 /// The TLS configuration of `api.tls`: the certificate chain and key from PEM files,
@@ -486,4 +537,45 @@ async fn start_worker(
     engine.launch().await.context("the worker did not start")?;
     let ticker = Ticker::start(Client::new(store), TICK_INTERVAL);
     Ok((engine, ticker, plugins))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::{pending, ready};
+
+    use super::*;
+
+    fn lost() -> manent_engine::EngineError {
+        manent_engine::EngineError::LeaseLost {
+            executor_id: "w1".into(),
+            detail: "taken over".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_api_that_ends_by_itself_stops_serve() {
+        let stop = first_stop(pending(), pending(), ready("ended")).await;
+        assert!(
+            matches!(stop, Stop::ApiEnded("ended")),
+            "the API's end is noticed, with its result: {stop:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_signal_stops_serve_while_the_api_runs() {
+        let stop = first_stop(ready("SIGTERM"), pending(), pending::<()>()).await;
+        assert!(
+            matches!(stop, Stop::Signal("SIGTERM")),
+            "a signal is a shutdown: {stop:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lost_lease_stops_serve_while_the_api_runs() {
+        let stop = first_stop(pending(), ready(lost()), pending::<()>()).await;
+        assert!(
+            matches!(stop, Stop::LeaseLost(_)),
+            "a lost lease stops the process: {stop:?}"
+        );
+    }
 }
