@@ -630,10 +630,10 @@ async fn deploy_once(
     );
     let started = Instant::now();
     let submitted_ms = manent_engine::now_ms();
-    let parsed = manent_deploy::service::parse(descriptor, "deploy.yml".into())
+    let parsed = manent_deploy::submission::parse(descriptor, "deploy.yml".into())
         .await
         .map_err(|e| anyhow!("parse: {e}"))?;
-    let submitted = manent_deploy::service::submit(
+    let submitted = manent_deploy::submission::submit(
         client,
         &std::sync::Arc::new(config.clone()),
         parsed,
@@ -657,7 +657,7 @@ async fn deploy_once(
             breakdown(&steps, submitted_ms, record.updated_at_ms),
         ))
     } else {
-        let status = manent_deploy::service::status(client, &submitted.id)
+        let status = manent_deploy::deploy_views::status(client, &submitted.id)
             .await
             .ok()
             .flatten();

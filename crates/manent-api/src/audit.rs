@@ -6,14 +6,12 @@
 //! refused or that changes something (any method but GET), so a route added later is
 //! audited without further code.
 
-use std::sync::Arc;
-
 use axum::{
     body::{Body, to_bytes},
     http::{Method, StatusCode},
     response::Response,
 };
-use manent_engine::{AuditRecord, Store, now_ms};
+use manent_engine::{AuditRecord, Records, now_ms};
 
 use crate::auth::Caller;
 
@@ -33,7 +31,7 @@ pub struct Entry {
 
 /// Appends `entry` to the trail. A failure to write is logged as an error and never
 /// changes the answer of the request it describes (that request already happened).
-pub async fn record(store: &Arc<dyn Store>, entry: Entry) {
+pub async fn record(records: &Records, entry: Entry) {
     let (actor, actor_id) = match &entry.who {
         Some(caller) => (caller.token.name.clone(), caller.token.id.clone()),
         None => ("-".to_string(), String::new()),
@@ -48,7 +46,7 @@ pub async fn record(store: &Arc<dyn Store>, entry: Entry) {
         outcome: i64::from(entry.outcome.as_u16()),
         detail: entry.detail,
     };
-    if let Err(e) = store.append_audit(&record).await {
+    if let Err(e) = records.append_audit(&record).await {
         tracing::error!(error = %e, action = %record.action, target = %record.target,
             actor = %record.actor, "cannot write the audit trail");
     }
@@ -56,7 +54,7 @@ pub async fn record(store: &Arc<dyn Store>, entry: Entry) {
 
 /// Records a change made outside the API (`manent-server admin …`): the actor is the
 /// command, not a token; the outcome is 200.
-pub async fn record_admin(store: &Arc<dyn Store>, actor: &str, action: &str, target: &str) {
+pub async fn record_admin(records: &Records, actor: &str, action: &str, target: &str) {
     let record = AuditRecord {
         seq: 0,
         at_ms: now_ms(),
@@ -67,17 +65,17 @@ pub async fn record_admin(store: &Arc<dyn Store>, actor: &str, action: &str, tar
         outcome: 200,
         detail: String::new(),
     };
-    if let Err(e) = store.append_audit(&record).await {
+    if let Err(e) = records.append_audit(&record).await {
         tracing::error!(error = %e, action, target, "cannot write the audit trail");
     }
 }
 
 /// The newest `limit` entries, newest first.
 pub async fn list(
-    store: &Arc<dyn Store>,
+    records: &Records,
     limit: i64,
 ) -> Result<Vec<AuditRecord>, manent_engine::StoreError> {
-    store.list_audit(limit).await
+    records.audit(limit).await
 }
 
 /// The action of a request on the route `template` (`/api/v1/deploys/{id}/cancel`):
@@ -120,7 +118,7 @@ pub fn target_of(template: &str, path: &str) -> String {
 /// creation is read from the answer (`id`, `name`); the detail of a failure is its error
 /// message. Returns the response unchanged.
 pub async fn after_response(
-    store: &Arc<dyn Store>,
+    records: &Records,
     who: Option<Caller>,
     method: &Method,
     template: &str,
@@ -176,7 +174,7 @@ pub async fn after_response(
         crate::refusals::note(status.as_u16(), token, method.as_str(), path, &detail);
     }
     record(
-        store,
+        records,
         Entry {
             who,
             action: action_of(method, template),

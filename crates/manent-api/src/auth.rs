@@ -3,9 +3,9 @@
 //! id, an optional expiry, revocation, the last use. Roles are granted on application
 //! patterns qualified with the tenant (`ml/*`).
 
-use std::{fmt, str::FromStr, sync::Arc};
+use std::{fmt, str::FromStr};
 
-use manent_engine::{RecordEntry, Store, StoreError, now_ms};
+use manent_engine::{RecordEntry, Records, StoreError, now_ms};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -237,7 +237,7 @@ pub fn parse_expiry(text: &str, now_ms: i64) -> Result<i64, TokenError> {
 /// Creates a token and returns its record and its secret (shown once). Refuses a name
 /// already taken, an invalid name and an unqualified scope.
 pub async fn create(
-    store: &Arc<dyn Store>,
+    records: &Records,
     new: &NewToken,
 ) -> Result<(TokenRecord, String), TokenError> {
     check_name(&new.name)?;
@@ -245,7 +245,7 @@ pub async fn create(
         check_scope(on)?;
     }
     // Tokens made before names were unique have no name record: look at them too.
-    if list_records(store)
+    if list_records(records)
         .await?
         .iter()
         .any(|(_, t)| t.name == new.name)
@@ -267,8 +267,8 @@ pub async fn create(
     // The name and the token are written together or not at all: of two concurrent
     // creations of one name exactly one gets it, and a crash between the two writes
     // cannot leave a name held by no token.
-    let written = store
-        .insert_records(
+    let written = records
+        .insert_all(
             &[
                 RecordEntry {
                     kind: NAME_KIND,
@@ -292,7 +292,7 @@ pub async fn create(
 
 /// Creates a token that never expires and returns its secret, shown once.
 pub async fn create_token(
-    store: &Arc<dyn Store>,
+    records: &Records,
     name: &str,
     role: Role,
     on: Option<&str>,
@@ -303,13 +303,13 @@ pub async fn create_token(
         on: on.map(str::to_string),
         expires_at_ms: None,
     };
-    Ok(create(store, &new).await?.1)
+    Ok(create(records, &new).await?.1)
 }
 
 /// Every stored token with the hash it is kept under.
-async fn list_records(store: &Arc<dyn Store>) -> Result<Vec<(String, TokenRecord)>, StoreError> {
-    store
-        .list_records(KIND)
+async fn list_records(records: &Records) -> Result<Vec<(String, TokenRecord)>, StoreError> {
+    records
+        .list(KIND)
         .await?
         .into_iter()
         .map(|(hash, json)| Ok((hash.clone(), decode(&hash, &json)?)))
@@ -317,15 +317,15 @@ async fn list_records(store: &Arc<dyn Store>) -> Result<Vec<(String, TokenRecord
 }
 
 /// Every token, by name, without secrets or hashes.
-pub async fn list(store: &Arc<dyn Store>) -> Result<Vec<TokenView>, TokenError> {
-    let used: std::collections::HashMap<String, i64> = store
-        .list_records(USED_KIND)
+pub async fn list(records: &Records) -> Result<Vec<TokenView>, TokenError> {
+    let used: std::collections::HashMap<String, i64> = records
+        .list(USED_KIND)
         .await?
         .into_iter()
         .filter_map(|(id, at)| Some((id, at.parse().ok()?)))
         .collect();
     let now = now_ms();
-    let mut views: Vec<TokenView> = list_records(store)
+    let mut views: Vec<TokenView> = list_records(records)
         .await?
         .into_iter()
         .map(|(_, t)| TokenView {
@@ -345,8 +345,8 @@ pub async fn list(store: &Arc<dyn Store>) -> Result<Vec<TokenView>, TokenError> 
 
 /// Revokes the token named `name`: from then on its secret answers 401. Returns the
 /// revoked record (its id stays in the audit trail and in past approvals).
-pub async fn revoke(store: &Arc<dyn Store>, name: &str) -> Result<TokenRecord, TokenError> {
-    let tokens: Vec<(String, TokenRecord)> = list_records(store)
+pub async fn revoke(records: &Records, name: &str) -> Result<TokenRecord, TokenError> {
+    let tokens: Vec<(String, TokenRecord)> = list_records(records)
         .await?
         .into_iter()
         .filter(|(_, token)| token.name == name)
@@ -357,7 +357,7 @@ pub async fn revoke(store: &Arc<dyn Store>, name: &str) -> Result<TokenRecord, T
         keys.push((KIND, hashed));
         keys.push((USED_KIND, &token.id));
     }
-    store.delete_records(&keys).await?;
+    records.delete_all(&keys).await?;
     tokens
         .into_iter()
         .map(|(_, token)| token)
@@ -366,12 +366,9 @@ pub async fn revoke(store: &Arc<dyn Store>, name: &str) -> Result<TokenRecord, T
 }
 
 /// The live token for `secret`, if it exists and has not expired. Notes its use.
-pub async fn authenticate(
-    store: &Arc<dyn Store>,
-    secret: &str,
-) -> Result<Option<Caller>, StoreError> {
+pub async fn authenticate(records: &Records, secret: &str) -> Result<Option<Caller>, StoreError> {
     let hashed = hash(secret);
-    let Some(json) = store.get_record(KIND, &hashed).await? else {
+    let Some(json) = records.get(KIND, &hashed).await? else {
         return Ok(None);
     };
     let token = decode(&hashed, &json)?;
@@ -379,13 +376,13 @@ pub async fn authenticate(
     if token.is_expired(now) {
         return Ok(None);
     }
-    let last_used: Option<i64> = store
-        .get_record(USED_KIND, &token.id)
+    let last_used: Option<i64> = records
+        .get(USED_KIND, &token.id)
         .await?
         .and_then(|v| v.parse().ok());
     if last_used.is_none_or(|at| now - at >= USED_RESOLUTION_MS) {
-        store
-            .put_record(USED_KIND, &token.id, &now.to_string(), now)
+        records
+            .put(USED_KIND, &token.id, &now.to_string(), now)
             .await?;
     }
     Ok(Some(Caller { token }))

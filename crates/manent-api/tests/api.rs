@@ -254,7 +254,7 @@ async fn a_bulk_submission_enqueues_every_deploy_and_answers_them_in_order() {
 async fn a_full_bulk_submission_answers_every_id_and_is_audited_with_them() {
     let api = Api::new().await;
     let admin = api.token("ops", Role::Admin).await;
-    let descriptors = vec![api.good_descriptor(); manent_deploy::service::MAX_BATCH];
+    let descriptors = vec![api.good_descriptor(); manent_deploy::submission::MAX_BATCH];
     let (status, body) = api
         .call(
             "POST",
@@ -274,13 +274,13 @@ async fn a_full_bulk_submission_answers_every_id_and_is_audited_with_them() {
         .collect();
     assert_eq!(
         ids.len(),
-        manent_deploy::service::MAX_BATCH,
+        manent_deploy::submission::MAX_BATCH,
         "every deploy's id is answered"
     );
     let (_, listed) = api.get("/api/v1/deploys?limit=1000", Some(&admin)).await;
     assert_eq!(
         listed.as_array().map_or(0, Vec::len),
-        manent_deploy::service::MAX_BATCH,
+        manent_deploy::submission::MAX_BATCH,
         "every deploy is stored"
     );
     let (_, trail) = api.get("/api/v1/audit?limit=1", Some(&admin)).await;
@@ -302,7 +302,7 @@ async fn a_bulk_submission_with_one_refused_deploy_enqueues_none_and_names_it() 
     let deployer = api.token("ci", Role::Deployer).await;
     let good = api.good_descriptor();
     let cron = format!("{good}schedule: {{cron: \"0 3 * * *\"}}\n");
-    let too_many = vec![good.clone(); manent_deploy::service::MAX_BATCH + 1];
+    let too_many = vec![good.clone(); manent_deploy::submission::MAX_BATCH + 1];
     // (body, the field the 400 must name)
     let cases: Vec<(String, &str)> = vec![
         (
@@ -634,9 +634,9 @@ async fn a_schedule_that_cannot_be_read_is_listed_with_its_error_keeps_its_tick_
  {
     let api = Api::new().await;
     let admin = api.token("root", Role::Admin).await;
-    let store = api.client.store();
-    store
-        .put_record(
+    let records = api.client.records();
+    records
+        .put(
             manent_deploy::schedules::SCHEDULE_KIND,
             "garbled",
             "{\"id\": 42}",
@@ -644,8 +644,8 @@ async fn a_schedule_that_cannot_be_read_is_listed_with_its_error_keeps_its_tick_
         )
         .await
         .unwrap();
-    store
-        .put_record(
+    records
+        .put(
             manent_deploy::schedules::TICK_KIND,
             "garbled",
             "{\"last_tick\": 1700000000}",
@@ -678,8 +678,8 @@ async fn a_schedule_that_cannot_be_read_is_listed_with_its_error_keeps_its_tick_
         .await
         .expect("a tick pass goes on past the unreadable schedule");
     assert!(
-        store
-            .get_record(manent_deploy::schedules::TICK_KIND, "garbled")
+        records
+            .get(manent_deploy::schedules::TICK_KIND, "garbled")
             .await
             .unwrap()
             .is_some(),
@@ -691,8 +691,8 @@ async fn a_schedule_that_cannot_be_read_is_listed_with_its_error_keeps_its_tick_
         .await;
     assert_eq!(status, StatusCode::OK, "an admin may delete it: {body}");
     assert!(
-        store
-            .get_record(manent_deploy::schedules::SCHEDULE_KIND, "garbled")
+        records
+            .get(manent_deploy::schedules::SCHEDULE_KIND, "garbled")
             .await
             .unwrap()
             .is_none(),

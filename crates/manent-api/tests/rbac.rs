@@ -76,7 +76,7 @@ impl Site {
     async fn token(&self, who: Who, n: usize) -> String {
         let name = format!("{}-{}-{n}", who.role, if who.scoped { "s" } else { "u" });
         let on = who.scoped.then_some("acme/*");
-        auth::create_token(self.api.client.store(), &name, who.role, on)
+        auth::create_token(&self.api.client.records(), &name, who.role, on)
             .await
             .expect("create the cell's token")
     }
@@ -395,7 +395,7 @@ async fn every_route_answers_each_role_and_scope_as_the_security_model_says() {
         );
         let victim = format!("victim-{n}");
         let victim_secret =
-            auth::create_token(site.api.client.store(), &victim, Role::Viewer, None)
+            auth::create_token(&site.api.client.records(), &victim, Role::Viewer, None)
                 .await
                 .expect("create the token to revoke");
         check(

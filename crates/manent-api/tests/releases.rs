@@ -270,7 +270,7 @@ async fn viewers_are_refused_and_other_tenants_see_nothing() {
     let first = deployed(&api, &root, "1.0", false).await;
     deployed(&api, &root, "1.1", false).await;
     let viewer = api.token("watcher", Role::Viewer).await;
-    let stranger = auth::create_token(api.client.store(), "ml-ci", Role::Deployer, Some("ml/*"))
+    let stranger = auth::create_token(&api.client.records(), "ml-ci", Role::Deployer, Some("ml/*"))
         .await
         .expect("a token scoped to another tenant");
     let redeploy = format!("/api/v1/deploys/{first}/redeploy");

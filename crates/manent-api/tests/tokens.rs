@@ -11,7 +11,7 @@ use axum::{
 };
 use common::Api;
 use manent_api::{Role, auth};
-use manent_engine::{now_ms, store};
+use manent_engine::{Client, now_ms, store};
 use manent_testkit::{Db, TestDb};
 use serde_json::Value;
 use tower::ServiceExt;
@@ -26,41 +26,44 @@ on_both_backends!(
 
 async fn the_token_store_keeps_names_unique_and_forgets_revoked_and_expired_tokens(db: Db) {
     let db = TestDb::new(db).await;
-    let store = store::open(&db.url).await.expect("open the database");
-    let secret = auth::create_token(&store, "ci", Role::Admin, None)
+    let records = Client::new(store::open(&db.url).await.expect("open the database")).records();
+    let secret = auth::create_token(&records, "ci", Role::Admin, None)
         .await
         .expect("a new name is accepted");
-    let duplicate = auth::create_token(&store, "ci", Role::Viewer, None).await;
+    let duplicate = auth::create_token(&records, "ci", Role::Viewer, None).await;
     assert!(
         matches!(duplicate, Err(auth::TokenError::Duplicate(_))),
         "a second token named ci is refused: {duplicate:?}"
     );
-    let first = auth::authenticate(&store, &secret)
+    let first = auth::authenticate(&records, &secret)
         .await
         .unwrap()
         .expect("the token authenticates");
     assert_eq!(first.token.name, "ci", "the secret finds its token");
 
-    let revoked = auth::revoke(&store, "ci").await.expect("ci is revoked");
+    let revoked = auth::revoke(&records, "ci").await.expect("ci is revoked");
     assert_eq!(
         revoked.id, first.token.id,
         "revoke returns the revoked token"
     );
     assert!(
-        auth::authenticate(&store, &secret).await.unwrap().is_none(),
+        auth::authenticate(&records, &secret)
+            .await
+            .unwrap()
+            .is_none(),
         "a revoked token no longer authenticates"
     );
-    let again = auth::create_token(&store, "ci", Role::Admin, None)
+    let again = auth::create_token(&records, "ci", Role::Admin, None)
         .await
         .expect("a revoked name may be used again");
-    let second = auth::authenticate(&store, &again).await.unwrap().unwrap();
+    let second = auth::authenticate(&records, &again).await.unwrap().unwrap();
     assert_ne!(
         second.token.id, first.token.id,
         "a name created again is another token (another id)"
     );
 
     let (_, expired) = auth::create(
-        &store,
+        &records,
         &auth::NewToken {
             name: "old".into(),
             role: Role::Viewer,
@@ -71,13 +74,13 @@ async fn the_token_store_keeps_names_unique_and_forgets_revoked_and_expired_toke
     .await
     .unwrap();
     assert!(
-        auth::authenticate(&store, &expired)
+        auth::authenticate(&records, &expired)
             .await
             .unwrap()
             .is_none(),
         "an expired token does not authenticate"
     );
-    let listed = auth::list(&store).await.unwrap();
+    let listed = auth::list(&records).await.unwrap();
     let summary: Vec<(&str, bool, bool)> = listed
         .iter()
         .map(|t| (t.name.as_str(), t.expired, t.last_used_at.is_some()))
@@ -91,12 +94,12 @@ async fn the_token_store_keeps_names_unique_and_forgets_revoked_and_expired_toke
 
 async fn of_concurrent_creations_of_one_name_exactly_one_makes_a_token(db: Db) {
     let db = TestDb::new(db).await;
-    let store = store::open(&db.url).await.expect("open the database");
+    let records = Client::new(store::open(&db.url).await.expect("open the database")).records();
     let attempts: Vec<_> = (0..8)
         .map(|_| {
-            let store = store.clone();
+            let records = records.clone();
             tokio::spawn(
-                async move { auth::create_token(&store, "ci", Role::Deployer, None).await },
+                async move { auth::create_token(&records, "ci", Role::Deployer, None).await },
             )
         })
         .collect();
@@ -110,18 +113,18 @@ async fn of_concurrent_creations_of_one_name_exactly_one_makes_a_token(db: Db) {
     }
     assert_eq!(created, 1, "exactly one creation of `ci` succeeds");
     assert_eq!(
-        auth::list(&store).await.unwrap().len(),
+        auth::list(&records).await.unwrap().len(),
         1,
         "the refused creations left no token behind"
     );
-    auth::revoke(&store, "ci").await.expect("ci is revoked");
+    auth::revoke(&records, "ci").await.expect("ci is revoked");
     assert!(
-        auth::list(&store).await.unwrap().is_empty(),
+        auth::list(&records).await.unwrap().is_empty(),
         "revoking removes the token"
     );
     assert!(
         matches!(
-            auth::revoke(&store, "ci").await,
+            auth::revoke(&records, "ci").await,
             Err(auth::TokenError::NotFound(_))
         ),
         "a second revoke finds nothing"
@@ -130,9 +133,9 @@ async fn of_concurrent_creations_of_one_name_exactly_one_makes_a_token(db: Db) {
 
 async fn the_audit_trail_is_kept_on_each_backend(db: Db) {
     let db = TestDb::new(db).await;
-    let store = store::open(&db.url).await.expect("open the database");
-    manent_api::audit::record_admin(&store, "manent-server admin", "token.revoke", "bot").await;
-    let entries = manent_api::audit::list(&store, 10).await.unwrap();
+    let records = Client::new(store::open(&db.url).await.expect("open the database")).records();
+    manent_api::audit::record_admin(&records, "manent-server admin", "token.revoke", "bot").await;
+    let entries = manent_api::audit::list(&records, 10).await.unwrap();
     assert_eq!(entries.len(), 1, "one entry was recorded: {entries:?}");
     assert_eq!(
         (entries[0].action.as_str(), entries[0].target.as_str()),
@@ -420,7 +423,7 @@ async fn approvals_know_tokens_by_id_so_a_recreated_name_is_another_token_that_c
     )
     .unwrap();
     let worker = api.worker().await;
-    let store = api.client.store().clone();
+    let records = api.client.records();
     let ci = api.token("ci", Role::Admin).await;
     let bot = api.token("bot", Role::Approver).await;
     let (status, submitted) = api.post_deploy(&ci, &api.good_descriptor()).await;
@@ -453,8 +456,8 @@ async fn approvals_know_tokens_by_id_so_a_recreated_name_is_another_token_that_c
     let (status, body) = approve(bot.clone()).await;
     assert_eq!(status, StatusCode::OK, "bot approves: {body}");
 
-    auth::revoke(&store, "bot").await.unwrap();
-    let bot_again = auth::create_token(&store, "bot", Role::Approver, None)
+    auth::revoke(&records, "bot").await.unwrap();
+    let bot_again = auth::create_token(&records, "bot", Role::Approver, None)
         .await
         .unwrap();
     let (status, body) = approve(bot_again).await;
@@ -463,8 +466,8 @@ async fn approvals_know_tokens_by_id_so_a_recreated_name_is_another_token_that_c
         StatusCode::OK,
         "the new bot is a listed approver and may approve: {body}"
     );
-    auth::revoke(&store, "ci").await.unwrap();
-    let ci_again = auth::create_token(&store, "ci", Role::Admin, None)
+    auth::revoke(&records, "ci").await.unwrap();
+    let ci_again = auth::create_token(&records, "ci", Role::Admin, None)
         .await
         .unwrap();
     let (status, body) = approve(ci_again.clone()).await;

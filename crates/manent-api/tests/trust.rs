@@ -32,7 +32,7 @@ fn environment(api: &Api, application: &str, extra: &str) {
 }
 
 async fn scoped(api: &Api, name: &str, role: Role, on: &str) -> String {
-    auth::create_token(api.client.store(), name, role, Some(on))
+    auth::create_token(&api.client.records(), name, role, Some(on))
         .await
         .expect("create a scoped token")
 }

@@ -439,7 +439,7 @@ async fn waiting_reason(
                 .iter()
                 .filter(|e| e.queues.contains(&record.queue))
             {
-                let lease = client.store().get_executor_lease(&e.id).await?;
+                let lease = client.executor_lease(&e.id).await?;
                 if e.state == ExecutorState::Running && lease.is_some_and(|l| l.is_live(now)) {
                     live.push(e.id.clone());
                 } else {
@@ -484,13 +484,12 @@ async fn waiting_reason(
             let Some(executor) = &record.executor_id else {
                 return Ok(None);
             };
-            let lease = client.store().get_executor_lease(executor).await?;
+            let lease = client.executor_lease(executor).await?;
             if lease.is_some_and(|l| l.is_live(now)) {
                 return Ok(None);
             }
             let state = client
-                .store()
-                .get_executor(executor)
+                .executor(executor)
                 .await?
                 .map_or_else(|| "unknown".to_string(), |e| e.state.to_string());
             Ok(Some(format!(

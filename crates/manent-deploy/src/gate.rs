@@ -178,8 +178,8 @@ async fn wait_for_dependency(
     );
     ctx.step(&format!("watch {label}"), || async {
         client
-            .store()
-            .put_record(DEPENDENCY_WAITER_KIND, &waiter_key, "{}", now_ms())
+            .records()
+            .put(DEPENDENCY_WAITER_KIND, &waiter_key, "{}", now_ms())
             .await
     })
     .await?;
@@ -227,8 +227,8 @@ async fn wait_for_dependency(
     }
     ctx.step(&format!("unwatch {label}"), || async {
         client
-            .store()
-            .delete_record(DEPENDENCY_WAITER_KIND, &waiter_key)
+            .records()
+            .delete(DEPENDENCY_WAITER_KIND, &waiter_key)
             .await
             .map(|_| ())
     })
@@ -256,7 +256,7 @@ pub async fn wake_dependents(
     environment: &str,
 ) -> Result<usize, EngineError> {
     let prefix = format!("{application}/{environment}/");
-    let waiters = client.store().list_records(DEPENDENCY_WAITER_KIND).await?;
+    let waiters = client.records().list(DEPENDENCY_WAITER_KIND).await?;
     let mut woken = 0;
     for (key, _) in waiters {
         if let Some(waiting_deploy) = key.strip_prefix(&prefix) {

@@ -13,7 +13,6 @@ pub mod queues;
 pub mod request;
 pub mod schedules;
 pub mod secrets;
-pub mod service;
 pub mod submission;
 pub mod targets;
 pub mod timeline;

@@ -15,11 +15,10 @@ const RECENT: i64 = 1000;
 
 /// The metrics as `text/plain; version=0.0.4`.
 pub async fn render(client: &Client, config: &Config) -> Result<String, EngineError> {
-    let store = client.store();
     let mut out = String::new();
 
     family(&mut out, "manent_deploys", "gauge", "Deploys by status.");
-    for (status, n) in store.count_by_status(DEPLOY_WORKFLOW).await? {
+    for (status, n) in client.count_by_status(DEPLOY_WORKFLOW).await? {
         let _ = writeln!(out, "manent_deploys{{status=\"{status}\"}} {n}");
     }
 
@@ -59,13 +58,13 @@ pub async fn render(client: &Client, config: &Config) -> Result<String, EngineEr
         &mut out,
         "manent_claim_latency_seconds",
         "From ready (enqueued or its start time) to claimed, over the most recent claims.",
-        store.recent_claim_latencies(RECENT).await?,
+        client.recent_claim_latencies(RECENT).await?,
     );
     summary(
         &mut out,
         "manent_step_duration_seconds",
         "Durations of the most recently finished steps.",
-        store.recent_step_durations(RECENT).await?,
+        client.recent_step_durations(RECENT).await?,
     );
 
     let workers = views::workers(client, config).await?;

@@ -240,16 +240,16 @@ pub async fn create(
     let value =
         serde_json::to_string(&record).map_err(|e| EngineError::InvalidInput(e.to_string()))?;
     client
-        .store()
-        .insert_record(SCHEDULE_KIND, &record.id, &value, now)
+        .records()
+        .insert(SCHEDULE_KIND, &record.id, &value, now)
         .await?;
     Ok(record)
 }
 
 pub async fn get(client: &Client, id: &str) -> Result<Option<ScheduleRecord>, EngineError> {
     client
-        .store()
-        .get_record(SCHEDULE_KIND, id)
+        .records()
+        .get(SCHEDULE_KIND, id)
         .await?
         .map(|v| decode_schedule(id, &v))
         .transpose()
@@ -277,15 +277,15 @@ async fn put(client: &Client, record: &ScheduleRecord) -> Result<(), EngineError
     let value =
         serde_json::to_string(record).map_err(|e| EngineError::InvalidInput(e.to_string()))?;
     Ok(client
-        .store()
-        .put_record(SCHEDULE_KIND, &record.id, &value, now_ms())
+        .records()
+        .put(SCHEDULE_KIND, &record.id, &value, now_ms())
         .await?)
 }
 
 async fn tick_states(client: &Client) -> Result<HashMap<String, TickState>, EngineError> {
     Ok(client
-        .store()
-        .list_records(TICK_KIND)
+        .records()
+        .list(TICK_KIND)
         .await?
         .into_iter()
         .map(|(k, v)| {
@@ -302,7 +302,7 @@ async fn records(
 ) -> Result<(Vec<ScheduleRecord>, Vec<(String, String)>), EngineError> {
     let mut readable = Vec::new();
     let mut unreadable = Vec::new();
-    for (id, value) in client.store().list_records(SCHEDULE_KIND).await? {
+    for (id, value) in client.records().list(SCHEDULE_KIND).await? {
         match decode_schedule(&id, &value) {
             Ok(record) => readable.push(record),
             Err(e) => {
@@ -362,8 +362,8 @@ pub async fn show(client: &Client, id: &str) -> Result<Option<ScheduleView>, Eng
         return Ok(None);
     };
     let state = client
-        .store()
-        .get_record(TICK_KIND, id)
+        .records()
+        .get(TICK_KIND, id)
         .await?
         .map(|v| decode_tick_state(id, &v))
         .unwrap_or_default();
@@ -437,8 +437,8 @@ pub async fn set_paused(
 /// Deletes a schedule; returns whether there was one. Deploys already
 /// enqueued by it are left as they are.
 pub async fn delete(client: &Client, id: &str) -> Result<bool, EngineError> {
-    let deleted = client.store().delete_record(SCHEDULE_KIND, id).await?;
-    client.store().delete_record(TICK_KIND, id).await?;
+    let deleted = client.records().delete(SCHEDULE_KIND, id).await?;
+    client.records().delete(TICK_KIND, id).await?;
     Ok(deleted)
 }
 
@@ -453,7 +453,7 @@ pub async fn tick_once(client: &Client, now: i64) -> Result<Vec<String>, EngineE
         let stored =
             schedules.iter().any(|s| &s.id == id) || unreadable.iter().any(|(u, _)| u == id);
         if !stored {
-            client.store().delete_record(TICK_KIND, id).await?;
+            client.records().delete(TICK_KIND, id).await?;
         }
     }
     let mut out = Vec::new();
@@ -498,8 +498,8 @@ async fn tick_schedule(
         serde_json::to_string(&state).map_err(|e| EngineError::InvalidInput(e.to_string()))?;
     // A lost update (another ticker, a stale read) only re-enqueues existing ids.
     client
-        .store()
-        .put_record(TICK_KIND, &schedule.id, &value, now_ms())
+        .records()
+        .put(TICK_KIND, &schedule.id, &value, now_ms())
         .await?;
     Ok(ids)
 }
@@ -764,11 +764,7 @@ mod tests {
         assert!(second.is_empty(), "already recorded: {second:?}");
         assert_eq!(deploys().await, first.iter().cloned().collect());
         // A lost update of the tick state re-enqueues existing ids only.
-        client
-            .store()
-            .delete_record(TICK_KIND, &s.id)
-            .await
-            .unwrap();
+        client.records().delete(TICK_KIND, &s.id).await.unwrap();
         let again = tick_once(&client, t0).await.unwrap();
         assert_eq!(again, first);
         assert_eq!(deploys().await.len(), first.len());

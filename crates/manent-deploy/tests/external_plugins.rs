@@ -5,7 +5,10 @@
 use std::{path::PathBuf, time::Duration};
 
 use manent_config::Config;
-use manent_deploy::service::{self, DeployStatus};
+use manent_deploy::{
+    deploy_views::{self, DeployStatus},
+    submission,
+};
 use manent_engine::{Engine, EngineConfig, WorkflowStatus, store};
 use manent_testkit::{Db, TestDb};
 
@@ -108,10 +111,10 @@ impl Site {
             self.db.path("site.yml").display()
         );
         let client = worker.engine.client();
-        let descriptor = service::parse(text, "deploy.yml".into())
+        let descriptor = submission::parse(text, "deploy.yml".into())
             .await
             .expect("the descriptor parses");
-        let submitted = service::submit(
+        let submitted = submission::submit(
             &client,
             &std::sync::Arc::new(config.clone()),
             descriptor,
@@ -124,7 +127,7 @@ impl Site {
             .wait(&submitted.id, WAIT)
             .await
             .expect("the deploy ends");
-        let status = service::status(&client, &submitted.id)
+        let status = deploy_views::status(&client, &submitted.id)
             .await
             .unwrap()
             .unwrap();

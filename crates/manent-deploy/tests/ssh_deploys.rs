@@ -20,7 +20,8 @@ use std::{
 use manent_config::Config;
 use manent_deploy::{
     artifacts,
-    service::{self, DeployStatus},
+    deploy_views::{self, DeployStatus},
+    submission,
     workflow::Runtime,
 };
 use manent_engine::{Engine, EngineConfig, WorkflowRecord, WorkflowStatus, store};
@@ -254,7 +255,7 @@ impl Site {
             .wait(&id, WAIT)
             .await
             .unwrap_or_else(|e| panic!("deploy {id} ends: {e}\n{}", self.hosts.logs()));
-        let status = service::status(&client, &id)
+        let status = deploy_views::status(&client, &id)
             .await
             .expect("read the deploy's status")
             .expect("the deploy exists");
@@ -275,10 +276,10 @@ impl Site {
             q(&artifact.url),
             q(sha256),
         );
-        let descriptor = service::parse(text, "deploy.yml".into())
+        let descriptor = submission::parse(text, "deploy.yml".into())
             .await
             .expect("the descriptor parses");
-        let submitted = service::submit(
+        let submitted = submission::submit(
             &worker.engine.client(),
             &std::sync::Arc::new(worker.config.clone()),
             descriptor,
@@ -359,7 +360,7 @@ fn file_sha256(path: &Path) -> Option<String> {
     std::fs::read(path).ok().map(|b| sha256_hex(&b))
 }
 
-fn target<'a>(status: &'a DeployStatus, name: &str) -> &'a service::TargetView {
+fn target<'a>(status: &'a DeployStatus, name: &str) -> &'a deploy_views::TargetView {
     status
         .targets
         .iter()
@@ -367,7 +368,7 @@ fn target<'a>(status: &'a DeployStatus, name: &str) -> &'a service::TargetView {
         .unwrap_or_else(|| panic!("target {name} in the status: {status:#?}"))
 }
 
-fn step<'a>(status: &'a DeployStatus, name: &str) -> &'a service::StepView {
+fn step<'a>(status: &'a DeployStatus, name: &str) -> &'a deploy_views::StepView {
     status
         .steps
         .iter()
@@ -443,7 +444,7 @@ async fn four_targets_in_two_regions_are_deployed_wave_by_wave(backend: Db) {
         ] {
             assert_eq!(
                 step(&status, &s).status,
-                service::StepState::Success,
+                deploy_views::StepState::Success,
                 "each target has its own durable upload and activate steps"
             );
         }
@@ -845,7 +846,7 @@ async fn a_deploy_resumed_on_another_worker_fetches_and_verifies_the_artifact_ag
         .wait(&id, WAIT)
         .await
         .unwrap_or_else(|e| panic!("deploy {id} ends: {e}\n{}", site.hosts.logs()));
-    let status = service::status(&client, &id).await.unwrap().unwrap();
+    let status = deploy_views::status(&client, &id).await.unwrap().unwrap();
 
     assert_eq!(
         record.status,
@@ -967,7 +968,7 @@ async fn cancelling_a_deploy_kills_its_local_and_remote_commands(backend: Db) {
         (worker.engine.running_count() == 0).then_some(())
     })
     .await;
-    let status = service::status(&client, &id).await.unwrap().unwrap();
+    let status = deploy_views::status(&client, &id).await.unwrap().unwrap();
     for name in ["t1", "t2"] {
         assert_eq!(
             target(&status, name).status,

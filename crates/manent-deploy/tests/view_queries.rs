@@ -15,7 +15,7 @@ use std::{
 
 use manent_deploy::{
     DEPLOY_WORKFLOW,
-    service::{self, ListFilter},
+    deploy_views::{self, ListFilter},
 };
 use manent_engine::{
     Client, Engine, EngineConfig, EnqueueRequest, QueueSpec, WorkflowContext, WorkflowFilter,
@@ -170,7 +170,7 @@ async fn statements_of_views(backend: Db, per_kind: usize) -> (usize, usize) {
     };
 
     let before = STATEMENTS.load(Ordering::SeqCst);
-    let list = service::list(&views, &all, &everyone)
+    let list = deploy_views::list(&views, &all, &everyone)
         .await
         .expect("list deploys");
     let list_statements = STATEMENTS.load(Ordering::SeqCst) - before;
@@ -182,7 +182,9 @@ async fn statements_of_views(backend: Db, per_kind: usize) -> (usize, usize) {
     );
 
     let before = STATEMENTS.load(Ordering::SeqCst);
-    let activity = service::activity(&views).await.expect("read the activity");
+    let activity = deploy_views::activity(&views)
+        .await
+        .expect("read the activity");
     let activity_statements = STATEMENTS.load(Ordering::SeqCst) - before;
     assert_eq!(
         activity

@@ -10,9 +10,11 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::{
     error::EngineError,
     now_ms,
+    records::Records,
     store::{
-        EnqueueOutcome, EventRecord, ExecutorRecord, NewWorkflow, QueueDepth, QueueRecord,
-        RunningCount, StepRecord, Store, Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus,
+        EnqueueOutcome, EventRecord, ExecutorLease, ExecutorRecord, NewWorkflow, QueueDepth,
+        QueueRecord, RunningCount, StepRecord, Store, Wakeup, WorkflowFilter, WorkflowRecord,
+        WorkflowStatus,
     },
 };
 
@@ -94,8 +96,14 @@ impl Client {
         Client { store }
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+    /// The records and the audit trail kept beside the workflows (`records.rs`).
+    pub fn records(&self) -> Records {
+        Records::new(self.store.clone())
+    }
+
+    /// The schema version of the database (`readyz` compares it with this build's).
+    pub async fn schema_version(&self) -> Result<i64, EngineError> {
+        Ok(self.store.schema_version().await?)
     }
 
     /// Puts a workflow on its queue. Idempotent on the id: the existing
@@ -332,6 +340,35 @@ impl Client {
 
     pub async fn executors(&self) -> Result<Vec<ExecutorRecord>, EngineError> {
         Ok(self.store.list_executors().await?)
+    }
+
+    /// One executor, if it ever ran.
+    pub async fn executor(&self, id: &str) -> Result<Option<ExecutorRecord>, EngineError> {
+        Ok(self.store.get_executor(id).await?)
+    }
+
+    /// The lease on executor id `id`: who holds it and until when, if anyone ever did.
+    pub async fn executor_lease(&self, id: &str) -> Result<Option<ExecutorLease>, EngineError> {
+        Ok(self.store.get_executor_lease(id).await?)
+    }
+
+    /// How many workflows named `name` there are, per status.
+    pub async fn count_by_status(
+        &self,
+        name: &str,
+    ) -> Result<Vec<(WorkflowStatus, i64)>, EngineError> {
+        Ok(self.store.count_by_status(name).await?)
+    }
+
+    /// Durations (ms) of the `limit` most recently finished steps (`manent.*` left out).
+    pub async fn recent_step_durations(&self, limit: i64) -> Result<Vec<i64>, EngineError> {
+        Ok(self.store.recent_step_durations(limit).await?)
+    }
+
+    /// Claim latencies (ms from ready to first claim) of the `limit` most recently
+    /// started workflows.
+    pub async fn recent_claim_latencies(&self, limit: i64) -> Result<Vec<i64>, EngineError> {
+        Ok(self.store.recent_claim_latencies(limit).await?)
     }
 
     pub async fn queues(&self) -> Result<Vec<QueueRecord>, EngineError> {

@@ -51,7 +51,7 @@ struct Inner {
     waits: Arc<AtomicUsize>,
     /// Set just before this run hands its workflow on by itself (an outcome, a move to
     /// another queue): from then on the record stops naming this run's lease, and the run
-    /// watcher must not take that for a recovery elsewhere (engine.rs, `check_run`).
+    /// watcher must not take that for a recovery elsewhere (engine/watcher.rs, `check_run`).
     ending: Arc<AtomicBool>,
 }
 

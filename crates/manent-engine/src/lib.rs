@@ -17,6 +17,7 @@ mod engine;
 mod error;
 mod output;
 mod policy;
+mod records;
 pub mod store;
 
 pub use client::{Client, EnqueueRequest};
@@ -25,6 +26,7 @@ pub use engine::{Engine, EngineConfig, QueueSpec, ShutdownReport};
 pub use error::{EngineError, StoreError, WorkflowError};
 pub use output::OutputWriter;
 pub use policy::StepPolicy;
+pub use records::Records;
 pub use store::{
     AuditRecord, Backend, EventRecord, ExecutorRecord, ExecutorState, LimitGroup, OutputLine,
     QueueDepth, QueueRecord, RecordEntry, RunningCount, StepRecord, StepStatus, Store,

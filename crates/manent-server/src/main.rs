@@ -14,7 +14,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 use manent_api::{AppState, Role, auth};
 use manent_config::{Config, LogFormat};
 use manent_deploy::{Plugins, schedules::Ticker};
-use manent_engine::{Client, Engine, EngineConfig, Store, store};
+use manent_engine::{Client, Engine, EngineConfig, Records, Store, store};
 use tokio::signal::unix::{SignalKind, signal};
 
 #[derive(Parser)]
@@ -199,17 +199,18 @@ async fn run(args: Args) -> Result<()> {
 }
 
 async fn run_admin(admin: Admin, store: Arc<dyn Store>) -> Result<()> {
+    let client = Client::new(store);
     match admin {
         // The store was migrated when it was opened.
         Admin::Migrate => {
-            println!("schema at version {}", store.schema_version().await?);
+            println!("schema at version {}", client.schema_version().await?);
             Ok(())
         }
         Admin::Recover { executor, force } => {
-            let recovered = Client::new(store.clone())
+            let recovered = client
                 .recover_executor(&executor, force, "manent-server admin recover")
                 .await?;
-            audit_admin(&store, "executor.recover", &executor).await;
+            audit_admin(&client.records(), "executor.recover", &executor).await;
             println!(
                 "recovered {} workflow(s) of executor {executor}",
                 recovered.len()
@@ -219,7 +220,7 @@ async fn run_admin(admin: Admin, store: Arc<dyn Store>) -> Result<()> {
             }
             Ok(())
         }
-        Admin::Token(token) => run_token(token, store).await,
+        Admin::Token(token) => run_token(token, &client.records()).await,
         Admin::CheckConfig => Ok(()),
     }
 }
@@ -227,7 +228,7 @@ async fn run_admin(admin: Admin, store: Arc<dyn Store>) -> Result<()> {
 /// Who did it, in the audit trail, when a change is made with `manent-server admin`.
 const ADMIN_ACTOR: &str = "manent-server admin";
 
-async fn run_token(token: Token, store: Arc<dyn Store>) -> Result<()> {
+async fn run_token(token: Token, records: &Records) -> Result<()> {
     match token {
         Token::Create {
             name,
@@ -247,15 +248,15 @@ async fn run_token(token: Token, store: Arc<dyn Store>) -> Result<()> {
                 on,
                 expires_at_ms,
             };
-            let (record, secret) = auth::create(&store, &new)
+            let (record, secret) = auth::create(records, &new)
                 .await
                 .with_context(|| format!("cannot create token `{}`", new.name))?;
-            audit_admin(&store, "token.create", &record.name).await;
+            audit_admin(records, "token.create", &record.name).await;
             println!("{secret}");
             Ok(())
         }
         Token::List { output } => {
-            let tokens = auth::list(&store).await?;
+            let tokens = auth::list(records).await?;
             match output {
                 OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&tokens)?),
                 OutputFormat::Table => print!("{}", token_table(&tokens)),
@@ -263,10 +264,10 @@ async fn run_token(token: Token, store: Arc<dyn Store>) -> Result<()> {
             Ok(())
         }
         Token::Revoke { name } => {
-            let revoked = auth::revoke(&store, &name)
+            let revoked = auth::revoke(records, &name)
                 .await
                 .with_context(|| format!("cannot revoke token `{name}`"))?;
-            audit_admin(&store, "token.revoke", &revoked.name).await;
+            audit_admin(records, "token.revoke", &revoked.name).await;
             println!("revoked token {} ({})", revoked.name, revoked.id);
             Ok(())
         }
@@ -274,8 +275,8 @@ async fn run_token(token: Token, store: Arc<dyn Store>) -> Result<()> {
 }
 
 /// Records a change made on the command line in the audit trail.
-async fn audit_admin(store: &Arc<dyn Store>, action: &str, target: &str) {
-    manent_api::audit::record_admin(store, ADMIN_ACTOR, action, target).await;
+async fn audit_admin(records: &Records, action: &str, target: &str) {
+    manent_api::audit::record_admin(records, ADMIN_ACTOR, action, target).await;
 }
 
 /// The tokens as a plain table (columns padded to their widest value).

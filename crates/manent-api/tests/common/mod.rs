@@ -70,7 +70,7 @@ impl Api {
     }
 
     pub async fn token(&self, name: &str, role: Role) -> String {
-        auth::create_token(self.client.store(), name, role, None)
+        auth::create_token(&self.client.records(), name, role, None)
             .await
             .expect("create a token")
     }
@@ -157,7 +157,7 @@ impl Api {
 
     /// How many deploys exist, whatever their status.
     pub async fn deploy_count(&self) -> usize {
-        manent_deploy::service::list(&self.client, &Default::default(), &|_| true)
+        manent_deploy::deploy_views::list(&self.client, &Default::default(), &|_| true)
             .await
             .expect("list deploys")
             .len()

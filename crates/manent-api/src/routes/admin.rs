@@ -1,20 +1,31 @@
 //! Administration over `/api/v1` (admin role only): API tokens (`GET`/`POST /tokens`,
-//! `DELETE /tokens/{name}`) and the audit trail (`GET /audit`).
+//! `DELETE /tokens/{name}`) and the audit trail (`GET /audit`); and `/whoami`, which any
+//! token may ask.
 
 use axum::{
     Extension, Json,
     extract::{Path, Query, State},
     http::StatusCode,
 };
-use manent_contract::{AuditEntry, CreateTokenBody, CreatedToken, ErrorBody, TokenRevoked};
+use manent_contract::{AuditEntry, CreateTokenBody, CreatedToken, ErrorBody, TokenRevoked, WhoAmI};
 use manent_engine::{AuditRecord, now_ms};
 use serde::Deserialize;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::require;
 use crate::{
     AppError, AppState,
     auth::{self, Action, Caller, NewToken, Role, TokenError, TokenView},
-    require,
 };
+
+/// The tokens', the audit trail's and `/whoami`'s routes, relative to `/api/v1`.
+pub(crate) fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(list_tokens, create_token))
+        .routes(routes!(revoke_token))
+        .routes(routes!(list_audit))
+        .routes(routes!(whoami))
+}
 
 impl From<TokenError> for AppError {
     fn from(e: TokenError) -> Self {
@@ -40,7 +51,7 @@ pub async fn list_tokens(
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<Vec<TokenView>>, AppError> {
     require(&caller, Action::Administer, None)?;
-    Ok(Json(auth::list(state.client.store()).await?))
+    Ok(Json(auth::list(&state.client.records()).await?))
 }
 
 /// Create an API token.
@@ -82,9 +93,9 @@ pub async fn create_token(
         on: body.on,
         expires_at_ms,
     };
-    let (record, secret) = auth::create(state.client.store(), &new).await?;
+    let (record, secret) = auth::create(&state.client.records(), &new).await?;
     tracing::info!(token = %record.name, id = %record.id, by = %caller.token.name, "token created");
-    let token = auth::list(state.client.store())
+    let token = auth::list(&state.client.records())
         .await?
         .into_iter()
         .find(|t| t.id == record.id)
@@ -108,7 +119,7 @@ pub async fn revoke_token(
     Path(name): Path<String>,
 ) -> Result<Json<TokenRevoked>, AppError> {
     require(&caller, Action::Administer, None)?;
-    let revoked = auth::revoke(state.client.store(), &name).await?;
+    let revoked = auth::revoke(&state.client.records(), &name).await?;
     tracing::info!(token = %revoked.name, id = %revoked.id, by = %caller.token.name, "token revoked");
     Ok(Json(TokenRevoked {
         name: revoked.name,
@@ -147,7 +158,7 @@ pub async fn list_audit(
             format!("limit {limit}: ask for 1 to 10000 entries"),
         ));
     }
-    let entries = crate::audit::list(state.client.store(), limit).await?;
+    let entries = crate::audit::list(&state.client.records(), limit).await?;
     Ok(Json(entries.into_iter().map(audit_entry).collect()))
 }
 
@@ -163,4 +174,15 @@ fn audit_entry(r: AuditRecord) -> AuditEntry {
         outcome: r.outcome,
         detail: r.detail,
     }
+}
+
+/// The asking token.
+#[utoipa::path(get, path = "/whoami", tag = "tokens", operation_id = "whoami",
+    responses((status = 200, description = "The token's name, role and scope.", body = WhoAmI)))]
+async fn whoami(axum::Extension(caller): axum::Extension<Caller>) -> Json<WhoAmI> {
+    Json(WhoAmI {
+        name: caller.token.name.clone(),
+        role: caller.token.role.into(),
+        scope: caller.token.on.clone(),
+    })
 }

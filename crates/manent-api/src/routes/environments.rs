@@ -1,0 +1,178 @@
+//! Tenants, applications and environments: `/tenants`, `/apps`, one environment's history
+//! and its rollback.
+
+use axum::{
+    Json,
+    extract::{Path, Query, State},
+    http::StatusCode,
+};
+use manent_contract::{
+    ApplicationView, DeployStatus, ErrorBody, Resubmitted, RollbackBody, TenantView,
+};
+use manent_deploy::{
+    deploy_views::{self},
+    history::OriginKind,
+    submission::{self},
+    views,
+};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::{
+    deploys::{resubmit, resubmit_error},
+    optional_body, require,
+};
+use crate::{
+    AppError, AppState,
+    auth::{Action, Caller},
+    wire::ToWire,
+};
+
+/// This resource's routes, relative to `/api/v1`.
+pub(crate) fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(environment_history))
+        .routes(routes!(rollback_environment))
+        .routes(routes!(list_tenants))
+        .routes(routes!(list_applications))
+}
+
+/// Tenants.
+#[utoipa::path(get, path = "/tenants", tag = "platform", operation_id = "listTenants",
+    responses((status = 200, description = "The tenants the token may see, with their applications.", body = Vec<TenantView>)))]
+async fn list_tenants(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+) -> Result<Json<Vec<TenantView>>, AppError> {
+    // The environments source is a directory tree: read off the async threads.
+    let config = state.config.clone();
+    let mut tenants = tokio::task::spawn_blocking(move || views::tenants(&config))
+        .await
+        .map_err(|e| AppError::Internal(format!("reading the environments source: {e}")))??;
+    tenants.retain(|t| caller.may_see_tenant(&t.name));
+    for tenant in &mut tenants {
+        tenant
+            .applications
+            .retain(|app| caller.may(Action::Read, Some(app)));
+    }
+    Ok(Json(tenants.to_wire()))
+}
+
+/// Applications.
+#[utoipa::path(get, path = "/apps", tag = "platform", operation_id = "listApplications",
+    responses((status = 200, description = "The applications the token may see, with their environments and live versions.", body = Vec<ApplicationView>)))]
+async fn list_applications(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+) -> Result<Json<Vec<ApplicationView>>, AppError> {
+    let visible = |application: &str| caller.may(Action::Read, Some(application));
+    Ok(Json(
+        views::applications_live(&state.client, &state.config, &visible)
+            .await?
+            .to_wire(),
+    ))
+}
+
+/// `{tenant}/{app}/environments/{environment}` of an environment's routes.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+struct EnvironmentPath {
+    /// The application's tenant (`acme` of `acme/web`).
+    #[param(example = "acme")]
+    tenant: String,
+    /// The application's name within its tenant (`web` of `acme/web`).
+    #[param(example = "web")]
+    app: String,
+    /// The environment.
+    #[param(example = "prod")]
+    environment: String,
+}
+
+/// `tenant/app` and the environment of an environment's route, once the caller may read
+/// that application: another tenant's environment answers 404, whatever it holds.
+fn visible_environment(
+    caller: &Caller,
+    EnvironmentPath {
+        tenant,
+        app,
+        environment,
+    }: EnvironmentPath,
+) -> Result<(String, String), AppError> {
+    let application = format!("{tenant}/{app}");
+    if caller.may(Action::Read, Some(&application)) {
+        Ok((application, environment))
+    } else {
+        Err(AppError::NotFound(format!(
+            "no deploys of {application} {environment}"
+        )))
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct HistoryQuery {
+    limit: Option<i64>,
+}
+
+/// One environment's deploys, newest first.
+#[utoipa::path(get, path = "/apps/{tenant}/{app}/environments/{environment}/history",
+    tag = "deploys", operation_id = "environmentHistory",
+    params(
+        EnvironmentPath,
+        ("limit" = Option<i64>, Query, description = "At most this many deploys; clamped to 1..1000."),
+    ),
+    responses(
+        (status = 200, description = "Its deploys, all statuses, dry runs included.", body = Vec<DeployStatus>),
+        (status = 400, description = "The query string cannot be read.", body = ErrorBody),
+        (status = 404, description = "An application the token may not see.", body = ErrorBody),
+    ))]
+async fn environment_history(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(path): Path<EnvironmentPath>,
+    Query(query): Query<HistoryQuery>,
+) -> Result<Json<Vec<DeployStatus>>, AppError> {
+    let (application, environment) = visible_environment(&caller, path)?;
+    Ok(Json(
+        deploy_views::history(&state.client, &application, &environment, query.limit)
+            .await?
+            .to_wire(),
+    ))
+}
+
+/// Deploy an earlier successful version again.
+///
+/// Submits again the recorded descriptor of an earlier successful version (`to`, or the
+/// one before the live version), as a deploy by the caller. 409 when there is nothing to
+/// roll back to.
+#[utoipa::path(post, path = "/apps/{tenant}/{app}/environments/{environment}/rollback",
+    tag = "deploys", operation_id = "rollbackEnvironment",
+    params(
+        EnvironmentPath,
+    ),
+    request_body(content = Option<RollbackBody>, content_type = "application/json",
+        description = "Optional: `{\"to\": \"<version>\"}`, or nothing."),
+    responses(
+        (status = 201, description = "The new deploy, and what it submitted again.", body = Resubmitted),
+        (status = 400, description = "The body is not `{\"to\": \"…\"}`, or the recorded descriptor is refused today.", body = ErrorBody),
+        (status = 403, description = "The token may not deploy this application.", body = ErrorBody),
+        (status = 404, description = "An application the token may not see.", body = ErrorBody),
+        (status = 409, description = "Nothing to roll back to; the message says what there is.", body = ErrorBody),
+    ))]
+async fn rollback_environment(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(path): Path<EnvironmentPath>,
+    body: String,
+) -> Result<(StatusCode, Json<Resubmitted>), AppError> {
+    let body: RollbackBody = optional_body(&body, "to", r#"{"to": "<version>"}"#)?;
+    let (application, environment) = visible_environment(&caller, path)?;
+    require(&caller, Action::Deploy, Some(&application))?;
+    let (source, request) = submission::rollback_source(
+        &state.client,
+        &application,
+        &environment,
+        body.to.as_deref(),
+    )
+    .await
+    .map_err(resubmit_error)?;
+    resubmit(&state, &caller, &source, request, OriginKind::Rollback).await
+}
