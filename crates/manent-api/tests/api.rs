@@ -139,22 +139,59 @@ async fn a_malformed_sha256_is_a_400_naming_the_artifact_field() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deploy_of_an_application_without_an_environment_file_is_routed_by_artifact_type() {
+async fn a_deploy_while_the_environments_source_cannot_be_read_is_routed_by_artifact_type() {
     let api = Api::new().await;
     let deployer = api.token("ci", Role::Deployer).await;
-    let text = api.descriptor("acme/nope", &hex::encode(Sha256::digest(ARTIFACT)));
-    let (status, body) = api.post_deploy(&deployer, &text).await;
+    // What a network mount that went away looks like: the source is not there at all.
+    let source = api.config.environments_source();
+    std::fs::rename(&source, source.with_extension("away")).expect("take the source away");
+    let (status, body) = api.post_deploy(&deployer, &api.good_descriptor()).await;
     assert_eq!(
         status,
         StatusCode::CREATED,
-        "no environment file for acme/nope prod: it cannot be read now, so the deploy is \
-         accepted and resolves its environment when it runs: {body}"
+        "the environment cannot be read now, so the deploy is accepted and resolves its \
+         environment when it runs: {body}"
     );
     assert_eq!(
         body["queue"], "default",
         "no plugin claims its artifact type: the default queue: {body}"
     );
     assert_eq!(api.deploy_count().await, 1, "the deploy is enqueued");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misspelt_environment_or_application_is_a_404_naming_the_field_and_the_nearest_name() {
+    let api = Api::new().await;
+    let deployer = api.token("ci", Role::Deployer).await;
+    let sha = hex::encode(Sha256::digest(ARTIFACT));
+    let typo = api
+        .good_descriptor()
+        .replace("environment: prod", "environment: prdo");
+    let (status, body) = api.post_deploy(&deployer, &typo).await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "a typo is refused at once: {body}"
+    );
+    let (_, message) = error_of(&body);
+    assert!(
+        message.starts_with("environment: ") && message.contains("did you mean `prod`?"),
+        "the refusal names the field and the nearest environment: {message}"
+    );
+    let (status, body) = api
+        .post_deploy(&deployer, &api.descriptor("acme/wbe", &sha))
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "an unknown application too: {body}"
+    );
+    let (_, message) = error_of(&body);
+    assert!(
+        message.starts_with("application: ") && message.contains("did you mean `acme/web`?"),
+        "the refusal names the field and the nearest application: {message}"
+    );
+    assert_eq!(api.deploy_count().await, 0, "nothing is enqueued");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,10 +241,17 @@ async fn a_bulk_submission_enqueues_every_deploy_and_answers_them_in_order() {
     let api = Api::new().await;
     let deployer = api.token("ci", Role::Deployer).await;
     let sha = hex::encode(Sha256::digest(ARTIFACT));
-    // Two of acme/web's prod and one with no environment file (routed by artifact type).
+    // Two of acme/web's prod and one of acme/shop's.
+    let shop = api.config.environments_source().join("acme/shop/prod.yml");
+    std::fs::create_dir_all(shop.parent().unwrap()).unwrap();
+    std::fs::write(
+        &shop,
+        "targets:\n  - {name: t1, host: local}\ndeploy:\n  plugin: command\n  commands: [\"true\"]\n",
+    )
+    .unwrap();
     let descriptors = vec![
         api.good_descriptor(),
-        api.descriptor("acme/nope", &sha),
+        api.descriptor("acme/shop", &sha),
         api.good_descriptor(),
     ];
     let (status, body) = api
@@ -244,7 +288,7 @@ async fn a_bulk_submission_enqueues_every_deploy_and_answers_them_in_order() {
         )
         .await;
     assert_eq!(
-        second["application"], "acme/nope",
+        second["application"], "acme/shop",
         "the answers are in the order the deploys were given: {second}"
     );
     assert_eq!(api.deploy_count().await, 3, "all three are stored");

@@ -8,7 +8,8 @@ use manent_engine::{Client, EngineError, WorkflowStatus, now_ms};
 use std::sync::Arc;
 
 use manent_model::{
-    Descriptor, EffectiveDescriptor, ModelError, Route, load_environment, parse_descriptor, route,
+    Descriptor, EffectiveDescriptor, ModelError, Route, load_environment, missing_environment,
+    parse_descriptor, route,
 };
 
 /// A deploy just submitted, or a schedule just created.
@@ -44,8 +45,9 @@ pub enum SubmitError {
         field: Option<String>,
         message: String,
     },
-    /// The application or environment is unknown. Not produced by [`submit`]
-    /// (a missing environment file routes by artifact type); kept for callers.
+    /// The application or environment has no environment file in a source that can be
+    /// read; the message names the field (`application` or `environment`) and the nearest
+    /// names. (A source that cannot be read now routes by artifact type instead.)
     #[error("{0}")]
     UnknownEnvironment(String),
     #[error(transparent)]
@@ -86,14 +88,23 @@ fn prepare(
     refuse_unlisted_sources(config, &descriptor)?;
     let source = config.environments_source();
     let env = load_environment(&source, &descriptor.application, &descriptor.environment);
-    // A missing environment file, like an unreadable source, is one that cannot be read at
-    // submission (docs/configuration.md, `plugins[].artifact_types`): the deploy is routed
-    // by its artifact types and resolves its environment when it runs. An invalid file is
-    // refused.
-    if let Err(e) = &env
-        && !e.is_environment_unavailable()
-    {
-        return Err(invalid(e.clone()));
+    match &env {
+        Ok(_) => {}
+        // An application or environment with no file in a source that can be read is a
+        // typo or a deploy to nowhere: refused now, naming the nearest names, rather than
+        // failing when it runs.
+        Err(e) if e.is_environment_unavailable() => {
+            if let Some(missing) =
+                missing_environment(&source, &descriptor.application, &descriptor.environment)
+            {
+                return Err(SubmitError::UnknownEnvironment(missing.message));
+            }
+            // The environment cannot be read at submission (docs/configuration.md,
+            // `plugins[].artifact_types`): the deploy is routed by its artifact types and
+            // resolves its environment when it runs.
+        }
+        // An invalid file is refused.
+        Err(e) => return Err(invalid(e.clone())),
     }
     let route: Route = route(config, &descriptor, env.as_ref());
     let effective = match &env {

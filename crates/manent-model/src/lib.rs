@@ -34,7 +34,9 @@ mod waves;
 
 pub use descriptor::{Artifact, DeployOverrides, Descriptor, Missed, Schedule, parse_descriptor};
 pub use effective::{EffectiveDescriptor, expand_dest};
-pub use environment::load::{environment_path, list_applications, load_environment};
+pub use environment::load::{
+    MissingEnvironment, environment_path, list_applications, load_environment, missing_environment,
+};
 pub use environment::{
     Approval, Check, CheckKind, DEFAULT_OVERRIDES, Dependency, DeploySettings, EnvironmentFile,
     OVERRIDABLE_KEYS, OnFailure, RollbackPolicy, Rollout, SecretSource, SshSettings, Target,

@@ -52,6 +52,67 @@ pub fn list_applications(
     Ok(apps)
 }
 
+/// Why `application`/`environment` is known to have no environment file: the source can
+/// be read and the file is not there. The answer names the field that is wrong
+/// (`application` when the application has no environment at all, else `environment`), what
+/// there is instead and the nearest name. `None` when it is not known to be missing: the
+/// file is there (but could not be read), or the source cannot be read now; then the
+/// deploy goes on under the rule for an environment that cannot be read.
+pub fn missing_environment(
+    source: &Path,
+    application: &str,
+    environment: &str,
+) -> Option<MissingEnvironment> {
+    let path = environment_path(source, application, environment);
+    if std::fs::symlink_metadata(&path).is_ok() {
+        return None;
+    }
+    let apps = list_applications(source).ok()?;
+    let missing = match apps.iter().find(|(name, _)| name == application) {
+        Some((_, environments)) => MissingEnvironment {
+            field: "environment",
+            message: format!(
+                "environment: {application} has no environment `{environment}` (no file {}); its environments: {}{}",
+                path.display(),
+                environments.join(", "),
+                did_you_mean(environment, environments.iter().map(String::as_str)),
+            ),
+        },
+        None => MissingEnvironment {
+            field: "application",
+            message: format!(
+                "application: no application `{application}` in the environments source {} (no file {}){}",
+                source.display(),
+                path.display(),
+                did_you_mean(application, apps.iter().map(|(name, _)| name.as_str())),
+            ),
+        },
+    };
+    Some(missing)
+}
+
+/// An application or environment without an environment file ([`missing_environment`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingEnvironment {
+    /// `application` or `environment`: the descriptor field to fix.
+    pub field: &'static str,
+    /// What is missing, what there is, and the nearest name.
+    pub message: String,
+}
+
+/// `; did you mean `x`?` for the candidate nearest to `name` (an edit or a swap of two
+/// letters counts one), if it is near enough to be a typo: at most a third of the name's
+/// length apart, and at least one edit allowed.
+fn did_you_mean<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> String {
+    let allowed = (name.chars().count() / 3).max(1);
+    candidates
+        .map(|c| (strsim::damerau_levenshtein(name, c), c))
+        .filter(|(distance, _)| *distance <= allowed)
+        .min()
+        .map(|(_, c)| format!("; did you mean `{c}`?"))
+        .unwrap_or_default()
+}
+
 /// The directories in `dir` (symbolic links not followed), by name, sorted.
 fn subdirectories(dir: &Path) -> Result<Vec<(String, PathBuf)>, EnvironmentsSourceUnreadable> {
     let mut out = Vec::new();
@@ -229,5 +290,48 @@ mod tests {
                 "the message names the path and the key to check: {err}"
             );
         }
+    }
+
+    #[test]
+    fn a_missing_environment_names_the_field_what_there_is_and_the_nearest_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path();
+        for file in [
+            "demo/hello/dev.yml",
+            "demo/hello/prod.yml",
+            "ml/trainer/prod.yml",
+        ] {
+            let path = source.join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "targets: [{name: a, host: local}]\n").unwrap();
+        }
+        let check = |application: &str, environment: &str| {
+            missing_environment(source, application, environment).map(|m| {
+                format!(
+                    "[{}] {}",
+                    m.field,
+                    m.message.replace(&source.display().to_string(), "<source>")
+                )
+            })
+        };
+        expect_test::expect!["[environment] environment: demo/hello has no environment `prdo` (no file <source>/demo/hello/prdo.yml); its environments: dev, prod; did you mean `prod`?"].assert_eq(&check("demo/hello", "prdo").unwrap());
+        expect_test::expect!["[environment] environment: demo/hello has no environment `staging` (no file <source>/demo/hello/staging.yml); its environments: dev, prod"].assert_eq(&check("demo/hello", "staging").unwrap());
+        expect_test::expect!["[application] application: no application `demo/helo` in the environments source <source> (no file <source>/demo/helo/prod.yml); did you mean `demo/hello`?"].assert_eq(&check("demo/helo", "prod").unwrap());
+        assert_eq!(
+            check("demo/hello", "prod"),
+            None,
+            "an environment that exists is not missing"
+        );
+        std::fs::create_dir_all(source.join("demo/hello/locked.yml")).unwrap();
+        assert_eq!(
+            check("demo/hello", "locked"),
+            None,
+            "a file that is there but cannot be read is not known to be missing"
+        );
+        assert_eq!(
+            missing_environment(&source.join("nowhere"), "demo/hello", "prdo"),
+            None,
+            "a source that cannot be read says nothing about what is missing"
+        );
     }
 }
