@@ -33,6 +33,24 @@ pub enum StoreError {
         recorded: String,
         expected: String,
     },
+    /// The database was migrated by a newer release, with a migration this build may not
+    /// run on (not declared compatible with this build's schema).
+    #[error(
+        "the database's schema is at version {database}, newer than this build's {known}: \
+         migration {version} (`{name}`) {}; run a manent release that knows schema {database} \
+         (or newer) here, or finish the upgrade before starting this one again",
+        compatible_from.map_or_else(
+            || "was not declared compatible with older releases".to_string(),
+            |from| format!("is compatible with releases of schema {from} or newer only"),
+        )
+    )]
+    SchemaTooNew {
+        database: i64,
+        known: i64,
+        version: i64,
+        name: String,
+        compatible_from: Option<i64>,
+    },
 }
 
 impl StoreError {

@@ -12,6 +12,12 @@ use crate::error::StoreError;
 pub(crate) struct Migration {
     pub version: i64,
     pub name: &'static str,
+    /// The oldest schema version whose binaries may keep running once this migration is
+    /// applied (it only adds what they ignore: a table, a nullable column, an index), so
+    /// that old and new workers run side by side through a rolling upgrade. `None`: a
+    /// binary that does not know this migration must not run on it. Recorded with the
+    /// migration when it is applied; an older binary reads it there (docs/upgrades.md).
+    pub compatible_from: Option<i64>,
     /// Statements with `{ID}` standing for the dialect's auto-increment key.
     statements: &'static [&'static str],
 }
@@ -45,7 +51,10 @@ impl Migration {
 #[derive(Debug, Clone)]
 pub(crate) struct Applied {
     pub version: i64,
+    pub name: String,
     pub checksum: Option<String>,
+    /// What the migration declared when it was applied ([`Migration::compatible_from`]).
+    pub compatible_from: Option<i64>,
 }
 
 /// What a migrator does to a database, decided from what it has applied.
@@ -58,8 +67,29 @@ pub(crate) struct Plan {
 }
 
 /// Decides what to apply, refusing a database one of whose applied migrations was edited
-/// since. A version this build does not know (a newer release applied it) is left alone.
+/// since, or that a newer release migrated beyond what this build may run on: a version
+/// this build does not know is accepted only when it was declared compatible with this
+/// build's schema (and is then left alone).
 pub(crate) fn plan(applied: &[Applied]) -> Result<Plan, StoreError> {
+    let known = latest_version();
+    if let Some(newer) = applied
+        .iter()
+        .filter(|a| a.version > known)
+        .filter(|a| a.compatible_from.is_none_or(|from| from > known))
+        .min_by_key(|a| a.version)
+    {
+        return Err(StoreError::SchemaTooNew {
+            database: applied
+                .iter()
+                .map(|a| a.version)
+                .max()
+                .unwrap_or(newer.version),
+            known,
+            version: newer.version,
+            name: newer.name.clone(),
+            compatible_from: newer.compatible_from,
+        });
+    }
     let mut plan = Plan::default();
     for migration in MIGRATIONS {
         match applied.iter().find(|a| a.version == migration.version) {
@@ -87,6 +117,7 @@ pub(crate) fn plan(applied: &[Applied]) -> Result<Plan, StoreError> {
 pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
+        compatible_from: None,
         name: "workflows, steps, queues, messages, events, executors",
         statements: &[
             "CREATE TABLE manent_queues (
@@ -163,6 +194,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 2,
+        compatible_from: None,
         name: "records: small documents kept for the engine's users",
         statements: &["CREATE TABLE manent_records (
             kind TEXT NOT NULL,
@@ -173,6 +205,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 3,
+        compatible_from: None,
         name: "indexes for the metrics of recent steps and claims",
         statements: &[
             "CREATE INDEX manent_steps_finished ON manent_steps (finished_at)",
@@ -181,6 +214,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 4,
+        compatible_from: None,
         name: "limit groups; claims find each partition's next workflows by index",
         statements: &[
             // The group a running workflow was claimed under (limits shared by queues).
@@ -198,6 +232,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 5,
+        compatible_from: None,
         name: "executor leases: one live holder per executor id",
         statements: &["CREATE TABLE manent_executor_leases (
             executor_id TEXT PRIMARY KEY,
@@ -210,6 +245,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 6,
+        compatible_from: None,
         name: "audit: who changed what, and every refused request",
         statements: &["CREATE TABLE manent_audit (
             id {ID},
@@ -223,6 +259,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 7,
+        compatible_from: None,
         name: "one partition's history, newest first, by index",
         // What ran last on an application/environment (dependencies, rollback,
         // approvals) is read by partition, however much else has run since.
@@ -231,6 +268,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 8,
+        compatible_from: None,
         name: "output: what a workflow's commands print, line by line, as they print it",
         statements: &[
             "CREATE TABLE manent_output (
@@ -246,6 +284,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 9,
+        compatible_from: None,
         name: "indexes that a workflow's changes of status leave in place",
         // An index with `status` in its key and `partition_key` after it moved each
         // workflow's entry to another place of a large tree at its claim and again at its
@@ -277,7 +316,25 @@ mod tests {
     fn applied(version: i64, checksum: Option<&str>) -> Applied {
         Applied {
             version,
+            name: format!("migration {version}"),
             checksum: checksum.map(str::to_string),
+            compatible_from: None,
+        }
+    }
+
+    /// Every migration of this build, applied with its checksum.
+    fn all_applied() -> Vec<Applied> {
+        MIGRATIONS
+            .iter()
+            .map(|m| applied(m.version, Some(&m.checksum())))
+            .collect()
+    }
+
+    /// A migration a newer release applied, declaring `compatible_from`.
+    fn newer(offset: i64, compatible_from: Option<i64>) -> Applied {
+        Applied {
+            compatible_from,
+            ..applied(latest_version() + offset, Some("newer"))
         }
     }
 
@@ -345,10 +402,7 @@ mod tests {
 
     #[test]
     fn an_edited_migration_is_refused_with_its_version_and_both_checksums() {
-        let mut rows: Vec<Applied> = MIGRATIONS
-            .iter()
-            .map(|m| applied(m.version, Some(&m.checksum())))
-            .collect();
+        let mut rows = all_applied();
         rows[2].checksum = Some("0".repeat(64));
         let error = plan(&rows).expect_err("an edited migration must be refused");
         let message = error.to_string();
@@ -363,13 +417,50 @@ mod tests {
     }
 
     #[test]
-    fn a_version_this_build_does_not_know_is_left_alone() {
-        let mut rows: Vec<Applied> = MIGRATIONS
-            .iter()
-            .map(|m| applied(m.version, Some(&m.checksum())))
-            .collect();
-        rows.push(applied(latest_version() + 1, Some("newer")));
-        let plan = plan(&rows).expect("a newer version is not an edit");
-        assert!(plan.pending.is_empty() && plan.unstamped.is_empty());
+    fn newer_migrations_declared_compatible_with_this_build_are_left_alone() {
+        let known = latest_version();
+        let mut rows = all_applied();
+        rows.push(newer(1, Some(known)));
+        rows.push(newer(2, Some(known - 1)));
+        let plan = plan(&rows).expect("compatible newer migrations let this build run");
+        assert!(
+            plan.pending.is_empty() && plan.unstamped.is_empty(),
+            "nothing to apply or stamp: {plan:?}"
+        );
+    }
+
+    #[test]
+    fn a_newer_migration_not_declared_compatible_refuses_naming_both_versions() {
+        let known = latest_version();
+        let mut rows = all_applied();
+        rows.push(newer(1, Some(known)));
+        rows.push(newer(2, None));
+        rows.push(newer(3, Some(known)));
+        let error = plan(&rows).expect_err("an undeclared newer migration must stop this build");
+        let message = error.to_string();
+        assert!(
+            matches!(error, StoreError::SchemaTooNew { database, known: k, version, .. }
+                if database == known + 3 && k == known && version == known + 2),
+            "the refusal names the database's version, this build's and the first migration it may not run on: {message}"
+        );
+        assert!(
+            message.contains("was not declared compatible"),
+            "and says why: {message}"
+        );
+    }
+
+    #[test]
+    fn a_newer_migration_compatible_only_with_newer_releases_refuses() {
+        let known = latest_version();
+        let mut rows = all_applied();
+        rows.push(newer(1, Some(known + 1)));
+        let error =
+            plan(&rows).expect_err("a migration compatible from a later schema stops this build");
+        assert!(
+            error
+                .to_string()
+                .contains(&format!("schema {} or newer only", known + 1)),
+            "the refusal says from which schema it is compatible: {error}"
+        );
     }
 }

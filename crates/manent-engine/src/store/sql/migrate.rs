@@ -11,7 +11,11 @@ use crate::store::postgres;
 /// The record of applied migrations (`migrations.rs`), made by the first migrator.
 pub(super) const CREATE_MIGRATIONS_TABLE: &str =
     "CREATE TABLE IF NOT EXISTS manent_schema_migrations (
-    version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL, checksum TEXT)";
+    version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL, checksum TEXT,
+    compatible_from BIGINT)";
+
+/// The columns releases before migration checksums did not make, added in place.
+const ADDED_COLUMNS: &[(&str, &str)] = &[("checksum", "TEXT"), ("compatible_from", "BIGINT")];
 
 /// The table as releases before migration checksums made it: the column is added in place.
 #[cfg(test)]
@@ -19,14 +23,24 @@ pub(super) const LEGACY_MIGRATIONS_TABLE: &str =
     "CREATE TABLE IF NOT EXISTS manent_schema_migrations (
     version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)";
 
-const SELECT_APPLIED: &str = "SELECT version, checksum FROM manent_schema_migrations";
-const INSERT_APPLIED: &str = "INSERT INTO manent_schema_migrations (version, name, applied_at, checksum) VALUES ($1, $2, $3, $4)";
+const SELECT_APPLIED: &str =
+    "SELECT version, name, checksum, compatible_from FROM manent_schema_migrations";
+const INSERT_APPLIED: &str = "INSERT INTO manent_schema_migrations (version, name, applied_at, checksum, compatible_from) VALUES ($1, $2, $3, $4, $5)";
 const STAMP_APPLIED: &str =
     "UPDATE manent_schema_migrations SET checksum = $1 WHERE version = $2 AND checksum IS NULL";
 
-fn applied_rows(rows: Vec<(i64, Option<String>)>) -> Vec<migrations::Applied> {
+type AppliedRow = (i64, String, Option<String>, Option<i64>);
+
+fn applied_rows(rows: Vec<AppliedRow>) -> Vec<migrations::Applied> {
     rows.into_iter()
-        .map(|(version, checksum)| migrations::Applied { version, checksum })
+        .map(
+            |(version, name, checksum, compatible_from)| migrations::Applied {
+                version,
+                name,
+                checksum,
+                compatible_from,
+            },
+        )
         .collect()
 }
 
@@ -40,15 +54,20 @@ impl SqlStore {
                 sqlx::query(CREATE_MIGRATIONS_TABLE)
                     .execute(&mut *tx)
                     .await?;
-                let has_checksum: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM pragma_table_info('manent_schema_migrations') WHERE name = 'checksum'",
-                )
-                .fetch_one(&mut *tx)
-                .await?;
-                if has_checksum == 0 {
-                    sqlx::query("ALTER TABLE manent_schema_migrations ADD COLUMN checksum TEXT")
+                for (column, kind) in ADDED_COLUMNS {
+                    let present: i64 = sqlx::query_scalar(
+                        "SELECT COUNT(*) FROM pragma_table_info('manent_schema_migrations') WHERE name = $1",
+                    )
+                    .bind(column)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    if present == 0 {
+                        sqlx::query(&format!(
+                            "ALTER TABLE manent_schema_migrations ADD COLUMN {column} {kind}"
+                        ))
                         .execute(&mut *tx)
                         .await?;
+                    }
                 }
                 let applied =
                     applied_rows(sqlx::query_as(SELECT_APPLIED).fetch_all(&mut *tx).await?);
@@ -69,6 +88,7 @@ impl SqlStore {
                         .bind(m.name)
                         .bind(crate::now_ms())
                         .bind(m.checksum())
+                        .bind(m.compatible_from)
                         .execute(&mut *tx)
                         .await?;
                 }
@@ -84,9 +104,13 @@ impl SqlStore {
                     .await?;
                 let result = async {
                     sqlx::query(CREATE_MIGRATIONS_TABLE).execute(&mut *conn).await?;
-                    sqlx::query("ALTER TABLE manent_schema_migrations ADD COLUMN IF NOT EXISTS checksum TEXT")
+                    for (column, kind) in ADDED_COLUMNS {
+                        sqlx::query(&format!(
+                            "ALTER TABLE manent_schema_migrations ADD COLUMN IF NOT EXISTS {column} {kind}"
+                        ))
                         .execute(&mut *conn)
                         .await?;
+                    }
                     let applied = applied_rows(sqlx::query_as(SELECT_APPLIED).fetch_all(&mut *conn).await?);
                     let plan = migrations::plan(&applied)?;
                     for m in &plan.unstamped {
@@ -106,6 +130,7 @@ impl SqlStore {
                             .bind(m.name)
                             .bind(crate::now_ms())
                             .bind(m.checksum())
+                            .bind(m.compatible_from)
                             .execute(&mut *tx)
                             .await?;
                         tx.commit().await?;

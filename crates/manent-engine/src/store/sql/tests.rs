@@ -791,3 +791,50 @@ fn sequence_is_strictly_increasing_within_a_millisecond() {
         "two enqueues in one millisecond must keep their order"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_a_newer_release_migrated_is_refused_unless_declared_compatible_on_sqlite() {
+    newer_schema_needs_a_declaration(manent_testkit::Db::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_a_newer_release_migrated_is_refused_unless_declared_compatible_on_postgres() {
+    newer_schema_needs_a_declaration(manent_testkit::Db::Postgres).await;
+}
+
+/// What a rolling upgrade looks like to the old binary: a newer release applied migration
+/// `latest + 1`. Without a declaration this build refuses to start, naming both versions;
+/// once the row declares it compatible with this build's schema, this build starts.
+async fn newer_schema_needs_a_declaration(db: manent_testkit::Db) {
+    let test = manent_testkit::TestDb::new(db).await;
+    let store = SqlStore::connect(&test.url).await.expect("connect");
+    store.migrate().await.expect("a fresh database migrates");
+    let known = migrations::latest_version();
+    with_writer!(store, pool => {
+        sqlx::query("INSERT INTO manent_schema_migrations (version, name, applied_at, checksum) VALUES ($1, 'a newer release''s table', 0, 'x')")
+            .bind(known + 1)
+            .execute(pool)
+            .await
+            .expect("pretend a newer release migrated the database");
+    });
+    let error = store
+        .migrate()
+        .await
+        .expect_err("a migration this build does not know, not declared compatible, stops it");
+    assert!(
+        matches!(error, StoreError::SchemaTooNew { database, known: k, .. } if database == known + 1 && k == known),
+        "the refusal names the database's version and this build's: {error}"
+    );
+    with_writer!(store, pool => {
+        sqlx::query("UPDATE manent_schema_migrations SET compatible_from = $1 WHERE version = $2")
+            .bind(known)
+            .bind(known + 1)
+            .execute(pool)
+            .await
+            .expect("declare the newer migration compatible with this build's schema");
+    });
+    store
+        .migrate()
+        .await
+        .expect("a newer migration declared compatible lets this build run beside it");
+}
