@@ -9,7 +9,7 @@ use manent_deploy::{
     deploy_views, history, request::Phase, schedules::ScheduleView, submission, targets, timeline,
     views,
 };
-use manent_engine::{ExecutorState, WorkflowStatus};
+use manent_engine::WorkflowStatus;
 use manent_model::{Artifact, Missed, QueueKind};
 
 use crate::auth::Role;
@@ -156,6 +156,7 @@ impl ToWire for deploy_views::StepState {
         use deploy_views::StepState;
         match self {
             StepState::Running => contract::StepStatus::Running,
+            StepState::Interrupted => contract::StepStatus::Interrupted,
             StepState::Success => contract::StepStatus::Success,
             StepState::Error => contract::StepStatus::Error,
             StepState::Stopped => contract::StepStatus::Stopped,
@@ -183,13 +184,14 @@ impl ToWire for timeline::PassAction {
     }
 }
 
-impl ToWire for ExecutorState {
+impl ToWire for views::WorkerState {
     type Wire = contract::WorkerState;
     fn to_wire(self) -> Self::Wire {
         match self {
-            ExecutorState::Running => contract::WorkerState::Running,
-            ExecutorState::Draining => contract::WorkerState::Draining,
-            ExecutorState::Stopped => contract::WorkerState::Stopped,
+            views::WorkerState::Running => contract::WorkerState::Running,
+            views::WorkerState::Draining => contract::WorkerState::Draining,
+            views::WorkerState::Stopped => contract::WorkerState::Stopped,
+            views::WorkerState::Dead => contract::WorkerState::Dead,
         }
     }
 }

@@ -199,6 +199,10 @@ pub struct RecoveryConfig {
     pub heartbeat_interval: Duration,
     /// Live workers re-enqueue the pending deploys of stale executors.
     pub automatic: bool,
+    /// A worker stopped, or dead (silent past `stale_after` without a recorded stop), for
+    /// longer than this is no longer listed, unless it still holds deploys.
+    #[serde(with = "serde_util::duration")]
+    pub forget_after: Duration,
 }
 
 impl Default for RecoveryConfig {
@@ -207,6 +211,7 @@ impl Default for RecoveryConfig {
             stale_after: Duration::from_secs(30),
             heartbeat_interval: Duration::from_secs(5),
             automatic: false,
+            forget_after: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }

@@ -91,11 +91,14 @@ string_enum!(
     /// STOPPED when its deploy ended while it ran (cancelled, or failed elsewhere): it will
     /// never finish.
     StepStatus, listed: true,
-    "RUNNING, then SUCCESS or ERROR; STOPPED when the deploy ended while the step ran." {
+    "RUNNING, then SUCCESS or ERROR; STOPPED when the deploy ended while the step ran; \
+     INTERRUPTED when the worker running it is gone (killed, frozen, cut off): it runs \
+     again from its start where the deploy resumes." {
         Running = "RUNNING",
         Success = "SUCCESS",
         Error = "ERROR",
         Stopped = "STOPPED",
+        Interrupted = "INTERRUPTED",
     }
 );
 

@@ -8,11 +8,15 @@ use serde::{Deserialize, Serialize};
 use crate::string_enum;
 
 string_enum!(
-    /// The state a worker last recorded for itself.
-    WorkerState, listed: true, "running, draining or stopped, as the worker last recorded it." {
+    /// The state a worker last recorded for itself, or `dead`.
+    WorkerState, listed: true,
+    "running, draining or stopped, as the worker last recorded it; dead: silent for longer \
+     than `recovery.stale_after` without a recorded stop (killed, frozen or cut off; its \
+     deploys wait for it or for recovery)." {
         Running = "running",
         Draining = "draining",
         Stopped = "stopped",
+        Dead = "dead",
     }
 );
 

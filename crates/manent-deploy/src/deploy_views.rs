@@ -2,6 +2,8 @@
 //! activity and an environment's history, read in a constant number of queries. The
 //! views are this crate's types; `manent-api` turns them into the contract's.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use manent_engine::{
     Client, EngineError, EventRecord, ExecutorState, StepRecord, WorkflowFilter, WorkflowRecord,
     WorkflowStatus, now_ms,
@@ -90,14 +92,17 @@ pub struct StepView {
     pub error: Option<String>,
 }
 
-/// A step as shown: the engine's status, and `Stopped` for one still running in a deploy
-/// that has ended (cancelled, or failed elsewhere): it will never finish.
+/// A step as shown: the engine's status, `Stopped` for one still running in a deploy
+/// that has ended (cancelled, or failed elsewhere): it will never finish; and
+/// `Interrupted` for one whose worker is gone (its lease expired: killed, frozen, cut off),
+/// which runs again, from its start, wherever the deploy resumes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepState {
     Running,
     Success,
     Error,
     Stopped,
+    Interrupted,
 }
 
 impl StepState {
@@ -107,6 +112,7 @@ impl StepState {
             StepState::Success => "SUCCESS",
             StepState::Error => "ERROR",
             StepState::Stopped => "STOPPED",
+            StepState::Interrupted => "INTERRUPTED",
         }
     }
 }
@@ -316,10 +322,20 @@ fn shown_step_status(s: &StepRecord, deploy_ended: bool) -> StepState {
 }
 
 /// `ended_at`: when the deploy ended, `None` while it runs; a step it stopped ends then.
-fn step_view(s: StepRecord, ended_at: Option<i64>) -> StepView {
+/// `interrupted_at`: for a step still running in a deploy that runs, the last heartbeat of
+/// its worker if that worker is gone; the step is interrupted then.
+fn step_view(s: StepRecord, ended_at: Option<i64>, interrupted_at: Option<i64>) -> StepView {
+    let mut status = shown_step_status(&s, ended_at.is_some());
+    let mut finished_at = s.finished_at_ms.or(ended_at);
+    if status == StepState::Running
+        && let Some(at) = interrupted_at
+    {
+        status = StepState::Interrupted;
+        finished_at = Some(at);
+    }
     StepView {
-        status: shown_step_status(&s, ended_at.is_some()),
-        finished_at: s.finished_at_ms.or(ended_at).map(rfc3339),
+        status,
+        finished_at: finished_at.map(rfc3339),
         name: s.name,
         attempts: s.attempts,
         started_at: rfc3339(s.started_at_ms),
@@ -399,17 +415,24 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
         .chain(events.iter().chain(&passes.events).map(|e| e.updated_at_ms))
         .fold(record.updated_at_ms, i64::max);
     view.updated_at = rfc3339(last_ms);
-    view.steps = steps
+    let steps: Vec<StepRecord> = steps
         .into_iter()
         .chain(passes.steps)
         .filter(|s| !is_internal_step(&s.name))
+        .collect();
+    let ended_at = record
+        .finished_at_ms
+        .filter(|_| record.status.is_terminal());
+    let gone = if ended_at.is_none() {
+        gone_workers(client, &steps).await?
+    } else {
+        BTreeMap::new()
+    };
+    view.steps = steps
+        .into_iter()
         .map(|s| {
-            step_view(
-                s,
-                record
-                    .finished_at_ms
-                    .filter(|_| record.status.is_terminal()),
-            )
+            let interrupted_at = gone.get(&s.executor_id).copied();
+            step_view(s, ended_at, interrupted_at)
         })
         .collect();
     view.waves = request
@@ -419,6 +442,36 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
         .unwrap_or_default();
     view.passes = passes.views;
     Ok(Some(view))
+}
+
+/// The workers of `steps` still running whose lease is not live (killed, frozen, cut off,
+/// or stopped under the step), with their last heartbeat: those steps are interrupted.
+async fn gone_workers(
+    client: &Client,
+    steps: &[StepRecord],
+) -> Result<BTreeMap<String, i64>, EngineError> {
+    let now = now_ms();
+    let mut gone = BTreeMap::new();
+    let running: BTreeSet<&str> = steps
+        .iter()
+        .filter(|s| s.status == manent_engine::StepStatus::Running)
+        .map(|s| s.executor_id.as_str())
+        .collect();
+    for executor in running {
+        if client
+            .executor_lease(executor)
+            .await?
+            .is_some_and(|l| l.is_live(now))
+        {
+            continue;
+        }
+        let last_heard = client
+            .executor(executor)
+            .await?
+            .map_or(now, |e| e.heartbeat_at_ms);
+        gone.insert(executor.to_string(), last_heard);
+    }
+    Ok(gone)
 }
 
 /// Why a queued deploy does not start, or a claimed one does not move, when the
@@ -488,13 +541,16 @@ async fn waiting_reason(
             if lease.is_some_and(|l| l.is_live(now)) {
                 return Ok(None);
             }
-            let state = client
-                .executor(executor)
-                .await?
-                .map_or_else(|| "unknown".to_string(), |e| e.state.to_string());
+            // The lease expired: a worker that recorded no stop is dead, whatever it last
+            // recorded (running, draining).
+            let state = match client.executor(executor).await? {
+                Some(e) if e.state == ExecutorState::Stopped => "stopped",
+                Some(_) => "dead (its lease expired without a recorded stop)",
+                None => "unknown",
+            };
             Ok(Some(format!(
-                "worker {executor}, which holds it, to come back: it is {state} and its lease has \
-                 expired; `manent recover --executor {executor}` hands the deploy to another worker \
+                "worker {executor}, which holds it, to come back: it is {state}; \
+                 `manent recover --executor {executor}` hands the deploy to another worker \
                  (or recovery.automatic does)"
             )))
         }

@@ -21,4 +21,5 @@ pub mod workflow;
 
 pub use plugins::{Plugin, Plugins};
 pub use queues::{DEFAULT_QUEUE, DeclaredQueue, QueueKind, declared_queues, worker_queues};
+pub use request::{DEPLOY_WORKFLOW_VERSIONS, build_version};
 pub use workflow::{DEPLOY_WORKFLOW, DeployRequest, Submitter, register_workflows};

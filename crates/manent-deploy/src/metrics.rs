@@ -99,12 +99,26 @@ pub async fn render(client: &Client, config: &Config) -> Result<String, EngineEr
     }
     family(
         &mut out,
+        "manent_worker_info",
+        "gauge",
+        "1 for each listed worker, labelled with the manent version it runs (schema and workflow versions included).",
+    );
+    for w in &workers {
+        let _ = writeln!(
+            out,
+            "manent_worker_info{{executor_id=\"{}\",version=\"{}\"}} 1",
+            label(&w.executor_id),
+            label(&w.version)
+        );
+    }
+    family(
+        &mut out,
         "manent_worker_up",
         "gauge",
         "1 for a running worker with a fresh heartbeat, 0 otherwise.",
     );
     for w in &workers {
-        let up = u8::from(w.state == manent_engine::ExecutorState::Running && !w.stale);
+        let up = u8::from(w.state == views::WorkerState::Running);
         let _ = writeln!(
             out,
             "manent_worker_up{{executor_id=\"{}\"}} {up}",

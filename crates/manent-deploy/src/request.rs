@@ -11,6 +11,33 @@ use serde::{Deserialize, Serialize};
 /// The workflow's registered name.
 pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 
+/// The versions of the deploy workflow this build runs and replays. One so far: every
+/// deploy recorded until now was recorded by it. A change that reorders, renames or
+/// removes recorded steps makes a new version and keeps the old one's code while deploys
+/// recorded under it may still be in flight (ARCHITECTURE.md, invariant 1).
+pub const DEPLOY_WORKFLOW_VERSIONS: std::ops::RangeInclusive<u32> = 1..=1;
+
+/// What this build is, as `--version`, `manent workers` and `/metrics` show it: the
+/// release, the schema version it migrates to and the deploy workflow versions it runs,
+/// e.g. `0.1.0 (schema 9, workflows 1)`. During a rolling upgrade it tells which
+/// workers can run what.
+pub fn build_version() -> String {
+    let (first, last) = (
+        DEPLOY_WORKFLOW_VERSIONS.start(),
+        DEPLOY_WORKFLOW_VERSIONS.end(),
+    );
+    let workflows = if first == last {
+        first.to_string()
+    } else {
+        format!("{first}-{last}")
+    };
+    format!(
+        "{} (schema {}, workflows {workflows})",
+        env!("CARGO_PKG_VERSION"),
+        manent_engine::store::expected_schema_version()
+    )
+}
+
 /// Who submits a deploy or creates a schedule: the API token's name and stable id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Submitter {

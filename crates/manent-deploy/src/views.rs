@@ -15,14 +15,51 @@ use crate::{
 
 pub use crate::request::rfc3339;
 
+/// What a worker is, as shown: the state it last recorded, or dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerState {
+    Running,
+    Draining,
+    Stopped,
+    /// Silent for longer than `recovery.stale_after` without a recorded stop: killed,
+    /// frozen or cut off. What it recorded last (running, draining) is not true any more.
+    Dead,
+}
+
+impl WorkerState {
+    /// `recorded`, or dead for a worker silent past `stale_after` that did not stop.
+    pub fn of(recorded: ExecutorState, silent_past_stale_after: bool) -> WorkerState {
+        match recorded {
+            ExecutorState::Stopped => WorkerState::Stopped,
+            _ if silent_past_stale_after => WorkerState::Dead,
+            ExecutorState::Running => WorkerState::Running,
+            ExecutorState::Draining => WorkerState::Draining,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Running => "running",
+            WorkerState::Draining => "draining",
+            WorkerState::Stopped => "stopped",
+            WorkerState::Dead => "dead",
+        }
+    }
+
+    /// Running or draining: it may still take or finish work.
+    pub fn is_live(self) -> bool {
+        matches!(self, WorkerState::Running | WorkerState::Draining)
+    }
+}
+
 /// One worker (executor), as `manent workers` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerView {
     pub executor_id: String,
     pub host: String,
     pub region: Option<String>,
-    /// The state it last recorded for itself.
-    pub state: ExecutorState,
+    /// The state it last recorded for itself, or dead.
+    pub state: WorkerState,
     pub heartbeat_at: String,
     /// Workflows it holds.
     pub running: i64,
@@ -117,21 +154,32 @@ fn is_internal_queue(name: &str) -> bool {
     name.starts_with("manent.")
 }
 
+/// The workers, but those stopped or dead for longer than `recovery.forget_after` that
+/// hold nothing (one that still holds deploys stays listed: someone must recover them).
 pub async fn workers(client: &Client, config: &Config) -> Result<Vec<WorkerView>, EngineError> {
     let now = now_ms();
-    let stale_ms = i64::try_from(config.recovery.stale_after.as_millis()).unwrap_or(i64::MAX);
+    let millis = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let stale_ms = millis(config.recovery.stale_after);
+    let forget_ms = millis(config.recovery.forget_after);
     Ok(client
         .executors()
         .await?
         .into_iter()
-        .map(|e| {
+        .filter_map(|e| {
             let age = (now - e.heartbeat_at_ms).max(0);
-            WorkerView {
-                stale: e.state != ExecutorState::Stopped && age > stale_ms,
+            let stale = e.state != ExecutorState::Stopped && age > stale_ms;
+            let state = WorkerState::of(e.state, stale);
+            // A stopped worker's last heartbeat is its stop.
+            let gone_for = (now - e.stopped_at_ms.unwrap_or(e.heartbeat_at_ms)).max(0);
+            if !state.is_live() && gone_for > forget_ms && e.running == 0 {
+                return None;
+            }
+            Some(WorkerView {
+                stale,
                 executor_id: e.id,
                 host: e.host,
                 region: e.region,
-                state: e.state,
+                state,
                 heartbeat_at: rfc3339(e.heartbeat_at_ms),
                 running: e.running,
                 pid: e.pid,
@@ -143,7 +191,7 @@ pub async fn workers(client: &Client, config: &Config) -> Result<Vec<WorkerView>
                     .collect(),
                 heartbeat_age_secs: age / 1000,
                 version: e.version,
-            }
+            })
         })
         .collect())
 }
@@ -157,7 +205,7 @@ pub async fn queues(client: &Client, config: &Config) -> Result<Vec<QueueView>, 
     let live: Vec<_> = workers(client, config)
         .await?
         .into_iter()
-        .filter(|w| w.state != ExecutorState::Stopped && !w.stale)
+        .filter(|w| w.state.is_live())
         .collect();
     let mut views: Vec<QueueView> = declared_queues(config)
         .into_iter()

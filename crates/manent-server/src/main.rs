@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{Context, Result, anyhow, bail};
 use axum_server::tls_rustls::RustlsConfig;
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use manent_api::{AppState, Role, auth};
 use manent_config::{Config, LogFormat};
 use manent_deploy::{Plugins, schedules::Ticker};
@@ -104,7 +104,14 @@ enum OutputFormat {
 }
 
 fn main() -> std::process::ExitCode {
-    let args = Args::parse();
+    // The release, the schema and the workflow versions (`manent_deploy::build_version`):
+    // computed, so clap's `version` attribute cannot hold it; leaked once, for the process.
+    let version: &'static str = Box::leak(manent_deploy::build_version().into_boxed_str());
+    let matches = Args::command().version(version).get_matches();
+    let args = match Args::from_arg_matches(&matches) {
+        Ok(args) => args,
+        Err(e) => e.exit(),
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -522,6 +529,8 @@ async fn start_worker(
     store: Arc<dyn Store>,
 ) -> Result<(Engine, Ticker, Arc<Plugins>)> {
     let mut engine_config = EngineConfig::new(config.effective_executor_id());
+    // What `manent workers` shows: which schema and workflow versions this worker runs.
+    engine_config.version = manent_deploy::build_version();
     engine_config.region = config.dbos.region.clone();
     engine_config.stale_after = config.recovery.stale_after;
     engine_config.heartbeat_interval = config.recovery.heartbeat_interval;

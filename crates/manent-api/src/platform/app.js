@@ -49,6 +49,8 @@
     deploying: 'PENDING', RUNNING: 'PENDING', cancelled: 'CANCELLED',
     // A step the deploy's end stopped (cancelled, or failed elsewhere).
     STOPPED: 'CANCELLED',
+    // A step whose worker is gone (it runs again where the deploy resumes).
+    INTERRUPTED: 'CANCELLED',
   };
 
   function statusClass(status) {
@@ -158,10 +160,10 @@
       el('button', { type: 'button', class: a, 'data-action': a, 'data-id': d.id }, ACTION_LABELS[a]));
   }
 
-  /** A stale or stopped worker's Recover button, for an unscoped admin. */
+  /** A dead or stopped worker's Recover button, for an unscoped admin. */
   function workerButtons(w) {
     const admin = me && me.role === 'admin' && !me.scope;
-    if (!admin || !(w.stale || w.state === 'stopped') || !w.running) return [];
+    if (!admin || !(w.state === 'dead' || w.state === 'stopped') || !w.running) return [];
     return [el('button', { type: 'button', class: 'recover', 'data-action': 'recover', 'data-id': w.executor_id }, 'Recover')];
   }
 
@@ -233,11 +235,12 @@
       el('td', {}, el('code', {}, w.executor_id)),
       el('td', {}, w.host),
       el('td', {}, w.region || ''),
-      el('td', {}, el('span', { class: w.stale ? 'stale' : '' }, w.state + (w.stale ? ' (stale)' : ''))),
+      el('td', {}, el('span', { class: w.state === 'dead' ? 'stale' : '' }, w.state)),
       el('td', { title: w.heartbeat_at }, age(w.heartbeat_age_secs)),
       el('td', {}, w.running),
       el('td', {}, (w.queues || []).join(', ')),
-      el('td', { class: 'actions' }, ...workerButtons(w)))), 8);
+      el('td', {}, w.version),
+      el('td', { class: 'actions' }, ...workerButtons(w)))), 9);
     replaceRows($('activity'), deployRows(activity), 9);
     replaceRows($('recent'), deployRows(recent), 9);
   }
