@@ -115,6 +115,13 @@ pub struct ApiConfig {
     pub public_url: Option<String>,
     /// Serve HTTPS with this certificate and key (PEM); plain HTTP without it.
     pub tls: Option<ApiTls>,
+    /// The most connections open at once; one more is closed at once (fitted to the
+    /// process's open-file limit at start).
+    pub max_connections: usize,
+    /// How long a connection may take to send a request's head, and may stay idle between
+    /// requests, before it is closed.
+    #[serde(with = "serde_util::duration")]
+    pub header_read_timeout: Duration,
 }
 
 /// `api.tls`: PEM files; relative paths are relative to the directory of `manent.yml`
@@ -134,6 +141,8 @@ impl Default for ApiConfig {
             listen: DEFAULT_API_LISTEN.to_owned(),
             public_url: None,
             tls: None,
+            max_connections: 4096,
+            header_read_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -130,6 +130,18 @@ impl Validator<'_> {
                 format!("`{url}` is not an http:// or https:// URL; write e.g. https://manent.example.com"),
             );
         }
+        if self.config.api.max_connections == 0 {
+            self.push(
+                "api.max_connections",
+                "0 would refuse every connection; write the most clients at once, e.g. 4096",
+            );
+        }
+        if self.config.api.header_read_timeout.is_zero() {
+            self.push(
+                "api.header_read_timeout",
+                "0s would close every connection at once; write e.g. 30s",
+            );
+        }
         if let Some(tls) = &self.config.api.tls {
             for (key, path) in [("api.tls.cert", &tls.cert), ("api.tls.key", &tls.key)] {
                 if path.as_os_str().is_empty() {

@@ -17,6 +17,8 @@ use manent_deploy::{Plugins, schedules::Ticker};
 use manent_engine::{Client, Engine, EngineConfig, Records, Store, store};
 use tokio::signal::unix::{SignalKind, signal};
 
+mod listener;
+
 #[derive(Parser)]
 #[command(
     name = "manent-server",
@@ -364,31 +366,23 @@ async fn serve(
         let shutdown = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
-        Some(match config.api_tls_paths() {
+        let limits = listener::Limits {
+            max_connections: listener::fit_to_this_process(config.api.max_connections),
+            header_read_timeout: config.api.header_read_timeout,
+        };
+        let tls = match config.api_tls_paths() {
             None => {
-                tracing::info!(%addr, "API listening (HTTP)");
-                tokio::spawn(async move {
-                    axum::serve(listener, app)
-                        .with_graceful_shutdown(shutdown)
-                        .await
-                })
+                tracing::info!(%addr, max_connections = limits.max_connections, "API listening (HTTP)");
+                None
             }
             Some((cert, key)) => {
                 // Read at startup: a bad certificate or key stops the process, naming the file.
                 let tls = tls_config(&cert, &key)?;
-                tracing::info!(%addr, cert = %cert.display(), "API listening (HTTPS)");
-                let handle = axum_server::Handle::new();
-                let stopper = handle.clone();
-                tokio::spawn(async move {
-                    shutdown.await;
-                    stopper.graceful_shutdown(None);
-                });
-                let server = axum_server::from_tcp_rustls(listener.into_std()?, tls)
-                    .context("cannot serve HTTPS on the API's listener")?
-                    .handle(handle);
-                tokio::spawn(async move { server.serve(app.into_make_service()).await })
+                tracing::info!(%addr, cert = %cert.display(), max_connections = limits.max_connections, "API listening (HTTPS)");
+                Some(tls)
             }
-        })
+        };
+        Some(listener::serve(listener, app, tls, limits, shutdown)?)
     } else {
         None
     };

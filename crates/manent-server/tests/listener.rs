@@ -1,0 +1,109 @@
+//! The API's listener against hostile clients (docs/security.md, "The listener"): hundreds
+//! of sockets that send nothing, and one that sends half a request head, are all closed by
+//! the server (shed beyond `api.max_connections`, timed out within it), while a deploy in
+//! the same `serve` process runs to its end and the API answers again afterwards.
+
+mod common;
+
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+};
+
+use common::{Site, WAIT};
+use manent_testkit::{Db, eventually};
+
+/// More sockets than the cap, so that some are shed and some time out.
+const IDLE_SOCKETS: usize = 300;
+
+/// Reads until the server closes the connection; `false` if it is still open after WAIT.
+fn closed_by_the_server(mut socket: TcpStream) -> bool {
+    socket
+        .set_read_timeout(Some(WAIT))
+        .expect("set a safety-net read timeout");
+    let mut buf = [0u8; 512];
+    loop {
+        match socket.read(&mut buf) {
+            Ok(0) => return true,
+            // An answer (a 408 on a half-sent head) then the close.
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_half_sent_connections_are_closed_and_a_running_deploy_is_untouched() {
+    let mut site = Site::new(Db::Sqlite, &[]).await;
+    // The deploy's command waits for a gate file in the site's directory.
+    let gate_path = site.dir.join("gate");
+    site.write_environment(
+        "acme/web",
+        "prod",
+        &format!(
+            "targets:\n  - {{name: t1, host: local}}\ndeploy:\n  plugin: command\n  commands:\n    - {}\n",
+            serde_json::to_string(&format!(
+                "echo started >> {ledger}; while [ ! -f {gate} ]; do sleep 0.05; done",
+                ledger = site.dir.join("ledger").display(),
+                gate = gate_path.display()
+            ))
+            .unwrap()
+        ),
+    );
+    let token = site.token();
+    site.start_with(
+        "serve",
+        "node-1",
+        &[
+            ("MANENT__API__MAX_CONNECTIONS", "20"),
+            ("MANENT__API__HEADER_READ_TIMEOUT", "1s"),
+        ],
+    );
+    site.wait_api().await;
+    let descriptor = site.descriptor("1.0");
+    let (code, submitted) = site.cli(&token, &["deploy", "-f", descriptor.to_str().unwrap()]);
+    assert_eq!(code, 0, "submission accepted: {submitted}");
+    let id = submitted["id"].as_str().unwrap().to_string();
+    eventually("the deploy's command runs", WAIT, || async {
+        site.ledger().contains("started").then_some(())
+    })
+    .await;
+
+    let port = site.port;
+    let mut half_sent = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    half_sent
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: manent\r\n")
+        .expect("send half a head");
+    let idle: Vec<TcpStream> = (0..IDLE_SOCKETS)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).expect("connect an idle socket"))
+        .collect();
+    let still_open = tokio::task::spawn_blocking(move || {
+        let mut still_open = 0;
+        for socket in idle {
+            if !closed_by_the_server(socket) {
+                still_open += 1;
+            }
+        }
+        (still_open, closed_by_the_server(half_sent))
+    })
+    .await
+    .expect("watch the sockets");
+    assert_eq!(
+        still_open,
+        (0, true),
+        "every idle socket (beyond the cap: at once; within it: after the header timeout) \
+         and the half-sent head are closed by the server"
+    );
+
+    std::fs::write(&gate_path, "").expect("open the gate");
+    let done = eventually("the deploy finishes", WAIT, || async {
+        let (_, status) = site.cli(&token, &["status", &id]);
+        matches!(status["status"].as_str(), Some("SUCCESS" | "ERROR")).then_some(status)
+    })
+    .await;
+    assert_eq!(
+        done["status"], "SUCCESS",
+        "the deploy that ran through the flood succeeds, and the API answers again: {done}"
+    );
+}
