@@ -125,43 +125,44 @@ pub fn serve(
     let std_listener = listener
         .into_std()
         .context("cannot hand the API's listener to the server")?;
+    let server = axum_server::from_tcp(std_listener)
+        .context("cannot serve on the API's listener")?
+        .handle(handle)
+        .http1_only()
+        .first_request_timeout(limits.header_read_timeout);
     let make_service = app.into_make_service();
     let task = match tls {
         None => {
-            let mut server = axum_server::from_tcp(std_listener)
-                .context("cannot serve HTTP on the API's listener")?
+            let mut server = server
                 .acceptor(capped.clone())
-                .handle(handle)
-                .http1_only()
-                .first_request_timeout(limits.header_read_timeout)
                 .accept_error_handler(move |_, e| capped.note_error(e));
-            server
-                .http_builder()
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout);
+            with_header_timeout(server.http_builder(), limits);
             tokio::spawn(async move { server.serve(make_service).await })
         }
         Some(tls) => {
+            // The handshake happens once the connection holds its permit: it counts too.
             let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
                 .handshake_timeout(limits.header_read_timeout)
                 .acceptor(capped.clone());
-            let mut server = axum_server::from_tcp(std_listener)
-                .context("cannot serve HTTPS on the API's listener")?
+            let mut server = server
                 .acceptor(acceptor)
-                .handle(handle)
-                .http1_only()
-                .first_request_timeout(limits.header_read_timeout)
                 .accept_error_handler(move |_, e| capped.note_error(e));
-            server
-                .http_builder()
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout);
+            with_header_timeout(server.http_builder(), limits);
             tokio::spawn(async move { server.serve(make_service).await })
         }
     };
     Ok(task)
+}
+
+/// hyper's header-read timeout, with the timer it needs to run at all.
+fn with_header_timeout(
+    builder: &mut hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
+    limits: Limits,
+) {
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
 }
 
 /// Why a connection was closed at once: the cap was reached.
