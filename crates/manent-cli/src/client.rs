@@ -31,8 +31,11 @@ pub enum CliError {
     Usage(String),
     /// The server said no to the input (exit 2).
     Rejected(String),
-    /// Unreachable, or the token was refused (exit 3).
+    /// Unreachable, or the token was refused: unknown, expired or revoked (exit 3).
     Unreachable(String),
+    /// A valid token without the right to do this: its role or scope (exit 4), so that a
+    /// script tells "not allowed" from "cannot reach the server".
+    Forbidden(String),
     /// The server could not be reached or answered that it is unavailable (502, 503,
     /// 504): worth retrying while following a deploy (exit 3).
     Transient(String),
@@ -47,6 +50,7 @@ impl CliError {
         match self {
             CliError::Usage(_) | CliError::Rejected(_) | CliError::NotFound(_) => 2,
             CliError::Unreachable(_) | CliError::Transient(_) => 3,
+            CliError::Forbidden(_) => 4,
             CliError::Failed(_) => 1,
         }
     }
@@ -58,6 +62,7 @@ impl std::fmt::Display for CliError {
             CliError::Usage(m)
             | CliError::Rejected(m)
             | CliError::Unreachable(m)
+            | CliError::Forbidden(m)
             | CliError::Transient(m)
             | CliError::NotFound(m)
             | CliError::Failed(m) => f.write_str(m),
@@ -172,7 +177,8 @@ impl ApiClient {
             Err(_) => format!("HTTP {status}"),
         };
         Err(match status.as_u16() {
-            401 | 403 => CliError::Unreachable(format!("refused: {message}")),
+            401 => CliError::Unreachable(format!("refused: {message}")),
+            403 => CliError::Forbidden(format!("not allowed: {message}")),
             404 => CliError::NotFound(message),
             400 | 409 | 422 => CliError::Rejected(message),
             502..=504 => CliError::Transient(message),

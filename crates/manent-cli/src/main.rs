@@ -11,7 +11,7 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use manent_contract::{
     ApplicationView, AuditEntry, BatchEntry, DecisionBody, DeployLogs, DeployOutput, DeployStatus,
     QueueView, Recovered, Resubmitted, RollbackBody, ScheduleDeleted, ScheduleView, Submitted,
-    SubmittedStatus, TenantView, WorkerView, WorkflowStatus,
+    SubmittedStatus, TenantView, WhoAmI, WorkerView, WorkflowStatus,
 };
 use serde_json::Value;
 
@@ -114,6 +114,8 @@ enum Command {
     Queues,
     /// Workers with their state, last heartbeat and running deploys.
     Workers,
+    /// The token this CLI uses: its name, role and scope.
+    Whoami,
     /// Which worker runs each deploy, and recent events.
     Activity,
     /// Hands the pending deploys of an executor back to the queues. An
@@ -325,6 +327,11 @@ async fn run(args: Args) -> Result<u8, CliError> {
         Command::Workers => {
             let workers: Answer<Vec<WorkerView>> = api.get("/api/v1/workers").await?;
             render::print(json, &workers, render::workers);
+            Ok(0)
+        }
+        Command::Whoami => {
+            let me: Answer<WhoAmI> = api.get("/api/v1/whoami").await?;
+            render::print(json, &me, render::whoami);
             Ok(0)
         }
         Command::Activity => {

@@ -7,7 +7,7 @@ use comfy_table::{ContentArrangement, Table, presets::UTF8_BORDERS_ONLY};
 use manent_contract::{
     ApplicationView, ApprovalView, AuditEntry, DeployLogs, DeployStatus, OutputLine, OutputStream,
     QueueView, Recovered, Resubmitted, ScheduleDeleted, ScheduleView, Submitted, TenantView,
-    WorkerView,
+    WhoAmI, WorkerView,
 };
 
 use crate::client::Answer;
@@ -132,7 +132,8 @@ display_cells!(
     manent_contract::QueueKind,
     manent_contract::RedeployKind,
     manent_contract::Decision,
-    manent_contract::SubmittedStatus
+    manent_contract::SubmittedStatus,
+    manent_contract::Role
 );
 
 /// A table with `columns` (upper-cased as headers) and one row of cells per item.
@@ -545,6 +546,16 @@ pub fn schedule_deleted(s: &ScheduleDeleted) -> String {
             "was already gone"
         }
     )
+}
+
+pub fn whoami(me: &WhoAmI) -> String {
+    table(std::slice::from_ref(me), &["name", "role", "scope"], |m| {
+        vec![
+            m.name.cell(),
+            m.role.cell(),
+            m.scope.as_deref().unwrap_or("*").cell(),
+        ]
+    })
 }
 
 pub fn tenants(tenants: &[TenantView]) -> String {

@@ -98,8 +98,8 @@ async fn a_deploy_waiting_for_approval_survives_kill_9_of_every_process_and_proc
 
     let (code, refused) = decide(&site, &carol, "approve", &id, &[]);
     assert_eq!(
-        code, 3,
-        "carol is not one of the approvers: refused ({refused})"
+        code, 4,
+        "carol is not one of the approvers: not allowed, exit 4 ({refused})"
     );
     let (code, approved) = decide(&site, &alice, "approve", &id, &["--comment", "looks good"]);
     assert_eq!(code, 0, "alice approves: {approved}");
@@ -182,7 +182,7 @@ async fn rejection_expiry_and_self_approval_are_refused_with_reasons(db: Db) {
     let (id, _) = site.submit(&alice, "acme/web");
     wait_phase(&site, &alice, &id, "waiting_approval").await;
     let (code, refused) = decide(&site, &alice, "approve", &id, &[]);
-    assert_eq!(code, 3, "self-approval is refused: {refused}");
+    assert_eq!(code, 4, "self-approval is not allowed (exit 4): {refused}");
     let (code, _) = decide(&site, &bob, "reject", &id, &["--reason", "not on a Friday"]);
     assert_eq!(code, 0, "bob rejects");
     let rejected = site.wait_status(&alice, &id, "ERROR").await;
@@ -254,7 +254,10 @@ async fn deploys_waiting_for_approval_hold_no_deploy_slot(db: Db) {
     // Approved one by one, they run one at a time through the same limits.
     for id in &waiting {
         let (code, _) = decide(&site, &token, "approve", id, &[]);
-        assert_eq!(code, 3, "the submitter (ci) may not approve its own deploy");
+        assert_eq!(
+            code, 4,
+            "the submitter (ci) may not approve its own deploy (exit 4)"
+        );
     }
     let approver = site.token_named("alice", "approver");
     for id in &waiting {

@@ -357,6 +357,13 @@ async fn workers_lists_each_worker_with_state_and_heartbeat(db: Db) {
     );
     let (code, _) = site.cli("wrong-token", &["workers"]);
     assert_eq!(code, 3, "a refused token exits 3");
+    let (code, me) = site.cli(&token, &["whoami"]);
+    assert_eq!(code, 0, "whoami answers: {me}");
+    assert_eq!(
+        (me["name"].as_str(), me["role"].as_str(), &me["scope"]),
+        (Some("ci"), Some("admin"), &serde_json::Value::Null),
+        "whoami names the token in use, its role and its scope (every application)"
+    );
 }
 
 async fn eight_workers_started_together_on_an_empty_database_all_come_up(db: Db) {
