@@ -270,6 +270,50 @@ fn validate_overrides(doc: &mut Document<'_>, deploy: &DeployOverrides) {
             "is empty; list the commands to run, or remove it to use the environment's",
         );
     }
+    if let Some(serde_json::Value::Object(params)) = &deploy.params {
+        for key in params.keys() {
+            if let Some(why) = reserved_param(key) {
+                doc.issue(format!("deploy.params.{key}"), why);
+            }
+        }
+    }
+}
+
+/// Ansible's magic variables: set by a deploy, they would change what a play runs on.
+const ANSIBLE_MAGIC_VARIABLES: &[&str] = &[
+    "hostvars",
+    "groups",
+    "group_names",
+    "inventory_hostname",
+    "inventory_hostname_short",
+    "inventory_dir",
+    "inventory_file",
+    "playbook_dir",
+    "role_path",
+    "omit",
+];
+
+/// Why a deploy may not set the param `key`: the `ansible_*` connection, privilege and
+/// interpreter variables and ansible's magic variables would let a deploy's params turn a
+/// play against its targets into a play on the worker (`ansible_connection: local`). An
+/// environment file (the operator's) may set them.
+fn reserved_param(key: &str) -> Option<String> {
+    let lower = key.to_ascii_lowercase();
+    if lower.starts_with("ansible_") {
+        Some(
+            "variables named ansible_* choose how and where ansible connects, which user it \
+             becomes and which interpreter it runs; a deploy may not set them (an environment \
+             file may); remove it"
+                .to_string(),
+        )
+    } else if ANSIBLE_MAGIC_VARIABLES.contains(&lower.as_str()) {
+        Some(format!(
+            "`{key}` is one of ansible's magic variables (what a play runs on); a deploy may \
+             not set it; rename it"
+        ))
+    } else {
+        None
+    }
 }
 
 fn validate_schedule(doc: &mut Document<'_>, schedule: &Schedule) {
@@ -538,6 +582,19 @@ mod tests {
         check(
             "application: a/b\nenvironment: e\n",
             expect![[r#"d.yml: artifacts: missing field `artifacts`; add it"#]],
+        );
+    }
+
+    #[test]
+    fn a_deploy_may_not_set_ansibles_connection_or_magic_variables() {
+        check(
+            &yaml(
+                "deploy:\n  params: {ansible_connection: local, Ansible_Host: x, hostvars: 1, tag: ok}\n",
+            ),
+            expect![[r#"
+                d.yml:10: deploy.params.Ansible_Host: variables named ansible_* choose how and where ansible connects, which user it becomes and which interpreter it runs; a deploy may not set them (an environment file may); remove it
+                d.yml:10: deploy.params.ansible_connection: variables named ansible_* choose how and where ansible connects, which user it becomes and which interpreter it runs; a deploy may not set them (an environment file may); remove it
+                d.yml:10: deploy.params.hostvars: `hostvars` is one of ansible's magic variables (what a play runs on); a deploy may not set it; rename it"#]],
         );
     }
 

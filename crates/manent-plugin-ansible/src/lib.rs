@@ -75,8 +75,9 @@ impl Handler for AnsiblePlugin {
         let playbook = locate_playbook(pass, work.path())?;
         let inventory = work.path().join("inventory.json");
         write_json(&inventory, &inventory::render(pass))?;
-        let vars = work.path().join("vars.json");
-        write_json(&vars, &extra_vars(operation, pass))?;
+        let vars = work.path().join("vars.yml");
+        std::fs::write(&vars, unsafe_vars_yaml(&extra_vars(operation, pass)))
+            .map_err(|e| Failure::new("failed", format!("cannot write {}: {e}", vars.display())))?;
         let run = self.run_playbook(
             operation,
             pass,
@@ -306,6 +307,31 @@ fn extra_vars(operation: Operation, pass: &Pass) -> Value {
     Value::Object(vars)
 }
 
+/// `vars` as a YAML mapping whose every value is tagged `!unsafe`: ansible never templates
+/// them, so a `{{ lookup('pipe', …) }}` in a deploy's params (or in a version) stays text
+/// instead of running on the worker. Keys and values are written as JSON strings, which
+/// are YAML double-quoted scalars (every character escaped as JSON escapes it).
+fn unsafe_vars_yaml(vars: &Value) -> String {
+    let mut out = String::new();
+    if let Value::Object(map) = vars {
+        for (key, value) in map {
+            let text = match value {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            out.push_str(&format!(
+                "{}: !unsafe {}\n",
+                Value::String(key.clone()),
+                Value::String(text)
+            ));
+        }
+    }
+    if out.is_empty() {
+        out.push_str("{}\n");
+    }
+    out
+}
+
 fn write_json(path: &Path, value: &Value) -> Result<(), Failure> {
     std::fs::write(
         path,
@@ -399,6 +425,29 @@ mod tests {
             tar.append_data(&mut header, name, text.as_bytes()).unwrap();
         }
         tar.into_inner().unwrap().finish().unwrap();
+    }
+
+    #[test]
+    fn every_extra_var_is_written_unsafe_so_ansible_never_templates_it() {
+        let pass = Pass {
+            vars: [(
+                "note".to_string(),
+                "{{ lookup('pipe', 'id') }}\nline \"two\"".to_string(),
+            )]
+            .into(),
+            version: "{{ 7 * 7 }}".into(),
+            ..Pass::default()
+        };
+        let yaml = unsafe_vars_yaml(&extra_vars(Operation::Deploy, &pass));
+        expect_test::expect![[r#"
+            "manent_application": !unsafe ""
+            "manent_deploy_id": !unsafe ""
+            "manent_environment": !unsafe ""
+            "manent_operation": !unsafe "deploy"
+            "manent_version": !unsafe "{{ 7 * 7 }}"
+            "note": !unsafe "{{ lookup('pipe', 'id') }}\nline \"two\""
+        "#]]
+        .assert_eq(&yaml);
     }
 
     #[test]

@@ -76,7 +76,14 @@ const PLAYBOOK: &str = "- hosts: all
       copy:
         content: \"{{ manent_version }}\"
         dest: \"{{ out_dir }}/{{ inventory_hostname }}.txt\"
+    - name: write the deploy's note
+      copy:
+        content: \"{{ note }}\"
+        dest: \"{{ out_dir }}/{{ inventory_hostname }}.note\"
 ";
+
+/// A deploy param that ansible would run on the worker if it templated it.
+const NOTE: &str = "{{ lookup('pipe', 'echo templated') }}";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ansible_deploy_runs_only_on_the_plugins_pool_and_configures_both_targets() {
@@ -157,8 +164,10 @@ async fn an_ansible_deploy_runs_only_on_the_plugins_pool_and_configures_both_tar
         &descriptor,
         format!(
             "application: acme/site\nenvironment: prod\nartifacts:\n  - {{name: site.yml, \
-             type: ansible, version: \"2.5\", url: \"file://{}\", sha256: \"{playbook_sum}\"}}\n",
-            playbook.display()
+             type: ansible, version: \"2.5\", url: \"file://{}\", sha256: \"{playbook_sum}\"}}\n\
+             deploy:\n  params: {{note: {}}}\n",
+            playbook.display(),
+            serde_json::to_string(NOTE).unwrap()
         ),
     )
     .unwrap();
@@ -199,6 +208,11 @@ async fn an_ansible_deploy_runs_only_on_the_plugins_pool_and_configures_both_tar
         (written("t1"), written("t2")),
         (Some("2.5".to_string()), Some("2.5".to_string())),
         "each target has the file with the deploy's version"
+    );
+    let note = std::fs::read_to_string(out.join("t1.note")).unwrap_or_default();
+    assert_eq!(
+        note, NOTE,
+        "a deploy's param reaches the playbook as text, never templated on the worker"
     );
     let statuses: Vec<(String, String)> = done["targets"]
         .as_array()
