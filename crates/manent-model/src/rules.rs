@@ -62,8 +62,40 @@ pub(crate) fn version(value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// `file:///path`, `http://host/…` or `https://host/…`.
+/// Characters that change how text reads without showing (bidirectional overrides and
+/// isolates, direction marks, the zero-width ones): a URL an approver reads must be the
+/// URL that is fetched.
+fn is_invisible_or_bidi(c: char) -> bool {
+    matches!(c,
+        '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}'
+        | '\u{061C}' | '\u{FEFF}')
+}
+
+/// `file:///path`, `http://host/…` or `https://host/…`: no credentials, no `..;` path
+/// parameter trick, nothing invisible.
 pub(crate) fn url(value: &str) -> Result<(), String> {
+    if let Some(c) = value
+        .chars()
+        .find(|&c| c.is_control() || is_invisible_or_bidi(c))
+    {
+        return Err(format!(
+            "contains the invisible or direction-changing character U+{:04X}; a URL approvers \
+             read must be the one fetched: remove it",
+            u32::from(c)
+        ));
+    }
+    let lower = value.to_ascii_lowercase();
+    if lower.contains("..;")
+        || lower.contains("%2e%2e;")
+        || lower.contains(".%2e;")
+        || lower.contains("%2e.;")
+    {
+        return Err(
+            "contains `..;`, which some servers read as `..` (outside the allowed sources): \
+             write the path without it"
+                .to_owned(),
+        );
+    }
     if let Some(path) = value.strip_prefix("file://") {
         if path.is_empty() {
             return Err("has no path; write file:///absolute/path".to_owned());
@@ -73,6 +105,14 @@ pub(crate) fn url(value: &str) -> Result<(), String> {
     for scheme in ["http://", "https://"] {
         if let Some(rest) = value.strip_prefix(scheme) {
             let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+            if host.contains('@') {
+                return Err(
+                    "carries credentials (`user:password@`): a descriptor is stored and shown \
+                     with its deploy; configure the source's credentials on the workers instead \
+                     and remove them from the URL"
+                        .to_owned(),
+                );
+            }
             if host.is_empty() {
                 return Err(format!("has no host; write {scheme}HOST/PATH"));
             }
@@ -89,6 +129,15 @@ pub(crate) fn url(value: &str) -> Result<(), String> {
 pub(crate) fn sha256(value: &str) -> Result<(), String> {
     if value.len() == 64 && value.chars().all(|c| c.is_ascii_hexdigit()) {
         Ok(())
+    } else if value.chars().count() == 64 {
+        let c = value
+            .chars()
+            .find(|c| !c.is_ascii_hexdigit())
+            .unwrap_or_default();
+        Err(format!(
+            "contains {c:?}, which is not a hexadecimal digit (0-9, a-f); write the output of \
+             `sha256sum FILE`"
+        ))
     } else {
         Err(format!(
             "must be 64 hexadecimal digits (found {} characters); write the output of \
@@ -404,6 +453,32 @@ mod tests {
             "s3://bucket/a",
             Err("must start with file://, http:// or https://; other schemes are not supported"),
         );
+        check(
+            url,
+            "https://user:secret@repo.example/a.tgz",
+            Err(
+                "carries credentials (`user:password@`): a descriptor is stored and shown with its deploy; configure the source's credentials on the workers instead and remove them from the URL",
+            ),
+        );
+        for sneaky in [
+            "https://repo.example/releases/..;/private/a.tgz",
+            "https://repo.example/releases/%2E%2E;/a.tgz",
+        ] {
+            check(
+                url,
+                sneaky,
+                Err(
+                    "contains `..;`, which some servers read as `..` (outside the allowed sources): write the path without it",
+                ),
+            );
+        }
+        check(
+            url,
+            "https://repo.example/gpj.\u{202E}exe",
+            Err(
+                "contains the invisible or direction-changing character U+202E; a URL approvers read must be the one fetched: remove it",
+            ),
+        );
         check(sha256, &"aB".repeat(32), Ok(()));
         check(
             sha256,
@@ -416,7 +491,7 @@ mod tests {
             sha256,
             &"g".repeat(64),
             Err(
-                "must be 64 hexadecimal digits (found 64 characters); write the output of `sha256sum FILE`",
+                "contains 'g', which is not a hexadecimal digit (0-9, a-f); write the output of `sha256sum FILE`",
             ),
         );
     }
