@@ -104,13 +104,17 @@ pub fn action_of(method: &Method, template: &str) -> String {
 /// The path parameters of `path` on the route `template`, joined by `/`
 /// (`/api/v1/deploys/abc/cancel` on `/api/v1/deploys/{id}/cancel` → `abc`).
 pub fn target_of(template: &str, path: &str) -> String {
-    template
-        .split('/')
-        .zip(path.split('/'))
+    // Aligned from the end: inside the `/api/v1` router the path has lost its prefix while
+    // the matched template keeps it, so aligned from the start every parameter fell on the
+    // wrong segment and a refused action on `/deploys/{id}/…` recorded no target.
+    let mut targets: Vec<&str> = template
+        .rsplit('/')
+        .zip(path.rsplit('/'))
         .filter(|(t, _)| t.starts_with('{'))
         .map(|(_, p)| p)
-        .collect::<Vec<_>>()
-        .join("/")
+        .collect();
+    targets.reverse();
+    targets.join("/")
 }
 
 /// Records what a request did, once it has been answered: every refusal (401, 403) and
@@ -245,6 +249,19 @@ mod tests {
             target_of("/api/v1/deploys/{id}/cancel", "/api/v1/deploys/d-1/cancel"),
             "d-1",
             "the {{id}} segment is the target"
+        );
+        assert_eq!(
+            target_of("/api/v1/deploys/{id}/cancel", "/deploys/d-1/cancel"),
+            "d-1",
+            "inside the nested router the path has lost /api/v1, the template has not"
+        );
+        assert_eq!(
+            target_of(
+                "/api/v1/apps/{tenant}/{app}/environments/{environment}/rollback",
+                "/apps/acme/web/environments/prod/rollback"
+            ),
+            "acme/web/prod",
+            "several parameters, in order"
         );
         assert_eq!(
             target_of("/api/v1/deploys", "/api/v1/deploys"),

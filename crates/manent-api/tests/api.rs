@@ -66,6 +66,41 @@ async fn an_unknown_token_is_refused_with_401() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_action_on_a_deploy_is_audited_with_the_deploy_as_its_target() {
+    let api = Api::new().await;
+    let deployer = api.token("ci", Role::Deployer).await;
+    let viewer = api.token("alice", Role::Viewer).await;
+    let admin = api.token("root", Role::Admin).await;
+    let (status, submitted) = api.post_deploy(&deployer, &api.good_descriptor()).await;
+    assert_eq!(status, StatusCode::CREATED, "{submitted}");
+    let id = submitted["id"].as_str().unwrap();
+    let (status, body) = api
+        .call(
+            "POST",
+            &format!("/api/v1/deploys/{id}/cancel"),
+            Some(&viewer),
+            "",
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "a viewer may not cancel: {body}"
+    );
+    let (_, trail) = api.get("/api/v1/audit?limit=10", Some(&admin)).await;
+    let refused = trail
+        .as_array()
+        .expect("the audit trail is a list")
+        .iter()
+        .find(|e| e["token"] == "alice" && e["outcome"] == 403)
+        .unwrap_or_else(|| panic!("the refusal is audited: {trail}"));
+    assert_eq!(
+        refused["target"], id,
+        "the refused action names the deploy it was about: {refused}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_viewer_may_not_submit_a_deploy_and_nothing_is_enqueued() {
     let api = Api::new().await;
     let viewer = api.token("alice", Role::Viewer).await;
