@@ -384,6 +384,7 @@ pub async fn plan(
     let mut lines = Vec::new();
     if eff.plugin == manent_model::COMMAND_PLUGIN {
         for (i, c) in eff.commands.iter().enumerate() {
+            let c = eff.command_for(c, target, manent_ssh::shell_quote);
             lines.push(format!("would run command {}: {c}", i + 1));
         }
     } else {
@@ -402,6 +403,7 @@ pub async fn plan(
             }
         }
         if let Some(activate) = &eff.activate {
+            let activate = eff.command_for(activate, target, manent_ssh::shell_quote);
             lines.push(format!("would run activate: {activate}"));
         }
     }

@@ -551,15 +551,17 @@ async fn a_target_with_an_unknown_host_key_fails_and_so_does_the_deploy() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_target_whose_activate_switched_then_failed_is_rolled_back_and_a_first_deploy_has_nothing_to_return_to()
+async fn a_target_whose_activate_switched_then_failed_is_rolled_back_with_its_placeholders_and_a_first_deploy_has_nothing_to_return_to()
  {
     let site = Site::new(Db::Sqlite, TWO_TARGETS_TWO_REGIONS).await;
     let base = path_str(&site.base);
     // Switches `current`, then fails on t2 for any version but v1: t2 runs the new
-    // version although its activate step failed.
+    // version although its activate step failed. Written with placeholders, which the
+    // rollback's activate must expand with the version it returns to (docs/environments.md,
+    // "Placeholders in commands").
     let activate = format!(
-        "ln -sfn \"$MANENT_VERSION\" \"{base}/$MANENT_TARGET/current\" && \
-         {{ [ \"$MANENT_VERSION\" = v1 ] || [ \"$MANENT_TARGET\" != t2 ]; }}"
+        "ln -sfn {{version}} \"{base}\"/{{target}}/current && \
+         {{ [ {{version}} = v1 ] || [ {{target}} != t2 ]; }}"
     );
     site.write_environment_activating(&site.hosts.known_hosts, "all", "", &activate);
     let worker = site.worker(&executor_id("w1")).await;

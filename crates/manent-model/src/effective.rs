@@ -181,6 +181,28 @@ impl EffectiveDescriptor {
         })
     }
 
+    /// `command` (an `activate` or a `commands` entry) as it runs on `target`: `{version}`,
+    /// `{target}`, `{application}` and `{environment}` replaced by their values, each
+    /// passed through `quote` (one shell word) first. A version is a deployer's text: it
+    /// must reach the target's shell as data, never as code (docs/environments.md,
+    /// "Placeholders in commands"). Other braces (`${HOME}`, `{a,b}`) are kept as written.
+    pub fn command_for(
+        &self,
+        command: &str,
+        target: &Target,
+        quote: impl Fn(&str) -> String,
+    ) -> String {
+        rules::expand(
+            command,
+            &[
+                ("version", &quote(&self.version)),
+                ("target", &quote(&target.name)),
+                ("application", &quote(&self.application)),
+                ("environment", &quote(&self.environment)),
+            ],
+        )
+    }
+
     /// The SSH user for `target`: its own `user`, else `ssh.user`.
     pub fn ssh_user_for<'a>(&'a self, target: &'a Target) -> Option<&'a str> {
         target.user.as_deref().or(self.ssh.user.as_deref())
@@ -566,6 +588,34 @@ overrides: [plugin, dest, activate, commands, params]
                 expand_dest(template, "1.2", "web-1", "ml/trainer", "prod"),
                 expected,
                 "{template}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_command_gets_each_placeholder_as_one_quoted_word_and_other_braces_as_written() {
+        // A version may hold shell syntax (`;`): the quoting is what keeps it data.
+        let text = format!(
+            "application: ml/trainer\nenvironment: prod\nartifacts:\n  - {{name: m, type: t, \
+             version: \"1;id\", url: \"file:///m\", sha256: {SHA}}}\n"
+        );
+        let descriptor = parse_descriptor(&text, "d.yml").expect("a valid descriptor");
+        let eff = EffectiveDescriptor::build(&descriptor, &env(ENV))
+            .expect("the descriptor and environment are valid");
+        let web1 = &eff.targets[0];
+        let quote = |s: &str| format!("<{s}>");
+        for (command, expected) in [
+            (
+                "ln -sfn /opt/{application}/{version} /opt/current",
+                "ln -sfn /opt/<ml/trainer>/<1;id> /opt/current",
+            ),
+            ("echo {environment} {target}", "echo <prod> <web-1>"),
+            ("echo ${HOME} {a,b} {version", "echo ${HOME} {a,b} {version"),
+        ] {
+            assert_eq!(
+                eff.command_for(command, web1, quote),
+                expected,
+                "each known placeholder is replaced by its quoted value, nothing else: {command}"
             );
         }
     }

@@ -25,6 +25,7 @@ mod ssh;
 pub use error::TransportError;
 pub use local::{LocalConnection, sha256_file};
 pub use pool::{ConnectionPool, WarmConnections};
+pub use shell::quote as shell_quote;
 
 /// The host name that designates the worker's own machine.
 pub const LOCAL_HOST: &str = "local";

@@ -227,8 +227,9 @@ async fn run_printing(
     command: &str,
     env: &[(String, String)],
 ) -> Result<String, TargetError> {
+    let command = eff.command_for(command, target, manent_ssh::shell_quote);
     let output = ctx.output(step);
-    let result = targets::run(pool, eff, target, command, env, &output).await;
+    let result = targets::run(pool, eff, target, &command, env, &output).await;
     output.finish().await;
     result
 }
