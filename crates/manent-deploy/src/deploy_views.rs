@@ -487,6 +487,7 @@ async fn waiting_reason(
         WorkflowStatus::Enqueued if record.not_before_ms <= now => {
             let executors = client.executors().await?;
             let mut live = Vec::new();
+            let mut live_other_versions = Vec::new();
             let mut gone = Vec::new();
             for e in executors
                 .iter()
@@ -494,10 +495,26 @@ async fn waiting_reason(
             {
                 let lease = client.executor_lease(&e.id).await?;
                 if e.state == ExecutorState::Running && lease.is_some_and(|l| l.is_live(now)) {
-                    live.push(e.id.clone());
+                    if e.workflow_versions.contains(record.workflow_version) {
+                        live.push(e.id.clone());
+                    } else {
+                        live_other_versions.push(format!("{} ({})", e.id, e.workflow_versions));
+                    }
                 } else {
                     gone.push(format!("{} ({})", e.id, e.state));
                 }
+            }
+            if live.is_empty() && !live_other_versions.is_empty() {
+                // Never failed, never dropped: it starts once a worker of a build that runs
+                // its version serves the queue (docs/upgrades.md).
+                return Ok(Some(format!(
+                    "a worker that runs deploy workflow version {} on queue {}: the live ones \
+                     run other versions ({}); start a manent release that runs version {}",
+                    record.workflow_version,
+                    record.queue,
+                    live_other_versions.join(", "),
+                    record.workflow_version
+                )));
             }
             if live.is_empty() {
                 return Ok(Some(format!(

@@ -22,6 +22,25 @@ pub async fn render(client: &Client, config: &Config) -> Result<String, EngineEr
         let _ = writeln!(out, "manent_deploys{{status=\"{status}\"}} {n}");
     }
 
+    family(
+        &mut out,
+        "manent_deploys_waiting_for_workflow_version",
+        "gauge",
+        "Queued deploys whose deploy workflow version no live worker runs: they wait for a \
+         worker of a release that runs it (docs/upgrades.md).",
+    );
+    let live = client.live_workflow_versions().await?;
+    for (version, n) in client.count_enqueued_by_version(DEPLOY_WORKFLOW).await? {
+        // With no live worker at all nothing runs, whatever its version: the workers'
+        // own metrics say so.
+        if !live.is_empty() && !live.iter().any(|v| v.contains(version)) {
+            let _ = writeln!(
+                out,
+                "manent_deploys_waiting_for_workflow_version{{version=\"{version}\"}} {n}"
+            );
+        }
+    }
+
     let queues = views::queues(client, config).await?;
     family(
         &mut out,

@@ -4,35 +4,36 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use manent_engine::{EnqueueRequest, WorkflowContext, WorkflowError};
+use manent_engine::{
+    Client, EngineError, EnqueueRequest, WorkflowContext, WorkflowError, WorkflowVersions,
+};
 use manent_model::{Approval, Descriptor, EffectiveDescriptor, Route};
 use serde::{Deserialize, Serialize};
 
 /// The workflow's registered name.
 pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 
-/// The versions of the deploy workflow this build runs and replays. One so far: every
-/// deploy recorded until now was recorded by it. A change that reorders, renames or
-/// removes recorded steps makes a new version and keeps the old one's code while deploys
-/// recorded under it may still be in flight (ARCHITECTURE.md, invariant 1).
-pub const DEPLOY_WORKFLOW_VERSIONS: std::ops::RangeInclusive<u32> = 1..=1;
+/// The versions of the deploy workflow (and of its passes) this build runs and replays.
+/// One so far: every deploy recorded until now was recorded by it. A change that
+/// reorders, renames or removes recorded steps makes a new version, branches on
+/// `ctx.workflow_version()`, and keeps the old one's code while deploys recorded under it
+/// may still be in flight (ARCHITECTURE.md, "Workflow versions").
+pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions::FIRST;
+
+/// The version a new deploy starts under: the newest this build runs that every live
+/// worker runs too, so an older worker can replay what a newer API submits during a
+/// rolling upgrade (docs/upgrades.md).
+pub async fn startable_version(client: &Client) -> Result<u32, EngineError> {
+    client.startable_version(DEPLOY_WORKFLOW_VERSIONS.max).await
+}
 
 /// What this build is, as `--version`, `manent workers` and `/metrics` show it: the
 /// release, the schema version it migrates to and the deploy workflow versions it runs,
-/// e.g. `0.1.0 (schema 9, workflows 1)`. During a rolling upgrade it tells which
+/// e.g. `0.1.0 (schema 10, workflows 1)`. During a rolling upgrade it tells which
 /// workers can run what.
 pub fn build_version() -> String {
-    let (first, last) = (
-        DEPLOY_WORKFLOW_VERSIONS.start(),
-        DEPLOY_WORKFLOW_VERSIONS.end(),
-    );
-    let workflows = if first == last {
-        first.to_string()
-    } else {
-        format!("{first}-{last}")
-    };
     format!(
-        "{} (schema {}, workflows {workflows})",
+        "{} (schema {}, workflows {DEPLOY_WORKFLOW_VERSIONS})",
         env!("CARGO_PKG_VERSION"),
         manent_engine::store::expected_schema_version()
     )
@@ -110,8 +111,9 @@ impl DeployRequest {
     }
 
     /// How this deploy is enqueued: on the gate queue when it must wait first,
-    /// else on its route's queue; partitioned by `<application>/<environment>`.
-    pub fn enqueue(&self) -> EnqueueRequest {
+    /// else on its route's queue; partitioned by `<application>/<environment>`; under
+    /// deploy workflow version `version` ([`startable_version`]).
+    pub fn enqueue(&self, version: u32) -> EnqueueRequest {
         let queue = if self.gated {
             GATE_QUEUE
         } else {
@@ -119,7 +121,9 @@ impl DeployRequest {
         };
         let partition =
             manent_model::partition_key(&self.descriptor.application, &self.descriptor.environment);
-        EnqueueRequest::new(DEPLOY_WORKFLOW, queue, self).partition(partition)
+        EnqueueRequest::new(DEPLOY_WORKFLOW, queue, self)
+            .partition(partition)
+            .version(version)
     }
 }
 

@@ -519,7 +519,8 @@ async fn enqueue_tick(
         tick * 1000,
     );
     // Idempotent on the id: a tick already enqueued (by another ticker) is returned as it is.
-    client.enqueue(request.enqueue().id(&id)).await?;
+    let version = crate::request::startable_version(client).await?;
+    client.enqueue(request.enqueue(version).id(&id)).await?;
     tracing::debug!(schedule = %schedule.id, deploy = %id, "tick enqueued");
     Ok(id)
 }

@@ -244,7 +244,7 @@ async fn submit_recording(
     }
     let not_before = not_before(schedule.at.as_deref())?;
     let request = DeployRequest::new(descriptor, effective, route, submitted_by, now_ms());
-    let mut enqueue = request.enqueue();
+    let mut enqueue = request.enqueue(crate::request::startable_version(client).await?);
     if let (Some(origin), serde_json::Value::Object(input)) = (origin, &mut enqueue.input) {
         // Beside the request in the same recorded input, so it is written with the enqueue
         // or not at all; the workflow reads the request and passes over this key.
@@ -295,6 +295,7 @@ pub async fn submit_many(
         .map_err(|e| SubmitError::Internal(format!("submission check stopped: {e}")))??
     };
     let now = now_ms();
+    let version = crate::request::startable_version(client).await?;
     let mut queues = Vec::with_capacity(prepared.len());
     let mut requests = Vec::with_capacity(prepared.len());
     for (i, p) in prepared.into_iter().enumerate() {
@@ -312,7 +313,7 @@ pub async fn submit_many(
         }
         let not_before = not_before(schedule.at.as_deref()).map_err(|e| in_batch(i, e))?;
         let request = DeployRequest::new(p.descriptor, p.effective, p.route, submitted_by, now);
-        let mut enqueue = request.enqueue();
+        let mut enqueue = request.enqueue(version);
         if let Some(at_ms) = not_before {
             enqueue = enqueue.not_before(at_ms);
         }

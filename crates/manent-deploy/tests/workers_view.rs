@@ -13,7 +13,8 @@ use manent_deploy::{
     views::{self, WorkerState},
 };
 use manent_engine::{
-    Client, EnqueueRequest, ExecutorRecord, ExecutorState, StepRecord, StepStatus, now_ms,
+    Client, Engine, EngineConfig, EnqueueRequest, ExecutorRecord, ExecutorState, QueueSpec,
+    StepRecord, StepStatus, WorkflowStatus, WorkflowVersions, now_ms,
     store::{self, Checkpoint, ClaimLimits},
 };
 use manent_testkit::{Db, TestDb, on_both_backends};
@@ -21,6 +22,7 @@ use manent_testkit::{Db, TestDb, on_both_backends};
 on_both_backends!(
     workers_are_live_dead_or_stopped_and_long_gone_ones_are_forgotten,
     a_dead_workers_step_is_interrupted_and_its_deploy_says_what_it_waits_for,
+    a_deploy_no_live_worker_can_replay_waits_and_says_which_version_it_needs,
 );
 
 const LIMITS: ClaimLimits = ClaimLimits {
@@ -31,6 +33,19 @@ const LIMITS: ClaimLimits = ClaimLimits {
 };
 
 const MINUTE: i64 = 60_000;
+
+/// A configuration on `test`'s database, with `extra` YAML after the database.
+fn config(test: &TestDb, extra: &str) -> Config {
+    Config::from_yaml_str(
+        &format!(
+            "database: {{url: {}}}\n{extra}",
+            serde_json::to_string(&test.url).unwrap()
+        ),
+        "manent.yml",
+        std::iter::empty(),
+    )
+    .expect("a valid configuration")
+}
 const DAY: i64 = 24 * 60 * MINUTE;
 
 fn executor(id: &str, state: ExecutorState, heartbeat_at_ms: i64) -> ExecutorRecord {
@@ -45,6 +60,7 @@ fn executor(id: &str, state: ExecutorState, heartbeat_at_ms: i64) -> ExecutorRec
         heartbeat_at_ms,
         stopped_at_ms: (state == ExecutorState::Stopped).then_some(heartbeat_at_ms),
         version: "0.1.0".into(),
+        workflow_versions: WorkflowVersions::FIRST,
         running: 0,
     }
 }
@@ -54,15 +70,7 @@ async fn workers_are_live_dead_or_stopped_and_long_gone_ones_are_forgotten(db: D
     let store = store::open(&test.url)
         .await
         .expect("open the test database");
-    let config = Config::from_yaml_str(
-        &format!(
-            "database: {{url: {}}}\nrecovery: {{stale_after: 30s, forget_after: 7d}}\n",
-            serde_json::to_string(&test.url).unwrap()
-        ),
-        "manent.yml",
-        std::iter::empty(),
-    )
-    .expect("a valid configuration");
+    let config = config(&test, "recovery: {stale_after: 30s, forget_after: 7d}\n");
     let now = now_ms();
     for record in [
         executor("live", ExecutorState::Running, now),
@@ -89,7 +97,14 @@ async fn workers_are_live_dead_or_stopped_and_long_gone_ones_are_forgotten(db: D
         .await
         .expect("enqueue");
     let held = store
-        .claim("q", "dead-long-ago-holding", LIMITS, now, 1)
+        .claim(
+            "q",
+            "dead-long-ago-holding",
+            WorkflowVersions::FIRST,
+            LIMITS,
+            now,
+            1,
+        )
         .await
         .expect("claim under the dead worker's id");
     assert_eq!(held.len(), 1, "the dead worker holds one deploy");
@@ -156,7 +171,14 @@ async fn a_dead_workers_step_is_interrupted_and_its_deploy_says_what_it_waits_fo
         .await
         .expect("enqueue a deploy");
     let claimed = store
-        .claim("q", "killed", LIMITS, last_heard, 1)
+        .claim(
+            "q",
+            "killed",
+            WorkflowVersions::FIRST,
+            LIMITS,
+            last_heard,
+            1,
+        )
         .await
         .expect("the worker claimed it");
     let lease = claimed[0].lease().expect("a claimed deploy has a lease");
@@ -205,4 +227,59 @@ async fn a_dead_workers_step_is_interrupted_and_its_deploy_says_what_it_waits_fo
         waiting.contains("worker killed") && waiting.contains("it is dead"),
         "the deploy waits for its dead worker, and says so: {waiting}"
     );
+}
+
+async fn a_deploy_no_live_worker_can_replay_waits_and_says_which_version_it_needs(db: Db) {
+    let test = TestDb::new(db).await;
+    let store = store::open(&test.url)
+        .await
+        .expect("open the test database");
+    let config = config(&test, "");
+    // A live worker of a release that runs deploy workflow version 1 only.
+    let mut engine_config = EngineConfig::new("old");
+    engine_config.workflow_versions = WorkflowVersions::FIRST;
+    let worker = Engine::new(store.clone(), engine_config);
+    worker.listen(QueueSpec::new("q"));
+    worker.launch().await.expect("launch the worker");
+    let client = Client::new(store.clone());
+    // Recorded by a newer release, under version 2 (a rolling downgrade left it behind).
+    let deploy = client
+        .enqueue(
+            EnqueueRequest::new(
+                DEPLOY_WORKFLOW,
+                "q",
+                common::recorded_request("shop/web", "q", false),
+            )
+            .version(2),
+        )
+        .await
+        .expect("enqueue a deploy");
+
+    let status = deploy_views::status(&client, &deploy.id)
+        .await
+        .expect("read the deploy")
+        .expect("the deploy exists");
+    let waiting = status.waiting_for.as_deref().unwrap_or_default();
+    assert!(
+        waiting.contains("deploy workflow version 2") && waiting.contains("old (1)"),
+        "the deploy says which version it needs and what the live worker runs: {waiting}"
+    );
+    let metrics = manent_deploy::metrics::render(&client, &config)
+        .await
+        .expect("render the metrics");
+    assert!(
+        metrics.contains("manent_deploys_waiting_for_workflow_version{version=\"2\"} 1"),
+        "/metrics counts the deploy that waits for a worker of its version:\n{metrics}"
+    );
+    assert_eq!(
+        client
+            .get(&deploy.id)
+            .await
+            .expect("read the deploy")
+            .expect("the deploy exists")
+            .status,
+        WorkflowStatus::Enqueued,
+        "it waits, never failed: the worker left it queued"
+    );
+    worker.shutdown(std::time::Duration::from_secs(10)).await;
 }

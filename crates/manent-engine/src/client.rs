@@ -14,7 +14,7 @@ use crate::{
     store::{
         EnqueueOutcome, EventRecord, ExecutorLease, ExecutorRecord, NewWorkflow, QueueDepth,
         QueueRecord, RunningCount, StepRecord, Store, Wakeup, WorkflowFilter, WorkflowRecord,
-        WorkflowStatus,
+        WorkflowStatus, WorkflowVersions,
     },
 };
 
@@ -31,6 +31,9 @@ pub struct EnqueueRequest {
     pub not_before_ms: Option<i64>,
     pub dedup_key: Option<String>,
     pub parent_id: Option<String>,
+    /// The version of the workflow's code it starts under (default 1; see
+    /// [`Client::startable_version`]).
+    pub workflow_version: u32,
     /// Why `input` could not be serialised: the enqueue is refused with it, rather
     /// than storing `null` as the workflow's input.
     input_error: Option<String>,
@@ -56,8 +59,14 @@ impl EnqueueRequest {
             not_before_ms: None,
             dedup_key: None,
             parent_id: None,
+            workflow_version: 1,
             input_error,
         }
+    }
+    /// Starts the workflow under version `version` of its code.
+    pub fn version(mut self, version: u32) -> Self {
+        self.workflow_version = version;
+        self
     }
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
@@ -104,6 +113,20 @@ impl Client {
     /// The schema version of the database (`readyz` compares it with this build's).
     pub async fn schema_version(&self) -> Result<i64, EngineError> {
         Ok(self.store.schema_version().await?)
+    }
+
+    /// The newest workflow version at most `newest` that every live executor can run:
+    /// what a new workflow starts under, so that during a rolling upgrade an old worker
+    /// can still replay what a new API submits (docs/upgrades.md). With no live executor,
+    /// `newest`. An executor is live while its lease has not expired.
+    pub async fn startable_version(&self, newest: u32) -> Result<u32, EngineError> {
+        Ok(self
+            .live_workflow_versions()
+            .await?
+            .iter()
+            .map(|v| v.max)
+            .fold(newest, u32::min)
+            .max(1))
     }
 
     /// Puts a workflow on its queue. Idempotent on the id: the existing
@@ -352,6 +375,26 @@ impl Client {
         Ok(self.store.get_executor_lease(id).await?)
     }
 
+    /// How many workflows named `name` are queued, per workflow version.
+    pub async fn count_enqueued_by_version(
+        &self,
+        name: &str,
+    ) -> Result<Vec<(u32, i64)>, EngineError> {
+        Ok(self.store.count_enqueued_by_version(name).await?)
+    }
+
+    /// The workflow versions each live executor runs (an executor is live while its
+    /// lease has not expired).
+    pub async fn live_workflow_versions(&self) -> Result<Vec<WorkflowVersions>, EngineError> {
+        let live = self.store.live_executor_ids(now_ms()).await?;
+        let executors = self.store.list_executors().await?;
+        Ok(executors
+            .into_iter()
+            .filter(|e| live.contains(&e.id))
+            .map(|e| e.workflow_versions)
+            .collect())
+    }
+
     /// How many workflows named `name` there are, per status.
     pub async fn count_by_status(
         &self,
@@ -432,6 +475,7 @@ fn new_workflow(req: &EnqueueRequest) -> Result<NewWorkflow, EngineError> {
         input: req.input.to_string(),
         parent_id: req.parent_id.clone(),
         now_ms: now_ms(),
+        workflow_version: req.workflow_version,
     })
 }
 
@@ -463,6 +507,7 @@ fn outcome_record(
             updated_at_ms: new.now_ms,
             started_at_ms: None,
             finished_at_ms: None,
+            workflow_version: new.workflow_version,
         }),
         EnqueueOutcome::Exists(existing) if existing.name == req.workflow => Ok(*existing),
         EnqueueOutcome::Exists(existing) => Err(EngineError::IdConflict {

@@ -45,6 +45,7 @@ struct Inner {
     name: String,
     queue: String,
     partition_key: String,
+    workflow_version: u32,
     recorded: Arc<HashMap<i64, StepRecord>>,
     next_index: AtomicI64,
     /// Durable waits in progress in this run (all branches).
@@ -89,6 +90,7 @@ impl WorkflowContext {
                 name: record.name.clone(),
                 queue: record.queue.clone(),
                 partition_key: record.partition_key.clone(),
+                workflow_version: record.workflow_version,
                 recorded: Arc::new(steps.into_iter().map(|s| (s.index, s)).collect()),
                 next_index: AtomicI64::new(0),
                 waits,
@@ -108,6 +110,12 @@ impl WorkflowContext {
     }
     pub fn executor_id(&self) -> &str {
         &self.inner.lease.executor_id
+    }
+    /// The version of the workflow's code this workflow started under: a workflow whose
+    /// steps changed between versions branches on it, so a replay meets its records in the
+    /// order they were written (ARCHITECTURE.md, "Workflow versions").
+    pub fn workflow_version(&self) -> u32 {
+        self.inner.workflow_version
     }
     /// Incremented at every claim and recovery: tells runs of one workflow apart.
     pub fn generation(&self) -> i64 {
@@ -150,6 +158,7 @@ impl WorkflowContext {
                         name: self.inner.name.clone(),
                         queue: self.inner.queue.clone(),
                         partition_key: self.inner.partition_key.clone(),
+                        workflow_version: self.inner.workflow_version,
                         recorded: self.inner.recorded.clone(),
                         next_index: AtomicI64::new(base),
                         waits: self.inner.waits.clone(),
@@ -542,9 +551,11 @@ impl WorkflowContext {
             {
                 return Ok(child_id);
             }
+            // A child runs under its parent's version: the two are one deploy's code.
             let mut request = EnqueueRequest::new(workflow, queue, input)
                 .id(child_id.clone())
-                .parent(self.workflow_id());
+                .parent(self.workflow_id())
+                .version(self.workflow_version());
             if let Some(key) = partition_key {
                 request = request.partition(key);
             }

@@ -27,7 +27,7 @@ use crate::{
     now_ms,
     store::{
         Checkpoint, ClaimLimits, ExecutorRecord, ExecutorState, Lease, LimitGroup, Liveness,
-        QueueRecord, Store,
+        QueueRecord, Store, WorkflowVersions,
     },
 };
 
@@ -61,6 +61,9 @@ pub struct EngineConfig {
     pub poll_interval: Option<Duration>,
     /// Most workflows taken in one claim.
     pub claim_batch: u32,
+    /// The workflow versions this executor's code can replay: it claims and resumes only
+    /// those (ARCHITECTURE.md, "Workflow versions"). Default: version 1 only.
+    pub workflow_versions: WorkflowVersions,
 }
 
 impl EngineConfig {
@@ -77,6 +80,7 @@ impl EngineConfig {
             automatic_recovery: false,
             poll_interval: None,
             claim_batch: 64,
+            workflow_versions: WorkflowVersions::FIRST,
         }
     }
 }
@@ -374,6 +378,7 @@ impl Engine {
                 heartbeat_at_ms: now,
                 stopped_at_ms: None,
                 version: config.version.clone(),
+                workflow_versions: config.workflow_versions,
                 running: 0,
             })
             .await?;

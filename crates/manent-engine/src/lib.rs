@@ -30,7 +30,7 @@ pub use records::Records;
 pub use store::{
     AuditRecord, Backend, EventRecord, ExecutorRecord, ExecutorState, LimitGroup, OutputLine,
     QueueDepth, QueueRecord, RecordEntry, RunningCount, StepRecord, StepStatus, Store,
-    WorkflowFilter, WorkflowRecord, WorkflowStatus,
+    WorkflowFilter, WorkflowRecord, WorkflowStatus, WorkflowVersions,
 };
 
 /// Milliseconds since the Unix epoch: the one clock of the engine's records.

@@ -702,7 +702,14 @@ async fn manual_recovery_hands_work_to_another_executor_and_fences_the_first(db:
     };
     let claimed = a
         .store()
-        .claim("q", "a", limits, now_ms(), 1)
+        .claim(
+            "q",
+            "a",
+            manent_engine::WorkflowVersions::FIRST,
+            limits,
+            now_ms(),
+            1,
+        )
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1, "a holds the workflow before it launches");
@@ -765,6 +772,7 @@ async fn dead_executors_workflow(
         .claim(
             "q",
             "dead",
+            manent_engine::WorkflowVersions::FIRST,
             manent_engine::store::ClaimLimits {
                 worker: 1,
                 partition: None,
@@ -789,6 +797,7 @@ async fn dead_executors_workflow(
             heartbeat_at_ms: now_ms() - 60_000,
             stopped_at_ms: None,
             version: "0".into(),
+            workflow_versions: manent_engine::WorkflowVersions::FIRST,
             running: 0,
         })
         .await

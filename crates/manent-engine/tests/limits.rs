@@ -49,7 +49,14 @@ async fn enqueue(client: &Client, queue: &str, partition: &str) -> String {
 
 async fn claim(store: &Arc<dyn Store>, queue: &str, executor: &str, limits: ClaimLimits) -> usize {
     store
-        .claim(queue, executor, limits, now_ms(), 64)
+        .claim(
+            queue,
+            executor,
+            manent_engine::WorkflowVersions::FIRST,
+            limits,
+            now_ms(),
+            64,
+        )
         .await
         .expect("claim")
         .len()
@@ -112,7 +119,17 @@ async fn a_partition_running_on_one_queue_of_a_group_blocks_it_on_the_others(db:
     let other = enqueue(&client, "b", "app/staging").await;
     let limits = group(None, Some(1), None);
     assert_eq!(claim(&store, "a", "w1", limits.clone()).await, 1);
-    let claimed = store.claim("b", "w2", limits, now_ms(), 64).await.unwrap();
+    let claimed = store
+        .claim(
+            "b",
+            "w2",
+            manent_engine::WorkflowVersions::FIRST,
+            limits,
+            now_ms(),
+            64,
+        )
+        .await
+        .unwrap();
     let ids: Vec<&str> = claimed.iter().map(|w| w.id.as_str()).collect();
     assert_eq!(
         ids,
@@ -162,7 +179,14 @@ async fn a_claim_finds_free_partitions_behind_a_long_full_one(db: Db) {
         group: None,
     };
     let first = store
-        .claim("q", "w1", limits.clone(), now_ms(), 64)
+        .claim(
+            "q",
+            "w1",
+            manent_engine::WorkflowVersions::FIRST,
+            limits.clone(),
+            now_ms(),
+            64,
+        )
         .await
         .unwrap();
     let partitions: Vec<&str> = first.iter().map(|w| w.partition_key.as_str()).collect();
@@ -171,7 +195,17 @@ async fn a_claim_finds_free_partitions_behind_a_long_full_one(db: Db) {
         vec!["busy", "p0", "p1", "p2"],
         "one of the busy partition, then the next free partitions in order"
     );
-    let second = store.claim("q", "w2", limits, now_ms(), 64).await.unwrap();
+    let second = store
+        .claim(
+            "q",
+            "w2",
+            manent_engine::WorkflowVersions::FIRST,
+            limits,
+            now_ms(),
+            64,
+        )
+        .await
+        .unwrap();
     let partitions: Vec<&str> = second.iter().map(|w| w.partition_key.as_str()).collect();
     assert_eq!(
         partitions,

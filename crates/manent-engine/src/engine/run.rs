@@ -32,6 +32,25 @@ pub(super) fn spawn_run(shared: &Arc<Shared>, record: WorkflowRecord) {
         tracing::warn!(workflow_id = %record.id, "not started: the executor lease is not live");
         return;
     }
+    let versions = shared.config.workflow_versions;
+    if !versions.contains(record.workflow_version) {
+        // Left under this id by a build that ran another version (a downgrade): this
+        // code cannot replay it, so it goes back to its queue for a worker that can
+        // (ARCHITECTURE.md, "Workflow versions").
+        tracing::warn!(
+            workflow_id = %record.id,
+            workflow_version = record.workflow_version,
+            runs = %versions,
+            "handing a workflow back to its queue: this worker cannot replay its version"
+        );
+        let store = shared.store.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.release(&lease, now_ms()).await {
+                tracing::warn!(workflow_id = %lease.workflow_id, error = %e, "could not hand the workflow back; it is recovered when this worker's lease expires");
+            }
+        });
+        return;
+    }
     let token = shared.next_token.fetch_add(1, Ordering::Relaxed);
     let mut running = lock(&shared.running);
     if let Some(old) = running.remove(&record.id) {

@@ -89,6 +89,16 @@ impl ClaimPlan {
             .map(|(key, _)| key.as_str())
     }
 
+    /// Leaves `partition` out of the rest of this claim: its next workflow is one this
+    /// executor cannot run (another workflow version), and a partition's workflows start
+    /// in order, so nothing queued behind it is taken either. Workflows without a
+    /// partition (`""`) have no order among them and are never blocked.
+    pub fn block(&mut self, partition: &str) {
+        if !partition.is_empty() {
+            self.allowance.insert(partition.to_string(), 0);
+        }
+    }
+
     /// Takes one slot of `partition` if it has one left.
     pub fn take(&mut self, partition: &str) -> bool {
         let idle = self.idle_allowance;

@@ -302,6 +302,20 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "DROP INDEX manent_workflows_partition_history",
         ],
     },
+    Migration {
+        version: 10,
+        // Two nullable columns: a binary of schema 9 ignores them, and everything it
+        // starts or runs is version 1, which NULL means (docs/upgrades.md).
+        compatible_from: Some(9),
+        name: "workflow versions: the one a workflow started under, the ones an executor runs",
+        statements: &[
+            // NULL: version 1, what every workflow before this migration started under.
+            "ALTER TABLE manent_workflows ADD COLUMN workflow_version BIGINT",
+            // The versions this executor can run; NULL: 1 to 1 (a binary before this one).
+            "ALTER TABLE manent_executors ADD COLUMN workflow_min BIGINT",
+            "ALTER TABLE manent_executors ADD COLUMN workflow_max BIGINT",
+        ],
+    },
 ];
 
 /// The version a fully migrated schema has.
@@ -358,7 +372,8 @@ mod tests {
             6 43f2c0f2ffa02395a216f1507539baab31e54a5806a357bbc4082038750c39cd
             7 e33c4a0c665b7c0e6a9431630a19308105023b493ecb8e426a42246c69187e47
             8 bb6c1d55e2999cada39f125ab2d49d9f130682e4efb962c567e53e586be267ea
-            9 80a1dd186d723e4e58e9d6eb5dbe5d6402359fc8ebda0420abf2b8dd513b14e4"#]]
+            9 80a1dd186d723e4e58e9d6eb5dbe5d6402359fc8ebda0420abf2b8dd513b14e4
+            10 209fbad30f8890ae1595028507c7e40c7344dcb598412d292ca4a47545e92c33"#]]
         .assert_eq(&sums.join("\n"));
     }
 
@@ -394,8 +409,8 @@ mod tests {
         let plan = plan(&before).expect("unstamped rows are not refused");
         assert_eq!(
             versions(&plan.pending),
-            vec![9],
-            "only the missing version is applied"
+            (9..=latest_version()).collect::<Vec<_>>(),
+            "only the missing versions are applied"
         );
         assert_eq!(versions(&plan.unstamped), (1..=8).collect::<Vec<_>>());
     }

@@ -142,6 +142,9 @@ pub struct NewWorkflow {
     pub input: String,
     pub parent_id: Option<String>,
     pub now_ms: i64,
+    /// The version of the workflow's code it starts under (ARCHITECTURE.md, "Workflow
+    /// versions"): only executors that run this version claim or resume it.
+    pub workflow_version: u32,
 }
 
 /// One record to write: its kind, its key within the kind, and its value (JSON text).
@@ -188,6 +191,9 @@ pub struct WorkflowRecord {
     pub updated_at_ms: i64,
     pub started_at_ms: Option<i64>,
     pub finished_at_ms: Option<i64>,
+    /// The version of the workflow's code it started under (1 for every workflow recorded
+    /// before versions were).
+    pub workflow_version: u32,
 }
 
 impl WorkflowRecord {
@@ -323,8 +329,44 @@ pub struct ExecutorRecord {
     pub heartbeat_at_ms: i64,
     pub stopped_at_ms: Option<i64>,
     pub version: String,
+    /// The workflow versions this executor runs.
+    pub workflow_versions: WorkflowVersions,
     /// PENDING workflows held by this executor (filled by listings).
     pub running: i64,
+}
+
+/// The versions of workflow code an executor can run, `min..=max` (ARCHITECTURE.md,
+/// "Workflow versions"). A workflow is claimed, resumed and replayed only by an executor
+/// whose range holds the version it started under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkflowVersions {
+    pub min: u32,
+    pub max: u32,
+}
+
+impl WorkflowVersions {
+    /// Version 1 only: what every executor before workflow versions ran.
+    pub const FIRST: WorkflowVersions = WorkflowVersions { min: 1, max: 1 };
+
+    /// `min..=max`; `None` when the range is empty or starts at 0.
+    pub fn new(min: u32, max: u32) -> Option<WorkflowVersions> {
+        (min >= 1 && min <= max).then_some(WorkflowVersions { min, max })
+    }
+
+    pub fn contains(&self, version: u32) -> bool {
+        (self.min..=self.max).contains(&version)
+    }
+}
+
+impl std::fmt::Display for WorkflowVersions {
+    /// `1` or `1-2`, as `manent-server --version` and `manent workers` show it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.min == self.max {
+            write!(f, "{}", self.min)
+        } else {
+            write!(f, "{}-{}", self.min, self.max)
+        }
+    }
 }
 
 /// The lease that makes one process the live holder of an executor id. It is
@@ -484,11 +526,14 @@ pub trait Store: Send + Sync + 'static {
     /// Atomically moves up to `max` claimable workflows of `queue` to PENDING
     /// under `executor_id`, never exceeding `limits` (the queue's own and its
     /// group's). Each partition's next workflows are found through an index,
-    /// so the cost follows the running work, not the backlog.
+    /// so the cost follows the running work, not the backlog. Only workflows whose
+    /// version is in `versions` are taken; a partition whose next workflow is of another
+    /// version is left for an executor that runs it.
     async fn claim(
         &self,
         queue: &str,
         executor_id: &str,
+        versions: WorkflowVersions,
         limits: ClaimLimits,
         now_ms: i64,
         max: u32,
@@ -562,6 +607,8 @@ pub trait Store: Send + Sync + 'static {
     // --- metrics ---
     /// How many workflows named `name` are in each status.
     async fn count_by_status(&self, name: &str) -> Result<Vec<(WorkflowStatus, i64)>, StoreError>;
+    /// How many workflows named `name` are queued (ENQUEUED), per workflow version.
+    async fn count_enqueued_by_version(&self, name: &str) -> Result<Vec<(u32, i64)>, StoreError>;
     /// Durations (ms) of the `limit` most recently finished steps (the engine's own
     /// bookkeeping — `manent.*` — left out).
     async fn recent_step_durations(&self, limit: i64) -> Result<Vec<i64>, StoreError>;
@@ -634,6 +681,8 @@ pub trait Store: Send + Sync + 'static {
         &self,
         executor_id: &str,
     ) -> Result<Option<ExecutorLease>, StoreError>;
+    /// The executor ids whose lease has not expired at `now_ms`.
+    async fn live_executor_ids(&self, now_ms: i64) -> Result<Vec<String>, StoreError>;
     /// Ends the lease: `holder`'s own (a clean stop), or whoever holds it
     /// (`None`). Returns whether a lease was ended.
     async fn end_executor_lease(

@@ -10,6 +10,7 @@ use crate::store::ClaimLimits;
 use crate::store::RunningCount;
 use crate::store::Store;
 use crate::store::WorkflowRecord;
+use crate::store::WorkflowVersions;
 use crate::store::claim;
 use crate::store::postgres;
 
@@ -48,7 +49,8 @@ pub(super) const CLAIM_RUNNING_SQL: &str = "SELECT CAST(0 AS BIGINT), executor_i
      SELECT CAST(1 AS BIGINT), executor_id, partition_key, COUNT(*) FROM manent_workflows \
      WHERE limit_group = $2 AND status = 'PENDING' GROUP BY executor_id, partition_key";
 
-/// One page of a queue's claimable backlog in claim order: `$1` queue, `$2`
+/// One page of a queue's claimable backlog in claim order, with each row's workflow
+/// version (read from the row the scan visits anyway): `$1` queue, `$2`
 /// now, `$3` the page's size, `$4` the full partitions to leave out (a JSON
 /// array), then (`keyset`) `$5..$7` the last row read. One text per shape, so
 /// the prepared statement is reused whatever the page holds. On SQLite the
@@ -59,7 +61,7 @@ pub(super) fn claim_page_sql(is_pg: bool, keyset: bool) -> &'static str {
     macro_rules! page {
         ($from:literal, $excluded:literal, $keyset:literal) => {
             concat!(
-                "SELECT id, partition_key, priority, created_seq FROM manent_workflows",
+                "SELECT id, partition_key, priority, created_seq, COALESCE(workflow_version, 1) FROM manent_workflows",
                 $from,
                 " WHERE queue_name = $1 AND status = 'ENQUEUED' AND not_before <= $2 AND ",
                 $excluded,
@@ -137,6 +139,7 @@ impl SqlStore {
         &self,
         queue: &str,
         executor_id: &str,
+        versions: WorkflowVersions,
         limits: ClaimLimits,
         now_ms: i64,
         max: u32,
@@ -152,6 +155,8 @@ impl SqlStore {
         // On SQLite the claim's commit is not synced: a power cut that undoes it
         // stops this process too, and the workflow is queued again, its first step
         // never recorded (docs/scaling-and-recovery.md, "What a power cut may undo").
+        // Workflows of versions this executor cannot run, passed over by the scan.
+        let mut left: Vec<(String, i64)> = Vec::new();
         let claimed: Vec<WorkflowRow> = write_tx!(self, claim_begin = pg_claim_begin(&lock_key), tx => {
             let running: Vec<(i64, Option<String>, String, i64)> = sqlx::query_as(CLAIM_RUNNING_SQL)
                 .bind(queue)
@@ -173,13 +178,14 @@ impl SqlStore {
             // a page at a time, leaving out the partitions that are full: the
             // rows read follow what can be taken, not how much is queued.
             let mut after: Option<(i64, i64, String)> = None;
+            left.clear();
             while plan.free > 0 {
                 let full: Vec<&str> = plan.full_partitions().collect();
                 // Past this many, the partitions are skipped here rather than in SQL.
                 let exclude = if full.len() <= 500 { full.as_slice() } else { &[] };
                 let page = (plan.free * 2).max(16);
                 let sql = claim_page_sql(is_pg, after.is_some());
-                let mut query = sqlx::query_as::<_, (String, String, i64, i64)>(sql)
+                let mut query = sqlx::query_as::<_, (String, String, i64, i64, i64)>(sql)
                     .bind(queue)
                     .bind(now_ms)
                     .bind(page)
@@ -189,8 +195,14 @@ impl SqlStore {
                 }
                 let rows = query.fetch_all(&mut *tx).await?;
                 let exhausted = (rows.len() as i64) < page;
-                for (id, partition, priority, seq) in rows {
-                    if plan.take(&partition) {
+                for (id, partition, priority, seq, version) in rows {
+                    // A version this executor cannot run waits for one that can; so does
+                    // the rest of its partition, which must start after it.
+                    let runnable = u32::try_from(version).is_ok_and(|v| versions.contains(v));
+                    if !runnable {
+                        plan.block(&partition);
+                        left.push((id.clone(), version));
+                    } else if plan.take(&partition) {
                         picked.push(id.clone());
                     }
                     after = Some((priority, seq, id));
@@ -218,7 +230,42 @@ impl SqlStore {
                 rows
             }
         });
+        self.report_left_for_other_versions(queue, executor_id, versions, &left);
         workflows(claimed)
+    }
+
+    /// Says once per workflow (in this process) that a claim left it for a worker that
+    /// runs its version: a deploy waiting for a release that is not running anywhere is
+    /// in the log, not only in `waiting_for` and the metrics (docs/upgrades.md).
+    fn report_left_for_other_versions(
+        &self,
+        queue: &str,
+        executor_id: &str,
+        versions: WorkflowVersions,
+        left: &[(String, i64)],
+    ) {
+        if left.is_empty() {
+            return;
+        }
+        let mut reported = self
+            .left_for_other_versions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if reported.len() > 10_000 {
+            reported.clear();
+        }
+        for (id, version) in left {
+            if reported.insert(id.clone()) {
+                tracing::warn!(
+                    workflow_id = %id,
+                    workflow_version = version,
+                    %queue,
+                    %executor_id,
+                    runs = %versions,
+                    "left on its queue for a worker that runs its workflow version"
+                );
+            }
+        }
     }
 
     // The row of one query, read once: a named type would say less than the SELECT.

@@ -19,7 +19,7 @@ use crate::store::postgres;
 use crate::store::sqlite;
 
 pub(super) const EXECUTOR_SELECT: &str = "SELECT e.id, e.host, e.pid, e.region, e.queues, e.state, e.started_at, e.heartbeat_at, \
-     e.stopped_at, e.version, (SELECT COUNT(*) FROM manent_workflows w WHERE w.executor_id = e.id AND w.status = 'PENDING') AS running \
+     e.stopped_at, e.version, e.workflow_min, e.workflow_max, (SELECT COUNT(*) FROM manent_workflows w WHERE w.executor_id = e.id AND w.status = 'PENDING') AS running \
      FROM manent_executors e";
 
 impl SqlStore {
@@ -27,11 +27,12 @@ impl SqlStore {
         let queues = serde_json::to_string(&e.queues)
             .map_err(|err| StoreError::Database(err.to_string()))?;
         with_writer!(self, pool => sqlx::query(
-        "INSERT INTO manent_executors (id, host, pid, region, queues, state, started_at, heartbeat_at, stopped_at, version) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO UPDATE SET host = excluded.host, \
+        "INSERT INTO manent_executors (id, host, pid, region, queues, state, started_at, heartbeat_at, stopped_at, version, \
+         workflow_min, workflow_max) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (id) DO UPDATE SET host = excluded.host, \
          pid = excluded.pid, region = excluded.region, queues = excluded.queues, state = excluded.state, \
          started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at, stopped_at = excluded.stopped_at, \
-         version = excluded.version")
+         version = excluded.version, workflow_min = excluded.workflow_min, workflow_max = excluded.workflow_max")
         .bind(&e.id)
         .bind(&e.host)
         .bind(e.pid)
@@ -42,6 +43,8 @@ impl SqlStore {
         .bind(e.heartbeat_at_ms)
         .bind(e.stopped_at_ms)
         .bind(&e.version)
+        .bind(i64::from(e.workflow_versions.min))
+        .bind(i64::from(e.workflow_versions.max))
         .execute(pool)
         .await
         .map(|r| r.rows_affected())
@@ -155,6 +158,16 @@ impl SqlStore {
         } else {
             Ok(Renewal::Lost(self.get_executor_lease(executor_id).await?))
         }
+    }
+
+    pub(super) async fn live_executor_ids(&self, now_ms: i64) -> Result<Vec<String>, StoreError> {
+        let ids: Vec<String> = with_pool!(self, pool => sqlx::query_scalar(
+        "SELECT executor_id FROM manent_executor_leases WHERE expires_at > $1 ORDER BY executor_id")
+        .bind(now_ms)
+        .fetch_all(pool)
+        .await
+        )?;
+        Ok(ids)
     }
 
     pub(super) async fn get_executor_lease(

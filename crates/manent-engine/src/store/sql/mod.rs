@@ -17,7 +17,7 @@ use super::{
     AuditRecord, Backend, Checkpoint, ClaimLimits, Consumed, EnqueueOutcome, EventRecord,
     ExecutorLease, ExecutorRecord, ExecutorState, Lease, LeaseGrant, Liveness, NewWorkflow,
     OutputLine, QueueDepth, QueueRecord, RecordEntry, Renewal, RunningCount, StepRecord, Store,
-    Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus, postgres, sqlite,
+    Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus, WorkflowVersions, postgres, sqlite,
 };
 use crate::error::StoreError;
 
@@ -100,7 +100,8 @@ macro_rules! write_tx {
 macro_rules! wf_cols {
     () => {
         "id, name, status, queue_name, partition_key, priority, not_before, dedup_key, executor_id, input, output, \
-         error, parent_id, attempts, generation, created_at, updated_at, started_at, finished_at"
+         error, parent_id, attempts, generation, created_at, updated_at, started_at, finished_at, \
+         COALESCE(workflow_version, 1) AS workflow_version"
     };
 }
 
@@ -130,6 +131,9 @@ pub struct SqlStore {
     /// PostgreSQL: step checkpoints and outcomes, grouped into one statement each.
     pg_group: Option<postgres::GroupWrites>,
     listener: Option<JoinHandle<()>>,
+    /// Workflows a claim of this process left for another workflow version, already
+    /// logged once (claims.rs); bounded.
+    left_for_other_versions: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Drop for SqlStore {
@@ -171,6 +175,7 @@ impl SqlStore {
                         pg_options: None,
                         pg_group: None,
                         listener: None,
+                        left_for_other_versions: Default::default(),
                     })
                 }
                 Backend::Postgres => {
@@ -186,6 +191,7 @@ impl SqlStore {
                         sqlite_path: None,
                         pg_options: Some(options),
                         listener: Some(listener),
+                        left_for_other_versions: Default::default(),
                     })
                 }
             }
@@ -327,11 +333,12 @@ impl Store for SqlStore {
         &self,
         queue: &str,
         executor_id: &str,
+        versions: WorkflowVersions,
         limits: ClaimLimits,
         now_ms: i64,
         max: u32,
     ) -> Result<Vec<WorkflowRecord>, StoreError> {
-        SqlStore::claim(self, queue, executor_id, limits, now_ms, max).await
+        SqlStore::claim(self, queue, executor_id, versions, limits, now_ms, max).await
     }
 
     async fn running_counts(&self) -> Result<Vec<RunningCount>, StoreError> {
@@ -424,6 +431,10 @@ impl Store for SqlStore {
 
     async fn count_by_status(&self, name: &str) -> Result<Vec<(WorkflowStatus, i64)>, StoreError> {
         SqlStore::count_by_status(self, name).await
+    }
+
+    async fn count_enqueued_by_version(&self, name: &str) -> Result<Vec<(u32, i64)>, StoreError> {
+        SqlStore::count_enqueued_by_version(self, name).await
     }
 
     async fn recent_step_durations(&self, limit: i64) -> Result<Vec<i64>, StoreError> {
@@ -522,6 +533,10 @@ impl Store for SqlStore {
         executor_id: &str,
     ) -> Result<Option<ExecutorLease>, StoreError> {
         SqlStore::get_executor_lease(self, executor_id).await
+    }
+
+    async fn live_executor_ids(&self, now_ms: i64) -> Result<Vec<String>, StoreError> {
+        SqlStore::live_executor_ids(self, now_ms).await
     }
 
     async fn end_executor_lease(

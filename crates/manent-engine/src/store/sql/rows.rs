@@ -4,6 +4,7 @@ use crate::error::StoreError;
 use crate::store::ExecutorLease;
 use crate::store::ExecutorRecord;
 use crate::store::WorkflowRecord;
+use crate::store::WorkflowVersions;
 use sqlx::FromRow;
 
 #[derive(FromRow)]
@@ -27,12 +28,19 @@ pub(super) struct WorkflowRow {
     pub(super) updated_at: i64,
     pub(super) started_at: Option<i64>,
     pub(super) finished_at: Option<i64>,
+    pub(super) workflow_version: i64,
 }
 
 impl TryFrom<WorkflowRow> for WorkflowRecord {
     type Error = StoreError;
     fn try_from(r: WorkflowRow) -> Result<Self, StoreError> {
+        let workflow_version =
+            u32::try_from(r.workflow_version).map_err(|_| StoreError::Corrupt {
+                what: format!("workflow {}", r.id),
+                reason: format!("workflow version {} is out of range", r.workflow_version),
+            })?;
         Ok(WorkflowRecord {
+            workflow_version,
             status: r.status.parse()?,
             id: r.id,
             name: r.name,
@@ -86,6 +94,8 @@ pub(super) struct ExecutorRow {
     pub(super) heartbeat_at: i64,
     pub(super) stopped_at: Option<i64>,
     pub(super) version: String,
+    pub(super) workflow_min: Option<i64>,
+    pub(super) workflow_max: Option<i64>,
     pub(super) running: i64,
 }
 
@@ -97,6 +107,19 @@ impl TryFrom<ExecutorRow> for ExecutorRecord {
                 what: format!("queues of executor {}", r.id),
                 reason: e.to_string(),
             })?,
+            // NULL: a binary before workflow versions, which runs version 1 only.
+            workflow_versions: match (r.workflow_min, r.workflow_max) {
+                (None, None) => WorkflowVersions::FIRST,
+                (min, max) => min
+                    .zip(max)
+                    .and_then(|(min, max)| {
+                        WorkflowVersions::new(u32::try_from(min).ok()?, u32::try_from(max).ok()?)
+                    })
+                    .ok_or_else(|| StoreError::Corrupt {
+                        what: format!("workflow versions of executor {}", r.id),
+                        reason: format!("{min:?} to {max:?} is not a range of versions"),
+                    })?,
+            },
             state: r.state.parse()?,
             id: r.id,
             host: r.host,

@@ -61,7 +61,17 @@ async fn a_claim_on_sqlite_leaves_the_writer_synced_for_every_later_write() {
         global: 0,
         group: None,
     };
-    let claimed = store.claim("q", "e", limits, now, 1).await.expect("claim");
+    let claimed = store
+        .claim(
+            "q",
+            "e",
+            crate::store::WorkflowVersions::FIRST,
+            limits,
+            now,
+            1,
+        )
+        .await
+        .expect("claim");
     assert_eq!(claimed.len(), 1, "the queued workflow is claimed");
     let level: i64 = sqlx::query_scalar("PRAGMA synchronous")
         .fetch_one(write)
@@ -86,6 +96,7 @@ fn queued(id: String, partition: String, now: i64) -> NewWorkflow {
         input: "null".into(),
         parent_id: None,
         now_ms: now,
+        workflow_version: 1,
     }
 }
 
@@ -107,7 +118,17 @@ async fn grouped_writes_fence_each_row(db: manent_testkit::Db) {
         global: 0,
         group: None,
     };
-    let claimed = store.claim("q", "e", limits, now, 10).await.expect("claim");
+    let claimed = store
+        .claim(
+            "q",
+            "e",
+            crate::store::WorkflowVersions::FIRST,
+            limits,
+            now,
+            10,
+        )
+        .await
+        .expect("claim");
     assert_eq!(claimed.len(), 10, "all ten are claimed");
     let writes = claimed.iter().map(|record| {
         let mut lease = record.lease().expect("a claimed workflow has a lease");
@@ -241,7 +262,14 @@ async fn claim_page_plans_read_the_claimable_index(db: manent_testkit::Db) {
         group: None,
     };
     let claimed = store
-        .claim("q", "e", limits, now, 64)
+        .claim(
+            "q",
+            "e",
+            crate::store::WorkflowVersions::FIRST,
+            limits,
+            now,
+            64,
+        )
         .await
         .expect("claim the first batch");
     assert_eq!(
@@ -503,7 +531,17 @@ async fn status_reads_use_their_indexes(db: manent_testkit::Db) {
         global: 0,
         group: None,
     };
-    let claimed = store.claim("q", "e", limits, now, 64).await.expect("claim");
+    let claimed = store
+        .claim(
+            "q",
+            "e",
+            crate::store::WorkflowVersions::FIRST,
+            limits,
+            now,
+            64,
+        )
+        .await
+        .expect("claim");
     assert_eq!(claimed.len(), 50, "50 are running while the plans are read");
     let by_partition = [
         WorkflowFilter {
@@ -653,32 +691,43 @@ async fn upgrade_from_version_8(db: manent_testkit::Db) {
             .contains(&"manent_workflows_partition_history".to_string()),
         "the database starts as version 8 left it"
     );
+    // The work version 8 left, written with version 8's columns (this build's statements
+    // name columns later versions added): in each partition of `app/env0` and `app/env1`
+    // three workflows; w0 finished, w1 running under `e`, the other four queued.
     let now = crate::now_ms();
-    let wfs: Vec<NewWorkflow> = (0..6)
-        .map(|i| queued(format!("w{i}"), format!("app/env{}", i % 2), now))
-        .collect();
-    store.enqueue_many(&wfs).await.expect("enqueue");
-    let limits = ClaimLimits {
-        worker: 2,
-        partition: Some(1),
-        global: 0,
-        group: None,
+    let status_of = |i: usize| match i {
+        0 => WorkflowStatus::Success,
+        1 => WorkflowStatus::Pending,
+        _ => WorkflowStatus::Enqueued,
     };
-    let claimed = store.claim("q", "e", limits, now, 2).await.expect("claim");
-    assert_eq!(claimed.len(), 2, "one running in each partition");
-    let lease = claimed[0].lease().expect("a claimed workflow has a lease");
-    let finished = store
-        .finish(&lease, WorkflowStatus::Success, Some("null"), None, now)
-        .await
-        .expect("finish one");
-    assert_eq!(finished, Checkpoint::Written, "the first claimed finishes");
-    let before = partition_histories(&store).await;
-    assert_eq!(
-        before.len(),
-        6,
-        "both partitions' histories hold all six: {before:?}"
-    );
-    let depths_before = store.queue_depths().await.expect("depths");
+    with_writer!(store, pool => {
+        for i in 0..6usize {
+            let seq = i64::try_from(i).expect("a small number");
+            sqlx::query(
+                "INSERT INTO manent_workflows (id, name, status, queue_name, partition_key, priority, not_before, \
+                 executor_id, input, attempts, generation, created_at, created_seq, updated_at) \
+                 VALUES ($1, 'w', $2, 'q', $3, 0, $4, $5, 'null', 0, 0, $4, $6, $4)",
+            )
+            .bind(format!("w{i}"))
+            .bind(status_of(i).as_str())
+            .bind(format!("app/env{}", i % 2))
+            .bind(now)
+            .bind((i < 2).then_some("e"))
+            .bind(now * 1000 + seq)
+            .execute(pool)
+            .await
+            .expect("a version 8 row");
+        }
+    });
+    let before: Vec<(String, String, WorkflowStatus)> = [4, 2, 0, 5, 3, 1]
+        .into_iter()
+        .map(|i: usize| (format!("app/env{}", i % 2), format!("w{i}"), status_of(i)))
+        .collect();
+    let depths_before = vec![QueueDepth {
+        queue: "q".into(),
+        enqueued: 4,
+        running: 1,
+    }];
 
     store
         .migrate()

@@ -169,8 +169,8 @@ impl SqlStore {
         let seq = next_seq(wf.now_ms);
         let inserted = with_writer!(self, pool => sqlx::query(
             "INSERT INTO manent_workflows (id, name, status, queue_name, partition_key, priority, not_before, dedup_key, \
-             input, parent_id, attempts, generation, created_at, created_seq, updated_at) \
-             VALUES ($1, $2, 'ENQUEUED', $3, $4, $5, $6, $7, $8, $9, 0, 0, $10, $11, $10) ON CONFLICT (id) DO NOTHING")
+             input, parent_id, attempts, generation, created_at, created_seq, updated_at, workflow_version) \
+             VALUES ($1, $2, 'ENQUEUED', $3, $4, $5, $6, $7, $8, $9, 0, 0, $10, $11, $10, $12) ON CONFLICT (id) DO NOTHING")
             .bind(&wf.id)
             .bind(&wf.name)
             .bind(&wf.queue)
@@ -182,6 +182,7 @@ impl SqlStore {
             .bind(&wf.parent_id)
             .bind(wf.now_ms)
             .bind(seq)
+            .bind(i64::from(wf.workflow_version))
             .execute(pool)
             .await
             .map(|r| r.rows_affected()));
@@ -228,10 +229,11 @@ impl SqlStore {
             for chunk in wfs.chunks(chunk_rows) {
                 let values: Vec<String> = (0..chunk.len())
                     .map(|i| {
-                        let b = i * 11;
+                        let b = i * 12;
                         format!(
-                            "(${}, ${}, 'ENQUEUED', ${}, ${}, ${}, ${}, ${}, ${}, ${}, 0, 0, ${}, ${}, ${})",
-                            b + 1, b + 2, b + 3, b + 4, b + 5, b + 6, b + 7, b + 8, b + 9, b + 10, b + 11, b + 10
+                            "(${}, ${}, 'ENQUEUED', ${}, ${}, ${}, ${}, ${}, ${}, ${}, 0, 0, ${}, ${}, ${}, ${})",
+                            b + 1, b + 2, b + 3, b + 4, b + 5, b + 6, b + 7, b + 8, b + 9, b + 10, b + 11, b + 10,
+                            b + 12
                         )
                     })
                     .collect();
@@ -239,8 +241,8 @@ impl SqlStore {
                 // both leave the row out; the outcome is sorted out below.
                 let sql = format!(
                     "INSERT INTO manent_workflows (id, name, status, queue_name, partition_key, priority, not_before, \
-                     dedup_key, input, parent_id, attempts, generation, created_at, created_seq, updated_at) \
-                     VALUES {} ON CONFLICT DO NOTHING RETURNING id",
+                     dedup_key, input, parent_id, attempts, generation, created_at, created_seq, updated_at, \
+                     workflow_version) VALUES {} ON CONFLICT DO NOTHING RETURNING id",
                     values.join(", ")
                 );
                 let mut query = sqlx::query_scalar::<_, String>(&sql);
@@ -256,7 +258,8 @@ impl SqlStore {
                         .bind(wf.input.clone())
                         .bind(wf.parent_id.clone())
                         .bind(wf.now_ms)
-                        .bind(next_seq(wf.now_ms));
+                        .bind(next_seq(wf.now_ms))
+                        .bind(i64::from(wf.workflow_version));
                 }
                 inserted.extend(query.fetch_all(&mut *tx).await?);
             }
@@ -404,6 +407,28 @@ impl SqlStore {
             self.wake(&[Wakeup::Queue(queue)]).await;
         }
         Ok(self.get_workflow(id).await?.map(|w| w.status))
+    }
+
+    pub(super) async fn count_enqueued_by_version(
+        &self,
+        name: &str,
+    ) -> Result<Vec<(u32, i64)>, StoreError> {
+        let rows: Vec<(i64, i64)> = with_pool!(self, pool => sqlx::query_as(
+        "SELECT COALESCE(workflow_version, 1) AS v, COUNT(*) FROM manent_workflows \
+         WHERE name = $1 AND status = 'ENQUEUED' GROUP BY COALESCE(workflow_version, 1) ORDER BY 1")
+        .bind(name)
+        .fetch_all(pool)
+        .await
+        )?;
+        rows.into_iter()
+            .map(|(version, n)| {
+                let version = u32::try_from(version).map_err(|_| StoreError::Corrupt {
+                    what: format!("queued workflows named {name}"),
+                    reason: format!("workflow version {version} is out of range"),
+                })?;
+                Ok((version, n))
+            })
+            .collect()
     }
 
     pub(super) async fn count_by_status(
