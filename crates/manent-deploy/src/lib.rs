@@ -17,6 +17,7 @@ pub mod submission;
 pub mod targets;
 pub mod timeline;
 pub mod views;
+pub mod workdirs;
 pub mod workflow;
 
 pub use plugins::{Plugin, Plugins};

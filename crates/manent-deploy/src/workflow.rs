@@ -90,6 +90,9 @@ async fn removing_when_ended<T>(
 pub fn register_workflows(engine: &Engine, config: &Config) -> Arc<Plugins> {
     engine.listen(gate::gate_queue_spec());
     let runtime = Arc::new(Runtime::new(Arc::new(config.clone()), engine.client()));
+    // A run stopped because its deploy is no longer ours (cancelled, recovered elsewhere)
+    // never reaches `removing_when_ended`.
+    crate::workdirs::remove_when_taken_away(engine, runtime.workdir.clone());
     let plugins = runtime.plugins.clone();
     let runtime_for_deploys = runtime.clone();
     engine.register(

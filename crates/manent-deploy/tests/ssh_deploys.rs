@@ -1,7 +1,8 @@
 //! Deploys over real SSH: the deploy workflow on an in-process engine, its targets real
 //! OpenSSH servers on loopback addresses (the testkit's `SshHosts`). Waves, parallelism,
-//! checksums, strict host keys, failing checks with rollback, dry runs, and a deploy resumed
-//! on another worker that lacks the artifact.
+//! checksums, strict host keys, failing checks with rollback, dry runs, a deploy resumed
+//! on another worker that lacks the artifact, and a cancelled deploy's commands and work
+//! directory.
 //!
 //! Every "host" shares this machine's filesystem, so each target gets its own destination:
 //! `deploy.dest` is `<base>/{target}/{version}`, where `<base>/<target>` is a symlink to that
@@ -953,6 +954,12 @@ async fn cancelling_a_deploy_kills_its_local_and_remote_commands(backend: Db) {
         running.push((target, pid));
     }
     let client = worker.engine.client();
+    let work_dir = artifacts::deploy_dir(&worker.workdir, &id);
+    assert!(
+        work_dir.is_dir(),
+        "the running deploy has its work directory {}",
+        work_dir.display()
+    );
     assert_eq!(
         client.cancel(&id).await.expect("cancel the deploy"),
         WorkflowStatus::Cancelled,
@@ -969,6 +976,12 @@ async fn cancelling_a_deploy_kills_its_local_and_remote_commands(backend: Db) {
     manent_testkit::eventually("the worker stops the cancelled run", WAIT, || async {
         (worker.engine.running_count() == 0).then_some(())
     })
+    .await;
+    manent_testkit::eventually(
+        "the cancelled deploy's work directory is removed",
+        WAIT,
+        || async { (!work_dir.exists()).then_some(()) },
+    )
     .await;
     let status = deploy_views::status(&client, &id).await.unwrap().unwrap();
     for name in ["t1", "t2"] {

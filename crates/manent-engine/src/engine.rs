@@ -198,7 +198,13 @@ pub(crate) struct Shared {
     renewed: Notify,
     /// Set once the lease was taken by another process (or revoked): why.
     lost: watch::Sender<Option<String>>,
+    /// Called with a workflow's id once the run watcher has stopped its run here
+    /// ([`Engine::on_run_stopped`]).
+    stopped_hooks: RwLock<Vec<RunStoppedHook>>,
 }
+
+/// What [`Engine::on_run_stopped`] registers.
+type RunStoppedHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 impl Shared {
     pub(crate) fn poll_interval(&self) -> Duration {
@@ -250,15 +256,20 @@ impl Shared {
     }
 
     /// Stops one run whose lease no longer holds (cancelled, recovered away).
-    fn stop_run(&self, workflow_id: &str) -> bool {
-        let run = lock(&self.running).remove(workflow_id);
-        match run {
-            Some(run) => {
-                run.handle.abort();
-                self.run_finished.notify_waiters();
-                true
-            }
-            None => false,
+    /// Stops this executor's run of `workflow_id`; returns its task, which ends once the
+    /// run is dropped (awaiting it tells when nothing of the run acts any more).
+    fn stop_run(&self, workflow_id: &str) -> Option<JoinHandle<()>> {
+        let run = lock(&self.running).remove(workflow_id)?;
+        run.handle.abort();
+        self.run_finished.notify_waiters();
+        Some(run.handle)
+    }
+
+    /// Tells the hooks of [`Engine::on_run_stopped`] that `workflow_id`'s run here is over.
+    pub(crate) fn run_stopped(&self, workflow_id: &str) {
+        let hooks = read(&self.stopped_hooks).clone();
+        for hook in hooks {
+            hook(workflow_id);
         }
     }
 }
@@ -296,6 +307,7 @@ impl Engine {
                 self_fenced: AtomicBool::new(false),
                 renewed: Notify::new(),
                 lost: watch::channel(None).0,
+                stopped_hooks: RwLock::default(),
             }),
         }
     }
@@ -333,6 +345,15 @@ impl Engine {
             .boxed()
         });
         write(&self.shared.registry).insert(name.to_string(), erased);
+    }
+
+    /// Calls `hook` with a workflow's id each time this executor stops a run because its
+    /// workflow is no longer this executor's (cancelled, recovered by another executor,
+    /// finished elsewhere), once the run's task has ended: nothing of that run acts here
+    /// any more. Not called for runs that end by themselves, nor at a drain. The hook must
+    /// not block (spawn what takes time).
+    pub fn on_run_stopped(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
+        write(&self.shared.stopped_hooks).push(Arc::new(hook));
     }
 
     /// Serves `spec` from launch on; before launch, or at once after it.

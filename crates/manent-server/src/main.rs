@@ -541,6 +541,12 @@ async fn start_worker(
     }
     let plugins = manent_deploy::register_workflows(&engine, config);
     engine.launch().await.context("the worker did not start")?;
+    // After the launch resumed this worker's own deploys: their directories stay.
+    manent_deploy::workdirs::spawn_sweeper(
+        Client::new(store.clone()),
+        config.worker_workdir(),
+        config.effective_executor_id().to_string(),
+    );
     let ticker = Ticker::start(Client::new(store), TICK_INTERVAL);
     Ok((engine, ticker, plugins))
 }

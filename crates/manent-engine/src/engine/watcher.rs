@@ -54,13 +54,18 @@ pub(super) fn lease_holds(record: &WorkflowRecord, lease: &Lease) -> bool {
         && record.generation == lease.generation
 }
 
-pub(super) async fn check_run(shared: &Shared, workflow_id: &str) {
+pub(super) async fn check_run(shared: &Arc<Shared>, workflow_id: &str) {
     let Some(lease) = run_lease(shared, workflow_id) else {
         return;
     };
     if let Ok(record) = shared.store.get_workflow(workflow_id).await {
         let holds = record.as_ref().is_some_and(|r| lease_holds(r, &lease));
-        if !holds && run_lease(shared, workflow_id) == Some(lease) && shared.stop_run(workflow_id) {
+        let stopped = if !holds && run_lease(shared, workflow_id) == Some(lease) {
+            shared.stop_run(workflow_id)
+        } else {
+            None
+        };
+        if let Some(task) = stopped {
             let status = record.as_ref().map(|r| r.status);
             if status == Some(WorkflowStatus::Cancelled) {
                 tracing::info!(workflow_id, "stopped the run: the workflow was cancelled");
@@ -74,11 +79,18 @@ pub(super) async fn check_run(shared: &Shared, workflow_id: &str) {
                      worker, or gone)"
                 );
             }
+            // The hooks run once the aborted run has been dropped, so what they clean up
+            // (the deploy's work directory) is no longer written to.
+            let (shared, workflow_id) = (shared.clone(), workflow_id.to_string());
+            tokio::spawn(async move {
+                let _ = task.await;
+                shared.run_stopped(&workflow_id);
+            });
         }
     }
 }
 
-pub(super) async fn check_all_runs(shared: &Shared) {
+pub(super) async fn check_all_runs(shared: &Arc<Shared>) {
     let leases: Vec<Lease> = lock(&shared.running)
         .values()
         .map(|run| run.lease.clone())
