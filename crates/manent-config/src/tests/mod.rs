@@ -619,9 +619,9 @@ fn unknown_keys_name_the_key_and_line() {
     check(
         "plugins:\n  ansible:\n    external: {command: x, sha256: y, args: []}\n",
         expect![[r#"
-        ERROR
-        manent.yml:3: plugins.ansible.external.args: unknown key `args`; remove it or fix its spelling (keys allowed here: command, sha256)
-    "#]],
+            ERROR
+            manent.yml:3: plugins.ansible.external.args: unknown key `args`; remove it or fix its spelling (keys allowed here: command, sha256, confinement, bwrap, env, read_only)
+        "#]],
     );
 }
 
