@@ -491,15 +491,27 @@ async fn a_playbook_run_confined_finds_nothing_of_the_worker_or_other_environmen
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_during_a_confined_pass_leaves_no_plugin_process_behind() {
+    worker_killed_mid_pass_leaves_nothing("").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_during_an_unconfined_pass_leaves_no_plugin_process_behind() {
+    // The plugin leads a process group and asked for SIGTERM at the worker's death.
+    worker_killed_mid_pass_leaves_nothing(", confinement: none").await;
+}
+
+/// Kills a pool worker (SIGKILL) while a pass of its plugin runs, with `external` keys
+/// added to the plugin's configuration, and waits until no process of the pass is left.
+async fn worker_killed_mid_pass_leaves_nothing(external: &str) {
     let Some((ansible_playbook, plugin, sum, hosts, mut site)) = ansible_site(Db::Sqlite, 1).await
     else {
         return;
     };
-    site.set_config(&ansible_plugin(&plugin, &sum, &ansible_playbook, ""));
+    site.set_config(&ansible_plugin(&plugin, &sum, &ansible_playbook, external));
     ansible_environment(&site, &hosts, "acme/site", "", "");
     // A pass that runs until it is killed: a sleep on the worker, under ansible-playbook,
     // under the plugin, under bwrap. The marker makes the sleep this test's own.
-    let marker = format!("3599.{}", std::process::id());
+    let marker = format!("3599.{}", site.port);
     let descriptor = ansible_descriptor(
         &site,
         "acme/site",
