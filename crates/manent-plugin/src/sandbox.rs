@@ -176,25 +176,19 @@ pub fn bwrap_args(config: &Bwrap, command: &Path, scope: &PassScope) -> Vec<Stri
     {
         ro_bind(&mut args, dir);
     }
-    for path in &config.read_only {
-        ro_bind(&mut args, path);
-        visible.push(path.clone());
-    }
-    ro_bind(&mut args, command);
     // Masks: what must stay out of reach even under what is visible.
     let mut hidden: Vec<PathBuf> = ETC_HIDDEN.iter().map(PathBuf::from).collect();
     hidden.extend(etc_secrets());
     hidden.extend(config.hidden.iter().cloned());
-    for path in &hidden {
-        if !visible.iter().any(|v| path.starts_with(v)) {
-            continue; // out of sight already
-        }
-        match std::fs::metadata(path) {
-            Ok(m) if m.is_dir() => args.extend(["--tmpfs".into(), s(path)]),
-            Ok(_) => args.extend(["--ro-bind".into(), "/dev/null".into(), s(path)]),
-            Err(_) => {}
-        }
+    mask(&mut args, &hidden, &visible);
+    // The operator's paths and the verified executable, after the system's masks (a
+    // command or a virtualenv beside manent.yml is still there), then masked in turn (a
+    // `read_only` holding the database does not show it).
+    for path in &config.read_only {
+        ro_bind(&mut args, path);
     }
+    ro_bind(&mut args, command);
+    mask(&mut args, &hidden, &config.read_only);
     // The pass's own files, after the masks so that a key under a hidden directory is
     // still there for its own pass.
     for path in &scope.read_only {
@@ -206,6 +200,21 @@ pub fn bwrap_args(config: &Bwrap, command: &Path, scope: &PassScope) -> Vec<Stri
     args.extend(["--chdir".into(), s(&scope.work_dir)]);
     args.push("--".into());
     args
+}
+
+/// Hides each of `hidden` that lies under one of `visible`: a directory under an empty
+/// tmpfs, a file under `/dev/null`.
+fn mask(args: &mut Vec<String>, hidden: &[PathBuf], visible: &[PathBuf]) {
+    for path in hidden {
+        if !visible.iter().any(|v| path.starts_with(v)) {
+            continue; // out of sight already
+        }
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_dir() => args.extend(["--tmpfs".into(), s(path)]),
+            Ok(_) => args.extend(["--ro-bind".into(), "/dev/null".into(), s(path)]),
+            Err(_) => {}
+        }
+    }
 }
 
 /// The SSH server's private host keys.
