@@ -562,3 +562,43 @@ async fn worker_killed_mid_pass_leaves_nothing(external: &str) {
     .await;
     assert!(left.is_empty(), "no process of the pass is left: {left:?}");
 }
+
+#[test]
+fn check_config_says_when_a_confined_plugin_has_no_bwrap_and_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("manent.yml");
+    let write = |external: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                "database: {{url: \"sqlite://manent.db\"}}\nplugins:\n  ansible:\n    external: \
+                 {{command: /bin/true, sha256: \"{}\"{external}}}\n",
+                "0".repeat(64)
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new(common::SERVER)
+            .arg("-c")
+            .arg(&config)
+            .args(["admin", "check-config"])
+            .output()
+            .expect("run manent-server admin check-config");
+        assert!(
+            out.status.success(),
+            "a missing bwrap is a warning: {out:?}"
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = write(", bwrap: /nonexistent/bwrap");
+    assert!(
+        text.contains(
+            "warning: plugins.ansible.external.confinement is bwrap, but /nonexistent/bwrap"
+        ) && text.contains("confinement: none"),
+        "check-config names the plugin, the missing bwrap and what to do: {text}"
+    );
+    let text = write(", bwrap: /nonexistent/bwrap, confinement: none");
+    assert!(
+        !text.contains("warning"),
+        "an unconfined plugin needs no bwrap: {text}"
+    );
+}
