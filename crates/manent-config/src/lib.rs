@@ -248,6 +248,62 @@ pub struct ExternalPlugin {
     pub command: PathBuf,
     /// Hex SHA-256 of the executable, verified before it starts.
     pub sha256: String,
+    /// How the process is confined: a bubblewrap sandbox per pass (the default), or none.
+    #[serde(default)]
+    pub confinement: Confinement,
+    /// The `bwrap` executable (default: `bwrap` on the worker's `PATH`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bwrap: Option<PathBuf>,
+    /// The process's variables besides `PATH`, `LANG`, `HOME` and `TMPDIR`: `NAME` passes
+    /// the worker's value, `NAME=value` sets one. Nothing else of the worker's reaches it.
+    #[serde(
+        default,
+        deserialize_with = "yaml::nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub env: Vec<String>,
+    /// Paths the confined process sees read-only besides the system (its runtime: a
+    /// virtualenv, a toolchain); relative to `manent.yml`'s directory.
+    #[serde(
+        default,
+        deserialize_with = "yaml::nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub read_only: Vec<PathBuf>,
+}
+
+/// `plugins.<name>.external.confinement`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Confinement {
+    /// A bubblewrap sandbox per pass; refused to run where it cannot be made.
+    #[default]
+    Bwrap,
+    /// No sandbox: the plugin sees what the worker's user sees.
+    None,
+}
+
+impl ExternalPlugin {
+    /// [`ExternalPlugin::env`] as `(name, value)`, a passed variable read from `lookup` (the
+    /// worker's environment); a passed variable the worker does not have is left out and
+    /// returned in the second list.
+    pub fn environment(
+        &self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> (Vec<(String, String)>, Vec<String>) {
+        let mut set = Vec::new();
+        let mut missing = Vec::new();
+        for entry in &self.env {
+            match entry.split_once('=') {
+                Some((name, value)) => set.push((name.to_string(), value.to_string())),
+                None => match lookup(entry) {
+                    Some(value) => set.push((entry.clone(), value)),
+                    None => missing.push(entry.clone()),
+                },
+            }
+        }
+        (set, missing)
+    }
 }
 
 /// An entry of `queues`: a routed queue.
@@ -578,6 +634,29 @@ impl Config {
             Some(dir) if path.is_relative() => dir.join(path),
             _ => path.to_path_buf(),
         }
+    }
+
+    /// The configuration file, when the configuration was read from one.
+    pub fn config_file(&self) -> Option<PathBuf> {
+        self.origin
+            .base_dir
+            .as_ref()
+            .map(|_| PathBuf::from(&self.origin.file))
+    }
+
+    /// The SQLite database file, when `database.url` names one.
+    pub fn sqlite_file(&self) -> Option<PathBuf> {
+        let url = self.database_url();
+        let rest = url.strip_prefix("sqlite:")?;
+        let rest = rest.strip_prefix("//").unwrap_or(rest);
+        let file = rest.split('?').next().unwrap_or(rest);
+        (!file.is_empty() && !file.starts_with(':') && !file.starts_with("file:"))
+            .then(|| PathBuf::from(file))
+    }
+
+    /// Whether the worker's work directory comes from `MANENT_WORKDIR` (used as it is).
+    pub fn workdir_from_env(&self) -> bool {
+        self.origin.workdir_from_env.is_some()
     }
 
     /// `database.url` with a relative SQLite file resolved with [`Config::resolve_path`]

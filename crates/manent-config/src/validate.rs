@@ -284,6 +284,30 @@ impl Validator<'_> {
                         "the command is empty; give the path of the plugin's executable",
                     );
                 }
+                for (i, entry) in external.env.iter().enumerate() {
+                    let name = entry.split_once('=').map_or(entry.as_str(), |(n, _)| n);
+                    let valid = name
+                        .chars()
+                        .next()
+                        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                    if !valid {
+                        self.push(
+                            format!("{base}.external.env[{i}]"),
+                            format!(
+                                "`{entry}` is neither NAME nor NAME=value (a name is letters, \
+                                 digits and _, not starting with a digit)"
+                            ),
+                        );
+                    } else if name == "HOME" || name == "TMPDIR" {
+                        self.push(
+                            format!("{base}.external.env[{i}]"),
+                            format!(
+                                "`{name}` is the plugin's own, private to each pass; remove it"
+                            ),
+                        );
+                    }
+                }
                 let sha = &external.sha256;
                 if sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
                     self.push(

@@ -1,6 +1,9 @@
 //! External plugins in the deploy workflow, with `manent-test-plugin` as the plugin: a pass
 //! per plugin request, dry-runs that change nothing, and the failures that must not be
-//! retried (a wrong sha256, a stub on a worker that does not run the plugin).
+//! retried (a wrong sha256, a stub on a worker that does not run the plugin, a confined
+//! plugin whose sandbox cannot be made). The test plugin writes into a directory of the test,
+//! so it runs unconfined (`confinement: none`) unless a test says otherwise; the sandbox
+//! itself is tested with ansible in manent-server's `tests/plugins.rs`.
 
 use std::{path::PathBuf, time::Duration};
 
@@ -25,6 +28,8 @@ struct Site {
     executor: String,
     /// Where the test plugin records each target's version.
     state: PathBuf,
+    /// More keys of `plugins.test.external` (default `confinement: none`).
+    external: String,
 }
 
 impl Site {
@@ -57,6 +62,7 @@ impl Site {
             db,
             executor,
             state,
+            external: "confinement: none".into(),
         }
     }
 
@@ -79,7 +85,7 @@ impl Site {
             "database: {{url: \"{}\"}}\nenvironments: {{source: \"{}\"}}\n\
              artifacts: {{sources: [\"{}\"]}}\n\
              dbos: {{executor_id: w-{}, plugins: [{}]}}\n\
-             plugins:\n  test:\n    external: {{command: \"{}\", sha256: \"{sha256}\"}}\n    \
+             plugins:\n  test:\n    external: {{command: \"{}\", sha256: \"{sha256}\", {}}}\n    \
              artifact_types: [test]\n    queue: test\n",
             self.db.url,
             self.db.path("environments").display(),
@@ -87,6 +93,7 @@ impl Site {
             self.executor,
             if serves { "test" } else { "" },
             test_plugin().display(),
+            self.external,
         );
         Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty())
             .expect("the test configuration is valid")
@@ -270,6 +277,56 @@ async fn a_wrong_sha256_fails_the_deploy_at_once_and_says_why() {
         "a wrong sum is not retried: {done:?}"
     );
     assert_eq!(site.version_of("t1"), None, "nothing was deployed");
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confined_plugin_whose_bwrap_cannot_run_is_refused_and_runs_once_confinement_is_none() {
+    let mut site = Site::new().await;
+    let sum = manent_plugin::host::file_sha256(&test_plugin()).unwrap();
+    // Confinement is the default: no `confinement:` key, and a bwrap that is not there.
+    site.external = "bwrap: /nonexistent/bwrap".into();
+    let (config, worker) = site.worker(&sum, true).await;
+    let issues = manent_deploy::plugins::confinement_issues(&config);
+    assert!(
+        issues.len() == 1 && issues[0].1.contains("/nonexistent/bwrap"),
+        "check-config and the worker's start name the missing bwrap: {issues:?}"
+    );
+    let done = site.deploy(&config, &worker, false).await;
+    assert_eq!(
+        done.status,
+        WorkflowStatus::Error,
+        "a plugin that cannot be confined is not run: {done:?}"
+    );
+    let error = done.error.clone().unwrap_or_default();
+    assert!(
+        error.contains("plugin `test` cannot run confined")
+            && error.contains("/nonexistent/bwrap")
+            && error.contains("plugins.test.external.confinement: none"),
+        "the error names the plugin, the bwrap it looked for and what to do: {error}"
+    );
+    assert_eq!(
+        pass_step(&done),
+        ("ERROR".to_string(), 1),
+        "a sandbox that cannot be made is not retried: {done:?}"
+    );
+    assert_eq!(site.version_of("t1"), None, "nothing was deployed");
+    worker.stop().await;
+
+    // Turned off explicitly, the same plugin runs.
+    site.external = "bwrap: /nonexistent/bwrap, confinement: none".into();
+    let (config, worker) = site.worker(&sum, true).await;
+    let done = site.deploy(&config, &worker, false).await;
+    assert_eq!(
+        done.status,
+        WorkflowStatus::Success,
+        "with confinement: none the plugin runs: {done:?}"
+    );
+    assert_eq!(
+        site.version_of("t1").as_deref(),
+        Some("3"),
+        "the unconfined plugin deployed"
+    );
     worker.stop().await;
 }
 

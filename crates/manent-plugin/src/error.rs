@@ -75,6 +75,14 @@ pub enum PluginError {
         message: String,
         retryable: bool,
     },
+    #[error(
+        "plugin `{plugin}` cannot run confined on this worker, so it is not run: {reason}; \
+         install bubblewrap (Debian: apt-get install bubblewrap) and let it create user \
+         namespaces, point plugins.{plugin}.external.bwrap at it, or, knowing that a playbook \
+         then runs with the worker's rights, set plugins.{plugin}.external.confinement: none \
+         (docs/security.md)"
+    )]
+    Confinement { plugin: String, reason: String },
     #[error("plugin `{plugin}` is shutting down with the worker")]
     ShuttingDown { plugin: String },
 }
@@ -89,6 +97,7 @@ impl PluginError {
             | PluginError::Version { .. }
             | PluginError::Name { .. }
             | PluginError::NotOnThisWorker { .. }
+            | PluginError::Confinement { .. }
             | PluginError::Protocol { .. } => false,
             PluginError::Start { .. }
             | PluginError::Exited { .. }

@@ -2,6 +2,11 @@
 //! first request, shakes hands, sends one request at a time and reads its replies, restarts
 //! it after it died or broke the protocol, and stops it at shutdown. Nothing here can hang: a
 //! request has a timeout, and shutdown interrupts a request in flight.
+//!
+//! Unconfined (`confinement: none`), one long-lived process serves every pass, one at a
+//! time. Confined (`bwrap`, the default), each pass gets a process of its own inside a
+//! sandbox made for that pass (its working directory, its environment's key), which is
+//! gone when the pass has its answer; passes of one plugin then run side by side.
 
 use std::{
     collections::VecDeque,
@@ -27,6 +32,7 @@ use crate::{
         LogLevel, Operation, PROTOCOL_VERSION, Pass, PassResult, PluginInfo, Reply, Request,
         RequestBody,
     },
+    sandbox::{self, Bwrap, Confinement, PassScope},
 };
 
 /// How long a pass may take by default before the process is stopped.
@@ -48,7 +54,11 @@ pub struct ExternalPlugin {
     name: String,
     command: PathBuf,
     sha256: String,
+    /// The variables the operator gives the process (set, or passed from the worker).
     env: Vec<(String, String)>,
+    confinement: Confinement,
+    /// Where the unconfined process's private `HOME` and `TMPDIR` are.
+    private_dir: PathBuf,
     timeout: Duration,
     grace: Duration,
     /// The running process, if any; held for the whole of a request (one at a time).
@@ -57,6 +67,8 @@ pub struct ExternalPlugin {
     stopping: watch::Sender<bool>,
     pid: StdMutex<Option<u32>>,
     info: StdMutex<Option<PluginInfo>>,
+    /// Confined processes running now (each pass its own), waited for at shutdown.
+    active: watch::Sender<usize>,
 }
 
 impl std::fmt::Debug for ExternalPlugin {
@@ -76,6 +88,8 @@ struct Process {
     stderr_tail: Arc<StdMutex<VecDeque<String>>>,
     stderr_task: JoinHandle<()>,
     next_id: u64,
+    /// Whether the process leads a process group of its own (unconfined), killed with it.
+    group: bool,
     /// Set while a request waits for its answer. Still set at the next request: the caller
     /// of the last one gave up (a cancelled deploy), and its answer may still come.
     in_flight: bool,
@@ -84,24 +98,43 @@ struct Process {
 impl ExternalPlugin {
     /// A plugin named `name` run from `command`, whose sha256 must be `sha256` (hex). Nothing
     /// is read or started until the first request.
+    /// It runs unconfined unless [`ExternalPlugin::confinement`] says otherwise.
     pub fn new(name: impl Into<String>, command: impl Into<PathBuf>, sha256: &str) -> Self {
+        let name = name.into();
         ExternalPlugin {
-            name: name.into(),
+            private_dir: std::env::temp_dir().join(format!("manent-plugin-{name}")),
+            name,
             command: command.into(),
             sha256: sha256.trim().to_ascii_lowercase(),
             env: Vec::new(),
+            confinement: Confinement::None,
             timeout: DEFAULT_TIMEOUT,
             grace: SHUTDOWN_GRACE,
             process: Mutex::new(None),
             stopping: watch::channel(false).0,
             pid: StdMutex::new(None),
             info: StdMutex::new(None),
+            active: watch::channel(0).0,
         }
     }
 
-    /// An environment variable for the plugin's process, over the worker's.
+    /// An environment variable for the plugin's process. The process gets nothing of the
+    /// worker's environment but these (see [`sandbox::environment`]).
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// How the process is confined (default: not at all).
+    pub fn confinement(mut self, confinement: Confinement) -> Self {
+        self.confinement = confinement;
+        self
+    }
+
+    /// Where an unconfined process keeps its private `HOME` and `TMPDIR` (default: a
+    /// directory of the plugin's name in the system's temporary directory).
+    pub fn private_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.private_dir = dir.into();
         self
     }
 
@@ -143,10 +176,23 @@ impl ExternalPlugin {
         pass: &Pass,
         on_progress: OnProgress<'_>,
     ) -> Result<PassResult, PluginError> {
+        self.call_for_pass(operation, pass, None, on_progress).await
+    }
+
+    /// As [`ExternalPlugin::call_with_progress`], for a pass whose files are `scope`: a
+    /// confined plugin needs it (its sandbox is made of it), an unconfined one ignores it.
+    pub async fn call_for_pass(
+        &self,
+        operation: Operation,
+        pass: &Pass,
+        scope: Option<&PassScope>,
+        on_progress: OnProgress<'_>,
+    ) -> Result<PassResult, PluginError> {
         let value = self
             .request(
                 operation.as_str(),
                 operation.request(pass.clone()),
+                scope,
                 on_progress,
             )
             .await?;
@@ -158,11 +204,15 @@ impl ExternalPlugin {
         })
     }
 
-    /// Starts the process now if none runs (verify, spawn, handshake).
+    /// Starts the process now if none runs (verify, spawn, handshake). A confined plugin
+    /// has no process outside a pass: for it this is an error.
     pub async fn start(&self) -> Result<PluginInfo, PluginError> {
+        if let Confinement::Bwrap(_) = &self.confinement {
+            return Err(self.no_scope());
+        }
         let mut guard = self.process.lock().await;
         if guard.is_none() {
-            *guard = Some(self.spawn().await?);
+            *guard = Some(self.spawn(None).await?);
         }
         Ok(self.info().expect("a running process has shaken hands"))
     }
@@ -171,10 +221,17 @@ impl ExternalPlugin {
         &self,
         operation: &str,
         body: RequestBody,
+        scope: Option<&PassScope>,
         on_progress: OnProgress<'_>,
     ) -> Result<Value, PluginError> {
         if *self.stopping.borrow() {
             return Err(self.shutting_down());
+        }
+        if let Confinement::Bwrap(bwrap) = &self.confinement {
+            let scope = scope.ok_or_else(|| self.no_scope())?;
+            return self
+                .request_confined(bwrap, scope, operation, body, on_progress)
+                .await;
         }
         let mut guard = self.process.lock().await;
         if guard.as_ref().is_some_and(|p| p.in_flight)
@@ -183,7 +240,7 @@ impl ExternalPlugin {
             self.discard(abandoned).await;
         }
         if guard.is_none() {
-            *guard = Some(self.spawn().await?);
+            *guard = Some(self.spawn(None).await?);
         }
         let process = guard.as_mut().expect("started above");
         let result = self
@@ -201,14 +258,56 @@ impl ExternalPlugin {
         result
     }
 
+    /// One pass in a sandbox of its own: a process started for it, asked once, and stopped.
+    async fn request_confined(
+        &self,
+        bwrap: &Bwrap,
+        scope: &PassScope,
+        operation: &str,
+        body: RequestBody,
+        on_progress: OnProgress<'_>,
+    ) -> Result<Value, PluginError> {
+        self.active.send_modify(|n| *n += 1);
+        let _active = ActiveGuard(&self.active);
+        let mut process = self.spawn(Some((bwrap, scope))).await?;
+        let result = self
+            .exchange(&mut process, operation, body, self.timeout, on_progress)
+            .await;
+        match &result {
+            Ok(_) | Err(PluginError::Plugin { .. }) => {
+                let status = self.finish(process).await;
+                tracing::debug!(plugin = %self.name, %status, "pass process stopped");
+            }
+            Err(_) => self.discard(process).await,
+        }
+        result
+    }
+
+    fn no_scope(&self) -> PluginError {
+        PluginError::Confinement {
+            plugin: self.name.clone(),
+            reason: "a confined plugin runs only for a pass, in a sandbox made of the pass's \
+                     working directory, and none was given"
+                .into(),
+        }
+    }
+
+    fn confinement_error(&self, reason: impl Into<String>) -> PluginError {
+        PluginError::Confinement {
+            plugin: self.name.clone(),
+            reason: reason.into(),
+        }
+    }
+
     fn shutting_down(&self) -> PluginError {
         PluginError::ShuttingDown {
             plugin: self.name.clone(),
         }
     }
 
-    /// Verifies the executable, starts it and shakes hands.
-    async fn spawn(&self) -> Result<Process, PluginError> {
+    /// Verifies the executable, starts it (in a sandbox for `confined`'s pass) and shakes
+    /// hands.
+    async fn spawn(&self, confined: Option<(&Bwrap, &PassScope)>) -> Result<Process, PluginError> {
         let start_error = |reason: String| PluginError::Start {
             plugin: self.name.clone(),
             path: self.command.clone(),
@@ -227,14 +326,46 @@ impl ExternalPlugin {
                 actual,
             });
         }
-        let mut child = Command::new(&self.command)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
+        let (home, tmp) = match confined {
+            Some((_, scope)) => (scope.home(), scope.tmp()),
+            None => (self.private_dir.join("home"), self.private_dir.join("tmp")),
+        };
+        for dir in [&home, &tmp] {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| start_error(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let mut command = match confined {
+            Some((bwrap, scope)) => {
+                let path =
+                    sandbox::locate_bwrap(&bwrap.bwrap).map_err(|e| self.confinement_error(e))?;
+                let mut command = Command::new(path);
+                command
+                    .args(sandbox::bwrap_args(bwrap, &self.command, scope))
+                    .arg(&self.command)
+                    .current_dir(&scope.work_dir);
+                command
+            }
+            None => {
+                let mut command = Command::new(&self.command);
+                // A group of its own: a stopped process takes its children with it.
+                command.process_group(0);
+                command
+            }
+        };
+        let mut child = command
+            .env_clear()
+            .envs(sandbox::environment(&self.env, &home, &tmp))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| start_error(e.to_string()))?;
+            .map_err(|e| match confined {
+                Some((bwrap, _)) => {
+                    self.confinement_error(format!("cannot run {}: {e}", bwrap.bwrap.display()))
+                }
+                None => start_error(e.to_string()),
+            })?;
         let pid = child.id();
         let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
@@ -253,6 +384,7 @@ impl ExternalPlugin {
             stderr_task,
             next_id: 1,
             in_flight: false,
+            group: confined.is_none(),
         };
         match self.handshake(&mut process).await {
             Ok(info) => {
@@ -263,7 +395,21 @@ impl ExternalPlugin {
             }
             Err(e) => {
                 self.discard(process).await;
-                Err(e)
+                // bwrap says why it could not make the sandbox on its stderr, then exits.
+                match e {
+                    PluginError::Exited { stderr, .. }
+                        if confined.is_some() && stderr.contains("bwrap:") =>
+                    {
+                        let line = stderr
+                            .split(" | ")
+                            .find(|l| l.contains("bwrap:"))
+                            .unwrap_or(&stderr)
+                            .to_string();
+                        Err(self
+                            .confinement_error(format!("bwrap cannot make the sandbox: {line}")))
+                    }
+                    e => Err(e),
+                }
             }
         }
     }
@@ -461,31 +607,73 @@ impl ExternalPlugin {
         }
     }
 
-    /// Stops a process that is no longer trusted.
+    /// Stops a process that is no longer trusted, with its process group.
     async fn discard(&self, mut process: Process) {
+        kill_group(process.group.then(|| process.child.id()).flatten());
         let _ = process.child.kill().await;
         process.stderr_task.abort();
         *self.pid.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
-    /// Stops the process: interrupts a request in flight, closes its stdin, waits for it to
-    /// exit for a grace period, then kills it. Later requests are refused.
-    pub async fn shutdown(&self) {
-        self.stopping.send_replace(true);
-        let Some(mut process) = self.process.lock().await.take() else {
-            return;
-        };
+    /// Stops a process that answered: closes its stdin, waits for it to exit for a grace
+    /// period, then kills it. Returns how it ended.
+    async fn finish(&self, mut process: Process) -> String {
         process.stdin = None;
         let status = match tokio::time::timeout(self.grace, process.child.wait()).await {
             Ok(Ok(status)) => status.to_string(),
             _ => {
+                kill_group(process.group.then(|| process.child.id()).flatten());
                 let _ = process.child.kill().await;
                 "killed after the grace period".to_string()
             }
         };
         let _ = tokio::time::timeout(self.grace, &mut process.stderr_task).await;
         *self.pid.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        status
+    }
+
+    /// Stops the process: interrupts a request in flight, closes its stdin, waits for it to
+    /// exit for a grace period, then kills it. Later requests are refused. Confined
+    /// processes (one per pass) are interrupted and waited for.
+    pub async fn shutdown(&self) {
+        self.stopping.send_replace(true);
+        let mut active = self.active.subscribe();
+        // Each interrupted pass stops its own process (killed at once).
+        let _ = tokio::time::timeout(self.grace * 2, active.wait_for(|n| *n == 0)).await;
+        let Some(process) = self.process.lock().await.take() else {
+            if let Confinement::Bwrap(_) = &self.confinement {
+                tracing::info!(plugin = %self.name, "plugin stopped");
+            }
+            return;
+        };
+        let status = self.finish(process).await;
         tracing::info!(plugin = %self.name, %status, "plugin stopped");
+    }
+}
+
+/// Counts a confined process as running while it lives.
+struct ActiveGuard<'a>(&'a watch::Sender<usize>);
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// Kills the process group led by `pid` (an unconfined plugin and what it started); a
+/// confined plugin's children die with its sandbox instead.
+fn kill_group(pid: Option<u32>) {
+    let Some(pid) = pid
+        .and_then(|p| i32::try_from(p).ok())
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return;
+    };
+    match rustix::process::kill_process_group(pid, rustix::process::Signal::KILL) {
+        Ok(()) | Err(rustix::io::Errno::SRCH) | Err(rustix::io::Errno::PERM) => {}
+        Err(e) => {
+            tracing::warn!(pgid = pid.as_raw_nonzero().get(), error = %e, "cannot kill a plugin's process group")
+        }
     }
 }
 

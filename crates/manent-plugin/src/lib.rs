@@ -6,6 +6,7 @@
 
 pub mod host;
 pub mod protocol;
+pub mod sandbox;
 pub mod serve;
 pub mod stub;
 
@@ -17,6 +18,7 @@ pub use protocol::{
     ArtifactRef, Operation, PROTOCOL_VERSION, Pass, PassResult, PluginInfo, SshRef, TargetRef,
     TargetResult, TargetStatus,
 };
+pub use sandbox::{Bwrap, Confinement, PassScope};
 pub use serve::{Failure, Handler, Reporter, serve};
 pub use stub::StubPlugin;
 
@@ -56,8 +58,20 @@ impl PluginHost {
         pass: &Pass,
         on_progress: OnProgress<'_>,
     ) -> Result<PassResult, PluginError> {
+        self.call_for_pass(operation, pass, None, on_progress).await
+    }
+
+    /// As [`PluginHost::call_with_progress`], for a pass whose files are `scope` (what a
+    /// confined plugin's sandbox is made of).
+    pub async fn call_for_pass(
+        &self,
+        operation: Operation,
+        pass: &Pass,
+        scope: Option<&PassScope>,
+        on_progress: OnProgress<'_>,
+    ) -> Result<PassResult, PluginError> {
         match self {
-            PluginHost::External(p) => p.call_with_progress(operation, pass, on_progress).await,
+            PluginHost::External(p) => p.call_for_pass(operation, pass, scope, on_progress).await,
             PluginHost::Stub(s) => Err(s.error()),
         }
     }

@@ -4,8 +4,8 @@
 use std::{collections::BTreeMap, path::Path, time::Duration};
 
 use manent_plugin::{
-    ExternalPlugin, Operation, Pass, PluginError, PluginHost, StubPlugin, TargetRef, TargetStatus,
-    host::file_sha256,
+    Bwrap, Confinement, ExternalPlugin, Operation, Pass, PassScope, PluginError, PluginHost,
+    StubPlugin, TargetRef, TargetStatus, host::file_sha256,
 };
 
 const TEST_PLUGIN: &str = env!("CARGO_BIN_EXE_manent-test-plugin");
@@ -368,4 +368,94 @@ async fn a_request_whose_caller_gave_up_does_not_confuse_the_next_one() {
         "the process that owed an answer was replaced"
     );
     host.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_confined_plugin_runs_each_pass_in_a_sandbox_of_its_own_seeing_only_that_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let other_work = dir.path().join("other-deploy");
+    let key = dir.path().join("keys/own");
+    let other_key = dir.path().join("keys/other");
+    for d in [&work, &other_work, &key.parent().unwrap().to_path_buf()] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(&key, "own").unwrap();
+    std::fs::write(&other_key, "other").unwrap();
+    let host = plugin()
+        .env("SET_BY_THE_OPERATOR", "1")
+        .confinement(Confinement::Bwrap(Bwrap {
+            bwrap: "bwrap".into(),
+            read_only: Vec::new(),
+            hidden: Vec::new(),
+        }));
+    let scope = PassScope {
+        work_dir: work.clone(),
+        read_only: vec![key.clone()],
+    };
+    let mut probe = pass(&work, "1", Some("probe"));
+    probe.vars.insert(
+        "probe".into(),
+        [&work, &key, &other_key, &other_work]
+            .map(|p| p.display().to_string())
+            .join(":"),
+    );
+    let err = host
+        .call(Operation::Deploy, &probe)
+        .await
+        .expect_err("a confined plugin needs its pass's scope");
+    assert!(
+        matches!(err, PluginError::Confinement { .. }) && !err.retryable(),
+        "without a scope it is refused, not run unconfined: {err}"
+    );
+    for round in 0..2 {
+        let result = host
+            .call_for_pass(Operation::Deploy, &probe, Some(&scope), &|_, _| {})
+            .await
+            .unwrap_or_else(|e| panic!("pass {round} runs in bwrap: {e}"));
+        assert_eq!(
+            result.targets[0].detail,
+            format!(
+                "env=HOME,LANG,PATH,PWD,SET_BY_THE_OPERATOR,TMPDIR seen={}:{}",
+                work.display(),
+                key.display()
+            ),
+            "the process has only its own variables and sees only its pass's files"
+        );
+        assert_eq!(
+            host.pid(),
+            None,
+            "the pass's process is gone once it answered (pass {round})"
+        );
+    }
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_confined_plugin_whose_bwrap_is_missing_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = plugin().confinement(Confinement::Bwrap(Bwrap {
+        bwrap: "/nonexistent/bwrap".into(),
+        ..Bwrap::default()
+    }));
+    let scope = PassScope {
+        work_dir: dir.path().to_path_buf(),
+        read_only: Vec::new(),
+    };
+    let err = host
+        .call_for_pass(
+            Operation::Deploy,
+            &pass(dir.path(), "1", None),
+            Some(&scope),
+            &|_, _| {},
+        )
+        .await
+        .expect_err("no sandbox, no run");
+    assert!(
+        err.to_string().contains("/nonexistent/bwrap")
+            && err.to_string().contains("confinement: none")
+            && !err.retryable(),
+        "the error names the bwrap and what to do, and is not retried: {err}"
+    );
+    assert!(!dir.path().join("t1").exists(), "the plugin never ran");
 }

@@ -191,6 +191,9 @@ async fn run(args: Args) -> Result<()> {
         for issue in &worker_refusals {
             println!("warning: workers will refuse to start: {issue}");
         }
+        for (_, issue) in manent_deploy::plugins::confinement_issues(&config) {
+            println!("warning: {issue}");
+        }
         return Ok(());
     }
     init_logging(&config);
@@ -347,6 +350,9 @@ async fn serve(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
     let worker = if with_worker {
+        for (plugin, issue) in manent_deploy::plugins::confinement_issues(&config) {
+            tracing::error!(%plugin, "{issue}");
+        }
         Some(start_worker(&config, store.clone()).await?)
     } else {
         None

@@ -496,6 +496,51 @@ queues:
 }
 
 #[test]
+fn external_plugin_environment_names_a_variable_or_sets_one_but_never_home() {
+    check(
+        r#"
+plugins:
+  ansible:
+    external:
+      command: /usr/local/bin/manent-plugin-ansible
+      sha256: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+      env: [MANENT_ANSIBLE_PLAYBOOK, "ANSIBLE_FORKS=10", HOME, "TMPDIR=/tmp", "1X", "A-B=c"]
+      confinement: none
+"#,
+        expect![[r#"
+            ERROR
+            manent.yml:7: plugins.ansible.external.env[2]: `HOME` is the plugin's own, private to each pass; remove it
+            manent.yml:7: plugins.ansible.external.env[3]: `TMPDIR` is the plugin's own, private to each pass; remove it
+            manent.yml:7: plugins.ansible.external.env[4]: `1X` is neither NAME nor NAME=value (a name is letters, digits and _, not starting with a digit)
+            manent.yml:7: plugins.ansible.external.env[5]: `A-B=c` is neither NAME nor NAME=value (a name is letters, digits and _, not starting with a digit)
+        "#]],
+    );
+    let config = crate::Config::from_yaml_str(
+        "plugins:\n  a:\n    external: {command: x, sha256: \"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\", env: [KEPT, MISSING, \"SET=a=b\"]}\n",
+        "manent.yml",
+        std::iter::empty(),
+    )
+    .unwrap();
+    let external = config.plugins["a"].external.as_ref().unwrap();
+    assert_eq!(
+        external.confinement,
+        crate::Confinement::Bwrap,
+        "confinement is on unless turned off"
+    );
+    assert_eq!(
+        external.environment(|name| (name == "KEPT").then(|| "worker's".to_string())),
+        (
+            vec![
+                ("KEPT".to_string(), "worker's".to_string()),
+                ("SET".to_string(), "a=b".to_string())
+            ],
+            vec!["MISSING".to_string()]
+        ),
+        "a name passes the worker's value, NAME=value sets one, a missing one is reported"
+    );
+}
+
+#[test]
 fn external_plugin_sha256() {
     check(
         r#"
@@ -619,9 +664,9 @@ fn unknown_keys_name_the_key_and_line() {
     check(
         "plugins:\n  ansible:\n    external: {command: x, sha256: y, args: []}\n",
         expect![[r#"
-        ERROR
-        manent.yml:3: plugins.ansible.external.args: unknown key `args`; remove it or fix its spelling (keys allowed here: command, sha256)
-    "#]],
+            ERROR
+            manent.yml:3: plugins.ansible.external.args: unknown key `args`; remove it or fix its spelling (keys allowed here: command, sha256, confinement, bwrap, env, read_only)
+        "#]],
     );
 }
 

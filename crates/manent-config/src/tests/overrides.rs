@@ -178,6 +178,7 @@ fn override_plugins_by_name() {
             OK
             plugins.Ansible.artifact_types = ["ansible"]
             plugins.Ansible.external.command = "/bin/p"
+            plugins.Ansible.external.confinement = "bwrap"
             plugins.Ansible.external.sha256 = "ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef0123456789"
             plugins.Ansible.queue = "ansible"
             plugins.custom.artifact_types = ["a","b"]

@@ -9,10 +9,11 @@ use futures::StreamExt;
 use manent_engine::{StepPolicy, WorkflowContext, WorkflowError};
 use manent_model::{EffectiveDescriptor, Target};
 use manent_plugin::{
-    ArtifactRef, Operation, Pass, PassResult, PluginHost, SshRef, TargetRef, TargetStatus,
+    ArtifactRef, Operation, Pass, PassResult, PassScope, PluginHost, SshRef, TargetRef,
+    TargetStatus,
 };
 
-use super::{PassContext, Plugin, builtin::run_checks, ensure_all};
+use super::{PassContext, Plugin, absolute, builtin::run_checks, ensure_all};
 use crate::{
     artifacts::LocalArtifact,
     request::{EventKey, publish},
@@ -67,6 +68,7 @@ impl External {
             };
             let artifacts = artifacts.map_err(PassError::Artifacts)?;
             let request = build_pass(pass, targets, source, previous, &artifacts);
+            let scope = pass_scope(pass);
             // The plugin's progress lines, as they come: `manent logs -f` shows them.
             let output = ctx.output(&name);
             let on_progress = |target: Option<&str>, message: &str| match target {
@@ -75,7 +77,7 @@ impl External {
             };
             let result = self
                 .host
-                .call_with_progress(operation, &request, &on_progress)
+                .call_for_pass(operation, &request, Some(&scope), &on_progress)
                 .await
                 .map_err(PassError::Plugin);
             output.finish().await;
@@ -104,7 +106,28 @@ impl PassError {
     }
 }
 
-/// The pass sent to the plugin. `source` is the deploy whose artifacts and variables are
+/// What a confined plugin's sandbox holds for this pass besides the system: the deploy's
+/// working directory (its artifacts, the plugin's private `HOME` and `TMPDIR`), the
+/// environment's SSH key and `known_hosts`, and its secret files (docs/security.md).
+fn pass_scope(pass: &PassContext<'_>) -> PassScope {
+    let mut read_only = vec![
+        absolute(&pass.auth.key_path),
+        absolute(&pass.auth.known_hosts_path),
+    ];
+    read_only.extend(
+        pass.eff
+            .secrets
+            .values()
+            .filter_map(|s| s.file.as_deref())
+            .map(absolute),
+    );
+    PassScope {
+        work_dir: absolute(pass.dir),
+        read_only,
+    }
+}
+
+/// The pass sent to the plugin (absolute paths: a confined plugin runs elsewhere). `source` is the deploy whose artifacts and variables are
 /// sent: the current one, or for a rollback the previous one.
 fn build_pass(
     pass: &PassContext<'_>,
@@ -133,8 +156,8 @@ fn build_pass(
             })
             .collect(),
         ssh: SshRef {
-            key: pass.auth.key_path.display().to_string(),
-            known_hosts: pass.auth.known_hosts_path.display().to_string(),
+            key: absolute(&pass.auth.key_path).display().to_string(),
+            known_hosts: absolute(&pass.auth.known_hosts_path).display().to_string(),
             strict_host_key_checking: pass.auth.strict_host_key_checking,
         },
         artifacts: artifacts
@@ -147,7 +170,7 @@ fn build_pass(
                         .map(|d| d.artifact_type.clone())
                         .unwrap_or_default(),
                     version: declared.map(|d| d.version.clone()).unwrap_or_default(),
-                    path: a.path.display().to_string(),
+                    path: absolute(&a.path).display().to_string(),
                     sha256: a.sha256.clone(),
                     size: a.size,
                 }

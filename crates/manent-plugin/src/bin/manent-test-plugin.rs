@@ -1,7 +1,9 @@
 //! A plugin for tests. Normally it "deploys" a version to a target by writing the version in
 //! `<vars.dir>/<target>` (idempotent: `changed` the first time, `ok` after). Misbehaviour is
 //! chosen per pass by `vars.mode`: `crash` exits mid-pass, `garbage` answers a line that is
-//! not JSON, `hang` never answers, `fail`/`retryable` answer the protocol's error. The
+//! not JSON, `hang` never answers, `fail`/`retryable` answer the protocol's error, `probe`
+//! reports what the process sees (its variables' names, which of the `:`-separated paths
+//! of `vars.probe` exist) in each target's detail. The
 //! environment chooses the handshake: `MANENT_TEST_PLUGIN_NAME` (default `test`),
 //! `MANENT_TEST_PLUGIN_PROTOCOL` (answer another protocol version).
 
@@ -51,6 +53,31 @@ impl Handler for TestPlugin {
                 std::thread::park();
             },
             Some("fail") => return Err(Failure::new("failed", "asked to fail")),
+            Some("probe") => {
+                let mut names: Vec<String> = std::env::vars().map(|(k, _)| k).collect();
+                names.sort();
+                let seen: Vec<&str> = pass
+                    .vars
+                    .get("probe")
+                    .map(|p| {
+                        p.split(':')
+                            .filter(|p| std::path::Path::new(p).exists())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let detail = format!("env={} seen={}", names.join(","), seen.join(":"));
+                return Ok(PassResult {
+                    targets: pass
+                        .targets
+                        .iter()
+                        .map(|t| TargetResult {
+                            name: t.name.clone(),
+                            status: TargetStatus::Ok,
+                            detail: detail.clone(),
+                        })
+                        .collect(),
+                });
+            }
             Some("retryable") => {
                 return Err(Failure::new("busy", "asked to fail, try again").retryable());
             }
