@@ -61,6 +61,9 @@ pub struct EngineConfig {
     pub poll_interval: Option<Duration>,
     /// Most workflows taken in one claim.
     pub claim_batch: u32,
+    /// Bytes of output one run of a workflow may keep, all its steps together
+    /// (`worker.max_output_per_deploy`); past it, one line says so.
+    pub output_per_run: u64,
 }
 
 impl EngineConfig {
@@ -77,6 +80,7 @@ impl EngineConfig {
             automatic_recovery: false,
             poll_interval: None,
             claim_batch: 64,
+            output_per_run: crate::output::DEFAULT_OUTPUT_PER_RUN,
         }
     }
 }

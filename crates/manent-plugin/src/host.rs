@@ -42,7 +42,17 @@ const QUOTE_CHARS: usize = 200;
 
 /// An external plugin (`plugins.<name>.external`) on a worker that runs it.
 /// Receives a plugin's `progress` lines: the target it is about (if any) and the message.
+/// The host does not log them: the receiver records them (masked) and logs them if it will.
 pub type OnProgress<'a> = &'a (dyn Fn(Option<&str>, &str) + Send + Sync);
+
+/// What the plugin's log lines and stderr go through on their way to the server's log
+/// during a request: the caller's masking of the secrets the plugin may have printed.
+pub type Redact = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
+/// Lines logged as they are.
+pub fn no_redaction() -> Redact {
+    Arc::new(str::to_owned)
+}
 
 pub struct ExternalPlugin {
     name: String,
@@ -75,6 +85,8 @@ struct Process {
     stdout: Lines<BufReader<ChildStdout>>,
     stderr_tail: Arc<StdMutex<VecDeque<String>>>,
     stderr_task: JoinHandle<()>,
+    /// The redaction of the request in flight, applied to stderr lines as they are logged.
+    redact: Arc<StdMutex<Redact>>,
     next_id: u64,
     /// Set while a request waits for its answer. Still set at the next request: the caller
     /// of the last one gave up (a cancelled deploy), and its answer may still come.
@@ -132,22 +144,26 @@ impl ExternalPlugin {
     /// Runs `operation` on `pass`: starts the process if none runs (verifying it first), then
     /// sends the request and waits for its result.
     pub async fn call(&self, operation: Operation, pass: &Pass) -> Result<PassResult, PluginError> {
-        self.call_with_progress(operation, pass, &|_, _| {}).await
+        self.call_with_progress(operation, pass, &|_, _| {}, no_redaction())
+            .await
     }
 
     /// As [`ExternalPlugin::call`], handing each `progress` line (its target, if any, and
-    /// message) to `on_progress` as it arrives.
+    /// message) to `on_progress` as it arrives; the plugin's log lines and stderr go to the
+    /// server's log through `redact`, their control characters escaped.
     pub async fn call_with_progress(
         &self,
         operation: Operation,
         pass: &Pass,
         on_progress: OnProgress<'_>,
+        redact: Redact,
     ) -> Result<PassResult, PluginError> {
         let value = self
             .request(
                 operation.as_str(),
                 operation.request(pass.clone()),
                 on_progress,
+                redact,
             )
             .await?;
         serde_json::from_value(value.clone()).map_err(|e| PluginError::Protocol {
@@ -172,6 +188,7 @@ impl ExternalPlugin {
         operation: &str,
         body: RequestBody,
         on_progress: OnProgress<'_>,
+        redact: Redact,
     ) -> Result<Value, PluginError> {
         if *self.stopping.borrow() {
             return Err(self.shutting_down());
@@ -186,6 +203,9 @@ impl ExternalPlugin {
             *guard = Some(self.spawn().await?);
         }
         let process = guard.as_mut().expect("started above");
+        // The stderr of this request is masked with its secrets, and so is what it writes
+        // after it (read later); the next request brings its own.
+        *process.redact.lock().unwrap_or_else(|e| e.into_inner()) = redact;
         let result = self
             .exchange(process, operation, body, self.timeout, on_progress)
             .await;
@@ -240,10 +260,12 @@ impl ExternalPlugin {
         let stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
         let stderr = child.stderr.take().expect("piped");
         let stderr_tail = Arc::new(StdMutex::new(VecDeque::new()));
+        let redact = Arc::new(StdMutex::new(no_redaction()));
         let stderr_task = tokio::spawn(forward_stderr(
             self.name.clone(),
             stderr,
             stderr_tail.clone(),
+            redact.clone(),
         ));
         let mut process = Process {
             child,
@@ -251,6 +273,7 @@ impl ExternalPlugin {
             stdout,
             stderr_tail,
             stderr_task,
+            redact,
             next_id: 1,
             in_flight: false,
         };
@@ -404,16 +427,23 @@ impl ExternalPlugin {
             match reply {
                 Reply::Progress {
                     target, message, ..
-                } => {
-                    tracing::info!(plugin = %self.name, operation, target = target.as_deref().unwrap_or(""), "{message}");
-                    on_progress(target.as_deref(), &message);
+                } => on_progress(target.as_deref(), &message),
+                Reply::Log { level, message, .. } => {
+                    let redact = process
+                        .redact
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .clone();
+                    // A plugin's text cannot forge a line of the server's log.
+                    let message = redact(&message);
+                    let message = message.escape_debug();
+                    match level {
+                        LogLevel::Debug => tracing::debug!(plugin = %self.name, "{message}"),
+                        LogLevel::Info => tracing::info!(plugin = %self.name, "{message}"),
+                        LogLevel::Warn => tracing::warn!(plugin = %self.name, "{message}"),
+                        LogLevel::Error => tracing::error!(plugin = %self.name, "{message}"),
+                    }
                 }
-                Reply::Log { level, message, .. } => match level {
-                    LogLevel::Debug => tracing::debug!(plugin = %self.name, "{message}"),
-                    LogLevel::Info => tracing::info!(plugin = %self.name, "{message}"),
-                    LogLevel::Warn => tracing::warn!(plugin = %self.name, "{message}"),
-                    LogLevel::Error => tracing::error!(plugin = %self.name, "{message}"),
-                },
                 Reply::Result { result, .. } => return Ok(result),
                 Reply::Error { error, .. } => {
                     return Err(PluginError::Plugin {
@@ -494,10 +524,13 @@ async fn forward_stderr(
     plugin: String,
     stderr: tokio::process::ChildStderr,
     tail: Arc<StdMutex<VecDeque<String>>>,
+    redact: Arc<StdMutex<Redact>>,
 ) {
     let mut lines = BufReader::new(stderr).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        tracing::info!(plugin = %plugin, stream = "stderr", "{line}");
+        let redact = redact.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        // Masked, and escaped: a plugin's text cannot forge a line of the server's log.
+        tracing::info!(plugin = %plugin, stream = "stderr", "{}", redact(&line).escape_debug());
         let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
         if tail.len() == STDERR_TAIL_LINES {
             tail.pop_front();

@@ -12,7 +12,7 @@ pub mod stub;
 mod error;
 
 pub use error::PluginError;
-pub use host::{ExternalPlugin, OnProgress};
+pub use host::{ExternalPlugin, OnProgress, Redact};
 pub use protocol::{
     ArtifactRef, Operation, PROTOCOL_VERSION, Pass, PassResult, PluginInfo, SshRef, TargetRef,
     TargetResult, TargetStatus,
@@ -46,18 +46,24 @@ impl PluginHost {
 
     /// Runs `operation` on `pass`.
     pub async fn call(&self, operation: Operation, pass: &Pass) -> Result<PassResult, PluginError> {
-        self.call_with_progress(operation, pass, &|_, _| {}).await
+        self.call_with_progress(operation, pass, &|_, _| {}, host::no_redaction())
+            .await
     }
 
-    /// As [`PluginHost::call`], handing each `progress` line to `on_progress`.
+    /// As [`PluginHost::call`], handing each `progress` line to `on_progress`; the
+    /// plugin's log lines and stderr reach the server's log through `redact`.
     pub async fn call_with_progress(
         &self,
         operation: Operation,
         pass: &Pass,
         on_progress: OnProgress<'_>,
+        redact: Redact,
     ) -> Result<PassResult, PluginError> {
         match self {
-            PluginHost::External(p) => p.call_with_progress(operation, pass, on_progress).await,
+            PluginHost::External(p) => {
+                p.call_with_progress(operation, pass, on_progress, redact)
+                    .await
+            }
             PluginHost::Stub(s) => Err(s.error()),
         }
     }
