@@ -395,6 +395,16 @@ pub struct WorkerConfig {
     /// deploy to the same targets (as OpenSSH's `ControlPersist`). `0s`: never.
     #[serde(with = "serde_util::duration")]
     pub ssh_keep_warm: Duration,
+    /// MiB of output (what commands and plugins print) one run of a deploy keeps; past
+    /// it, a line says so and the rest is not recorded (docs/configuration.md).
+    pub max_output_mib: u64,
+}
+
+impl WorkerConfig {
+    /// [`WorkerConfig::max_output_mib`] in bytes.
+    pub fn max_output_bytes(&self) -> u64 {
+        self.max_output_mib.saturating_mul(1024 * 1024)
+    }
 }
 
 impl Default for WorkerConfig {
@@ -402,6 +412,7 @@ impl Default for WorkerConfig {
         WorkerConfig {
             workdir: None,
             ssh_keep_warm: Duration::from_secs(60),
+            max_output_mib: 64,
         }
     }
 }

@@ -565,6 +565,12 @@ impl Validator<'_> {
                  default under the state directory",
             );
         }
+        if self.config.worker.max_output_mib == 0 {
+            self.push(
+                "worker.max_output_mib",
+                "must be at least 1: it is how many MiB of output one deploy keeps (64 by default)",
+            );
+        }
     }
 
     fn log(&mut self) {

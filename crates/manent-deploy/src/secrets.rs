@@ -4,8 +4,8 @@
 
 use manent_model::EffectiveDescriptor;
 
-/// What stands for a secret's value in output, errors and events.
-pub const MASK: &str = "***";
+pub use crate::masking::MASK;
+use crate::masking::Masker;
 
 /// Why a secret could not be read on this worker. It names the secret and where it was
 /// looked for, never a value.
@@ -26,9 +26,10 @@ pub enum SecretError {
 /// The secrets of one deploy, read on this worker.
 #[derive(Default)]
 pub struct Secrets {
-    /// `(variable, value)`, longest value first so that a value containing another is
-    /// masked whole.
+    /// `(variable, value)`.
     values: Vec<(String, String)>,
+    /// Finds the values (and the lines of multi-line ones) in what is shown.
+    masker: Masker,
 }
 
 impl std::fmt::Debug for Secrets {
@@ -61,8 +62,12 @@ impl Secrets {
             };
             values.push((name.clone(), value));
         }
-        values.sort_by_key(|(_, value)| std::cmp::Reverse(value.len()));
-        Ok(Secrets { values })
+        Ok(Secrets::from_values(values))
+    }
+
+    fn from_values(values: Vec<(String, String)>) -> Secrets {
+        let masker = Masker::new(values.iter().map(|(_, value)| value.as_str()));
+        Secrets { values, masker }
     }
 
     /// The variables commands get: `(name, value)`.
@@ -70,15 +75,16 @@ impl Secrets {
         self.values.iter().cloned()
     }
 
-    /// `text` with every secret value replaced by [`MASK`].
+    /// `text` with every secret value replaced by [`MASK`], each line of a multi-line
+    /// value too (see [`Masker::new`]). For text that arrives in pieces, use
+    /// [`Secrets::masker`]'s stream, never this on each piece.
     pub fn redact(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for (_, value) in &self.values {
-            if !value.is_empty() {
-                out = out.replace(value.as_str(), MASK);
-            }
-        }
-        out
+        self.masker.redact(text)
+    }
+
+    /// What masks these secrets in a stream.
+    pub fn masker(&self) -> &Masker {
+        &self.masker
     }
 }
 
@@ -88,12 +94,10 @@ mod tests {
 
     #[test]
     fn every_occurrence_of_a_value_is_masked_longest_first() {
-        let secrets = Secrets {
-            values: vec![
-                ("TOKEN_LONG".into(), "hunter2-extended".into()),
-                ("TOKEN".into(), "hunter2".into()),
-            ],
-        };
+        let secrets = Secrets::from_values(vec![
+            ("TOKEN".into(), "hunter2".into()),
+            ("TOKEN_LONG".into(), "hunter2-extended".into()),
+        ]);
         assert_eq!(
             secrets.redact("a=hunter2 b=hunter2-extended c=hunter2"),
             "a=*** b=*** c=***",

@@ -7,10 +7,11 @@ use std::{sync::Arc, time::Duration};
 
 use manent_engine::OutputWriter;
 use manent_model::{CheckKind, EffectiveDescriptor, Target};
-use manent_ssh::{Address, Connection, ConnectionPool, Stream, TransportError};
+use manent_ssh::{Address, Connection, ConnectionPool, TransportError};
 use serde::{Deserialize, Serialize};
 
 use crate::artifacts::{ArtifactError, LocalArtifact};
+use crate::printed::Printed;
 use crate::secrets::{SecretError, Secrets};
 
 /// Why an operation on one target failed. Its text is recorded and shown, so every field
@@ -326,45 +327,23 @@ pub async fn run(
     let secrets = Secrets::read(eff).await?;
     let env = with_secrets(env, &secrets);
     let conn = connection(pool, eff, target).await?;
-    // Every line as it is printed, secrets masked: `manent logs -f` and the page show it.
-    let on_line = |stream: Stream, line: &str| output.line(stream.as_str(), &secrets.redact(line));
-    // What a step returns is recorded and shown: never a secret's value.
-    match conn.exec_streaming(command, &env, &on_line).await {
-        Ok(out) if out.success() => Ok(secrets.redact(&summary_line(&out.stdout))),
-        Ok(out) => Err(TargetError::Exited {
+    // Every line as it is printed, secrets masked on the stream before it is cut into
+    // lines: `manent logs -f` and the page show it. What a step returns is recorded and
+    // shown too: never a secret's value.
+    let printed = Printed::new(secrets.masker(), Some(output));
+    let status = conn
+        .exec_streaming(command, &env, &|stream, bytes| printed.take(stream, bytes))
+        .await;
+    let quoted = printed.finish();
+    match status {
+        Ok(0) => Ok(quoted.summary),
+        Ok(status) => Err(TargetError::Exited {
             command: secrets.redact(command),
-            status: out.status,
-            stderr: secrets.redact(&tail(out.stderr.trim_end(), 2000)),
+            status,
+            stderr: quoted.stderr_tail,
         }),
         Err(e) => Err(TargetError::Transport(secrets.redact(&e.to_string()))),
     }
-}
-
-/// What a target's outcome says of a command that succeeded: its last line of output,
-/// short (all of it is in the deploy's output).
-fn summary_line(stdout: &str) -> String {
-    let last = stdout
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim();
-    match last.char_indices().nth(200) {
-        Some((at, _)) => format!("{}…", &last[..at]),
-        None => last.to_string(),
-    }
-}
-
-/// The end of `text`, at most `max` bytes (on a character boundary), marked when cut.
-fn tail(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut start = text.len() - max;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    format!("…{}", &text[start..])
 }
 
 /// `env` and the deploy's secrets, the variables a command gets.
@@ -452,18 +431,22 @@ pub async fn check_once(
                 let secrets = Secrets::read(eff).await?;
                 let env = with_secrets(env, &secrets);
                 let conn = connection(pool, eff, target).await?;
-                let out = conn
-                    .exec(command, &env)
-                    .await
-                    .map_err(|e| TargetError::Transport(secrets.redact(&e.to_string())))?;
-                if out.status == *expect_exit {
-                    Ok(format!("`{command}` exited {}", out.status))
+                // Masked on the stream, then cut, as a deploy's commands.
+                let printed = Printed::new(secrets.masker(), None);
+                let status = conn
+                    .exec_streaming(command, &env, &|stream, bytes| printed.take(stream, bytes))
+                    .await;
+                let quoted = printed.finish();
+                let status =
+                    status.map_err(|e| TargetError::Transport(secrets.redact(&e.to_string())))?;
+                let command = secrets.redact(command);
+                if status == *expect_exit {
+                    Ok(format!("`{command}` exited {status}"))
                 } else {
-                    Err(TargetError::Check(secrets.redact(&format!(
-                        "`{command}` exited {}, expected {expect_exit}: {}",
-                        out.status,
-                        out.stderr.trim_end()
-                    ))))
+                    Err(TargetError::Check(format!(
+                        "`{command}` exited {status}, expected {expect_exit}: {}",
+                        quoted.stderr_tail
+                    )))
                 }
             }
         }

@@ -256,6 +256,58 @@ async fn an_external_plugin_deploys_each_pass_in_one_step_then_checks_each_targe
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_prints_a_multi_line_secret_shows_none_of_it_in_output_or_error() {
+    let site = Site::new().await;
+    let key = "-----BEGIN OPENSSH PRIVATE KEY-----\n\
+               b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n\
+               QyNTUxOQAAACCf0qSZ2xH1Zx3VsCx4kq4Yb5u2cTQpXcq8hJ0bLqgIYwAAAJg2i9ZpNovW\n\
+               -----END OPENSSH PRIVATE KEY-----";
+    let key_file = site.db.path("key");
+    std::fs::write(&key_file, format!("{key}\n")).unwrap();
+    // The plugin reads the environment's key file (as a playbook might) and prints it as
+    // progress lines, in its log and stderr, and in its error.
+    std::fs::write(
+        site.db.path("environments/acme/web/prod.yml"),
+        format!(
+            "targets:\n  - {{name: t1, host: local}}\n\
+             deploy:\n  plugin: test\n  params: {{dir: \"{}\", say: \"{}\", mode: fail_saying}}\n\
+             secrets:\n  SSH_KEY: {{file: \"{}\"}}\n",
+            site.state.display(),
+            key_file.display(),
+            key_file.display()
+        ),
+    )
+    .unwrap();
+    let sum = manent_plugin::host::file_sha256(&test_plugin()).unwrap();
+    let (config, worker) = site.worker(&sum, true).await;
+    let done = site.deploy(&config, &worker, false).await;
+    assert_eq!(
+        done.status,
+        WorkflowStatus::Error,
+        "the plugin failed on purpose: {done:?}"
+    );
+    let client = worker.engine.client();
+    let logs = deploy_views::logs(&client, &done.id)
+        .await
+        .unwrap()
+        .expect("the deploy has logs");
+    let output = logs.lines;
+    assert!(
+        output.iter().any(|l| l.ends_with("***")),
+        "the key's progress lines, one stream, are masked as the key printed whole: {output:#?}"
+    );
+    let shown = format!("{done:?}\n{}", output.join("\n"));
+    for line in key.lines() {
+        let piece = line.trim_matches('-');
+        assert!(
+            !shown.contains(piece),
+            "the status, error or output shows {piece:?} of the key:\n{shown}"
+        );
+    }
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_sha256_fails_the_deploy_at_once_and_says_why() {
     let site = Site::new().await;
     let wrong = "0".repeat(64);

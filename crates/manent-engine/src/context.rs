@@ -54,6 +54,8 @@ struct Inner {
     /// another queue): from then on the record stops naming this run's lease, and the run
     /// watcher must not take that for a recovery elsewhere (engine/watcher.rs, `check_run`).
     ending: Arc<AtomicBool>,
+    /// What this run's output may still take (`EngineConfig::output_per_run`).
+    output_budget: Arc<crate::output::OutputBudget>,
 }
 
 /// Counts a durable wait for as long as it lasts and tells a draining engine
@@ -83,6 +85,9 @@ impl WorkflowContext {
         waits: Arc<AtomicUsize>,
         ending: Arc<AtomicBool>,
     ) -> Self {
+        let output_budget = Arc::new(crate::output::OutputBudget::new(
+            shared.config.output_per_run,
+        ));
         WorkflowContext {
             inner: Arc::new(Inner {
                 shared,
@@ -95,6 +100,7 @@ impl WorkflowContext {
                 next_index: AtomicI64::new(0),
                 waits,
                 ending,
+                output_budget,
             }),
         }
     }
@@ -131,6 +137,7 @@ impl WorkflowContext {
             self.workflow_id().to_string(),
             self.generation(),
             source.into(),
+            self.inner.output_budget.clone(),
         )
     }
 
@@ -163,6 +170,7 @@ impl WorkflowContext {
                         next_index: AtomicI64::new(base),
                         waits: self.inner.waits.clone(),
                         ending: self.inner.ending.clone(),
+                        output_budget: self.inner.output_budget.clone(),
                     }),
                 }
             })
@@ -343,7 +351,9 @@ impl WorkflowContext {
                     }
                     Err(e) if attempt < policy.max_attempts && retry_if(&e) => {
                         let wait = policy.backoff(attempt);
-                        tracing::info!(workflow_id = %self.workflow_id(), step = %name, attempt, error = %e, retry_in = ?wait, "step failed; retrying");
+                        // Escaped: a step's error may quote what a target printed, which must
+                        // not forge a line of the server's log.
+                        tracing::info!(workflow_id = %self.workflow_id(), step = %name, attempt, error = %e.to_string().escape_debug(), retry_in = ?wait, "step failed; retrying");
                         tokio::time::sleep(wait).await;
                         self.ensure_live()?;
                     }

@@ -64,6 +64,9 @@ pub struct EngineConfig {
     /// The workflow versions this executor's code can replay: it claims and resumes only
     /// those (ARCHITECTURE.md, "Workflow versions"). Default: version 1 only.
     pub workflow_versions: WorkflowVersions,
+    /// Bytes of output one run of a workflow may keep, all its steps together
+    /// (`worker.max_output_per_deploy`); past it, one line says so.
+    pub output_per_run: u64,
 }
 
 impl EngineConfig {
@@ -81,6 +84,7 @@ impl EngineConfig {
             poll_interval: None,
             claim_batch: 64,
             workflow_versions: WorkflowVersions::FIRST,
+            output_per_run: crate::output::DEFAULT_OUTPUT_PER_RUN,
         }
     }
 }

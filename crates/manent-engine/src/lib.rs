@@ -24,7 +24,7 @@ pub use client::{Client, EnqueueRequest};
 pub use context::WorkflowContext;
 pub use engine::{Engine, EngineConfig, QueueSpec, ShutdownReport};
 pub use error::{EngineError, StoreError, WorkflowError};
-pub use output::OutputWriter;
+pub use output::{DEFAULT_OUTPUT_PER_RUN, MAX_LINE_BYTES, OutputWriter};
 pub use policy::StepPolicy;
 pub use records::Records;
 pub use store::{

@@ -1,9 +1,16 @@
 //! What a workflow's steps print, kept line by line as it is printed: outside the
 //! checkpoints (a step run again prints again; nothing is replayed from it), bounded per
-//! source, written in small batches by a task of its own so a chatty command never
-//! waits on the database.
+//! line, per source and per run, cut into lines in one pass however long a line is, and
+//! written in small batches by a task of its own so a chatty command never waits on the
+//! database.
 
-use std::sync::{Arc, Mutex};
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+};
 
 use tokio::{sync::mpsc, task::JoinHandle};
 
@@ -14,13 +21,53 @@ use crate::{now_ms, store::OutputLine, store::Store};
 pub const MAX_LINES: usize = 2_000;
 /// Bytes kept per source, for the same reason.
 pub const MAX_BYTES: usize = 256 * 1024;
-/// A longer line is cut (and says so).
-pub const MAX_LINE_CHARS: usize = 4_096;
+/// A longer line is cut (and says how much of it was left out).
+pub const MAX_LINE_BYTES: usize = 16 * 1024;
+/// Bytes kept per run of a workflow, all sources together, unless the engine is
+/// configured otherwise (`EngineConfig::output_per_run`).
+pub const DEFAULT_OUTPUT_PER_RUN: u64 = 64 * 1024 * 1024;
 /// At most this many lines per insert.
 const BATCH: usize = 500;
 /// How long the writer lets lines gather before an insert: a command printing
 /// continuously costs a few inserts a second, not one per line.
 const GATHER: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// What one run of a workflow may still keep, shared by all its writers: once spent,
+/// one line says so and the rest of the run's output is not kept.
+#[derive(Debug)]
+pub(crate) struct OutputBudget {
+    limit: u64,
+    used: AtomicU64,
+    spent: AtomicBool,
+}
+
+impl OutputBudget {
+    pub(crate) fn new(limit: u64) -> Self {
+        OutputBudget {
+            limit,
+            used: AtomicU64::new(0),
+            spent: AtomicBool::new(false),
+        }
+    }
+
+    /// Takes `bytes` from the budget; `false` when they do not fit (and never again after).
+    fn take(&self, bytes: usize) -> bool {
+        if self.spent.load(Ordering::SeqCst) {
+            return false;
+        }
+        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        self.used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                used.checked_add(bytes).filter(|total| *total <= self.limit)
+            })
+            .is_ok()
+    }
+
+    /// `true` only for the first caller after the budget ran out.
+    fn first_to_find_it_spent(&self) -> bool {
+        !self.spent.swap(true, Ordering::SeqCst)
+    }
+}
 
 /// Writes one source's lines (e.g. `web-1: command 1`) of one run of a workflow.
 /// Cheap to create; [`OutputWriter::finish`] waits until every line is stored.
@@ -29,6 +76,7 @@ pub struct OutputWriter {
     task: Option<JoinHandle<()>>,
     generation: i64,
     source: String,
+    budget: Arc<OutputBudget>,
     kept: Mutex<Kept>,
 }
 
@@ -37,6 +85,44 @@ struct Kept {
     lines: usize,
     bytes: usize,
     dropped: usize,
+    /// Per stream, the line [`OutputWriter::write`] has begun and not ended yet.
+    partial: HashMap<String, Partial>,
+}
+
+/// The start of a line still being printed: at most [`MAX_LINE_BYTES`], the rest counted.
+#[derive(Default)]
+struct Partial {
+    bytes: Vec<u8>,
+    cut: usize,
+}
+
+impl Partial {
+    fn take(&mut self, piece: &[u8]) {
+        let room = MAX_LINE_BYTES.saturating_sub(self.bytes.len());
+        let fits = room.min(piece.len());
+        self.bytes.extend_from_slice(&piece[..fits]);
+        self.cut += piece.len() - fits;
+    }
+
+    /// The line as text (lossy UTF-8: a target's bytes are shown, never refused), its
+    /// line ending left out, and how many of its bytes were cut off.
+    fn end(&mut self) -> (String, usize) {
+        let mut bytes = std::mem::take(&mut self.bytes);
+        let mut cut = std::mem::take(&mut self.cut);
+        if cut == 0 && bytes.last() == Some(&b'\r') {
+            bytes.pop();
+        }
+        if cut > 0 {
+            // A character cut in two is left out whole, not shown as a replacement.
+            if let Err(e) = std::str::from_utf8(&bytes)
+                && e.error_len().is_none()
+            {
+                cut += bytes.len() - e.valid_up_to();
+                bytes.truncate(e.valid_up_to());
+            }
+        }
+        (String::from_utf8_lossy(&bytes).into_owned(), cut)
+    }
 }
 
 impl OutputWriter {
@@ -45,6 +131,7 @@ impl OutputWriter {
         workflow_id: String,
         generation: i64,
         source: String,
+        budget: Arc<OutputBudget>,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(write_batches(store, workflow_id, rx));
@@ -53,23 +140,64 @@ impl OutputWriter {
             task: Some(task),
             generation,
             source,
+            budget,
             kept: Mutex::new(Kept::default()),
         }
     }
 
-    /// Keeps one line of `stream` (`stdout`, `stderr`, `progress`), unless this source
-    /// is over its bounds.
+    /// Keeps one line of `stream` (`stdout`, `stderr`, `progress`), cut at
+    /// [`MAX_LINE_BYTES`], unless this source or this run is over its bounds.
     pub fn line(&self, stream: &str, line: &str) {
-        let line = cut(line);
-        {
-            let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-            if kept.lines >= MAX_LINES || kept.bytes + line.len() > MAX_BYTES {
-                kept.dropped += 1;
-                return;
+        let (text, cut) = cut(line);
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        self.keep(&mut kept, stream, text.to_owned(), cut);
+    }
+
+    /// Takes the next bytes `stream` printed, as they come: each line they end is kept
+    /// as [`OutputWriter::line`] would; a line not ended yet waits for its next bytes (or
+    /// [`OutputWriter::finish`]). One pass over the bytes, and at most [`MAX_LINE_BYTES`]
+    /// of a line held, however long the line.
+    pub fn write(&self, stream: &str, mut bytes: &[u8]) {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        while !bytes.is_empty() {
+            let (piece, ended) = match bytes.iter().position(|b| *b == b'\n') {
+                Some(end) => (&bytes[..end], true),
+                None => (bytes, false),
+            };
+            let partial = kept.partial.entry(stream.to_owned()).or_default();
+            partial.take(piece);
+            bytes = &bytes[piece.len() + usize::from(ended)..];
+            if ended {
+                let (text, cut) = partial.end();
+                self.keep(&mut kept, stream, text, cut);
             }
-            kept.lines += 1;
-            kept.bytes += line.len();
         }
+    }
+
+    fn keep(&self, kept: &mut Kept, stream: &str, text: String, cut: usize) {
+        let line = if cut > 0 {
+            format!("{text} … [manent: line cut, {cut} more bytes not kept]")
+        } else {
+            text
+        };
+        if kept.lines >= MAX_LINES || kept.bytes + line.len() > MAX_BYTES {
+            kept.dropped += 1;
+            return;
+        }
+        if !self.budget.take(line.len()) {
+            if self.budget.first_to_find_it_spent() {
+                self.send(
+                    "stderr",
+                    format!(
+                        "[manent: output capped at {} MiB for this run; the rest was not recorded]",
+                        self.budget.limit / (1024 * 1024)
+                    ),
+                );
+            }
+            return;
+        }
+        kept.lines += 1;
+        kept.bytes += line.len();
         self.send(stream, line);
     }
 
@@ -87,10 +215,22 @@ impl OutputWriter {
         }
     }
 
-    /// Says how many lines were left out, if any, and waits until every kept line is
-    /// stored.
+    /// Keeps the lines [`OutputWriter::write`] began and did not end, says how many lines
+    /// were left out, if any, and waits until every kept line is stored.
     pub async fn finish(mut self) {
-        let dropped = self.kept.lock().map(|k| k.dropped).unwrap_or_default();
+        let dropped = {
+            let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            let mut partial = std::mem::take(&mut kept.partial)
+                .into_iter()
+                .filter(|(_, p)| !p.bytes.is_empty() || p.cut > 0)
+                .collect::<Vec<_>>();
+            partial.sort_by(|a, b| a.0.cmp(&b.0));
+            for (stream, mut line) in partial {
+                let (text, cut) = line.end();
+                self.keep(&mut kept, &stream, text, cut);
+            }
+            kept.dropped
+        };
         if dropped > 0 {
             self.send(
                 "stderr",
@@ -107,14 +247,16 @@ impl OutputWriter {
     }
 }
 
-fn cut(line: &str) -> String {
-    match line.char_indices().nth(MAX_LINE_CHARS) {
-        None => line.to_string(),
-        Some((at, _)) => format!(
-            "{} [manent: line cut at {MAX_LINE_CHARS} characters]",
-            &line[..at]
-        ),
+/// `line` cut at [`MAX_LINE_BYTES`] on a character boundary, and how many bytes were cut.
+fn cut(line: &str) -> (&str, usize) {
+    if line.len() <= MAX_LINE_BYTES {
+        return (line, 0);
     }
+    let mut at = MAX_LINE_BYTES;
+    while !line.is_char_boundary(at) {
+        at -= 1;
+    }
+    (&line[..at], line.len() - at)
 }
 
 async fn write_batches(
@@ -146,17 +288,46 @@ async fn write_batches(
 
 #[cfg(test)]
 mod tests {
-    use super::cut;
+    use super::{MAX_LINE_BYTES, Partial, cut};
 
     #[test]
-    fn a_long_line_is_cut_and_says_so() {
-        assert_eq!(cut("short"), "short");
-        let long = "é".repeat(super::MAX_LINE_CHARS + 10);
-        let kept = cut(&long);
-        assert!(kept.starts_with(&"é".repeat(super::MAX_LINE_CHARS)));
-        assert!(
-            kept.ends_with("[manent: line cut at 4096 characters]"),
-            "{kept}"
+    fn a_long_line_is_cut_on_a_character_boundary_and_says_how_much() {
+        assert_eq!(cut("short"), ("short", 0));
+        let long = "é".repeat(MAX_LINE_BYTES);
+        let (kept, rest) = cut(&long);
+        assert_eq!(
+            kept.len(),
+            MAX_LINE_BYTES,
+            "é is two bytes: the cut is on a boundary"
         );
+        assert_eq!(kept.len() + rest, long.len(), "what is cut is counted");
+        let odd = format!("x{long}");
+        let (kept, rest) = cut(&odd);
+        assert_eq!(
+            (kept.len(), rest),
+            (MAX_LINE_BYTES - 1, odd.len() - MAX_LINE_BYTES + 1),
+            "a character is never cut in two"
+        );
+    }
+
+    #[test]
+    fn a_line_printed_in_pieces_keeps_its_start_and_counts_the_rest() {
+        let mut line = Partial::default();
+        for _ in 0..10 {
+            line.take(&b"\xc3\xa9".repeat(MAX_LINE_BYTES / 3));
+        }
+        let (text, cut) = line.end();
+        assert!(
+            text.len() <= MAX_LINE_BYTES && !text.contains('\u{fffd}'),
+            "kept {} bytes, a character cut in two is left out",
+            text.len()
+        );
+        assert_eq!(
+            text.len() + cut,
+            10 * 2 * (MAX_LINE_BYTES / 3),
+            "every byte is kept or counted"
+        );
+        line.take(b"next\r");
+        assert_eq!(line.end(), ("next".to_owned(), 0), "a line starts afresh");
     }
 }

@@ -48,7 +48,17 @@ const QUOTE_CHARS: usize = 200;
 
 /// An external plugin (`plugins.<name>.external`) on a worker that runs it.
 /// Receives a plugin's `progress` lines: the target it is about (if any) and the message.
+/// The host does not log them: the receiver records them (masked) and logs them if it will.
 pub type OnProgress<'a> = &'a (dyn Fn(Option<&str>, &str) + Send + Sync);
+
+/// What the plugin's log lines and stderr go through on their way to the server's log
+/// during a request: the caller's masking of the secrets the plugin may have printed.
+pub type Redact = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
+/// Lines logged as they are.
+pub fn no_redaction() -> Redact {
+    Arc::new(str::to_owned)
+}
 
 pub struct ExternalPlugin {
     name: String,
@@ -87,6 +97,8 @@ struct Process {
     stdout: Lines<BufReader<ChildStdout>>,
     stderr_tail: Arc<StdMutex<VecDeque<String>>>,
     stderr_task: JoinHandle<()>,
+    /// The redaction of the request in flight, applied to stderr lines as they are logged.
+    redact: Arc<StdMutex<Redact>>,
     next_id: u64,
     /// Whether the process leads a process group of its own (unconfined), killed with it.
     group: bool,
@@ -165,18 +177,22 @@ impl ExternalPlugin {
     /// Runs `operation` on `pass`: starts the process if none runs (verifying it first), then
     /// sends the request and waits for its result.
     pub async fn call(&self, operation: Operation, pass: &Pass) -> Result<PassResult, PluginError> {
-        self.call_with_progress(operation, pass, &|_, _| {}).await
+        self.call_with_progress(operation, pass, &|_, _| {}, no_redaction())
+            .await
     }
 
     /// As [`ExternalPlugin::call`], handing each `progress` line (its target, if any, and
-    /// message) to `on_progress` as it arrives.
+    /// message) to `on_progress` as it arrives; the plugin's log lines and stderr go to the
+    /// server's log through `redact`, their control characters escaped.
     pub async fn call_with_progress(
         &self,
         operation: Operation,
         pass: &Pass,
         on_progress: OnProgress<'_>,
+        redact: Redact,
     ) -> Result<PassResult, PluginError> {
-        self.call_for_pass(operation, pass, None, on_progress).await
+        self.call_for_pass(operation, pass, None, on_progress, redact)
+            .await
     }
 
     /// As [`ExternalPlugin::call_with_progress`], for a pass whose files are `scope`: a
@@ -187,6 +203,7 @@ impl ExternalPlugin {
         pass: &Pass,
         scope: Option<&PassScope>,
         on_progress: OnProgress<'_>,
+        redact: Redact,
     ) -> Result<PassResult, PluginError> {
         let value = self
             .request(
@@ -194,6 +211,7 @@ impl ExternalPlugin {
                 operation.request(pass.clone()),
                 scope,
                 on_progress,
+                redact,
             )
             .await?;
         serde_json::from_value(value.clone()).map_err(|e| PluginError::Protocol {
@@ -223,6 +241,7 @@ impl ExternalPlugin {
         body: RequestBody,
         scope: Option<&PassScope>,
         on_progress: OnProgress<'_>,
+        redact: Redact,
     ) -> Result<Value, PluginError> {
         if *self.stopping.borrow() {
             return Err(self.shutting_down());
@@ -230,7 +249,7 @@ impl ExternalPlugin {
         if let Confinement::Bwrap(bwrap) = &self.confinement {
             let scope = scope.ok_or_else(|| self.no_scope())?;
             return self
-                .request_confined(bwrap, scope, operation, body, on_progress)
+                .request_confined(bwrap, scope, operation, body, on_progress, redact)
                 .await;
         }
         let mut guard = self.process.lock().await;
@@ -243,6 +262,9 @@ impl ExternalPlugin {
             *guard = Some(self.spawn(None).await?);
         }
         let process = guard.as_mut().expect("started above");
+        // The stderr of this request is masked with its secrets, and so is what it writes
+        // after it (read later); the next request brings its own.
+        *process.redact.lock().unwrap_or_else(|e| e.into_inner()) = redact;
         let result = self
             .exchange(process, operation, body, self.timeout, on_progress)
             .await;
@@ -266,10 +288,13 @@ impl ExternalPlugin {
         operation: &str,
         body: RequestBody,
         on_progress: OnProgress<'_>,
+        redact: Redact,
     ) -> Result<Value, PluginError> {
         self.active.send_modify(|n| *n += 1);
         let _active = ActiveGuard(&self.active);
         let mut process = self.spawn(Some((bwrap, scope))).await?;
+        // Its stderr is masked with this pass's secrets: the process serves this pass only.
+        *process.redact.lock().unwrap_or_else(|e| e.into_inner()) = redact;
         let result = self
             .exchange(&mut process, operation, body, self.timeout, on_progress)
             .await;
@@ -371,10 +396,12 @@ impl ExternalPlugin {
         let stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
         let stderr = child.stderr.take().expect("piped");
         let stderr_tail = Arc::new(StdMutex::new(VecDeque::new()));
+        let redact = Arc::new(StdMutex::new(no_redaction()));
         let stderr_task = tokio::spawn(forward_stderr(
             self.name.clone(),
             stderr,
             stderr_tail.clone(),
+            redact.clone(),
         ));
         let mut process = Process {
             child,
@@ -382,6 +409,7 @@ impl ExternalPlugin {
             stdout,
             stderr_tail,
             stderr_task,
+            redact,
             next_id: 1,
             in_flight: false,
             group: confined.is_none(),
@@ -550,16 +578,23 @@ impl ExternalPlugin {
             match reply {
                 Reply::Progress {
                     target, message, ..
-                } => {
-                    tracing::info!(plugin = %self.name, operation, target = target.as_deref().unwrap_or(""), "{message}");
-                    on_progress(target.as_deref(), &message);
+                } => on_progress(target.as_deref(), &message),
+                Reply::Log { level, message, .. } => {
+                    let redact = process
+                        .redact
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .clone();
+                    // A plugin's text cannot forge a line of the server's log.
+                    let message = redact(&message);
+                    let message = message.escape_debug();
+                    match level {
+                        LogLevel::Debug => tracing::debug!(plugin = %self.name, "{message}"),
+                        LogLevel::Info => tracing::info!(plugin = %self.name, "{message}"),
+                        LogLevel::Warn => tracing::warn!(plugin = %self.name, "{message}"),
+                        LogLevel::Error => tracing::error!(plugin = %self.name, "{message}"),
+                    }
                 }
-                Reply::Log { level, message, .. } => match level {
-                    LogLevel::Debug => tracing::debug!(plugin = %self.name, "{message}"),
-                    LogLevel::Info => tracing::info!(plugin = %self.name, "{message}"),
-                    LogLevel::Warn => tracing::warn!(plugin = %self.name, "{message}"),
-                    LogLevel::Error => tracing::error!(plugin = %self.name, "{message}"),
-                },
                 Reply::Result { result, .. } => return Ok(result),
                 Reply::Error { error, .. } => {
                     return Err(PluginError::Plugin {
@@ -682,10 +717,13 @@ async fn forward_stderr(
     plugin: String,
     stderr: tokio::process::ChildStderr,
     tail: Arc<StdMutex<VecDeque<String>>>,
+    redact: Arc<StdMutex<Redact>>,
 ) {
     let mut lines = BufReader::new(stderr).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        tracing::info!(plugin = %plugin, stream = "stderr", "{line}");
+        let redact = redact.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        // Masked, and escaped: a plugin's text cannot forge a line of the server's log.
+        tracing::info!(plugin = %plugin, stream = "stderr", "{}", redact(&line).escape_debug());
         let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
         if tail.len() == STDERR_TAIL_LINES {
             tail.pop_front();

@@ -13,7 +13,7 @@ pub mod stub;
 mod error;
 
 pub use error::PluginError;
-pub use host::{ExternalPlugin, OnProgress};
+pub use host::{ExternalPlugin, OnProgress, Redact};
 pub use protocol::{
     ArtifactRef, Operation, PROTOCOL_VERSION, Pass, PassResult, PluginInfo, SshRef, TargetRef,
     TargetResult, TargetStatus,
@@ -48,17 +48,21 @@ impl PluginHost {
 
     /// Runs `operation` on `pass`.
     pub async fn call(&self, operation: Operation, pass: &Pass) -> Result<PassResult, PluginError> {
-        self.call_with_progress(operation, pass, &|_, _| {}).await
+        self.call_with_progress(operation, pass, &|_, _| {}, host::no_redaction())
+            .await
     }
 
-    /// As [`PluginHost::call`], handing each `progress` line to `on_progress`.
+    /// As [`PluginHost::call`], handing each `progress` line to `on_progress`; the
+    /// plugin's log lines and stderr reach the server's log through `redact`.
     pub async fn call_with_progress(
         &self,
         operation: Operation,
         pass: &Pass,
         on_progress: OnProgress<'_>,
+        redact: Redact,
     ) -> Result<PassResult, PluginError> {
-        self.call_for_pass(operation, pass, None, on_progress).await
+        self.call_for_pass(operation, pass, None, on_progress, redact)
+            .await
     }
 
     /// As [`PluginHost::call_with_progress`], for a pass whose files are `scope` (what a
@@ -69,9 +73,13 @@ impl PluginHost {
         pass: &Pass,
         scope: Option<&PassScope>,
         on_progress: OnProgress<'_>,
+        redact: Redact,
     ) -> Result<PassResult, PluginError> {
         match self {
-            PluginHost::External(p) => p.call_for_pass(operation, pass, scope, on_progress).await,
+            PluginHost::External(p) => {
+                p.call_for_pass(operation, pass, scope, on_progress, redact)
+                    .await
+            }
             PluginHost::Stub(s) => Err(s.error()),
         }
     }

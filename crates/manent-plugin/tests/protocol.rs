@@ -410,7 +410,13 @@ async fn a_confined_plugin_runs_each_pass_in_a_sandbox_of_its_own_seeing_only_th
     );
     for round in 0..2 {
         let result = host
-            .call_for_pass(Operation::Deploy, &probe, Some(&scope), &|_, _| {})
+            .call_for_pass(
+                Operation::Deploy,
+                &probe,
+                Some(&scope),
+                &|_, _| {},
+                manent_plugin::host::no_redaction(),
+            )
             .await
             .unwrap_or_else(|e| panic!("pass {round} runs in bwrap: {e}"));
         assert_eq!(
@@ -448,6 +454,7 @@ async fn a_confined_plugin_whose_bwrap_is_missing_is_refused_naming_it() {
             &pass(dir.path(), "1", None),
             Some(&scope),
             &|_, _| {},
+            manent_plugin::host::no_redaction(),
         )
         .await
         .expect_err("no sandbox, no run");

@@ -537,6 +537,7 @@ async fn start_worker(
     engine_config.stale_after = config.recovery.stale_after;
     engine_config.heartbeat_interval = config.recovery.heartbeat_interval;
     engine_config.automatic_recovery = config.recovery.automatic;
+    engine_config.output_per_run = config.worker.max_output_bytes();
     let engine = Engine::new(store.clone(), engine_config);
     let queues = manent_deploy::worker_queues(config);
     if queues.is_empty() {

@@ -158,34 +158,39 @@ impl Stream {
     }
 }
 
-/// Receives a command's lines as they are printed (without their line ending).
-pub type OnLine<'a> = &'a (dyn Fn(Stream, &str) + Send + Sync);
+/// Receives a command's output as it arrives: which stream, and the next bytes of it (any
+/// size; a line, a character or a secret may be split over several calls).
+pub type OnOutput<'a> = &'a (dyn Fn(Stream, &[u8]) + Send + Sync);
 
-/// Cuts a byte stream into lines as it arrives; a line's bytes may come in several
-/// pieces. Lossy UTF-8: a target's bytes are shown, never refused.
+/// What [`Connection::exec`] keeps of a command's output: all of it (its own commands
+/// print little; a deploy's go through [`Connection::exec_streaming`]).
 #[derive(Default)]
-pub(crate) struct LineSplitter {
-    pending: Vec<u8>,
+pub(crate) struct Collected {
+    stdout: std::sync::Mutex<Vec<u8>>,
+    stderr: std::sync::Mutex<Vec<u8>>,
 }
 
-impl LineSplitter {
-    pub(crate) fn push(&mut self, data: &[u8], mut emit: impl FnMut(&str)) {
-        self.pending.extend_from_slice(data);
-        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
-            let mut line: Vec<u8> = self.pending.drain(..=end).collect();
-            line.pop();
-            if line.last() == Some(&b'\r') {
-                line.pop();
-            }
-            emit(&String::from_utf8_lossy(&line));
-        }
+impl Collected {
+    pub(crate) fn take(&self, stream: Stream, bytes: &[u8]) {
+        let buffer = match stream {
+            Stream::Stdout => &self.stdout,
+            Stream::Stderr => &self.stderr,
+        };
+        buffer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(bytes);
     }
 
-    /// The last line, when the stream did not end with a line ending.
-    pub(crate) fn finish(&mut self, mut emit: impl FnMut(&str)) {
-        if !self.pending.is_empty() {
-            emit(&String::from_utf8_lossy(&self.pending));
-            self.pending.clear();
+    pub(crate) fn into_output(self, status: i32) -> ExecOutput {
+        let text = |buffer: std::sync::Mutex<Vec<u8>>| {
+            let bytes = buffer.into_inner().unwrap_or_else(|e| e.into_inner());
+            String::from_utf8_lossy(&bytes).into_owned()
+        };
+        ExecOutput {
+            status,
+            stdout: text(self.stdout),
+            stderr: text(self.stderr),
         }
     }
 }
@@ -202,23 +207,20 @@ pub trait Connection: Send + Sync {
         env: &[(String, String)],
     ) -> Result<ExecOutput, TransportError>;
 
-    /// Runs `command` as [`Connection::exec`] does, handing each line of its stdout and
-    /// stderr to `on_line` as it is printed (the output returned is complete too). This
-    /// default hands the lines over at the end, for transports that cannot stream.
+    /// Runs `command` as [`Connection::exec`] does, handing its stdout and stderr to
+    /// `on_output` as they arrive, and returns its exit status. Nothing is kept here: a
+    /// command may print more than fits in memory. This default hands the output over
+    /// at the end, for transports that cannot stream.
     async fn exec_streaming(
         &self,
         command: &str,
         env: &[(String, String)],
-        on_line: OnLine<'_>,
-    ) -> Result<ExecOutput, TransportError> {
+        on_output: OnOutput<'_>,
+    ) -> Result<i32, TransportError> {
         let out = self.exec(command, env).await?;
-        for line in out.stdout.lines() {
-            on_line(Stream::Stdout, line);
-        }
-        for line in out.stderr.lines() {
-            on_line(Stream::Stderr, line);
-        }
-        Ok(out)
+        on_output(Stream::Stdout, out.stdout.as_bytes());
+        on_output(Stream::Stderr, out.stderr.as_bytes());
+        Ok(out.status)
     }
 
     /// Uploads `local` to `dest` atomically: creates the parent directory, writes
@@ -280,20 +282,4 @@ pub async fn connect(
         return Ok(Arc::new(LocalConnection::new()));
     }
     Ok(Arc::new(ssh::SshConnection::connect(addr, auth).await?))
-}
-
-#[cfg(test)]
-mod line_tests {
-    use super::LineSplitter;
-
-    #[test]
-    fn lines_are_cut_where_they_end_whatever_the_pieces() {
-        let mut lines = LineSplitter::default();
-        let mut got = Vec::new();
-        for piece in [&b"one\ntw"[..], b"o\r\n", b"\n", b"thr\xffee"] {
-            lines.push(piece, |l| got.push(l.to_string()));
-        }
-        lines.finish(|l| got.push(l.to_string()));
-        assert_eq!(got, ["one", "two", "", "thr\u{fffd}ee"]);
-    }
 }

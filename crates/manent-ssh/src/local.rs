@@ -12,7 +12,7 @@ use std::{
 use sha2::{Digest, Sha256};
 
 use crate::{
-    Connection, ExecOutput, LineSplitter, OnLine, Stream, TransportError,
+    Connection, ExecOutput, OnOutput, Stream, TransportError,
     shell::{SUPERVISOR, check_env_names},
 };
 
@@ -210,31 +210,27 @@ fn free_space(path: &Path) -> Result<u64, TransportError> {
     }
 }
 
-/// Reads one of a command's outputs to its end, handing each line to `on_line` as it
-/// comes; returns all of it.
+/// Reads one of a command's outputs to its end, handing each piece to `on_output` as it
+/// comes.
 async fn pump(
     reader: Option<impl tokio::io::AsyncRead + Unpin>,
     stream: Stream,
-    on_line: OnLine<'_>,
-) -> Result<Vec<u8>, TransportError> {
+    on_output: OnOutput<'_>,
+) -> Result<(), TransportError> {
     use tokio::io::AsyncReadExt;
     let Some(mut reader) = reader else {
-        return Ok(Vec::new());
+        return Ok(());
     };
-    let (mut all, mut chunk) = (Vec::new(), vec![0u8; 8192]);
-    let mut lines = LineSplitter::default();
+    let mut chunk = vec![0u8; 8192];
     loop {
         let n = reader.read(&mut chunk).await.map_err(|e| {
             TransportError::io(format!("cannot read the command's {}", stream.as_str()), e)
         })?;
         if n == 0 {
-            break;
+            return Ok(());
         }
-        all.extend_from_slice(&chunk[..n]);
-        lines.push(&chunk[..n], |l| on_line(stream, l));
+        on_output(stream, &chunk[..n]);
     }
-    lines.finish(|l| on_line(stream, l));
-    Ok(all)
 }
 
 #[async_trait::async_trait]
@@ -244,15 +240,19 @@ impl Connection for LocalConnection {
         command: &str,
         env: &[(String, String)],
     ) -> Result<ExecOutput, TransportError> {
-        self.exec_streaming(command, env, &|_, _| {}).await
+        let collected = crate::Collected::default();
+        let status = self
+            .exec_streaming(command, env, &|stream, bytes| collected.take(stream, bytes))
+            .await?;
+        Ok(collected.into_output(status))
     }
 
     async fn exec_streaming(
         &self,
         command: &str,
         env: &[(String, String)],
-        on_line: OnLine<'_>,
-    ) -> Result<ExecOutput, TransportError> {
+        on_output: OnOutput<'_>,
+    ) -> Result<i32, TransportError> {
         check_env_names(env)?;
         tracing::debug!(target = "local", command, "exec");
         let mut cmd = tokio::process::Command::new("sh");
@@ -290,8 +290,8 @@ impl Connection for LocalConnection {
         let group = ProcessGroupGuard(child.id());
         let stdin = child.stdin.take();
         let (stdout, stderr) = tokio::join!(
-            pump(child.stdout.take(), Stream::Stdout, on_line),
-            pump(child.stderr.take(), Stream::Stderr, on_line),
+            pump(child.stdout.take(), Stream::Stdout, on_output),
+            pump(child.stderr.take(), Stream::Stderr, on_output),
         );
         let exit = child
             .wait()
@@ -300,17 +300,13 @@ impl Connection for LocalConnection {
         // Ended by itself: what it left in the background on purpose stays.
         group.disarm();
         drop(stdin);
-        let status = {
-            use std::os::unix::process::ExitStatusExt;
-            exit.code()
-                .or_else(|| exit.signal().map(|s| 128 + s))
-                .unwrap_or(-1)
-        };
-        Ok(ExecOutput {
-            status,
-            stdout: String::from_utf8_lossy(&stdout?).into_owned(),
-            stderr: String::from_utf8_lossy(&stderr?).into_owned(),
-        })
+        stdout?;
+        stderr?;
+        use std::os::unix::process::ExitStatusExt;
+        Ok(exit
+            .code()
+            .or_else(|| exit.signal().map(|s| 128 + s))
+            .unwrap_or(-1))
     }
 
     async fn put_file_atomic(&self, local: &Path, dest: &str) -> Result<(), TransportError> {

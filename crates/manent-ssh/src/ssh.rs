@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::{
-    Address, Connection, ExecOutput, LineSplitter, OnLine, SshAuth, Stream, TransportError,
+    Address, Collected, Connection, ExecOutput, OnOutput, SshAuth, Stream, TransportError,
     VerifyUploads, known_hosts,
     shell::{parent_dir, quote, sh_command_line, sh_script, supervised},
 };
@@ -261,15 +261,20 @@ impl SshConnection {
 
     /// Runs an exact command line (already quoted) and collects its output.
     async fn run(&self, command_line: String) -> Result<ExecOutput, TransportError> {
-        self.run_streaming(command_line, None).await
+        let collected = Collected::default();
+        let status = self
+            .run_streaming(command_line, &|stream, bytes| collected.take(stream, bytes))
+            .await?;
+        Ok(collected.into_output(status))
     }
 
-    /// Runs a command line, handing its lines to `on_line` as they arrive.
+    /// Runs a command line, handing its output to `on_output` as it arrives; returns its
+    /// exit status.
     async fn run_streaming(
         &self,
         command_line: String,
-        on_line: Option<OnLine<'_>>,
-    ) -> Result<ExecOutput, TransportError> {
+        on_output: OnOutput<'_>,
+    ) -> Result<i32, TransportError> {
         let channel = self
             .handle
             .channel_open_session()
@@ -281,23 +286,11 @@ impl SshConnection {
             .map_err(|e| self.protocol("starting a command", e))?;
         let (mut reader, writer) = channel.split();
         let close = CloseOnDrop(Some(writer));
-        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-        let (mut out_lines, mut err_lines) = (LineSplitter::default(), LineSplitter::default());
         let mut status = None;
         while let Some(msg) = reader.wait().await {
             match msg {
-                ChannelMsg::Data { data } => {
-                    stdout.extend_from_slice(&data);
-                    if let Some(f) = on_line {
-                        out_lines.push(&data, |l| f(Stream::Stdout, l));
-                    }
-                }
-                ChannelMsg::ExtendedData { data, ext: 1 } => {
-                    stderr.extend_from_slice(&data);
-                    if let Some(f) = on_line {
-                        err_lines.push(&data, |l| f(Stream::Stderr, l));
-                    }
-                }
+                ChannelMsg::Data { data } => on_output(Stream::Stdout, &data),
+                ChannelMsg::ExtendedData { data, ext: 1 } => on_output(Stream::Stderr, &data),
                 ChannelMsg::ExitStatus { exit_status } => {
                     status = Some(i32::try_from(exit_status).unwrap_or(i32::MAX));
                 }
@@ -311,20 +304,11 @@ impl SshConnection {
             }
         }
         close.disarm();
-        if let Some(f) = on_line {
-            out_lines.finish(|l| f(Stream::Stdout, l));
-            err_lines.finish(|l| f(Stream::Stderr, l));
-        }
-        let status = status.ok_or_else(|| {
+        status.ok_or_else(|| {
             self.protocol(
                 "running a command",
                 "the channel closed without an exit status (connection lost?)",
             )
-        })?;
-        Ok(ExecOutput {
-            status,
-            stdout: String::from_utf8_lossy(&stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&stderr).into_owned(),
         })
     }
 
@@ -619,10 +603,10 @@ impl Connection for SshConnection {
         &self,
         command: &str,
         env: &[(String, String)],
-        on_line: OnLine<'_>,
-    ) -> Result<ExecOutput, TransportError> {
+        on_output: OnOutput<'_>,
+    ) -> Result<i32, TransportError> {
         tracing::debug!(target = %self.describe(), command, "exec");
-        self.run_streaming(supervised(&sh_script(command, env)?), Some(on_line))
+        self.run_streaming(supervised(&sh_script(command, env)?), on_output)
             .await
     }
 

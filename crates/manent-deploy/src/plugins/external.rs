@@ -2,21 +2,23 @@
 //! calling the plugin, then the plugin's `check` and manent's own checks per target. The
 //! plugin's steps are idempotent, so a pass interrupted by a crash is simply run again.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use manent_engine::{StepPolicy, WorkflowContext, WorkflowError};
 use manent_model::{EffectiveDescriptor, Target};
 use manent_plugin::{
-    ArtifactRef, Operation, Pass, PassResult, PassScope, PluginHost, SshRef, TargetRef,
+    ArtifactRef, Operation, Pass, PassResult, PassScope, PluginHost, Redact, SshRef, TargetRef,
     TargetStatus,
 };
 
 use super::{PassContext, Plugin, absolute, builtin::run_checks, ensure_all};
 use crate::{
     artifacts::LocalArtifact,
+    printed::Progress,
     request::{EventKey, publish},
+    secrets::Secrets,
     targets,
     targets::{RollbackResult, TargetOutcome, TargetState},
 };
@@ -58,6 +60,9 @@ impl External {
         );
         let policy = StepPolicy::retry(PASS_ATTEMPTS, PASS_BACKOFF).recording_start();
         ctx.step_retrying_if(&name, policy, PassError::retryable, || async {
+            // What the plugin says is masked of the environment's secrets wherever it goes:
+            // the deploy's output, the step's error and result, the server's log.
+            let secrets = Secrets::read(pass.eff).await.map_err(PassError::Secret)?;
             // After a recovery on another machine the artifacts may be missing here.
             let (source, artifacts) = match previous {
                 Some(prev) => (
@@ -71,17 +76,33 @@ impl External {
             let scope = pass_scope(pass);
             // The plugin's progress lines, as they come: `manent logs -f` shows them.
             let output = ctx.output(&name);
-            let on_progress = |target: Option<&str>, message: &str| match target {
-                Some(target) => output.line("progress", &format!("{target}: {message}")),
-                None => output.line("progress", message),
-            };
+            let progress = Progress::new(secrets.masker(), self.host.name(), &output);
+            let masker = Arc::new(secrets.masker().clone());
+            let redact: Redact = Arc::new(move |text: &str| masker.redact(text));
             let result = self
                 .host
-                .call_for_pass(operation, &request, Some(&scope), &on_progress)
-                .await
-                .map_err(PassError::Plugin);
+                .call_for_pass(
+                    operation,
+                    &request,
+                    Some(&scope),
+                    &|target, message| progress.take(target, message),
+                    redact,
+                )
+                .await;
+            progress.finish();
             output.finish().await;
-            result
+            match result {
+                Ok(mut result) => {
+                    for target in &mut result.targets {
+                        target.detail = secrets.redact(&target.detail);
+                    }
+                    Ok(result)
+                }
+                Err(e) => Err(PassError::Plugin {
+                    message: secrets.redact(&e.to_string()),
+                    retryable: e.retryable(),
+                }),
+            }
         })
         .await
     }
@@ -93,7 +114,10 @@ enum PassError {
     #[error(transparent)]
     Artifacts(crate::artifacts::ArtifactError),
     #[error(transparent)]
-    Plugin(manent_plugin::PluginError),
+    Secret(crate::secrets::SecretError),
+    /// The plugin's error (which may quote its stderr), secrets masked.
+    #[error("{message}")]
+    Plugin { message: String, retryable: bool },
 }
 
 impl PassError {
@@ -101,7 +125,8 @@ impl PassError {
         match self {
             // A download may pass the next time; a refused source or a wrong sha256 not.
             PassError::Artifacts(e) => e.is_transient(),
-            PassError::Plugin(e) => e.retryable(),
+            PassError::Secret(_) => false,
+            PassError::Plugin { retryable, .. } => *retryable,
         }
     }
 }

@@ -178,7 +178,9 @@ pub(super) async fn run_to_outcome(
             }
             Ok(Err(e)) => {
                 let message = e.to_string();
-                tracing::warn!(workflow_id = %record.id, error = %message, "workflow failed");
+                // Escaped: the error may quote what a target printed, which must not forge
+                // a line of the server's log.
+                tracing::warn!(workflow_id = %record.id, error = %message.escape_debug(), "workflow failed");
                 finish(shared, &lease, WorkflowStatus::Error, None, Some(&message)).await;
             }
             Err(panic) => {

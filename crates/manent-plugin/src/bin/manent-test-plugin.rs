@@ -3,7 +3,9 @@
 //! chosen per pass by `vars.mode`: `crash` exits mid-pass, `garbage` answers a line that is
 //! not JSON, `hang` never answers, `fail`/`retryable` answer the protocol's error, `probe`
 //! reports what the process sees (its variables' names, which of the `:`-separated paths
-//! of `vars.probe` exist) in each target's detail. The
+//! of `vars.probe` exist) in each target's detail. With `vars.say` (a file), it first says
+//! that file's text: each line as a progress line, all of it in a log line and on its
+//! stderr, and with `mode: fail_saying` in its error. The
 //! environment chooses the handshake: `MANENT_TEST_PLUGIN_NAME` (default `test`),
 //! `MANENT_TEST_PLUGIN_PROTOCOL` (answer another protocol version).
 
@@ -38,6 +40,18 @@ impl Handler for TestPlugin {
             LogLevel::Info,
             format!("{operation} of {} targets", pass.targets.len()),
         );
+        if let Some(file) = pass.vars.get("say") {
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| Failure::new("failed", format!("vars.say {file}: {e}")))?;
+            for line in text.lines() {
+                reporter.progress(None, line.to_string());
+            }
+            reporter.log(LogLevel::Warn, text.clone());
+            eprintln!("{text}");
+            if pass.vars.get("mode").map(String::as_str) == Some("fail_saying") {
+                return Err(Failure::new("failed", text));
+            }
+        }
         match pass.vars.get("mode").map(String::as_str) {
             Some("crash") => {
                 reporter.progress(None, "about to crash");
