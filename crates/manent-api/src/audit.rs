@@ -70,12 +70,12 @@ pub async fn record_admin(records: &Records, actor: &str, action: &str, target: 
     }
 }
 
-/// The newest `limit` entries, newest first.
+/// The newest entries `filter` admits, newest first.
 pub async fn list(
     records: &Records,
-    limit: i64,
+    filter: &manent_engine::AuditFilter,
 ) -> Result<Vec<AuditRecord>, manent_engine::StoreError> {
-    records.audit(limit).await
+    records.audit(filter).await
 }
 
 /// The action of a request on the route `template` (`/api/v1/deploys/{id}/cancel`):

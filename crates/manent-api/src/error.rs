@@ -27,6 +27,14 @@ pub enum AppError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    #[error(
+        "too many failed authentications from {client}: retry in {retry_after_secs}s, or send a \
+         valid token (`Authorization: Bearer <token>`), which is never throttled"
+    )]
+    TooManyFailures {
+        client: String,
+        retry_after_secs: u64,
+    },
     #[error("the database is unavailable: {0}")]
     Unavailable(String),
     #[error("internal error: {0}")]
@@ -48,6 +56,7 @@ impl AppError {
             AppError::Forbidden { .. } => StatusCode::FORBIDDEN,
             AppError::NotFound(_) => StatusCode::NOT_FOUND,
             AppError::Conflict(_) => StatusCode::CONFLICT,
+            AppError::TooManyFailures { .. } => StatusCode::TOO_MANY_REQUESTS,
             AppError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -110,7 +119,17 @@ impl IntoResponse for AppError {
             self.to_string(),
             field,
         );
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if let AppError::TooManyFailures {
+            retry_after_secs, ..
+        } = &self
+        {
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                header::HeaderValue::from(*retry_after_secs),
+            );
+        }
+        response
     }
 }
 

@@ -14,6 +14,7 @@ pub mod openapi;
 mod platform;
 mod refusals;
 mod routes;
+pub mod throttle;
 mod wire;
 
 use std::sync::Arc;
@@ -26,12 +27,29 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 pub use auth::{Action, Caller, Role};
 pub use error::AppError;
 
-/// What every handler shares. Stateless across requests: any number of API
-/// instances can serve the same database.
+/// What every handler shares. Stateless across requests but for the throttle of failed
+/// authentications: any number of API instances can serve the same database.
 #[derive(Clone)]
 pub struct AppState {
     pub client: Client,
     pub config: Arc<Config>,
+    /// This process's count of failed authentications per source, the one state an API
+    /// process keeps across requests (docs/security.md, "Failed authentications").
+    pub throttle: Arc<throttle::AuthThrottle>,
+}
+
+impl AppState {
+    /// The state of an API process serving `client`'s database under `config`.
+    pub fn new(client: Client, config: Arc<Config>) -> Self {
+        let throttle = Arc::new(throttle::AuthThrottle::new(
+            config.api.auth_throttle.clone(),
+        ));
+        AppState {
+            client,
+            config,
+            throttle,
+        }
+    }
 }
 
 /// The API's router: the routes of [`routes`], with the token, the audit trail and the

@@ -1,17 +1,22 @@
 //! The `/api/v1` middleware: the bearer token, the audit entry of every refusal and change,
 //! a request that runs to its end once started, and a handler's panic answered 500.
 
-use std::{any::Any, panic::AssertUnwindSafe};
+use std::{any::Any, net::SocketAddr, panic::AssertUnwindSafe, sync::Arc, time::Instant};
 
 use axum::{
-    extract::{MatchedPath, Request, State},
-    http::header,
+    extract::{ConnectInfo, MatchedPath, Request, State},
+    http::{Method, header},
     middleware::Next,
     response::{IntoResponse, Response},
 };
 use futures::FutureExt;
 
-use crate::{AppError, AppState, audit, auth};
+use manent_engine::Records;
+
+use crate::{
+    AppError, AppState, audit, auth, refusals,
+    throttle::{self, Verdict},
+};
 
 /// Every `/api/v1` route needs a known, unexpired bearer token (the scheme in any case:
 /// `bearer x` works). Refusals and changes are recorded in the audit trail (`audit`).
@@ -27,6 +32,11 @@ pub(crate) async fn require_token(
         .get::<MatchedPath>()
         .map_or_else(|| path.clone(), |p| p.as_str().to_string());
     let records = state.client.records();
+    let source = throttle::Source::of(
+        request.extensions().get::<ConnectInfo<SocketAddr>>(),
+        request.headers(),
+        state.throttle.trusts_forwarded_for(),
+    );
     let caller = match bearer_secret(&request) {
         Some(secret) => match auth::authenticate(&records, secret).await {
             Ok(caller) => caller,
@@ -40,8 +50,8 @@ pub(crate) async fn require_token(
     // refusal that already happened (a prober closing at once would leave no trace).
     to_completion(format!("{method} {path}"), async move {
         let Some(caller) = caller else {
-            let refused = AppError::Unauthorized.into_response();
-            return audit::after_response(&records, None, &method, &template, &path, refused).await;
+            let throttle = &state.throttle;
+            return unauthenticated(throttle, &records, source, &method, &template, &path).await;
         };
         request.extensions_mut().insert(caller.clone());
         // A handler that panics answers 500 with the error body, and the request is audited
@@ -53,6 +63,51 @@ pub(crate) async fn require_token(
         audit::after_response(&records, Some(caller), &method, &template, &path, response).await
     })
     .await
+}
+
+/// The answer to a request without a valid token: 401, recorded in the audit trail as the
+/// first of its source's window, then counted; 429 once the source has failed too often
+/// (docs/security.md, "Failed authentications"). Only requests without a valid token reach
+/// here: a valid token is never throttled.
+async fn unauthenticated(
+    throttle: &Arc<throttle::AuthThrottle>,
+    records: &Records,
+    source: throttle::Source,
+    method: &Method,
+    template: &str,
+    path: &str,
+) -> Response {
+    let refused = || AppError::Unauthorized.into_response();
+    if !throttle.is_on() {
+        return audit::after_response(records, None, method, template, path, refused()).await;
+    }
+    throttle.start_sweeper(records);
+    let (verdict, ended) = throttle.failure(source, Instant::now());
+    throttle::write(records, ended).await;
+    let reason = AppError::Unauthorized.to_string();
+    match verdict {
+        Verdict::Record => {
+            audit::after_response(records, None, method, template, path, refused()).await
+        }
+        Verdict::Count => {
+            refusals::note(401, "-", method.as_str(), path, &reason);
+            refused()
+        }
+        Verdict::Tripped(entry) => {
+            refusals::note(401, "-", method.as_str(), path, &reason);
+            throttle::write(records, vec![entry]).await;
+            refused()
+        }
+        Verdict::Throttle { retry_after } => {
+            let error = AppError::TooManyFailures {
+                client: source.to_string(),
+                // Whole seconds, rounded up: a client that waits that long is admitted.
+                retry_after_secs: retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0),
+            };
+            refusals::note(429, "-", method.as_str(), path, &error.to_string());
+            error.into_response()
+        }
+    }
 }
 
 /// The 500 of a handler that panicked while serving `request` (its method and path),
@@ -137,10 +192,7 @@ mod tests {
             std::iter::empty(),
         )
         .expect("a valid configuration");
-        let state = AppState {
-            client: Client::new(store.clone()),
-            config: Arc::new(config),
-        };
+        let state = AppState::new(Client::new(store.clone()), Arc::new(config));
         let token = auth::create_token(&state.client.records(), "ops", Role::Admin, None)
             .await
             .expect("create a token");
@@ -177,9 +229,12 @@ mod tests {
             "the error names the request: {:?}",
             body.error
         );
-        let audited = audit::list(&Client::new(store.clone()).records(), 10)
-            .await
-            .expect("read the audit trail");
+        let audited = audit::list(
+            &Client::new(store.clone()).records(),
+            &manent_engine::AuditFilter::newest(10),
+        )
+        .await
+        .expect("read the audit trail");
         assert!(
             audited.iter().any(|e| e.actor == "ops" && e.outcome == 500),
             "the failed request is in the audit trail with its 500: {audited:?}"
@@ -219,11 +274,14 @@ mod tests {
         );
         gate.notify_one();
         let entry = manent_testkit::eventually("the change's audit entry", WAIT, || async {
-            audit::list(&Client::new(store.clone()).records(), 10)
-                .await
-                .expect("read the audit trail")
-                .into_iter()
-                .find(|e| e.action == "change.create")
+            audit::list(
+                &Client::new(store.clone()).records(),
+                &manent_engine::AuditFilter::newest(10),
+            )
+            .await
+            .expect("read the audit trail")
+            .into_iter()
+            .find(|e| e.action == "change.create")
         })
         .await;
         assert_eq!(

@@ -2,7 +2,8 @@
 //! operations come from the router itself (`routes()` in `lib.rs`, built with utoipa-axum,
 //! so a route cannot be served undocumented), the schemas from `manent-contract`. This
 //! module adds what holds for every operation: the bearer token on `/api/v1` (but the
-//! document), and the error answers the token layer and axum's extractors give.
+//! document), and the error answers the token layer (401, and 429 for a client throttled
+//! after failed authentications) and axum's extractors give.
 
 use std::sync::LazyLock;
 
@@ -11,7 +12,8 @@ use manent_contract::ErrorBody;
 use utoipa::{
     Modify, OpenApi, ToSchema,
     openapi::{
-        self, ContentBuilder, PathItem, Ref, RefOr, ResponseBuilder,
+        self, ContentBuilder, ObjectBuilder, PathItem, Ref, RefOr, ResponseBuilder, Type,
+        header::HeaderBuilder,
         path::Operation,
         security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme},
     },
@@ -73,6 +75,13 @@ const SHARED_ERRORS: &[(&str, &str, &str)] = &[
         "The body is over the size limit (`code` `payload_too_large`).",
     ),
     (
+        "429",
+        "TooManyRequests",
+        "Too many failed authentications from this client's address: answered until the \
+         window ends, `Retry-After` says in how many seconds. A request with a valid token is \
+         never throttled (`code` `too_many_requests`).",
+    ),
+    (
         "500",
         "Internal",
         "An internal error, or a stored record that cannot be read; the message names it \
@@ -100,21 +109,29 @@ impl Modify for Conventions {
             .schemas
             .entry(ErrorBody::name().into_owned())
             .or_insert_with(<ErrorBody as utoipa::PartialSchema>::schema);
-        for (_, name, description) in SHARED_ERRORS {
-            components.responses.insert(
-                (*name).to_string(),
-                RefOr::T(
-                    ResponseBuilder::new()
-                        .description(*description)
-                        .content(
-                            "application/json",
-                            ContentBuilder::new()
-                                .schema(Some(Ref::from_schema_name(ErrorBody::name())))
-                                .build(),
-                        )
-                        .build(),
-                ),
+        for (status, name, description) in SHARED_ERRORS {
+            let mut response = ResponseBuilder::new().description(*description).content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name(ErrorBody::name())))
+                    .build(),
             );
+            if *status == "429" {
+                response = response.header(
+                    "Retry-After",
+                    HeaderBuilder::new()
+                        .schema(Some(
+                            ObjectBuilder::new()
+                                .schema_type(Type::Integer)
+                                .minimum(Some(1)),
+                        ))
+                        .description(Some("Seconds until the client's address is served again."))
+                        .build(),
+                );
+            }
+            components
+                .responses
+                .insert((*name).to_string(), RefOr::T(response.build()));
         }
         for (path, item) in doc.paths.paths.iter_mut() {
             let protected = path.starts_with("/api/v1/") && path != DOCUMENT_PATH;
@@ -146,7 +163,7 @@ fn add_conventions(operation: &mut Operation, protected: bool) {
         return;
     }
     operation.security = Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
-    let mut shared = vec!["401", "500", "503"];
+    let mut shared = vec!["401", "429", "500", "503"];
     if operation.request_body.is_some() {
         shared.extend(["400", "413"]);
     }

@@ -1,4 +1,4 @@
-//! Refused requests (401, 403): counted per API process for `/metrics`, and logged as a
+//! Refused requests (401, 403, 429): counted per API process for `/metrics`, and logged as a
 //! warning at most once per window so that a flood of bad tokens cannot flood the log.
 
 use std::{
@@ -14,6 +14,7 @@ const LOG_WINDOW: Duration = Duration::from_secs(10);
 
 static UNAUTHORIZED: AtomicU64 = AtomicU64::new(0);
 static FORBIDDEN: AtomicU64 = AtomicU64::new(0);
+static THROTTLED: AtomicU64 = AtomicU64::new(0);
 
 struct Window {
     logged_at: Option<Instant>,
@@ -29,6 +30,7 @@ static WINDOW: Mutex<Window> = Mutex::new(Window {
 pub fn note(status: u16, token: &str, method: &str, path: &str, reason: &str) {
     match status {
         401 => UNAUTHORIZED.fetch_add(1, Ordering::Relaxed),
+        429 => THROTTLED.fetch_add(1, Ordering::Relaxed),
         _ => FORBIDDEN.fetch_add(1, Ordering::Relaxed),
     };
     let mut window = WINDOW
@@ -60,11 +62,14 @@ pub fn note(status: u16, token: &str, method: &str, path: &str, reason: &str) {
 pub fn metrics_text() -> String {
     format!(
         "# HELP manent_api_refused_requests_total Requests this API process refused since it \
-         started (401: no valid token; 403: not allowed).\n\
+         started (401: no valid token; 403: not allowed; 429: a source throttled after \
+         failed authentications).\n\
          # TYPE manent_api_refused_requests_total counter\n\
          manent_api_refused_requests_total{{status=\"401\"}} {}\n\
-         manent_api_refused_requests_total{{status=\"403\"}} {}\n",
+         manent_api_refused_requests_total{{status=\"403\"}} {}\n\
+         manent_api_refused_requests_total{{status=\"429\"}} {}\n",
         UNAUTHORIZED.load(Ordering::Relaxed),
-        FORBIDDEN.load(Ordering::Relaxed)
+        FORBIDDEN.load(Ordering::Relaxed),
+        THROTTLED.load(Ordering::Relaxed)
     )
 }

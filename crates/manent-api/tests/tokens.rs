@@ -135,7 +135,9 @@ async fn the_audit_trail_is_kept_on_each_backend(db: Db) {
     let db = TestDb::new(db).await;
     let records = Client::new(store::open(&db.url).await.expect("open the database")).records();
     manent_api::audit::record_admin(&records, "manent-server admin", "token.revoke", "bot").await;
-    let entries = manent_api::audit::list(&records, 10).await.unwrap();
+    let entries = manent_api::audit::list(&records, &manent_engine::AuditFilter::newest(10))
+        .await
+        .unwrap();
     assert_eq!(entries.len(), 1, "one entry was recorded: {entries:?}");
     assert_eq!(
         (entries[0].action.as_str(), entries[0].target.as_str()),
@@ -496,4 +498,197 @@ async fn approvals_know_tokens_by_id_so_a_recreated_name_is_another_token_that_c
         "bot counted once although two tokens of that name approved, in order"
     );
     worker.shutdown(common::WAIT).await;
+}
+
+/// `GET uri` from `peer` with `Authorization: Bearer <token>` when given; the status, the
+/// `Retry-After` header and the body.
+async fn call_from(
+    api: &Api,
+    peer: [u8; 4],
+    uri: &str,
+    token: Option<&str>,
+) -> (StatusCode, Option<String>, Value) {
+    let mut request = Request::get(uri);
+    if let Some(token) = token {
+        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let mut request = request.body(Body::empty()).unwrap();
+    // What the listener's `into_make_service_with_connect_info` gives every request.
+    request
+        .extensions_mut()
+        .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+            peer, 40_000,
+        ))));
+    let response = api.router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(header::RETRY_AFTER)
+        .map(|v| v.to_str().unwrap_or_default().to_string());
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (
+        status,
+        retry_after,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_authentications_from_one_source_are_throttled_and_summed_up_while_a_valid_token_is_served()
+ {
+    let api = Api::with_api_config("{auth_throttle: {failures: 5, window: 1h}}").await;
+    let admin = api.token("root", Role::Admin).await;
+    let hostile = [192, 0, 2, 66];
+    let mut statuses = Vec::new();
+    for n in 0..40 {
+        let forged = format!("mnt_forged_{n}");
+        let token = (n % 2 == 0).then_some(forged.as_str());
+        statuses.push(call_from(&api, hostile, "/api/v1/deploys", token).await);
+    }
+    let codes: Vec<u16> = statuses.iter().map(|(s, _, _)| s.as_u16()).collect();
+    assert_eq!(
+        codes,
+        [[401u16; 5].as_slice(), [429u16; 35].as_slice()].concat(),
+        "five failures are answered 401, then the source is answered 429"
+    );
+    let (_, retry_after, body) = &statuses[39];
+    let seconds: u64 = retry_after
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("a 429 says when to retry: {retry_after:?}"));
+    assert!(
+        (1..=3600).contains(&seconds),
+        "Retry-After is within the window: {seconds}"
+    );
+    assert_eq!(
+        body["error"]["code"], "too_many_requests",
+        "a 429 answers the error body: {body}"
+    );
+    let (status, _, _) = call_from(&api, hostile, "/api/v1/deploys", Some(&admin)).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "a valid token from the throttled source is served"
+    );
+    let (status, _, _) = call_from(&api, [198, 51, 100, 1], "/api/v1/deploys", None).await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "another source is not throttled by the first one's failures"
+    );
+    let (_, _, trail) = call_from(
+        &api,
+        hostile,
+        "/api/v1/audit?actor=-&limit=1000",
+        Some(&admin),
+    )
+    .await;
+    let rows = trail.as_array().expect("the audit trail");
+    assert_eq!(
+        rows.len(),
+        3,
+        "41 anonymous refusals are three entries (the first of each source and the moment \
+         the hostile one tripped), not one each: {trail}"
+    );
+    let tripped = rows
+        .iter()
+        .find(|e| e["action"] == "auth.failures")
+        .unwrap_or_else(|| panic!("the trip is recorded with its source: {trail}"));
+    assert_eq!(tripped["target"], "192.0.2.66", "it names the source");
+    assert!(
+        tripped["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("5 failed authentications from 192.0.2.66")),
+        "it counts the failures: {tripped}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_trail_is_filtered_and_paged_past_thousands_of_newer_entries() {
+    let api = Api::new().await;
+    let admin = api.token("root", Role::Admin).await;
+    let records = api.client.records();
+    let entry = |at_ms: i64, actor: &str, action: &str| manent_engine::AuditRecord {
+        seq: 0,
+        at_ms,
+        actor: actor.into(),
+        actor_id: String::new(),
+        action: action.into(),
+        target: format!("t{at_ms}"),
+        outcome: 200,
+        detail: String::new(),
+    };
+    // 2026-01-01T00:00:00Z and the next seconds: three of alice's, then 2,500 newer ones.
+    let base = 1_767_225_600_000;
+    for n in 0..3 {
+        records
+            .append_audit(&entry(base + n * 1000, "alice", "deploy.submit"))
+            .await
+            .unwrap();
+    }
+    for n in 0..2_500 {
+        records
+            .append_audit(&entry(base + 3_600_000 + n, "bob", "deploy.cancel"))
+            .await
+            .unwrap();
+    }
+    let (status, alice) = api
+        .get(
+            "/api/v1/audit?actor=alice&action=deploy.submit",
+            Some(&admin),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "filters are accepted: {alice}");
+    let targets: Vec<&str> = alice
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["target"].as_str())
+        .collect();
+    assert_eq!(
+        targets,
+        [
+            format!("t{}", base + 2000),
+            format!("t{}", base + 1000),
+            format!("t{base}")
+        ],
+        "alice's entries, found behind 2,500 newer ones, newest first"
+    );
+    let (_, window) = api
+        .get(
+            "/api/v1/audit?since=2026-01-01T00:00:01Z&until=2026-01-01T00:00:02Z",
+            Some(&admin),
+        )
+        .await;
+    assert_eq!(
+        window.as_array().map(Vec::len),
+        Some(1),
+        "since is inclusive, until exclusive: {window}"
+    );
+    let mut before: Option<i64> = None;
+    let mut seen = 0;
+    loop {
+        let uri = match before {
+            Some(seq) => format!("/api/v1/audit?actor=bob&limit=1000&before={seq}"),
+            None => "/api/v1/audit?actor=bob&limit=1000".into(),
+        };
+        let (status, page) = api.get(&uri, Some(&admin)).await;
+        assert_eq!(status, StatusCode::OK, "{uri}: {page}");
+        let page = page.as_array().unwrap().clone();
+        let Some(last) = page.last() else { break };
+        before = last["seq"].as_i64();
+        seen += page.len();
+    }
+    assert_eq!(
+        seen, 2_500,
+        "the cursor pages through every one of bob's entries"
+    );
+    let (status, body) = api.get("/api/v1/audit?since=yesterday", Some(&admin)).await;
+    assert_eq!(
+        (status, body["error"]["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("since")),
+        "a time that cannot be read is a 400 naming the field: {body}"
+    );
 }

@@ -194,10 +194,10 @@ impl ApiClient {
         .await
     }
 
-    pub async fn get_query<T: DeserializeOwned>(
+    pub async fn get_query<T: DeserializeOwned, Q: serde::Serialize + ?Sized>(
         &self,
         path: &str,
-        query: &[(&str, String)],
+        query: &Q,
     ) -> Result<Answer<T>, CliError> {
         self.send(
             &format!("GET {path}"),

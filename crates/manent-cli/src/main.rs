@@ -9,9 +9,9 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use manent_contract::{
-    ApplicationView, AuditEntry, BatchEntry, DecisionBody, DeployLogs, DeployOutput, DeployStatus,
-    QueueView, Recovered, Resubmitted, RollbackBody, ScheduleDeleted, ScheduleView, Submitted,
-    SubmittedStatus, TenantView, WhoAmI, WorkerView, WorkflowStatus,
+    ApplicationView, AuditEntry, AuditQuery, BatchEntry, DecisionBody, DeployLogs, DeployOutput,
+    DeployStatus, QueueView, Recovered, Resubmitted, RollbackBody, ScheduleDeleted, ScheduleView,
+    Submitted, SubmittedStatus, TenantView, WhoAmI, WorkerView, WorkflowStatus,
 };
 use serde_json::Value;
 
@@ -171,9 +171,25 @@ enum Command {
     /// `manent completion bash > /etc/bash_completion.d/manent`.
     Completion { shell: clap_complete::Shell },
     /// The audit trail, newest first: changes and refused requests (admin only).
+    /// Filters combine; `--before SEQ` pages back from the last entry shown.
     Audit {
         #[arg(long, default_value_t = 50)]
         limit: u32,
+        /// Entries at or after this time: RFC 3339 or a duration ago (`1h`, `7d`).
+        #[arg(long)]
+        since: Option<String>,
+        /// Entries before this time: RFC 3339 or a duration ago.
+        #[arg(long)]
+        until: Option<String>,
+        /// One token's entries, by name (`-`: requests without a valid token).
+        #[arg(long)]
+        actor: Option<String>,
+        /// One action, exactly (`deploy.submit`, `auth.failures`).
+        #[arg(long)]
+        action: Option<String>,
+        /// Entries older than the one with this seq (the next page).
+        #[arg(long)]
+        before: Option<i64>,
     },
 }
 
@@ -424,11 +440,31 @@ async fn run(args: Args) -> Result<u8, CliError> {
             render::print(json, &out, render::schedule_deleted);
             Ok(0)
         }
-        Command::Audit { limit } => {
-            let entries: Answer<Vec<AuditEntry>> = api
-                .get_query("/api/v1/audit", &[("limit", limit.to_string())])
-                .await?;
+        Command::Audit {
+            limit,
+            since,
+            until,
+            actor,
+            action,
+            before,
+        } => {
+            let query = AuditQuery {
+                limit: Some(i64::from(limit)),
+                since,
+                until,
+                actor,
+                action,
+                before,
+            };
+            let entries: Answer<Vec<AuditEntry>> = api.get_query("/api/v1/audit", &query).await?;
             render::print(json, &entries, render::audit);
+            // The cursor of the next page, on stderr so that stdout stays the table.
+            if !json
+                && entries.body.len() == limit as usize
+                && let Some(last) = entries.body.last()
+            {
+                eprintln!("more: manent audit ... --before {}", last.seq);
+            }
             Ok(0)
         }
     }

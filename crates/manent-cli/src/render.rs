@@ -388,9 +388,12 @@ pub fn recovered(r: &Recovered) -> String {
 pub fn audit(entries: &[AuditEntry]) -> String {
     table(
         entries,
-        &["at", "token", "action", "target", "outcome", "detail"],
+        &[
+            "seq", "at", "token", "action", "target", "outcome", "detail",
+        ],
         |e| {
             vec![
+                e.seq.cell(),
                 e.at.cell(),
                 e.token.cell(),
                 e.action.cell(),

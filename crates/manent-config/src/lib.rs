@@ -32,7 +32,10 @@ use serde::{Deserialize, Serialize};
 pub use env::process_env;
 pub use error::{ConfigError, ConfigIssue};
 pub use pattern::{check_application_pattern, glob_match};
-pub use sources::{ArtifactSource, ArtifactSources, ArtifactsConfig, SourceError};
+pub use sources::{
+    ArtifactSource, ArtifactSources, ArtifactsConfig, BasicAuth, Credentials,
+    DEFAULT_MAX_ARTIFACT_BYTES, ScopedSource, SecretRef, SourceEntry, SourceError,
+};
 
 /// `database.url` when the file does not set it.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://manent.db";
@@ -122,6 +125,39 @@ pub struct ApiConfig {
     /// requests, before it is closed.
     #[serde(with = "serde_util::duration")]
     pub header_read_timeout: Duration,
+    /// Failed authentications throttled per source (docs/security.md).
+    #[serde(deserialize_with = "yaml::nullable")]
+    pub auth_throttle: AuthThrottleConfig,
+}
+
+/// `api.auth_throttle`: a source (client address) that fails to authenticate `failures`
+/// times within `window` is answered 429 until the window ends; a valid token is never
+/// throttled (docs/security.md, "Failed authentications").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthThrottleConfig {
+    /// Failed authentications a source may make per window; `0` turns throttling off.
+    pub failures: u32,
+    /// How long a window lasts, from a source's first failure.
+    #[serde(with = "serde_util::duration")]
+    pub window: Duration,
+    /// The most sources tracked at once (memory stays bounded); the oldest window is
+    /// closed to make room.
+    pub max_sources: usize,
+    /// Take the source from the last address of `X-Forwarded-For` (set by a proxy in front
+    /// of the API) instead of the connection's peer address.
+    pub trust_forwarded_for: bool,
+}
+
+impl Default for AuthThrottleConfig {
+    fn default() -> Self {
+        AuthThrottleConfig {
+            failures: 10,
+            window: Duration::from_secs(60),
+            max_sources: 10_000,
+            trust_forwarded_for: false,
+        }
+    }
 }
 
 /// `api.tls`: PEM files; relative paths are relative to the directory of `manent.yml`
@@ -143,6 +179,7 @@ impl Default for ApiConfig {
             tls: None,
             max_connections: 4096,
             header_read_timeout: Duration::from_secs(30),
+            auth_throttle: AuthThrottleConfig::default(),
         }
     }
 }
@@ -710,26 +747,73 @@ impl Config {
 
     /// `artifacts.sources`, parsed (validation refused any entry that does not parse).
     pub fn artifact_sources(&self) -> ArtifactSources {
-        ArtifactSources::parse(&self.artifact_source_urls()).unwrap_or_default()
+        self.parse_artifact_sources().unwrap_or_default()
     }
 
-    /// `artifacts.sources` as URLs: an entry written as a path (no `scheme://`) is a local
-    /// directory, relative to the directory of `manent.yml` like every path of the file.
-    pub fn artifact_source_urls(&self) -> Vec<String> {
-        self.artifacts
+    /// `artifacts.sources` and `artifacts.max_bytes`, parsed: an entry written as a path
+    /// (no `scheme://`) is a local directory, relative to the directory of `manent.yml` like
+    /// every path of the file (a credentials file too). The first bad entry is an error
+    /// naming its index.
+    pub fn parse_artifact_sources(&self) -> Result<ArtifactSources, (usize, SourceError)> {
+        let sources = self
+            .artifacts
             .sources
             .iter()
-            .map(|entry| {
-                if entry.contains("://") {
-                    return entry.clone();
-                }
-                let path = self.resolve_path(Path::new(entry));
-                let path = std::path::absolute(&path).unwrap_or(path);
-                url::Url::from_directory_path(&path)
-                    .map(String::from)
-                    .unwrap_or_else(|()| entry.clone())
+            .enumerate()
+            .map(|(i, entry)| self.artifact_source(entry).map_err(|e| (i, e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ArtifactSources::new(sources).with_max_bytes(self.artifacts.max_bytes))
+    }
+
+    fn artifact_source(&self, entry: &SourceEntry) -> Result<ArtifactSource, SourceError> {
+        let text = entry.url();
+        let url = if text.contains("://") {
+            text.to_owned()
+        } else {
+            let path = self.resolve_path(Path::new(text));
+            let path = std::path::absolute(&path).unwrap_or(path);
+            url::Url::from_directory_path(&path)
+                .map(String::from)
+                .unwrap_or_else(|()| text.to_owned())
+        };
+        let source = ArtifactSource::parse(&url)?;
+        let SourceEntry::Scoped(scoped) = entry else {
+            return Ok(source);
+        };
+        let source = source.for_applications(&scoped.applications)?;
+        let secret = |key: &str, file: &Option<PathBuf>, env: &Option<String>| match (file, env) {
+            (Some(file), None) => Ok(SecretRef::File(self.resolve_path(file))),
+            (None, Some(env)) if !env.is_empty() => Ok(SecretRef::Env(env.clone())),
+            _ => Err(SourceError::Invalid(format!(
+                "give exactly one of {key}_file and {key}_env"
+            ))),
+        };
+        let bearer = (scoped.bearer_token_file.is_some() || scoped.bearer_token_env.is_some())
+            .then(|| {
+                secret(
+                    "bearer_token",
+                    &scoped.bearer_token_file,
+                    &scoped.bearer_token_env,
+                )
             })
-            .collect()
+            .transpose()?;
+        let credentials = match (bearer, &scoped.basic_auth) {
+            (Some(_), Some(_)) => {
+                return Err(SourceError::Invalid(
+                    "give a bearer token or basic_auth, not both".into(),
+                ));
+            }
+            (Some(token), None) => Some(Credentials::Bearer(token)),
+            (None, Some(basic)) => Some(Credentials::Basic {
+                username: basic.username.clone(),
+                password: secret("password", &basic.password_file, &basic.password_env)?,
+            }),
+            (None, None) => None,
+        };
+        match credentials {
+            Some(credentials) => source.with_credentials(credentials),
+            None => Ok(source),
+        }
     }
 
     /// The routed queue named `name`.

@@ -142,6 +142,19 @@ impl Validator<'_> {
                 "0s would close every connection at once; write e.g. 30s",
             );
         }
+        let throttle = &self.config.api.auth_throttle;
+        if throttle.failures > 0 && throttle.window.is_zero() {
+            self.push(
+                "api.auth_throttle.window",
+                "0s would never throttle; write e.g. 60s, or set failures: 0 to turn throttling off",
+            );
+        }
+        if throttle.failures > 0 && throttle.max_sources == 0 {
+            self.push(
+                "api.auth_throttle.max_sources",
+                "0 would track no source; write e.g. 10000",
+            );
+        }
         if let Some(tls) = &self.config.api.tls {
             for (key, path) in [("api.tls.cert", &tls.cert), ("api.tls.key", &tls.key)] {
                 if path.as_os_str().is_empty() {
@@ -549,9 +562,16 @@ impl Validator<'_> {
     }
 
     fn artifacts(&mut self) {
-        if let Err((i, e)) = crate::ArtifactSources::parse(&self.config.artifact_source_urls()) {
-            let source = &self.config.artifacts.sources[i];
+        if let Err((i, e)) = self.config.parse_artifact_sources() {
+            let source = self.config.artifacts.sources[i].url().to_owned();
             self.push(format!("artifacts.sources[{i}]"), format!("`{source}` {e}"));
+        }
+        if self.config.artifacts.max_bytes == 0 {
+            self.push(
+                "artifacts.max_bytes",
+                "0 would refuse every artifact; write the largest size in bytes, e.g. \
+                 10737418240 (10 GiB)",
+            );
         }
     }
 

@@ -87,7 +87,8 @@ pub struct AuditEntry {
     /// `deploy.submit`, `deploy.cancel`, `deploy.approve`, `deploy.reject`,
     /// `deploy.redeploy`, `app.rollback`, `executor.recover`, `schedule.pause`,
     /// `schedule.resume`, `schedule.delete`, `token.create`, `token.revoke`; a refused read
-    /// is `GET <route>`.
+    /// is `GET <route>`; `auth.failures` sums up one source's failed authentications
+    /// over a window (docs/security.md, "Failed authentications").
     pub action: String,
     /// The deploy, schedule, executor or token; for a rollback, `tenant/app/environment`.
     pub target: String,
@@ -95,6 +96,36 @@ pub struct AuditEntry {
     pub outcome: i64,
     /// The error message of a failure.
     pub detail: String,
+}
+
+/// The query of `GET /api/v1/audit`: filters, all optional, and the cursor of the next page
+/// (`before`: the `seq` of the last entry of the previous answer).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+pub struct AuditQuery {
+    /// How many entries, newest first (1 to 10000, default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 10000))]
+    pub limit: Option<i64>,
+    /// Entries at or after this time: RFC 3339 (`2026-12-01T00:00:00Z`) or a duration ago
+    /// (`1h`, `7d`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Entries before this time: RFC 3339 or a duration ago.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// The token name (`-`: requests without a valid token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    /// The action exactly (`deploy.submit`, `auth.failures`, `GET /api/v1/deploys`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// Entries older than the one with this `seq`: the next page after an answer whose
+    /// last entry had it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", param(minimum = 1))]
+    pub before: Option<i64>,
 }
 
 /// The asking token (`GET /api/v1/whoami`).

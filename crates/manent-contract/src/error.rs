@@ -9,7 +9,8 @@ string_enum!(
     ErrorCode, listed: true,
     "bad_request (400), unauthorized (401), forbidden (403), not_found (404), \
      method_not_allowed (405), conflict (409), payload_too_large (413), \
-     unsupported_media_type (415), internal (500), unavailable (503)." {
+     unsupported_media_type (415), too_many_requests (429), internal (500), \
+     unavailable (503)." {
         BadRequest = "bad_request",
         Unauthorized = "unauthorized",
         Forbidden = "forbidden",
@@ -18,6 +19,7 @@ string_enum!(
         Conflict = "conflict",
         PayloadTooLarge = "payload_too_large",
         UnsupportedMediaType = "unsupported_media_type",
+        TooManyRequests = "too_many_requests",
         Internal = "internal",
         Unavailable = "unavailable",
     }
@@ -35,6 +37,7 @@ impl ErrorCode {
             409 => ErrorCode::Conflict,
             413 => ErrorCode::PayloadTooLarge,
             415 => ErrorCode::UnsupportedMediaType,
+            429 => ErrorCode::TooManyRequests,
             503 => ErrorCode::Unavailable,
             s if s >= 500 => ErrorCode::Internal,
             _ => ErrorCode::BadRequest,

@@ -16,7 +16,9 @@ mod error;
 mod fleet;
 mod schedules;
 
-pub use admin::{AuditEntry, CreateTokenBody, CreatedToken, Role, TokenRevoked, TokenView, WhoAmI};
+pub use admin::{
+    AuditEntry, AuditQuery, CreateTokenBody, CreatedToken, Role, TokenRevoked, TokenView, WhoAmI,
+};
 #[cfg(feature = "openapi")]
 pub use deploys::StatusFilter;
 pub use deploys::{

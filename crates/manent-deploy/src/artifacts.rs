@@ -43,6 +43,36 @@ pub enum ArtifactError {
     /// not say which redirect was refused, its source does.
     #[error("cannot fetch {url}: {}", error_chain(error))]
     Fetch { url: String, error: reqwest::Error },
+    /// A redirect to a URL outside the sources that serve the deploy's application.
+    #[error(
+        "cannot fetch {url}: redirected to {to}, which is under none of artifacts.sources \
+         for this application; nothing was fetched from there"
+    )]
+    RedirectRefused { url: String, to: String },
+    #[error("cannot fetch {url}: {reason}")]
+    Redirect { url: String, reason: String },
+    /// The worker cannot read the credentials configured for the source.
+    #[error(
+        "cannot fetch {url}: the credentials of artifacts source {source_prefix} cannot be \
+         read from {secret} on this worker: {reason}; fix the worker's manent.yml or the file"
+    )]
+    Credentials {
+        url: String,
+        source_prefix: String,
+        secret: String,
+        reason: String,
+    },
+    /// Larger than `artifacts.max_bytes`: the download stopped at the limit.
+    #[error(
+        "artifact `{name}` from {url} is larger than artifacts.max_bytes ({limit} bytes): the \
+         download stopped there and nothing was deployed; an operator raises \
+         artifacts.max_bytes in the worker's manent.yml if such a size is expected"
+    )]
+    TooLarge {
+        name: String,
+        url: String,
+        limit: u64,
+    },
     #[error("cannot fetch {url}: HTTP {status}")]
     Status {
         url: String,
@@ -71,7 +101,11 @@ impl ArtifactError {
             ArtifactError::Refused { .. }
             | ArtifactError::ResolvesOutside { .. }
             | ArtifactError::NotALocalPath { .. }
-            | ArtifactError::Mismatch { .. } => false,
+            | ArtifactError::Mismatch { .. }
+            | ArtifactError::RedirectRefused { .. }
+            | ArtifactError::Redirect { .. }
+            | ArtifactError::Credentials { .. }
+            | ArtifactError::TooLarge { .. } => false,
             ArtifactError::Read { error, .. } => error.kind() != std::io::ErrorKind::NotFound,
             ArtifactError::Fetch { error, .. } => !error.is_redirect() && !error.is_builder(),
             ArtifactError::Status { status, .. } => {
@@ -164,10 +198,12 @@ fn known_sha256(path: &Path, meta: &std::fs::Metadata) -> Option<String> {
 /// verified and that has not changed since (same inode, size and mtime) is not
 /// hashed again; on another machine, or after any change, it is.
 ///
-/// The URL is checked against `sources` again here, on the worker: a `file://` path after
-/// its symlinks are resolved, an `http(s)://` URL at every redirect.
+/// The URL is checked against the sources serving `application` again here, on the
+/// worker: a `file://` path after its symlinks are resolved, an `http(s)://` URL at every
+/// redirect. A download stops at `artifacts.max_bytes`; a failed one leaves no `.part`.
 pub async fn ensure_local(
     artifact: &Artifact,
+    application: &str,
     dir: &Path,
     sources: &ArtifactSources,
 ) -> Result<LocalArtifact, ArtifactError> {
@@ -207,7 +243,15 @@ pub async fn ensure_local(
             error,
         })?;
     let part = dir.join(format!("{}.part", artifact.name));
-    let (actual, size) = download(&artifact.url, &part, sources).await?;
+    let (actual, size) = match download(artifact, application, &part, sources).await {
+        Ok(done) => done,
+        Err(e) => {
+            // Nothing half-fetched stays behind: a retry starts afresh, and a refused or
+            // oversized download leaves no bytes of it on the worker's disk.
+            let _ = tokio::fs::remove_file(&part).await;
+            return Err(e);
+        }
+    };
     if actual != expected {
         let _ = tokio::fs::remove_file(&part).await;
         return Err(ArtifactError::Mismatch {
@@ -249,14 +293,17 @@ async fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     .map_err(std::io::Error::other)?
 }
 
-/// Streams `url` to `dest`, hashing as it goes, reading only from `sources`.
+/// Streams `artifact`'s URL to `dest`, hashing as it goes, reading only from the sources
+/// serving `application`, and at most `sources.max_bytes()` bytes.
 async fn download(
-    url: &str,
+    artifact: &Artifact,
+    application: &str,
     dest: &Path,
     sources: &ArtifactSources,
 ) -> Result<(String, u64), ArtifactError> {
+    let url = artifact.url.as_str();
     let parsed = sources
-        .check(url)
+        .check(application, url)
         .map_err(|reason| ArtifactError::Refused {
             url: url.to_string(),
             reason,
@@ -274,6 +321,12 @@ async fn download(
         url: url.to_string(),
         error,
     };
+    let limit = sources.max_bytes();
+    let too_large = || ArtifactError::TooLarge {
+        name: artifact.name.clone(),
+        url: url.to_string(),
+        limit,
+    };
     let mut out = tokio::fs::File::create(dest).await.map_err(write_error)?;
     let mut hasher = Sha256::new();
     let mut size = 0u64;
@@ -286,7 +339,7 @@ async fn download(
             })?;
         // A symlink under a source may point anywhere: the resolved path must stay under one.
         let resolved = tokio::fs::canonicalize(&path).await.map_err(read_error)?;
-        if !sources.contains_path(&resolved) {
+        if !sources.contains_path(application, &resolved) {
             return Err(ArtifactError::ResolvesOutside {
                 url: url.to_string(),
                 resolved,
@@ -299,27 +352,28 @@ async fn download(
             if n == 0 {
                 break;
             }
+            size += n as u64;
+            if size > limit {
+                return Err(too_large());
+            }
             hasher.update(&buf[..n]);
             out.write_all(&buf[..n]).await.map_err(write_error)?;
-            size += n as u64;
         }
     } else {
-        let mut response = http_client(sources)
-            .map_err(fetch_error)?
-            .get(parsed)
-            .send()
-            .await
-            .map_err(fetch_error)?;
-        if !response.status().is_success() {
-            return Err(ArtifactError::Status {
-                url: url.to_string(),
-                status: response.status(),
-            });
+        let mut response = fetch_following_redirects(parsed, url, application, sources).await?;
+        if response
+            .content_length()
+            .is_some_and(|length| length > limit)
+        {
+            return Err(too_large());
         }
         while let Some(chunk) = response.chunk().await.map_err(fetch_error)? {
+            size += chunk.len() as u64;
+            if size > limit {
+                return Err(too_large());
+            }
             hasher.update(&chunk);
             out.write_all(&chunk).await.map_err(write_error)?;
-            size += chunk.len() as u64;
         }
     }
     out.sync_all()
@@ -332,24 +386,113 @@ async fn download(
     Ok((hex::encode(hasher.finalize()), size))
 }
 
-/// An HTTP client that follows a redirect only to a URL under `sources` (at most 10).
-fn http_client(sources: &ArtifactSources) -> reqwest::Result<reqwest::Client> {
-    let sources = sources.clone();
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::custom(move |attempt| {
-            if attempt.previous().len() >= 10 {
-                attempt.error("more than 10 redirects")
-            } else if sources.contains_url(attempt.url()) {
-                attempt.follow()
-            } else {
-                let to = attempt.url().to_string();
-                attempt.error(format!(
-                    "redirected to {to}, which is under none of artifacts.sources"
-                ))
+/// GETs `start` and follows redirects (at most 10) itself, each only to a URL under a
+/// source serving `application`. Each request carries the credentials of the source it
+/// goes to and no other's: a redirect from one source to another never takes the first
+/// one's token along (docs/security.md, "Artifact sources").
+async fn fetch_following_redirects(
+    start: reqwest::Url,
+    url: &str,
+    application: &str,
+    sources: &ArtifactSources,
+) -> Result<reqwest::Response, ArtifactError> {
+    let fetch_error = |error| ArtifactError::Fetch {
+        url: url.to_string(),
+        error,
+    };
+    let client = http_client().map_err(fetch_error)?;
+    let mut next = start;
+    for _ in 0..=10 {
+        let Some(source) = sources.source_for(application, &next) else {
+            return Err(ArtifactError::RedirectRefused {
+                url: url.to_string(),
+                to: next.to_string(),
+            });
+        };
+        let request = with_credentials(client.get(next.clone()), source, url).await?;
+        let response = request.send().await.map_err(fetch_error)?;
+        if !response.status().is_redirection() {
+            if !response.status().is_success() {
+                return Err(ArtifactError::Status {
+                    url: url.to_string(),
+                    status: response.status(),
+                });
             }
-        }))
+            return Ok(response);
+        }
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .ok_or_else(|| ArtifactError::Redirect {
+                url: url.to_string(),
+                reason: format!("HTTP {} without a Location", response.status()),
+            })?;
+        next = next.join(location).map_err(|e| ArtifactError::Redirect {
+            url: url.to_string(),
+            reason: format!("a redirect to `{location}`, which is not a URL: {e}"),
+        })?;
+    }
+    Err(ArtifactError::Redirect {
+        url: url.to_string(),
+        reason: "more than 10 redirects".into(),
+    })
+}
+
+/// `request` with the credentials of `source`, read now from the worker's file or
+/// environment (never recorded, never in a descriptor).
+async fn with_credentials(
+    request: reqwest::RequestBuilder,
+    source: &manent_config::ArtifactSource,
+    url: &str,
+) -> Result<reqwest::RequestBuilder, ArtifactError> {
+    use manent_config::Credentials;
+    Ok(match source.credentials() {
+        None => request,
+        Some(Credentials::Bearer(token)) => {
+            request.bearer_auth(read_secret(token, source, url).await?)
+        }
+        Some(Credentials::Basic { username, password }) => {
+            request.basic_auth(username, Some(read_secret(password, source, url).await?))
+        }
+    })
+}
+
+/// The value of a source's secret: a file's content without its final newline, or an
+/// environment variable of the worker.
+async fn read_secret(
+    secret: &manent_config::SecretRef,
+    source: &manent_config::ArtifactSource,
+    url: &str,
+) -> Result<String, ArtifactError> {
+    use manent_config::SecretRef;
+    let value = match secret {
+        SecretRef::File(path) => tokio::fs::read_to_string(path)
+            .await
+            .map_err(|e| e.to_string()),
+        SecretRef::Env(name) => std::env::var(name).map_err(|e| e.to_string()),
+    };
+    value
+        .map(|v| v.strip_suffix('\n').unwrap_or(&v).to_string())
+        .map_err(|reason| ArtifactError::Credentials {
+            url: url.to_string(),
+            source_prefix: source.as_str().to_string(),
+            secret: secret.to_string(),
+            reason,
+        })
+}
+
+/// An HTTP client that follows no redirect itself: [`fetch_following_redirects`] does, so
+/// that each hop is checked against the sources and carries its own source's credentials.
+fn http_client() -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
         .build()
 }
+
+/// The application of the deploys of the tests.
+#[cfg(test)]
+const APP: &str = "acme/web";
 
 #[cfg(test)]
 mod tests {
@@ -380,7 +523,7 @@ mod tests {
         let good = hex::encode(Sha256::digest(b"hello"));
         let work = dir.path().join("work");
         let a = artifact(format!("file://{}", src.display()), &good);
-        let local = ensure_local(&a, &work, &sources).await.expect("fetch");
+        let local = ensure_local(&a, APP, &work, &sources).await.expect("fetch");
         assert_eq!(std::fs::read(&local.path).unwrap(), b"hello");
         {
             use std::os::unix::fs::PermissionsExt;
@@ -388,7 +531,7 @@ mod tests {
             assert_eq!(mode, 0o700, "the work directory is its owner's only");
         }
         std::fs::remove_file(&src).unwrap();
-        let again = ensure_local(&a, &work, &sources)
+        let again = ensure_local(&a, APP, &work, &sources)
             .await
             .expect("present and verified: no fetch needed");
         assert_eq!(again, local);
@@ -399,7 +542,7 @@ mod tests {
         );
         std::fs::write(&src, b"tampered").unwrap();
         let other = dir.path().join("other");
-        let err = ensure_local(&bad, &other, &sources).await.unwrap_err();
+        let err = ensure_local(&bad, APP, &other, &sources).await.unwrap_err();
         assert!(
             matches!(err, ArtifactError::Mismatch { .. }) && !err.is_transient(),
             "a wrong sha256 is a mismatch, not retried: {err}"
@@ -427,10 +570,10 @@ mod tests {
             &hex::encode(Sha256::digest(b"hello")),
         );
         let work = dir.path().join("work");
-        let local = ensure_local(&a, &work, &sources).await.expect("fetch");
+        let local = ensure_local(&a, APP, &work, &sources).await.expect("fetch");
         // Same size, other bytes: only a re-hash can tell.
         std::fs::write(&local.path, b"jello").unwrap();
-        let again = ensure_local(&a, &work, &sources)
+        let again = ensure_local(&a, APP, &work, &sources)
             .await
             .expect("fetched again");
         assert_eq!(
@@ -463,7 +606,7 @@ mod source_tests {
             sha256: hex::encode(Sha256::digest(b"private key")),
         };
         let work = dir.path().join("work");
-        let err = ensure_local(&artifact, &work, &sources)
+        let err = ensure_local(&artifact, APP, &work, &sources)
             .await
             .expect_err("a symlink leading out of the source is refused");
         assert!(
@@ -548,6 +691,7 @@ mod source_tests {
 
         let within = ensure_local(
             &fetch("/builds/moved", b"release"),
+            APP,
             &dir.path().join("a"),
             &sources,
         )
@@ -556,7 +700,7 @@ mod source_tests {
         assert_eq!(std::fs::read(&within.path).unwrap(), b"release");
 
         let work = dir.path().join("b");
-        let err = ensure_local(&fetch("/builds/app.tar", b"secret"), &work, &sources)
+        let err = ensure_local(&fetch("/builds/app.tar", b"secret"), APP, &work, &sources)
             .await
             .expect_err("a redirect to an internal endpoint outside the sources is refused");
         assert!(
@@ -572,5 +716,194 @@ mod source_tests {
             !work.join("app.tar").exists(),
             "nothing of the internal endpoint reaches the work directory"
         );
+    }
+
+    /// What a [`recording_server`] request carried: its path and `Authorization` header.
+    type Seen = std::sync::Arc<Mutex<Vec<(String, Option<String>)>>>;
+
+    /// An HTTP/1.1 server on loopback answering `answer(path)` (status line and headers
+    /// without the final blank line, then the body), recording what each request carried.
+    async fn recording_server(
+        answer: impl Fn(&str, &str) -> (String, Vec<u8>) + Send + Sync + 'static,
+    ) -> (String, Seen) {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let seen: Seen = Default::default();
+        let answer = std::sync::Arc::new(answer);
+        let (record, server_base) = (seen.clone(), base.clone());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let (record, answer, base) = (record.clone(), answer.clone(), server_base.clone());
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&request).to_string();
+                    let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+                    let authorization = text
+                        .lines()
+                        .find_map(|l| {
+                            let (name, value) = l.split_once(':')?;
+                            name.eq_ignore_ascii_case("authorization")
+                                .then(|| value.trim().to_string())
+                        })
+                        .filter(|v| !v.is_empty());
+                    record.lock().unwrap().push((path.clone(), authorization));
+                    let (head, body) = answer(&base, &path);
+                    let _ = socket.write_all(format!("{head}\r\n\r\n").as_bytes()).await;
+                    // A client that stops reading (the size limit) ends the write: fine.
+                    let _ = socket.write_all(&body).await;
+                });
+            }
+        });
+        (base, seen)
+    }
+
+    fn artifact_at(url: String, body: &[u8]) -> Artifact {
+        Artifact {
+            name: "app.tar".into(),
+            artifact_type: "tarball".into(),
+            version: "1".into(),
+            url,
+            sha256: hex::encode(Sha256::digest(body)),
+        }
+    }
+
+    #[tokio::test]
+    async fn credentials_reach_only_their_own_source_even_across_a_redirect() {
+        let (base, seen) = recording_server(|base, path| match path {
+            "/private/moved" => (
+                format!(
+                    "HTTP/1.1 302 Found\r\nLocation: {base}/public/app.tar\r\n\
+                     Content-Length: 0\r\nConnection: close"
+                ),
+                Vec::new(),
+            ),
+            _ => (
+                "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close".into(),
+                b"release".to_vec(),
+            ),
+        })
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "s3cret\n").unwrap();
+        let file = dir.path().join("manent.yml");
+        std::fs::write(
+            &file,
+            format!(
+                "artifacts:\n  sources:\n    - url: {base}/private/\n      applications: \
+                 [\"acme/*\"]\n      bearer_token_file: token\n    - {base}/public/\n"
+            ),
+        )
+        .unwrap();
+        let sources = manent_config::Config::load(&file, std::iter::empty())
+            .expect("a valid configuration")
+            .artifact_sources();
+        ensure_local(
+            &artifact_at(format!("{base}/private/app.tar"), b"release"),
+            APP,
+            &dir.path().join("a"),
+            &sources,
+        )
+        .await
+        .expect("fetched from the private source with its token");
+        ensure_local(
+            &artifact_at(format!("{base}/private/moved"), b"release"),
+            APP,
+            &dir.path().join("b"),
+            &sources,
+        )
+        .await
+        .expect("fetched through a redirect to the public source");
+        ensure_local(
+            &artifact_at(format!("{base}/public/app.tar"), b"release"),
+            APP,
+            &dir.path().join("c"),
+            &sources,
+        )
+        .await
+        .expect("fetched from the public source");
+        let seen = seen.lock().unwrap().clone();
+        let bearer = Some("Bearer s3cret".to_string());
+        assert_eq!(
+            seen,
+            [
+                ("/private/app.tar".to_string(), bearer.clone()),
+                ("/private/moved".to_string(), bearer),
+                ("/public/app.tar".to_string(), None),
+                ("/public/app.tar".to_string(), None),
+            ],
+            "the token goes to its source only: not along a redirect to another, nor to \
+             another source directly"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_download_over_the_size_limit_stops_there_and_leaves_no_part_file() {
+        // 64 KiB, announced or not: the limit holds on the stream either way.
+        let body = vec![7u8; 64 * 1024];
+        let served = body.clone();
+        let (base, _) = recording_server(move |_, path| {
+            let head = if path == "/builds/announced.tar" {
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close",
+                    served.len()
+                )
+            } else {
+                "HTTP/1.1 200 OK\r\nConnection: close".to_string()
+            };
+            (head, served.clone())
+        })
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let local = std::fs::canonicalize(dir.path()).unwrap().join("releases");
+        std::fs::create_dir(&local).unwrap();
+        std::fs::write(local.join("big.tar"), &body).unwrap();
+        let sources = ArtifactSources::parse(&[
+            format!("{base}/builds/"),
+            format!("file://{}/", local.display()),
+        ])
+        .unwrap()
+        .with_max_bytes(10_000);
+        for url in [
+            format!("{base}/builds/announced.tar"),
+            format!("{base}/builds/streamed.tar"),
+            format!("file://{}/big.tar", local.display()),
+        ] {
+            let work = dir.path().join("work");
+            let err = ensure_local(&artifact_at(url.clone(), &body), APP, &work, &sources)
+                .await
+                .expect_err("an artifact over max_bytes is refused");
+            assert!(
+                matches!(err, ArtifactError::TooLarge { limit: 10_000, .. }) && !err.is_transient(),
+                "{url}: over the limit, for good: {err}"
+            );
+            let message = err.to_string();
+            assert!(
+                message.contains("artifact `app.tar`")
+                    && message.contains("artifacts.max_bytes (10000 bytes)"),
+                "{url}: the error names the artifact and the limit: {message}"
+            );
+            assert!(
+                !work.join("app.tar.part").exists() && !work.join("app.tar").exists(),
+                "{url}: nothing of the download is left behind"
+            );
+        }
+        let within = sources.clone().with_max_bytes(body.len() as u64);
+        ensure_local(
+            &artifact_at(format!("{base}/builds/streamed.tar"), &body),
+            APP,
+            &dir.path().join("ok"),
+            &within,
+        )
+        .await
+        .expect("an artifact of exactly max_bytes is fetched");
     }
 }

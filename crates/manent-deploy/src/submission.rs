@@ -118,6 +118,11 @@ fn prepare(
     if let Some(plugin) = plugin {
         refuse_unknown_plugin(config, plugin, effective.is_none())?;
     }
+    let dependencies = match &effective {
+        Some(eff) => &eff.depends_on,
+        None => &descriptor.depends_on,
+    };
+    refuse_cross_tenant_dependencies(config, &descriptor, dependencies)?;
     if let Some(eff) = &effective {
         refuse_dependency_cycle(config, eff)?;
     }
@@ -128,11 +133,12 @@ fn prepare(
     })
 }
 
-/// Refuses an artifact URL under none of `artifacts.sources`, naming `artifacts[N].url`.
+/// Refuses an artifact URL under none of the `artifacts.sources` serving the descriptor's
+/// application, naming `artifacts[N].url`.
 fn refuse_unlisted_sources(config: &Config, descriptor: &Descriptor) -> Result<(), SubmitError> {
     let sources = config.artifact_sources();
     for (i, artifact) in descriptor.artifacts.iter().enumerate() {
-        if let Err(e) = sources.check(&artifact.url) {
+        if let Err(e) = sources.check(&descriptor.application, &artifact.url) {
             let field = format!("artifacts[{i}].url");
             return Err(SubmitError::Invalid {
                 message: format!("{field}: `{}` {e}", artifact.url),
@@ -428,6 +434,52 @@ type AppEnv = (String, String);
 /// an environment file (or whose source cannot be read now) has no known dependencies; one
 /// whose file is invalid is refused, naming the file and what is wrong: its dependencies
 /// cannot be followed, and a cycle through them would slip through.
+/// Refuses a dependency on another tenant's environment unless that environment lists the
+/// deploy's application under `dependents:` (docs/environments.md, "Dependencies across
+/// tenants"). The refusal is the same whether the other environment is missing, invalid
+/// or does not allow it: it tells nothing of another tenant's configuration.
+fn refuse_cross_tenant_dependencies(
+    config: &Config,
+    descriptor: &Descriptor,
+    dependencies: &[manent_model::Dependency],
+) -> Result<(), SubmitError> {
+    let application = descriptor.application.as_str();
+    let source = config.environments_source();
+    for dependency in dependencies {
+        if manent_model::tenant_of(&dependency.application) == manent_model::tenant_of(application)
+        {
+            continue;
+        }
+        let allowed = load_environment(&source, &dependency.application, &dependency.environment)
+            .is_ok_and(|env| env.admits_dependent(&dependency.application, application));
+        if allowed {
+            continue;
+        }
+        let field = match descriptor.depends_on.iter().position(|d| {
+            d.application == dependency.application && d.environment == dependency.environment
+        }) {
+            Some(i) => format!("depends_on[{i}]"),
+            None => "depends_on".to_string(),
+        };
+        let whose = if field == "depends_on" {
+            " (from the environment file)"
+        } else {
+            ""
+        };
+        return Err(SubmitError::Invalid {
+            message: format!(
+                "{field}{whose}: {}/{} is another tenant's environment, which does not list \
+                 {application} under `dependents:`; a deploy may depend on another tenant's \
+                 environment only where that environment allows it: ask its operator, or \
+                 remove this dependency",
+                dependency.application, dependency.environment
+            ),
+            field: Some(field),
+        });
+    }
+    Ok(())
+}
+
 fn refuse_dependency_cycle(config: &Config, eff: &EffectiveDescriptor) -> Result<(), SubmitError> {
     let source = config.environments_source();
     let start = (eff.application.clone(), eff.environment.clone());
@@ -445,8 +497,21 @@ fn refuse_dependency_cycle(config: &Config, eff: &EffectiveDescriptor) -> Result
     let mut seen = std::collections::HashSet::new();
     while let Some((path, node)) = stack.pop() {
         if node == start {
-            let mut names: Vec<String> = path.iter().map(|(a, e)| format!("{a}/{e}")).collect();
-            names.push(format!("{}/{}", node.0, node.1));
+            // Another tenant's environments are not named: the chain through them is
+            // theirs (the deployer learns only that the cycle passes there).
+            let tenant = manent_model::tenant_of(&start.0);
+            let mut names: Vec<String> = path
+                .iter()
+                .chain(std::iter::once(&node))
+                .map(|(a, e)| {
+                    if manent_model::tenant_of(a) == tenant {
+                        format!("{a}/{e}")
+                    } else {
+                        "(another tenant's environment)".to_string()
+                    }
+                })
+                .collect();
+            names.dedup();
             return Err(SubmitError::Invalid {
                 field: Some("depends_on".into()),
                 message: format!(
@@ -462,12 +527,17 @@ fn refuse_dependency_cycle(config: &Config, eff: &EffectiveDescriptor) -> Result
             Ok(env) => env,
             Err(e) if e.is_environment_unavailable() => continue,
             Err(e) => {
+                // Another tenant's file is not shown: its errors quote its content.
+                let why = if manent_model::tenant_of(&node.0) == manent_model::tenant_of(&start.0) {
+                    format!(": {e}; fix that file, then submit again")
+                } else {
+                    "; its tenant's operator fixes it".to_string()
+                };
                 return Err(SubmitError::Invalid {
                     field: Some("depends_on".into()),
                     message: format!(
                         "depends_on: the environment of dependency {}/{} is invalid, so its own \
-                         dependencies (a cycle back to this deploy) cannot be checked: {e}; fix \
-                         that file, then submit again",
+                         dependencies (a cycle back to this deploy) cannot be checked{why}",
                         node.0, node.1
                     ),
                 });
@@ -654,6 +724,169 @@ mod tests {
         assert!(
             message.contains("no_such_key"),
             "and says what is wrong with it: {message}"
+        );
+    }
+
+    /// Environment files under a temporary source, and a configuration over it with
+    /// `artifacts` as given (a YAML flow mapping).
+    struct Site {
+        dir: tempfile::TempDir,
+        config: manent_config::Config,
+    }
+
+    const DEPLOY: &str =
+        "targets: [{name: t1, host: local}]\ndeploy: {plugin: command, commands: [\"true\"]}\n";
+
+    impl Site {
+        fn new(artifacts: &str) -> Site {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let config = manent_config::Config::from_yaml_str(
+                &format!(
+                    "database: {{url: \"sqlite://{}\"}}\nenvironments: {{source: \"{}\"}}\n\
+                     artifacts: {artifacts}\n",
+                    dir.path().join("manent.db").display(),
+                    dir.path().display()
+                ),
+                "manent.yml",
+                std::iter::empty(),
+            )
+            .expect("a valid configuration");
+            Site { dir, config }
+        }
+
+        /// Writes `application`'s `prod` environment: the usual target and plugin, then `extra`.
+        fn environment(&self, application: &str, extra: &str) {
+            let path = self.dir.path().join(application).join("prod.yml");
+            std::fs::create_dir_all(path.parent().unwrap()).expect("the environment's directory");
+            std::fs::write(&path, format!("{DEPLOY}{extra}")).expect("the environment file");
+        }
+
+        /// Prepares a deploy of `application` to `prod` with an artifact at `url`, and
+        /// `extra` descriptor text; returns the refusal's field and message, if any.
+        fn prepare(&self, application: &str, url: &str, extra: &str) -> Option<(String, String)> {
+            let descriptor = manent_model::parse_descriptor(
+                &format!(
+                    "application: {application}\nenvironment: prod\nartifacts: [{{name: a.tar, \
+                     type: tarball, version: \"1\", url: \"{url}\", sha256: {}}}]\n{extra}",
+                    "0".repeat(64)
+                ),
+                "deploy.yml",
+            )
+            .expect("a valid descriptor");
+            match prepare(&self.config, descriptor, false) {
+                Ok(_) => None,
+                Err(SubmitError::Invalid { field, message }) => {
+                    Some((field.unwrap_or_default(), message))
+                }
+                Err(other) => panic!("a refusal of the descriptor, not {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_source_scoped_to_ml_refuses_a_web_deploys_artifact_at_submission() {
+        let site = Site::new(
+            "{sources: [{url: \"https://ml.example.com/\", applications: [\"ml/*\"]}, \
+             \"https://shared.example.com/\"]}",
+        );
+        site.environment("ml/trainer", "");
+        site.environment("web/shop", "");
+        assert_eq!(
+            site.prepare("ml/trainer", "https://ml.example.com/model.tar", ""),
+            None,
+            "ml/* fetches from its own source"
+        );
+        let (field, message) = site
+            .prepare("web/shop", "https://ml.example.com/model.tar", "")
+            .expect("web/shop may not fetch from ml's source");
+        assert_eq!(field, "artifacts[0].url", "{message}");
+        assert!(
+            message.contains("https://shared.example.com/")
+                && !message.contains("ml.example.com/,"),
+            "the refusal lists web's sources, not ml's: {message}"
+        );
+    }
+
+    #[test]
+    fn a_dependency_on_another_tenant_is_refused_unless_its_environment_lists_the_dependent() {
+        let site = Site::new("{sources: [\"https://a.example.com/\"]}");
+        let url = "https://a.example.com/a.tar";
+        site.environment("data/warehouse", "dependents: [\"web/*\"]\n");
+        site.environment("data/secret", "");
+        site.environment("web/shop", "");
+        site.environment("ml/trainer", "");
+        site.environment("web/db", "");
+        let on = |application: &str| {
+            format!("depends_on: [{{application: {application}, environment: prod}}]\n")
+        };
+        assert_eq!(
+            site.prepare("web/shop", url, &on("data/warehouse")),
+            None,
+            "data/warehouse lists web/* under dependents"
+        );
+        assert_eq!(
+            site.prepare("web/shop", url, &on("web/db")),
+            None,
+            "a tenant's own environments need no permission"
+        );
+        let refusals: Vec<(String, String)> = ["data/secret", "data/missing"]
+            .iter()
+            .map(|other| {
+                site.prepare("web/shop", url, &on(other))
+                    .unwrap_or_else(|| panic!("{other} is another tenant's and does not allow it"))
+            })
+            .collect();
+        for (field, message) in &refusals {
+            assert_eq!(
+                field, "depends_on[0]",
+                "the refusal names the key: {message}"
+            );
+            assert!(
+                message.contains("does not list web/shop under `dependents:`"),
+                "it says why and what to do: {message}"
+            );
+        }
+        assert_eq!(
+            refusals[0].1.replace("data/secret", "X"),
+            refusals[1].1.replace("data/missing", "X"),
+            "an existing and a missing environment are refused alike (no oracle)"
+        );
+        assert!(
+            site.prepare("ml/trainer", url, &on("data/warehouse"))
+                .is_some(),
+            "ml is not among data/warehouse's dependents"
+        );
+    }
+
+    #[test]
+    fn a_cycle_through_another_tenants_environment_does_not_show_its_chain() {
+        let site = Site::new("{sources: [\"https://a.example.com/\"]}");
+        site.environment(
+            "data/warehouse",
+            "dependents: [\"web/*\"]\ndepends_on: [{application: data/etl, environment: prod}]\n",
+        );
+        site.environment(
+            "data/etl",
+            "depends_on: [{application: web/shop, environment: prod}]\n",
+        );
+        site.environment("web/shop", "");
+        let (field, message) = site
+            .prepare(
+                "web/shop",
+                "https://a.example.com/a.tar",
+                "depends_on: [{application: data/warehouse, environment: prod}]\n",
+            )
+            .expect("a cycle is refused");
+        assert_eq!(field, "depends_on", "{message}");
+        assert!(
+            message.contains(
+                "dependency cycle web/shop/prod -> (another tenant's environment) -> web/shop/prod"
+            ),
+            "the cycle is named through the deployer's own environments only: {message}"
+        );
+        assert!(
+            !message.contains("data/"),
+            "nothing of the other tenant's chain is shown: {message}"
         );
     }
 

@@ -399,7 +399,9 @@ async fn fetch_all(
                 &format!("fetch {}", artifact.name),
                 StepPolicy::retry(3, Duration::from_secs(1)),
                 artifacts::ArtifactError::is_transient,
-                || async { artifacts::ensure_local(artifact, dir, sources).await },
+                || async {
+                    artifacts::ensure_local(artifact, &eff.application, dir, sources).await
+                },
             )
             .await?;
         local.push(fetched);

@@ -28,8 +28,8 @@ pub use output::{DEFAULT_OUTPUT_PER_RUN, MAX_LINE_BYTES, OutputWriter};
 pub use policy::StepPolicy;
 pub use records::Records;
 pub use store::{
-    AuditRecord, Backend, EventRecord, ExecutorRecord, ExecutorState, LimitGroup, OutputLine,
-    QueueDepth, QueueRecord, RecordEntry, RunningCount, StepRecord, StepStatus, Store,
+    AuditFilter, AuditRecord, Backend, EventRecord, ExecutorRecord, ExecutorState, LimitGroup,
+    OutputLine, QueueDepth, QueueRecord, RecordEntry, RunningCount, StepRecord, StepStatus, Store,
     WorkflowFilter, WorkflowRecord, WorkflowStatus, WorkflowVersions,
 };
 

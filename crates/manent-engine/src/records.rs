@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::{
     error::StoreError,
-    store::{AuditRecord, RecordEntry, Store},
+    store::{AuditFilter, AuditRecord, RecordEntry, Store},
 };
 
 /// The records of the engine's database, by kind and key. Cheap to clone.
@@ -77,8 +77,8 @@ impl Records {
         self.store.append_audit(entry).await
     }
 
-    /// The newest `limit` entries of the audit trail, newest first.
-    pub async fn audit(&self, limit: i64) -> Result<Vec<AuditRecord>, StoreError> {
-        self.store.list_audit(limit).await
+    /// The newest entries of the audit trail `filter` admits, newest first.
+    pub async fn audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError> {
+        self.store.list_audit(filter).await
     }
 }

@@ -47,6 +47,7 @@ on_both_backends!(
     records_are_kept_replaced_listed_and_deleted,
     records_written_together_are_inserted_all_or_none_and_deleted_together,
     audit_entries_are_appended_and_listed_newest_first,
+    audit_filters_and_the_cursor_reach_past_thousands_of_newer_entries,
     branches_replay_whatever_order_they_completed_in,
     a_workflow_moved_to_another_queue_goes_on_there_under_its_limits,
     a_draining_executor_hands_its_durable_waits_back_to_the_queue,
@@ -1316,7 +1317,13 @@ async fn audit_entries_are_appended_and_listed_newest_first(db: Db) {
         .await
         .unwrap();
     }
-    let newest_two = s.list_audit(2).await.unwrap();
+    let newest_two = s
+        .list_audit(&manent_engine::AuditFilter {
+            limit: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     let actions: Vec<&str> = newest_two.iter().map(|e| e.action.as_str()).collect();
     assert_eq!(
         actions,
@@ -1660,4 +1667,111 @@ async fn the_events_of_many_workflows_are_read_at_once(db: Db) {
         "no ids, no query, nothing"
     );
     e.shutdown(WAIT).await;
+}
+
+async fn audit_filters_and_the_cursor_reach_past_thousands_of_newer_entries(db: Db) {
+    use manent_engine::{AuditFilter, AuditRecord};
+    let db = TestDb::new(db).await;
+    let s = open(&db).await;
+    let entry = |at_ms: i64, actor: &str, action: &str| AuditRecord {
+        seq: 0,
+        at_ms,
+        actor: actor.into(),
+        actor_id: String::new(),
+        action: action.into(),
+        target: format!("t{at_ms}"),
+        outcome: 200,
+        detail: String::new(),
+    };
+    // Five entries of `alice`, old, then 3,000 newer ones of `-` (anonymous refusals).
+    for n in 0..5 {
+        let action = if n % 2 == 0 {
+            "deploy.submit"
+        } else {
+            "token.revoke"
+        };
+        s.append_audit(&entry(1_000 + n, "alice", action))
+            .await
+            .unwrap();
+    }
+    for n in 0..3_000 {
+        s.append_audit(&entry(10_000 + n, "-", "GET /api/v1/deploys"))
+            .await
+            .unwrap();
+    }
+    let alice = s
+        .list_audit(&AuditFilter {
+            actor: Some("alice".into()),
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let times: Vec<i64> = alice.iter().map(|e| e.at_ms).collect();
+    assert_eq!(
+        times,
+        [1_004, 1_003, 1_002, 1_001, 1_000],
+        "an actor's entries are found behind 3,000 newer entries of others, newest first"
+    );
+    let submits = s
+        .list_audit(&AuditFilter {
+            actor: Some("alice".into()),
+            action: Some("deploy.submit".into()),
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        submits.iter().map(|e| e.at_ms).collect::<Vec<_>>(),
+        [1_004, 1_002, 1_000],
+        "actor and action filters combine"
+    );
+    let window = s
+        .list_audit(&AuditFilter {
+            since_ms: Some(1_001),
+            until_ms: Some(1_003),
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        window.iter().map(|e| e.at_ms).collect::<Vec<_>>(),
+        [1_002, 1_001],
+        "since is inclusive, until exclusive"
+    );
+    // Paging through everything, 700 at a time, with the cursor of each answer.
+    let mut seen = 0;
+    let mut before = None;
+    let mut pages = 0;
+    loop {
+        let page = s
+            .list_audit(&AuditFilter {
+                before_seq: before,
+                limit: 700,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let Some(last) = page.last() else { break };
+        assert!(
+            page.windows(2).all(|w| w[0].seq > w[1].seq),
+            "each page is newest first"
+        );
+        if let Some(before) = before {
+            assert!(
+                page[0].seq < before,
+                "a page starts below the cursor it was asked with"
+            );
+        }
+        before = Some(last.seq);
+        seen += page.len();
+        pages += 1;
+    }
+    assert_eq!(
+        (seen, pages),
+        (3_005, 5),
+        "the cursor reaches every entry once, the oldest included"
+    );
 }

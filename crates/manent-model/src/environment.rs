@@ -42,6 +42,15 @@ pub struct EnvironmentFile {
     /// Deploys that must have succeeded first.
     #[serde(default, deserialize_with = "nullable")]
     pub depends_on: Vec<Dependency>,
+    /// Applications of other tenants (patterns qualified with the tenant, `web/*`) whose
+    /// deploys may name this environment in `depends_on`; the tenant's own applications
+    /// always may (docs/environments.md, "Dependencies across tenants").
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub dependents: Vec<String>,
     /// What to do when a deploy fails.
     #[serde(default, deserialize_with = "nullable")]
     pub rollback: RollbackPolicy,
@@ -604,6 +613,19 @@ pub enum OnFailure {
     None,
 }
 
+impl EnvironmentFile {
+    /// Whether a deploy of `application` (`tenant/app`) may depend on this environment of
+    /// `owner` (`tenant/app`): always within a tenant, across tenants only when this file
+    /// lists it under `dependents`.
+    pub fn admits_dependent(&self, owner: &str, application: &str) -> bool {
+        crate::tenant_of(owner) == crate::tenant_of(application)
+            || self
+                .dependents
+                .iter()
+                .any(|pattern| manent_config::glob_match(pattern, application))
+    }
+}
+
 /// Parses and validates the text of the environment file of `application`'s `environment`
 /// (used to refuse a dependency on itself). `file_name` is used in messages.
 pub fn parse_environment(
@@ -641,6 +663,11 @@ fn validate(doc: &mut Document<'_>, env: &EnvironmentFile, own: (&str, &str)) {
         validate_approval(doc, approval);
     }
     validate_dependencies(doc, "depends_on", &env.depends_on, Some(own));
+    for (i, pattern) in env.dependents.iter().enumerate() {
+        if let Err(message) = manent_config::check_application_pattern(pattern) {
+            doc.issue(format!("dependents[{i}]"), message);
+        }
+    }
     for (name, source) in &env.secrets {
         let at = format!("secrets.{name}");
         let valid_name = name

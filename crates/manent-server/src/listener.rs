@@ -130,7 +130,9 @@ pub fn serve(
         .handle(handle)
         .http1_only()
         .first_request_timeout(limits.header_read_timeout);
-    let make_service = app.into_make_service();
+    // Each request carries its peer address: the source the throttle of failed
+    // authentications counts (docs/security.md, "Failed authentications").
+    let make_service = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let task = match tls {
         None => {
             let mut server = server

@@ -363,10 +363,7 @@ async fn serve(
             .await
             .with_context(|| format!("cannot listen on {} (api.listen)", config.api.listen))?;
         let addr = listener.local_addr()?;
-        let state = AppState {
-            client: Client::new(store.clone()),
-            config: config.clone(),
-        };
+        let state = AppState::new(Client::new(store.clone()), config.clone());
         let app = manent_api::app(state);
         let mut stop = stop_rx.clone();
         let shutdown = async move {

@@ -107,3 +107,64 @@ async fn idle_and_half_sent_connections_are_closed_and_a_running_deploy_is_untou
         "the deploy that ran through the flood succeeds, and the API answers again: {done}"
     );
 }
+
+/// The status of `GET path` sent over a fresh connection, with `token` when given.
+fn status_of(port: u16, path: &str, token: Option<&str>) -> u16 {
+    let mut socket = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let authorization = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        socket,
+        "GET {path} HTTP/1.1\r\nHost: manent\r\n{authorization}Connection: close\r\n\r\n"
+    )
+    .expect("send the request");
+    let mut answer = String::new();
+    socket.read_to_string(&mut answer).expect("read the answer");
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|status| status.parse().ok())
+        .unwrap_or_else(|| panic!("an HTTP answer: {answer:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_failing_to_authenticate_over_the_listener_is_throttled_and_audited_in_summary_while_the_cli_is_served()
+ {
+    let mut site = Site::new(Db::Sqlite, &[]).await;
+    let token = site.token();
+    site.start_with(
+        "api",
+        "api-1",
+        &[
+            ("MANENT__API__AUTH_THROTTLE__FAILURES", "3"),
+            ("MANENT__API__AUTH_THROTTLE__WINDOW", "1h"),
+        ],
+    );
+    site.wait_api().await;
+    let port = site.port;
+    let statuses: Vec<u16> = (0..20)
+        .map(|_| status_of(port, "/api/v1/deploys", None))
+        .collect();
+    assert_eq!(
+        statuses,
+        [[401u16; 3].as_slice(), [429u16; 17].as_slice()].concat(),
+        "the listener gives each request its peer address, which the throttle counts"
+    );
+    assert_eq!(
+        status_of(port, "/api/v1/deploys", Some(&token)),
+        200,
+        "a valid token from the same address is served"
+    );
+    let (code, trail) = site.cli(&token, &["audit", "--actor", "-", "--limit", "100"]);
+    assert_eq!(code, 0, "manent audit --actor - answers: {trail}");
+    let rows = trail.as_array().expect("the audit trail as JSON");
+    let actions: Vec<&str> = rows.iter().filter_map(|e| e["action"].as_str()).collect();
+    assert_eq!(
+        actions,
+        ["auth.failures", "GET /api/v1/deploys"],
+        "20 anonymous requests are two entries (the first, then the trip), not 20: {trail}"
+    );
+    assert_eq!(
+        rows[0]["target"], "127.0.0.1",
+        "the summary names the source address: {trail}"
+    );
+}

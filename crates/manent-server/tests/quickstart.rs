@@ -40,7 +40,7 @@ fn copy_examples(from: &Path, to: &Path) {
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("manent.db") || name == "hello.txt" || name == "hello-deploy.yml" {
+        if name.starts_with("manent.db") || name == "releases" || name == "hello-deploy.yml" {
             continue;
         }
         if entry.file_type().unwrap().is_dir() {

@@ -7,9 +7,10 @@ use axum::{
     extract::{Path, Query, State},
     http::StatusCode,
 };
-use manent_contract::{AuditEntry, CreateTokenBody, CreatedToken, ErrorBody, TokenRevoked, WhoAmI};
-use manent_engine::{AuditRecord, now_ms};
-use serde::Deserialize;
+use manent_contract::{
+    AuditEntry, AuditQuery, CreateTokenBody, CreatedToken, ErrorBody, TokenRevoked, WhoAmI,
+};
+use manent_engine::{AuditFilter, AuditRecord, now_ms};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::require;
@@ -128,21 +129,16 @@ pub async fn revoke_token(
     }))
 }
 
-#[derive(Debug, Deserialize)]
-pub struct AuditQuery {
-    /// How many entries, newest first (default 100, at most 10 000).
-    limit: Option<i64>,
-}
-
-/// The audit trail, newest first.
+/// The audit trail, newest first, filtered by time, actor and action, paged with `before`
+/// (docs/api.md, "Audit trail").
 ///
-/// Admin role only.
+/// Admin role only. The next page: the same query with `before` set to the `seq` of the
+/// last entry answered; an empty answer is the end.
 #[utoipa::path(get, path = "/audit", tag = "admin", operation_id = "listAudit",
-    params(("limit" = Option<i64>, Query, minimum = 1, maximum = 10000,
-        description = "How many entries (1 to 10000, default 100).")),
+    params(AuditQuery),
     responses(
-        (status = 200, description = "The newest entries.", body = Vec<AuditEntry>),
-        (status = 400, description = "A limit out of range, or a query string that cannot be read.", body = ErrorBody),
+        (status = 200, description = "The newest entries the filters admit.", body = Vec<AuditEntry>),
+        (status = 400, description = "A limit out of range, a time that cannot be read, or a query string that cannot be read.", body = ErrorBody),
         (status = 403, description = "Not an admin.", body = ErrorBody),
     ))]
 pub async fn list_audit(
@@ -151,6 +147,13 @@ pub async fn list_audit(
     Query(query): Query<AuditQuery>,
 ) -> Result<Json<Vec<AuditEntry>>, AppError> {
     require(&caller, Action::Administer, None)?;
+    let filter = audit_filter(&query, now_ms())?;
+    let entries = crate::audit::list(&state.client.records(), &filter).await?;
+    Ok(Json(entries.into_iter().map(audit_entry).collect()))
+}
+
+/// The store's filter of an audit query, each field checked (a 400 names the field).
+fn audit_filter(query: &AuditQuery, now_ms: i64) -> Result<AuditFilter, AppError> {
     let limit = query.limit.unwrap_or(100);
     if !(1..=10_000).contains(&limit) {
         return Err(AppError::bad_request(
@@ -158,8 +161,48 @@ pub async fn list_audit(
             format!("limit {limit}: ask for 1 to 10000 entries"),
         ));
     }
-    let entries = crate::audit::list(&state.client.records(), limit).await?;
-    Ok(Json(entries.into_iter().map(audit_entry).collect()))
+    if let Some(before) = query.before
+        && before < 1
+    {
+        return Err(AppError::bad_request(
+            "before",
+            format!("before {before}: give the seq of the last entry of the previous page"),
+        ));
+    }
+    let time = |field: &'static str, text: &Option<String>| -> Result<Option<i64>, AppError> {
+        text.as_deref()
+            .map(|text| {
+                audit_time(text, now_ms).ok_or_else(|| {
+                    AppError::bad_request(
+                        field,
+                        format!(
+                            "{field} `{text}` is neither an RFC 3339 time \
+                             (`2026-12-01T00:00:00Z`) nor a duration ago (`1h`, `7d`)"
+                        ),
+                    )
+                })
+            })
+            .transpose()
+    };
+    let nonempty = |text: &Option<String>| text.clone().filter(|t| !t.is_empty());
+    Ok(AuditFilter {
+        since_ms: time("since", &query.since)?,
+        until_ms: time("until", &query.until)?,
+        actor: nonempty(&query.actor),
+        action: nonempty(&query.action),
+        before_seq: query.before,
+        limit,
+    })
+}
+
+/// An RFC 3339 time, or a duration before `now_ms` (`1h`: an hour ago), in milliseconds.
+fn audit_time(text: &str, now_ms: i64) -> Option<i64> {
+    let text = text.trim();
+    if let Ok(at) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Some(at.timestamp_millis());
+    }
+    let ago = humantime::parse_duration(text).ok()?;
+    Some(now_ms.saturating_sub(i64::try_from(ago.as_millis()).unwrap_or(i64::MAX)))
 }
 
 /// One audit entry as the API shows it.

@@ -34,6 +34,11 @@ pub struct Api {
 
 impl Api {
     pub async fn new() -> Api {
+        Api::with_api_config("{}").await
+    }
+
+    /// [`Api::new`] with `api:` set to `api_yaml` (a YAML flow mapping).
+    pub async fn with_api_config(api_yaml: &str) -> Api {
         manent_testkit::init_tracing();
         let db = TestDb::new(Db::Sqlite).await;
         let source = db.path("environments");
@@ -45,7 +50,7 @@ impl Api {
         .unwrap();
         std::fs::write(db.path("web-v1.bin"), ARTIFACT).unwrap();
         let yaml = format!(
-            "database: {{url: {}}}\nenvironments: {{source: {}}}\nartifacts: {{sources: [{}]}}\n",
+            "database: {{url: {}}}\nenvironments: {{source: {}}}\nartifacts: {{sources: [{}]}}\napi: {api_yaml}\n",
             serde_json::to_string(&db.url).unwrap(),
             serde_json::to_string(&source).unwrap(),
             serde_json::to_string(&manent_testkit::temp_artifact_source()).unwrap(),
@@ -56,10 +61,7 @@ impl Api {
         );
         let store = store::open(&db.url).await.expect("open the test database");
         let client = Client::new(store);
-        let router = app(AppState {
-            client: client.clone(),
-            config: config.clone(),
-        });
+        let router = app(AppState::new(client.clone(), config.clone()));
         Api {
             db,
             config,

@@ -232,6 +232,27 @@ fn example_file_is_valid() {
 }
 
 #[test]
+fn the_quickstart_configuration_serves_its_releases_directory_and_not_its_database() {
+    let examples = std::fs::canonicalize(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples"))
+        .expect("the examples directory");
+    let config = Config::load(&examples.join("manent.yml"), env(&[])).expect("a valid example");
+    let sources = config.artifact_sources();
+    let url = |path: &str| format!("file://{}/{path}", examples.display());
+    assert!(
+        sources
+            .check("demo/hello", &url("releases/hello.txt"))
+            .is_ok(),
+        "the quickstart's artifact is admitted"
+    );
+    for beside in ["manent.db", "manent.yml", "environments/demo/hello/dev.yml"] {
+        assert!(
+            sources.check("demo/hello", &url(beside)).is_err(),
+            "{beside} beside the configuration is not an artifact source"
+        );
+    }
+}
+
+#[test]
 fn example_file_documents_every_key() {
     let config = Config::from_yaml_str(EXAMPLE, "manent.example.yml", env(&[])).unwrap();
     let mut keys = BTreeMap::new();

@@ -241,7 +241,7 @@ pub(crate) async fn ensure_all(
 ) -> Result<Vec<LocalArtifact>, ArtifactError> {
     let mut out = Vec::new();
     for a in &eff.artifacts {
-        out.push(artifacts::ensure_local(a, dir, sources).await?);
+        out.push(artifacts::ensure_local(a, &eff.application, dir, sources).await?);
     }
     Ok(out)
 }

@@ -469,6 +469,34 @@ pub struct AuditRecord {
     pub detail: String,
 }
 
+/// Which entries of the audit trail to read, newest first (docs/api.md, "Audit trail").
+/// Every filter is optional; `before` pages back from a previous answer's last `seq`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditFilter {
+    /// Entries at or after this time (ms since the epoch).
+    pub since_ms: Option<i64>,
+    /// Entries strictly before this time (ms since the epoch).
+    pub until_ms: Option<i64>,
+    /// The token name (`-` for requests without a valid token).
+    pub actor: Option<String>,
+    /// The action exactly (`deploy.submit`, `auth.failures`, `GET /api/v1/deploys`).
+    pub action: Option<String>,
+    /// Entries whose `seq` is below this one: the next page after an answer ending at it.
+    pub before_seq: Option<i64>,
+    /// At most this many entries.
+    pub limit: i64,
+}
+
+impl AuditFilter {
+    /// The newest `limit` entries, whatever they are.
+    pub fn newest(limit: i64) -> Self {
+        AuditFilter {
+            limit,
+            ..Default::default()
+        }
+    }
+}
+
 /// A change other parties may be waiting for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wakeup {
@@ -750,8 +778,8 @@ pub trait Store: Send + Sync + 'static {
     // --- audit trail (append-only) ---
     /// Appends one entry; its `seq` is assigned by the store.
     async fn append_audit(&self, entry: &AuditRecord) -> Result<(), StoreError>;
-    /// The newest `limit` entries, newest first.
-    async fn list_audit(&self, limit: i64) -> Result<Vec<AuditRecord>, StoreError>;
+    /// The newest entries `filter` admits, newest first (by `seq`).
+    async fn list_audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError>;
 
     // --- wake-ups ---
     /// Changes made by this process and, where the backend can tell, by others.

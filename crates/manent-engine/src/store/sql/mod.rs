@@ -14,10 +14,11 @@ use sqlx::{postgres::PgConnectOptions, sqlite::SqlitePool};
 use tokio::{sync::broadcast, task::JoinHandle};
 
 use super::{
-    AuditRecord, Backend, Checkpoint, ClaimLimits, Consumed, EnqueueOutcome, EventRecord,
-    ExecutorLease, ExecutorRecord, ExecutorState, Lease, LeaseGrant, Liveness, NewWorkflow,
-    OutputLine, QueueDepth, QueueRecord, RecordEntry, Renewal, RunningCount, StepRecord, Store,
-    Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus, WorkflowVersions, postgres, sqlite,
+    AuditFilter, AuditRecord, Backend, Checkpoint, ClaimLimits, Consumed, EnqueueOutcome,
+    EventRecord, ExecutorLease, ExecutorRecord, ExecutorState, Lease, LeaseGrant, Liveness,
+    NewWorkflow, OutputLine, QueueDepth, QueueRecord, RecordEntry, Renewal, RunningCount,
+    StepRecord, Store, Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus, WorkflowVersions,
+    postgres, sqlite,
 };
 use crate::error::StoreError;
 
@@ -620,8 +621,8 @@ impl Store for SqlStore {
         SqlStore::append_audit(self, entry).await
     }
 
-    async fn list_audit(&self, limit: i64) -> Result<Vec<AuditRecord>, StoreError> {
-        SqlStore::list_audit(self, limit).await
+    async fn list_audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError> {
+        SqlStore::list_audit(self, filter).await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<Wakeup> {

@@ -2,9 +2,9 @@
 
 use super::SqlStore;
 use crate::error::StoreError;
-use crate::store::AuditRecord;
 use crate::store::OutputLine;
 use crate::store::RecordEntry;
+use crate::store::{AuditFilter, AuditRecord};
 
 /// A record's writes, binding kind, key, value and the time (`DELETE_RECORD`: kind, key).
 pub(super) const INSERT_RECORD_IF_FREE: &str = "INSERT INTO manent_records (kind, record_key, value, updated_at) \
@@ -236,15 +236,58 @@ impl SqlStore {
         )?)
     }
 
-    pub(super) async fn list_audit(&self, limit: i64) -> Result<Vec<AuditRecord>, StoreError> {
+    pub(super) async fn list_audit(
+        &self,
+        filter: &AuditFilter,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
         type Row = (i64, i64, String, String, String, String, i64, String);
-        let rows: Vec<Row> = with_pool!(self, pool => sqlx::query_as(
-        "SELECT id, at, actor, actor_id, action, target, outcome, detail FROM manent_audit \
-         ORDER BY id DESC LIMIT $1")
-        .bind(limit.max(0))
-        .fetch_all(pool)
-        .await
-        )?;
+        // Only the filters given become conditions, so each shape of query has a plan
+        // that uses its index (migration 11): `actor` and `action` lead theirs with `id`
+        // after, `at` has its own, and `id` (the key) orders and pages.
+        let mut conditions: Vec<String> = Vec::new();
+        let mut next = 0;
+        let mut placeholder = |column: &str, op: &str| {
+            next += 1;
+            conditions.push(format!("{column} {op} ${next}"));
+        };
+        if filter.since_ms.is_some() {
+            placeholder("at", ">=");
+        }
+        if filter.until_ms.is_some() {
+            placeholder("at", "<");
+        }
+        if filter.actor.is_some() {
+            placeholder("actor", "=");
+        }
+        if filter.action.is_some() {
+            placeholder("action", "=");
+        }
+        if filter.before_seq.is_some() {
+            placeholder("id", "<");
+        }
+        let sql = format!(
+            "SELECT id, at, actor, actor_id, action, target, outcome, detail FROM manent_audit \
+             {} ORDER BY id DESC LIMIT ${}",
+            if conditions.is_empty() {
+                String::new()
+            } else {
+                format!("WHERE {}", conditions.join(" AND "))
+            },
+            next + 1
+        );
+        let rows: Vec<Row> = with_pool!(self, pool => {
+            let mut query = sqlx::query_as(&sql);
+            for value in [filter.since_ms, filter.until_ms].into_iter().flatten() {
+                query = query.bind(value);
+            }
+            for value in [&filter.actor, &filter.action].into_iter().flatten() {
+                query = query.bind(value.as_str());
+            }
+            if let Some(before) = filter.before_seq {
+                query = query.bind(before);
+            }
+            query.bind(filter.limit.max(0)).fetch_all(pool).await
+        })?;
         Ok(rows
             .into_iter()
             .map(
