@@ -753,7 +753,7 @@ async fn a_schedule_that_cannot_be_read_is_listed_with_its_error_keeps_its_tick_
     );
     assert!(error_of(&body).1.contains("garbled"), "{body}");
 
-    manent_deploy::schedules::tick_once(&api.client, manent_engine::now_ms())
+    manent_deploy::schedules::tick_once(&api.client, &api.tick_policy(), manent_engine::now_ms())
         .await
         .expect("a tick pass goes on past the unreadable schedule");
     assert!(

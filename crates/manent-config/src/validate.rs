@@ -24,6 +24,7 @@ pub(crate) fn validate(config: &Config) -> Vec<ConfigIssue> {
     v.artifacts();
     v.log();
     v.worker();
+    v.schedules();
     v.issues
 }
 
@@ -539,6 +540,16 @@ impl Validator<'_> {
                 "worker.workdir",
                 "empty path; give a directory for fetched artifacts, or remove the key for the \
                  default under the state directory",
+            );
+        }
+    }
+
+    fn schedules(&mut self) {
+        if self.config.schedules.min_interval.is_zero() {
+            self.push(
+                "schedules.min_interval",
+                "0s would let a schedule fire every second; give the shortest time between two \
+                 ticks a schedule may ask for (at least 1s; default 60s)",
             );
         }
     }

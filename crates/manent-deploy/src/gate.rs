@@ -3,17 +3,27 @@
 //! limits, served by every worker, exclusive ones too), waits there durably,
 //! then moves to the queue of its recorded route, where the claim counts it
 //! against that queue's limits. While it waits it holds no deploy slot.
+//!
+//! A scheduled deploy (a cron tick, a `schedule.at` start) is also authorised again here
+//! when it fires ([`reauthorise`]): its token, and the environment's policy as it is then.
 
 use std::time::Duration;
 
+use manent_config::Config;
 use manent_engine::{
     Client, EngineError, QueueSpec, StepPolicy, WorkflowContext, WorkflowError, now_ms,
 };
-use manent_model::{Approval, Dependency, EffectiveDescriptor};
+use manent_model::{
+    Approval, Dependency, Descriptor, EffectiveDescriptor, load_environment, missing_environment,
+};
 use serde::{Deserialize, Serialize};
 
+use crate::authority::{Authority, Verdict};
+
 pub use crate::request::{APPROVAL_TOPIC, Decision, GATE_QUEUE, needs_gate};
-use crate::request::{DeployRequest, EventKey, Phase, approval_required, publish, same_token};
+use crate::request::{
+    DeployRequest, EventKey, Phase, Submitter, approval_required, publish, same_token,
+};
 
 /// The gate queue as every worker serves it: no limit that a waiting deploy could exhaust.
 pub fn gate_queue_spec() -> QueueSpec {
@@ -275,4 +285,66 @@ pub async fn wake_dependents(
 
 fn duration_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+/// What a scheduled deploy's check when it fires found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reauthorised {
+    /// It may run, under the environment as it is now: the effective descriptor built
+    /// from the environment file of now (`None` when that file cannot be read now: the
+    /// deploy then waits on the gate and resolves it when it runs, as at submission).
+    Allowed(Option<Box<EffectiveDescriptor>>),
+    /// It may not: why (the token, the source, the override or the environment refused).
+    Refused(String),
+}
+
+/// Authorises a scheduled deploy again as it fires (docs/security.md, "Schedules are
+/// authorised at every tick"): the token `submitter` must still exist, be unexpired and
+/// may deploy the application (`authority`); the artifact URLs must be under today's
+/// `artifacts.sources`; and the descriptor is resolved against the environment file as
+/// it is now, so its current `overrides:` (an override no longer allowed is refused),
+/// `approval:` and `depends_on:` apply. The route is not decided again: the queue chosen
+/// at submission stays. Reads files: the file work runs off the async threads.
+pub async fn reauthorise(
+    config: &Config,
+    authority: &dyn Authority,
+    descriptor: &Descriptor,
+    submitter: &Submitter,
+) -> Result<Reauthorised, EngineError> {
+    if let Verdict::Refused(reason) = authority
+        .may_deploy(submitter, &descriptor.application)
+        .await?
+    {
+        return Ok(Reauthorised::Refused(reason));
+    }
+    let sources = config.artifact_sources();
+    let source = config.environments_source();
+    let descriptor = descriptor.clone();
+    tokio::task::spawn_blocking(move || {
+        for (i, artifact) in descriptor.artifacts.iter().enumerate() {
+            if let Err(e) = sources.check(&artifact.url) {
+                return Reauthorised::Refused(format!(
+                    "artifacts[{i}].url: `{}` {e}",
+                    artifact.url
+                ));
+            }
+        }
+        let (application, environment) = (&descriptor.application, &descriptor.environment);
+        match load_environment(&source, application, environment) {
+            Ok(env) => match EffectiveDescriptor::build(&descriptor, &env) {
+                Ok(eff) => Reauthorised::Allowed(Some(Box::new(eff))),
+                Err(e) => Reauthorised::Refused(e.to_string()),
+            },
+            Err(e) if e.is_environment_unavailable() => {
+                match missing_environment(&source, application, environment) {
+                    // The file is gone from a source that can be read: nowhere to deploy.
+                    Some(missing) => Reauthorised::Refused(missing.message),
+                    None => Reauthorised::Allowed(None),
+                }
+            }
+            Err(e) => Reauthorised::Refused(e.to_string()),
+        }
+    })
+    .await
+    .map_err(|e| EngineError::InvalidInput(format!("the check of a scheduled deploy stopped: {e}")))
 }

@@ -11,11 +11,22 @@ use serde::{Deserialize, Serialize};
 /// The workflow's registered name.
 pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 
-/// The versions of the deploy workflow this build runs and replays. One so far: every
-/// deploy recorded until now was recorded by it. A change that reorders, renames or
-/// removes recorded steps makes a new version and keeps the old one's code while deploys
-/// recorded under it may still be in flight (ARCHITECTURE.md, invariant 1).
-pub const DEPLOY_WORKFLOW_VERSIONS: std::ops::RangeInclusive<u32> = 1..=1;
+/// The versions of the deploy workflow this build runs and replays. A change that
+/// reorders, renames or removes recorded steps makes a new version and keeps the old one's
+/// code while deploys recorded under it may still be in flight (ARCHITECTURE.md,
+/// invariant 1).
+///
+/// - 1: every deploy recorded before version 2, and every deploy not marked
+///   [`DeployRequest::authorise_at_start`] since.
+/// - 2: a deploy marked [`DeployRequest::authorise_at_start`] (`schedule.at`) records the
+///   step [`AUTHORISE_AT_START_STEP`] first. A version-1 build would meet that step where
+///   it expects its own first one and fail the deploy (non-determinism), never run it
+///   unchecked.
+pub const DEPLOY_WORKFLOW_VERSIONS: std::ops::RangeInclusive<u32> = 1..=2;
+
+/// The step a deploy marked [`DeployRequest::authorise_at_start`] records first: its token
+/// and its environment's policy checked again when its time came (`gate::reauthorise`).
+pub const AUTHORISE_AT_START_STEP: &str = "authorise at start";
 
 /// What this build is, as `--version`, `manent workers` and `/metrics` show it: the
 /// release, the schema version it migrates to and the deploy workflow versions it runs,
@@ -88,6 +99,13 @@ pub struct DeployRequest {
     /// holding no deploy slot, before it moves to `route.queue`. Decided at submission.
     #[serde(default)]
     pub gated: bool,
+    /// Whether the deploy is authorised again when it starts (a `schedule.at` deploy: its
+    /// token and its environment's policy as they are when its time comes, not as they were
+    /// at submission). Such a deploy is always gated: it starts on the gate queue, holding
+    /// no slot, so a policy that now asks for approval or dependencies waits there. Left
+    /// out of the recorded form when false, so requests without it read as they were.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub authorise_at_start: bool,
 }
 
 impl DeployRequest {
@@ -106,7 +124,21 @@ impl DeployRequest {
             submitted_by: submitted_by.name.clone(),
             submitted_by_id: submitted_by.token_id.clone(),
             submitted_at_ms,
+            authorise_at_start: false,
         }
+    }
+
+    /// This request, authorised again when it starts ([`DeployRequest::authorise_at_start`]),
+    /// and so gated.
+    pub fn authorised_at_start(mut self) -> Self {
+        self.authorise_at_start = true;
+        self.gated = true;
+        self
+    }
+
+    /// The token that submitted this deploy.
+    pub fn submitter(&self) -> Submitter {
+        Submitter::new(&self.submitted_by, &self.submitted_by_id)
     }
 
     /// How this deploy is enqueued: on the gate queue when it must wait first,
@@ -222,6 +254,9 @@ pub enum Phase {
     PauseBeforeWave(usize),
     RollingBack,
     Done,
+    /// Refused when it fired: a scheduled deploy whose token or environment no longer
+    /// allows it (its error says why). Final, as `done`.
+    Refused,
     /// A phase this build does not name, kept as written.
     Other(String),
 }
@@ -240,6 +275,7 @@ impl Phase {
             Phase::PauseBeforeWave(number) => format!("pause before wave {number}").into(),
             Phase::RollingBack => "rolling back".into(),
             Phase::Done => "done".into(),
+            Phase::Refused => "refused".into(),
             Phase::Other(text) => text.as_str().into(),
         }
     }
@@ -256,6 +292,7 @@ impl Phase {
             "fetching" => Some(Phase::Fetching),
             "rolling back" => Some(Phase::RollingBack),
             "done" => Some(Phase::Done),
+            "refused" => Some(Phase::Refused),
             other => Self::parse_wave(other),
         };
         named
@@ -365,6 +402,7 @@ mod tests {
             Phase::PauseBeforeWave(2),
             Phase::RollingBack,
             Phase::Done,
+            Phase::Refused,
             Phase::Other("warming caches".into()),
         ];
         let written: Vec<String> = phases
@@ -382,6 +420,7 @@ mod tests {
             "pause before wave 2"
             "rolling back"
             "done"
+            "refused"
             "warming caches""#]]
         .assert_eq(&written.join("\n"));
         for (phase, json) in phases.iter().zip(&written) {

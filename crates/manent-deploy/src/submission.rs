@@ -213,18 +213,16 @@ async fn submit_recording(
     let schedule = descriptor.schedule.clone().unwrap_or_default();
     if let Some(cron) = &schedule.cron {
         let timezone = schedule.timezone.as_deref().unwrap_or("UTC");
-        if let Err(message) = schedules::parse_cron(cron) {
-            return Err(SubmitError::Invalid {
-                field: Some("schedule.cron".into()),
-                message: format!("schedule.cron: {message}"),
-            });
-        }
-        if let Err(message) = schedules::parse_timezone(timezone) {
-            return Err(SubmitError::Invalid {
-                field: Some("schedule.timezone".into()),
-                message: format!("schedule.timezone: {message}"),
-            });
-        }
+        let parsed = schedules::parse_cron(cron).map_err(|message| SubmitError::Invalid {
+            field: Some("schedule.cron".into()),
+            message: format!("schedule.cron: {message}"),
+        })?;
+        let tz = schedules::parse_timezone(timezone).map_err(|message| SubmitError::Invalid {
+            field: Some("schedule.timezone".into()),
+            message: format!("schedule.timezone: {message}"),
+        })?;
+        refuse_too_frequent(config, cron, &parsed, tz)?;
+        refuse_over_tenant_cap(client, config, &descriptor).await?;
         let record = schedules::create(
             client,
             descriptor,
@@ -243,7 +241,11 @@ async fn submit_recording(
         });
     }
     let not_before = not_before(schedule.at.as_deref())?;
-    let request = DeployRequest::new(descriptor, effective, route, submitted_by, now_ms());
+    let mut request = DeployRequest::new(descriptor, effective, route, submitted_by, now_ms());
+    if not_before.is_some() {
+        // Its token and its environment's policy are checked again when its time comes.
+        request = request.authorised_at_start();
+    }
     let mut enqueue = request.enqueue();
     if let (Some(origin), serde_json::Value::Object(input)) = (origin, &mut enqueue.input) {
         // Beside the request in the same recorded input, so it is written with the enqueue
@@ -263,6 +265,57 @@ async fn submit_recording(
         status: SubmittedStatus::Deploy(record.status),
         queue: request.route.queue,
     })
+}
+
+/// Refuses a `schedule.cron` whose ticks come closer together than `schedules.min_interval`
+/// allows, naming the field, the interval found and the limit.
+fn refuse_too_frequent(
+    config: &Config,
+    cron: &str,
+    parsed: &croner::Cron,
+    tz: chrono_tz::Tz,
+) -> Result<(), SubmitError> {
+    let min = config.schedules.min_interval;
+    let min_secs = i64::try_from(min.as_secs()).unwrap_or(i64::MAX);
+    match schedules::shortest_interval(parsed, tz, now_ms().div_euclid(1000)) {
+        Some(shortest) if shortest < min_secs => Err(SubmitError::Invalid {
+            field: Some("schedule.cron".into()),
+            message: format!(
+                "schedule.cron: `{cron}` fires {} after a tick at its most frequent, more often \
+                 than this installation allows (schedules.min_interval in manent.yml: {}); \
+                 write a less frequent expression",
+                humantime::format_duration(std::time::Duration::from_secs(
+                    u64::try_from(shortest).unwrap_or(0)
+                )),
+                humantime::format_duration(min)
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses one more schedule to a tenant that has `schedules.max_per_tenant` already.
+/// Counted as the schedule is created, not in the same transaction: two created at the
+/// same instant may both pass the last free place.
+async fn refuse_over_tenant_cap(
+    client: &Client,
+    config: &Config,
+    descriptor: &Descriptor,
+) -> Result<(), SubmitError> {
+    let max = config.schedules.max_per_tenant;
+    let tenant = descriptor.tenant();
+    let count = schedules::count_of_tenant(client, tenant).await?;
+    if count >= usize::try_from(max).unwrap_or(usize::MAX) {
+        return Err(SubmitError::Invalid {
+            field: Some("schedule.cron".into()),
+            message: format!(
+                "schedule.cron: tenant `{tenant}` has {count} schedules, the most this \
+                 installation allows (schedules.max_per_tenant in manent.yml: {max}); delete one \
+                 (`manent schedule delete ID`) before creating another"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Most deploys one bulk submission may hold ([`submit_many`]).
@@ -311,7 +364,10 @@ pub async fn submit_many(
             ));
         }
         let not_before = not_before(schedule.at.as_deref()).map_err(|e| in_batch(i, e))?;
-        let request = DeployRequest::new(p.descriptor, p.effective, p.route, submitted_by, now);
+        let mut request = DeployRequest::new(p.descriptor, p.effective, p.route, submitted_by, now);
+        if not_before.is_some() {
+            request = request.authorised_at_start();
+        }
         let mut enqueue = request.enqueue();
         if let Some(at_ms) = not_before {
             enqueue = enqueue.not_before(at_ms);
