@@ -298,6 +298,17 @@ async fn an_approval_rule_added_to_the_environment_makes_the_next_tick_wait_for_
     );
     let after = site.tick_at(&schedule, 2).await;
     assert_eq!(after.len(), 1, "the tick is enqueued: {after:?}");
+    let gated = submission::recorded_request(&site.client, &after[0])
+        .await
+        .expect("the tick's request");
+    assert!(
+        gated.gated
+            && gated
+                .effective
+                .as_ref()
+                .is_some_and(|eff| eff.approval.is_some()),
+        "the tick is recorded under the environment's approval rule of now: {gated:?}"
+    );
     let worker = site.worker().await;
     let waiting = eventually("the tick waits for an approval", WAIT, || async {
         let status = site.status(&after[0]).await;
