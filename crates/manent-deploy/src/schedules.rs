@@ -57,6 +57,8 @@ pub struct ScheduleRecord {
     pub descriptor: Descriptor,
     /// Decided at submission: every tick goes to this queue, also after a `queues` change.
     pub route: Route,
+    /// As resolved at creation (shown to no one for the ticks: each tick resolves the
+    /// environment file again, `gate::reauthorise`).
     pub effective: Option<EffectiveDescriptor>,
     pub cron: String,
     /// IANA name; UTC when the descriptor gave none.
