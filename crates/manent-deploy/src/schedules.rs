@@ -164,6 +164,29 @@ pub enum ScheduleError {
     TimeZone { name: String },
 }
 
+/// Refuses `cron` (`expr`, parsed) when its ticks come closer together than
+/// `schedules.min_interval` allows: at creation (submission) and at each tick, so a
+/// schedule created before the limit (or under a lower one) stops firing too often.
+pub fn check_interval(
+    config: &Config,
+    expr: &str,
+    cron: &Cron,
+    tz: Tz,
+    after_secs: i64,
+) -> Result<(), String> {
+    let min = config.schedules.min_interval;
+    let min_secs = i64::try_from(min.as_secs()).unwrap_or(i64::MAX);
+    match shortest_interval(cron, tz, after_secs) {
+        Some(shortest) if shortest < min_secs => Err(format!(
+            "`{expr}` fires {} after a tick at its most frequent, more often than this \
+             installation allows (schedules.min_interval in manent.yml: {})",
+            humantime::format_duration(Duration::from_secs(u64::try_from(shortest).unwrap_or(0))),
+            humantime::format_duration(min)
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The shortest time (seconds) between two consecutive ticks of `cron` in `tz`, over its
 /// next [`INTERVAL_SAMPLE_TICKS`] ticks after `after_secs`; `None` when it fires at most
 /// once from then on.
@@ -582,14 +605,21 @@ async fn tick_schedule(
         // A store that cannot be read fails the pass (nothing is recorded; the next pass
         // tries again), never runs a tick unchecked.
         let submitter = Submitter::new(&schedule.created_by, &schedule.created_by_id);
-        match gate::reauthorise(
-            &policy.config,
-            policy.authority.as_ref(),
-            &schedule.descriptor,
-            &submitter,
-        )
-        .await?
-        {
+        let verdict = match check_interval(&policy.config, &schedule.cron, &cron, tz, floor) {
+            Err(message) => Reauthorised::Refused(format!(
+                "schedule.cron: {message}; delete this schedule and create a less frequent one"
+            )),
+            Ok(()) => {
+                gate::reauthorise(
+                    &policy.config,
+                    policy.authority.as_ref(),
+                    &schedule.descriptor,
+                    &submitter,
+                )
+                .await?
+            }
+        };
+        match verdict {
             Reauthorised::Allowed(effective) => {
                 let effective = effective.map(|eff| *eff);
                 for tick in &plan.enqueue {
@@ -868,7 +898,8 @@ mod tests {
         )
         .unwrap();
         let yaml = format!(
-            "database: {{url: {}}}\nenvironments: {{source: {}}}\nartifacts: {{sources: [\"file:///\"]}}\n",
+            "database: {{url: {}}}\nenvironments: {{source: {}}}\nartifacts: {{sources: [\"file:///\"]}}\n\
+             schedules: {{min_interval: 1s}}\n",
             serde_json::to_string(&db.url).unwrap(),
             serde_json::to_string(&environments).unwrap(),
         );

@@ -275,23 +275,13 @@ fn refuse_too_frequent(
     parsed: &croner::Cron,
     tz: chrono_tz::Tz,
 ) -> Result<(), SubmitError> {
-    let min = config.schedules.min_interval;
-    let min_secs = i64::try_from(min.as_secs()).unwrap_or(i64::MAX);
-    match schedules::shortest_interval(parsed, tz, now_ms().div_euclid(1000)) {
-        Some(shortest) if shortest < min_secs => Err(SubmitError::Invalid {
+    let now_secs = now_ms().div_euclid(1000);
+    schedules::check_interval(config, cron, parsed, tz, now_secs).map_err(|message| {
+        SubmitError::Invalid {
             field: Some("schedule.cron".into()),
-            message: format!(
-                "schedule.cron: `{cron}` fires {} after a tick at its most frequent, more often \
-                 than this installation allows (schedules.min_interval in manent.yml: {}); \
-                 write a less frequent expression",
-                humantime::format_duration(std::time::Duration::from_secs(
-                    u64::try_from(shortest).unwrap_or(0)
-                )),
-                humantime::format_duration(min)
-            ),
-        }),
-        _ => Ok(()),
-    }
+            message: format!("schedule.cron: {message}; write a less frequent expression"),
+        }
+    })
 }
 
 /// Refuses one more schedule to a tenant that has `schedules.max_per_tenant` already.

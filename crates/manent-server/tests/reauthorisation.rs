@@ -23,6 +23,7 @@ on_both_backends!(
     an_approval_rule_added_to_the_environment_makes_the_next_tick_wait_for_approval,
     a_deploy_at_a_time_whose_token_was_revoked_before_it_fired_ends_refused_with_the_reason,
     a_too_frequent_cron_and_one_schedule_over_the_tenant_cap_are_refused_at_creation,
+    a_per_second_schedule_stored_before_the_minimum_interval_is_refused_at_its_ticks,
 );
 
 /// A safety net for waits that end on an event; never a measure of speed.
@@ -421,4 +422,38 @@ async fn a_too_frequent_cron_and_one_schedule_over_the_tenant_cap_are_refused_at
         .await
         .expect("another tenant has its own count");
     assert!(other.starts_with("sch-"), "{other}");
+}
+
+async fn a_per_second_schedule_stored_before_the_minimum_interval_is_refused_at_its_ticks(db: Db) {
+    let site = Installation::new(db).await;
+    let ci = site.deployer("ci").await;
+    let allowed = site.schedule("", &ci).await;
+    // As a release without the limit stored it: the same descriptor, firing every second.
+    let every_second = schedules::create(
+        &site.client,
+        allowed.descriptor.clone(),
+        allowed.effective.clone(),
+        allowed.route.clone(),
+        "* * * * * *",
+        "UTC",
+        allowed.missed,
+        &ci,
+    )
+    .await
+    .expect("store a schedule as an older release did");
+    schedules::delete(&site.client, &allowed.id).await.unwrap();
+
+    let enqueued = site.tick_at(&every_second, 1).await;
+    assert!(
+        enqueued.is_empty(),
+        "a schedule firing more often than schedules.min_interval enqueues nothing: {enqueued:?}"
+    );
+    let refused = site.refused_ticks(&every_second.id).await;
+    assert!(
+        !refused.is_empty()
+            && refused
+                .iter()
+                .all(|t| t.reason.contains("schedules.min_interval")),
+        "its ticks are refused, naming the limit: {refused:?}"
+    );
 }
