@@ -585,7 +585,12 @@ async fn run_manent(
     for queue in &queues {
         engine.listen(queue.spec());
     }
-    manent_deploy::register_workflows(&engine, &config);
+    // The benchmark submits no schedule.at deploy: the authority that refuses them all does.
+    manent_deploy::register_workflows(
+        &engine,
+        &config,
+        std::sync::Arc::new(manent_deploy::authority::NoTokens),
+    );
     engine.launch().await.map_err(|e| anyhow!("launch: {e}"))?;
     let client = engine.client();
 

@@ -5,6 +5,10 @@
 
 use std::{fmt, str::FromStr};
 
+use manent_deploy::{
+    Submitter,
+    authority::{Authority, Verdict},
+};
 use manent_engine::{RecordEntry, Records, StoreError, now_ms};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -390,6 +394,65 @@ pub async fn authenticate(records: &Records, secret: &str) -> Result<Option<Call
 
 fn rfc3339(ms: i64) -> String {
     manent_deploy::views::rfc3339(ms)
+}
+
+/// The token store as manent-deploy's [`Authority`]: whether the token that created a
+/// schedule (or submitted a `schedule.at` deploy) may still deploy, asked as it fires
+/// (docs/security.md, "Schedules are authorised at every tick"). The token is found by its
+/// stable id, so a name revoked and created again is another token and does not inherit
+/// the schedules of the first; records made before ids existed name it only by name. The
+/// rule is [`Caller::may`]'s, the one every request meets.
+pub struct TokenAuthority {
+    records: Records,
+}
+
+impl TokenAuthority {
+    pub fn new(records: Records) -> Self {
+        TokenAuthority { records }
+    }
+}
+
+#[async_trait::async_trait]
+impl Authority for TokenAuthority {
+    async fn may_deploy(
+        &self,
+        submitter: &Submitter,
+        application: &str,
+    ) -> Result<Verdict, manent_engine::EngineError> {
+        let tokens = list_records(&self.records).await?;
+        let found = tokens.into_iter().map(|(_, token)| token).find(|token| {
+            if submitter.token_id.is_empty() {
+                token.name == submitter.name
+            } else {
+                token.id == submitter.token_id
+            }
+        });
+        let who = if submitter.token_id.is_empty() {
+            format!("token `{}`", submitter.name)
+        } else {
+            format!("token `{}` ({})", submitter.name, submitter.token_id)
+        };
+        let Some(token) = found else {
+            return Ok(Verdict::Refused(format!(
+                "{who} no longer exists (revoked); a deployer with a valid token must submit it again"
+            )));
+        };
+        if token.is_expired(now_ms()) {
+            return Ok(Verdict::Refused(format!(
+                "{who} expired at {}; a deployer with a valid token must submit it again",
+                token.expires_at_ms.map(rfc3339).unwrap_or_default()
+            )));
+        }
+        let caller = Caller { token };
+        if !caller.may(Action::Deploy, Some(application)) {
+            return Ok(Verdict::Refused(format!(
+                "{who} ({} on {}) may no longer deploy {application}",
+                caller.token.role,
+                caller.token.on.as_deref().unwrap_or("every application")
+            )));
+        }
+        Ok(Verdict::Allowed)
+    }
 }
 
 #[cfg(test)]

@@ -100,6 +100,7 @@ impl ToWire for Phase {
             Phase::WaitingDependency => contract::Phase::WaitingDependency,
             Phase::Running => contract::Phase::Running,
             Phase::Done => contract::Phase::Done,
+            Phase::Refused => contract::Phase::Refused,
             // The workflow's own phases: an open set on the wire, written as their text.
             Phase::Fetching
             | Phase::Wave { .. }
@@ -460,6 +461,14 @@ impl ToWire for ScheduleView {
             created_by: self.created_by,
             created_at: self.created_at,
             error: self.error,
+            refused_ticks: self
+                .refused_ticks
+                .into_iter()
+                .map(|refused| contract::RefusedTick {
+                    tick: refused.tick,
+                    reason: refused.reason,
+                })
+                .collect(),
         }
     }
 }

@@ -753,7 +753,7 @@ async fn a_schedule_that_cannot_be_read_is_listed_with_its_error_keeps_its_tick_
     );
     assert!(error_of(&body).1.contains("garbled"), "{body}");
 
-    manent_deploy::schedules::tick_once(&api.client, manent_engine::now_ms())
+    manent_deploy::schedules::tick_once(&api.client, &api.tick_policy(), manent_engine::now_ms())
         .await
         .expect("a tick pass goes on past the unreadable schedule");
     assert!(
@@ -862,5 +862,64 @@ async fn requests_axum_rejects_before_any_handler_get_the_json_error_body() {
         api.deploy_count().await,
         0,
         "nothing was enqueued by the refused requests"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_refused_because_its_token_was_revoked_is_shown_with_the_reason_by_the_schedule_views()
+ {
+    let api = Api::new().await;
+    let admin = api.token("root", Role::Admin).await;
+    let deployer = api.token("ci", Role::Deployer).await;
+    let text = format!(
+        "{}schedule: {{cron: \"* * * * *\"}}\n",
+        api.good_descriptor()
+    );
+    let (status, created) = api.post_deploy(&deployer, &text).await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "the schedule is created: {created}"
+    );
+    let id = created["id"]
+        .as_str()
+        .expect("the schedule's id")
+        .to_string();
+    manent_api::auth::revoke(&api.client.records(), "ci")
+        .await
+        .expect("revoke the token");
+    let schedule = manent_deploy::schedules::get(&api.client, &id)
+        .await
+        .unwrap()
+        .expect("the schedule is stored");
+    let a_minute_on = (schedule.created_at_ms.div_euclid(60_000) + 1) * 60_000 + 5_000;
+    let enqueued =
+        manent_deploy::schedules::tick_once(&api.client, &api.tick_policy(), a_minute_on)
+            .await
+            .expect("a ticker pass");
+    assert!(
+        enqueued.is_empty(),
+        "the tick of a revoked token enqueues nothing: {enqueued:?}"
+    );
+
+    let (status, shown) = api
+        .get(&format!("/api/v1/schedules/{id}"), Some(&admin))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{shown}");
+    let refused = shown["refused_ticks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("the schedule lists its refused ticks: {shown}"));
+    assert_eq!(refused.len(), 1, "one tick refused: {shown}");
+    assert_fields(&refused[0], &["tick", "reason"], "a refused tick");
+    assert!(
+        refused[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("`ci`") && r.contains("no longer exists")),
+        "the reason names the token and what became of it: {shown}"
+    );
+    let (_, listed) = api.get("/api/v1/schedules", Some(&admin)).await;
+    assert_eq!(
+        listed[0]["refused_ticks"], shown["refused_ticks"],
+        "the list shows the same history"
     );
 }

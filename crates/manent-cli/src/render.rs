@@ -523,12 +523,30 @@ pub fn schedules(schedules: &[ScheduleView]) -> String {
             )
         })
         .collect();
-    table + &unreadable
+    // The latest refused tick of each schedule, with its reason, below the table too.
+    let refused: String = readable
+        .iter()
+        .filter_map(|s| s.refused_ticks.last().map(|r| (s, r)))
+        .map(|(s, r)| {
+            format!(
+                "\nschedule {}: tick {} refused: {}",
+                s.id.cell(),
+                r.tick.cell(),
+                r.reason.cell()
+            )
+        })
+        .collect();
+    table + &unreadable + &refused
 }
 
 pub fn schedule(s: &ScheduleView) -> String {
+    let refused: String = s
+        .refused_ticks
+        .iter()
+        .map(|r| format!("\n  tick {} refused: {}", r.tick.cell(), r.reason.cell()))
+        .collect();
     format!(
-        "schedule {}  {} / {}  cron {} ({})  {}  next tick {}",
+        "schedule {}  {} / {}  cron {} ({})  {}  next tick {}{refused}",
         s.id.cell(),
         s.application.cell(),
         s.environment.cell(),

@@ -87,6 +87,9 @@ pub struct Config {
     /// What a worker keeps on its own disk.
     #[serde(deserialize_with = "yaml::nullable")]
     pub worker: WorkerConfig,
+    /// Bounds on recurring schedules (`schedule.cron`).
+    #[serde(deserialize_with = "yaml::nullable")]
+    pub schedules: SchedulesConfig,
     /// Where this configuration came from; used for messages and relative paths.
     #[serde(skip)]
     origin: Origin,
@@ -454,6 +457,27 @@ impl Default for WorkerConfig {
     }
 }
 
+/// `schedules`: bounds on recurring schedules, checked when one is created
+/// (docs/configuration.md, `schedules`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulesConfig {
+    /// The shortest time a `schedule.cron` may leave between two ticks.
+    #[serde(with = "serde_util::duration")]
+    pub min_interval: Duration,
+    /// The most schedules one tenant may have at once.
+    pub max_per_tenant: u32,
+}
+
+impl Default for SchedulesConfig {
+    fn default() -> Self {
+        SchedulesConfig {
+            min_interval: Duration::from_secs(60),
+            max_per_tenant: 100,
+        }
+    }
+}
+
 /// `log.format`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -525,6 +549,7 @@ impl Config {
             artifacts: ArtifactsConfig::default(),
             log: LogConfig::default(),
             worker: WorkerConfig::default(),
+            schedules: SchedulesConfig::default(),
             origin: Origin {
                 file: NO_FILE.to_owned(),
                 ..Origin::default()

@@ -24,6 +24,7 @@ pub(crate) fn validate(config: &Config) -> Vec<ConfigIssue> {
     v.artifacts();
     v.log();
     v.worker();
+    v.schedules();
     v.issues
 }
 
@@ -589,6 +590,16 @@ impl Validator<'_> {
             self.push(
                 "worker.max_output_mib",
                 "must be at least 1: it is how many MiB of output one deploy keeps (64 by default)",
+            );
+        }
+    }
+
+    fn schedules(&mut self) {
+        if self.config.schedules.min_interval.is_zero() {
+            self.push(
+                "schedules.min_interval",
+                "0s would let a schedule fire every second; give the shortest time between two \
+                 ticks a schedule may ask for (at least 1s; default 60s)",
             );
         }
     }

@@ -62,13 +62,16 @@ string_enum!(
     Phase, listed: false,
     "`scheduled`, `queued`, `waiting_approval` or `waiting_dependency` (holding no deploy \
      slot), then while it runs its own phase (`running`, `fetching`, `wave N/M (name)`, \
-     `pause before wave N`, `rolling back`, …), then `done`." {
+     `pause before wave N`, `rolling back`, …), then `done`; `refused` for a scheduled \
+     deploy refused when its time came (its token or its environment no longer allows it; \
+     its `error` says why)." {
         Scheduled = "scheduled",
         Queued = "queued",
         WaitingApproval = "waiting_approval",
         WaitingDependency = "waiting_dependency",
         Running = "running",
         Done = "done",
+        Refused = "refused",
     }
 );
 

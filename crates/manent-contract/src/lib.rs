@@ -33,7 +33,7 @@ pub use fleet::{
     ApplicationView, LimitUse, LiveVersion, QueueKind, QueueView, TenantView, WorkerState,
     WorkerView,
 };
-pub use schedules::{MissedPolicy, ScheduleDeleted, ScheduleView};
+pub use schedules::{MissedPolicy, RefusedTick, ScheduleDeleted, ScheduleView};
 
 /// A string enum of the contract: known values as variants, anything else kept as
 /// `Other(text)` (see the crate's documentation). `listed` says whether the schema lists

@@ -45,6 +45,23 @@ pub struct ScheduleView {
     /// unscoped admin may delete it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The latest ticks refused when they fell due (at most 20, oldest first): each tick
+    /// is authorised again (its token, the environment's policy then), and a refused one
+    /// enqueues no deploy. Empty when none was refused.
+    #[serde(default)]
+    pub refused_ticks: Vec<RefusedTick>,
+}
+
+/// A schedule's tick refused when it fell due.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RefusedTick {
+    /// The tick, RFC 3339 in the schedule's time zone.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub tick: String,
+    /// Why: the token (revoked, expired, no longer allowed), an artifact source, an
+    /// override the environment no longer allows, or the environment gone.
+    pub reason: String,
 }
 
 /// What deleting a schedule answers.

@@ -227,6 +227,8 @@ fn summary(
         WorkflowStatus::Enqueued if record.not_before_ms > now_ms() => Phase::Scheduled,
         WorkflowStatus::Enqueued => Phase::Queued,
         WorkflowStatus::Pending => phase_event.unwrap_or(Phase::Running),
+        // A scheduled deploy refused when its time came says so once it has ended.
+        _ if phase_event == Some(Phase::Refused) => Phase::Refused,
         _ => Phase::Done,
     };
     Ok(DeployStatus {

@@ -3,17 +3,60 @@
 //! limits, served by every worker, exclusive ones too), waits there durably,
 //! then moves to the queue of its recorded route, where the claim counts it
 //! against that queue's limits. While it waits it holds no deploy slot.
+//!
+//! A scheduled deploy (a cron tick, a `schedule.at` start) is also authorised again here
+//! when it fires ([`reauthorise`]): its token, and the environment's policy as it is then.
 
 use std::time::Duration;
 
+use manent_config::Config;
 use manent_engine::{
     Client, EngineError, QueueSpec, StepPolicy, WorkflowContext, WorkflowError, now_ms,
 };
-use manent_model::{Approval, Dependency, EffectiveDescriptor};
+use manent_model::{
+    Approval, Dependency, Descriptor, EffectiveDescriptor, load_environment, missing_environment,
+};
 use serde::{Deserialize, Serialize};
 
+use crate::authority::{Authority, Verdict};
+
 pub use crate::request::{APPROVAL_TOPIC, Decision, GATE_QUEUE, needs_gate};
-use crate::request::{DeployRequest, EventKey, Phase, approval_required, publish, same_token};
+use crate::request::{
+    DeployRequest, EventKey, Phase, Submitter, approval_required, publish, same_token,
+};
+
+/// The first dependency on another tenant's environment that does not list `descriptor`'s
+/// application under `dependents:` (docs/environments.md, "Dependencies across tenants"),
+/// as `(field, message)`. The message is the same whether the other environment is missing,
+/// invalid or does not allow it: it tells nothing of another tenant's configuration.
+/// Checked at submission and again at every tick of a schedule.
+pub(crate) fn unadmitted_cross_tenant_dependency(
+    source: &std::path::Path,
+    descriptor: &Descriptor,
+    dependencies: &[Dependency],
+) -> Option<(String, String)> {
+    let application = descriptor.application.as_str();
+    let unadmitted = dependencies.iter().find(|dependency| {
+        manent_model::tenant_of(&dependency.application) != manent_model::tenant_of(application)
+            && !load_environment(source, &dependency.application, &dependency.environment)
+                .is_ok_and(|env| env.admits_dependent(&dependency.application, application))
+    })?;
+    let position = descriptor.depends_on.iter().position(|d| {
+        d.application == unadmitted.application && d.environment == unadmitted.environment
+    });
+    let (field, whose) = match position {
+        Some(i) => (format!("depends_on[{i}]"), ""),
+        None => ("depends_on".to_string(), " (from the environment file)"),
+    };
+    let message = format!(
+        "{field}{whose}: {}/{} is another tenant's environment, which does not list \
+         {application} under `dependents:`; a deploy may depend on another tenant's \
+         environment only where that environment allows it: ask its operator, or remove this \
+         dependency",
+        unadmitted.application, unadmitted.environment
+    );
+    Some((field, message))
+}
 
 /// The gate queue as every worker serves it: no limit that a waiting deploy could exhaust.
 pub fn gate_queue_spec() -> QueueSpec {
@@ -275,4 +318,72 @@ pub async fn wake_dependents(
 
 fn duration_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+/// What a scheduled deploy's check when it fires found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reauthorised {
+    /// It may run, under the environment as it is now: the effective descriptor built
+    /// from the environment file of now (`None` when that file cannot be read now: the
+    /// deploy then waits on the gate and resolves it when it runs, as at submission).
+    Allowed(Option<Box<EffectiveDescriptor>>),
+    /// It may not: why (the token, the source, the override or the environment refused).
+    Refused(String),
+}
+
+/// Authorises a scheduled deploy again as it fires (docs/security.md, "Schedules are
+/// authorised at every tick"): the token `submitter` must still exist, be unexpired and
+/// may deploy the application (`authority`); the artifact URLs must be under today's
+/// `artifacts.sources`; and the descriptor is resolved against the environment file as
+/// it is now, so its current `overrides:` (an override no longer allowed is refused),
+/// `approval:` and `depends_on:` apply. The route is not decided again: the queue chosen
+/// at submission stays. Reads files: the file work runs off the async threads.
+pub async fn reauthorise(
+    config: &Config,
+    authority: &dyn Authority,
+    descriptor: &Descriptor,
+    submitter: &Submitter,
+) -> Result<Reauthorised, EngineError> {
+    if let Verdict::Refused(reason) = authority
+        .may_deploy(submitter, &descriptor.application)
+        .await?
+    {
+        return Ok(Reauthorised::Refused(reason));
+    }
+    let sources = config.artifact_sources();
+    let source = config.environments_source();
+    let descriptor = descriptor.clone();
+    tokio::task::spawn_blocking(move || {
+        for (i, artifact) in descriptor.artifacts.iter().enumerate() {
+            if let Err(e) = sources.check(&descriptor.application, &artifact.url) {
+                return Reauthorised::Refused(format!(
+                    "artifacts[{i}].url: `{}` {e}",
+                    artifact.url
+                ));
+            }
+        }
+        let (application, environment) = (&descriptor.application, &descriptor.environment);
+        match load_environment(&source, application, environment) {
+            Ok(env) => match EffectiveDescriptor::build(&descriptor, &env) {
+                Ok(eff) => {
+                    match unadmitted_cross_tenant_dependency(&source, &descriptor, &eff.depends_on)
+                    {
+                        Some((_, message)) => Reauthorised::Refused(message),
+                        None => Reauthorised::Allowed(Some(Box::new(eff))),
+                    }
+                }
+                Err(e) => Reauthorised::Refused(e.to_string()),
+            },
+            Err(e) if e.is_environment_unavailable() => {
+                match missing_environment(&source, application, environment) {
+                    // The file is gone from a source that can be read: nowhere to deploy.
+                    Some(missing) => Reauthorised::Refused(missing.message),
+                    None => Reauthorised::Allowed(None),
+                }
+            }
+            Err(e) => Reauthorised::Refused(e.to_string()),
+        }
+    })
+    .await
+    .map_err(|e| EngineError::InvalidInput(format!("the check of a scheduled deploy stopped: {e}")))
 }

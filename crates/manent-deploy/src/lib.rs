@@ -4,6 +4,7 @@
 
 pub mod approvals;
 pub mod artifacts;
+pub mod authority;
 pub mod deploy_views;
 pub mod gate;
 pub mod history;

@@ -13,12 +13,26 @@ use serde::{Deserialize, Serialize};
 /// The workflow's registered name.
 pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 
-/// The versions of the deploy workflow (and of its passes) this build runs and replays.
-/// One so far: every deploy recorded until now was recorded by it. A change that
-/// reorders, renames or removes recorded steps makes a new version, branches on
-/// `ctx.workflow_version()`, and keeps the old one's code while deploys recorded under it
-/// may still be in flight (ARCHITECTURE.md, "Workflow versions").
-pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions::FIRST;
+/// The versions of the deploy workflow (and of its passes) this build runs and replays. A
+/// change that reorders, renames or removes recorded steps makes a new version and keeps
+/// the old one's code while deploys recorded under it may still be in flight
+/// (ARCHITECTURE.md, "Workflow versions"); each deploy records the version it started
+/// under, and only workers that run it claim, resume or recover it.
+///
+/// - 1: every deploy recorded before version 2, and every deploy not marked
+///   [`DeployRequest::authorise_at_start`] since.
+/// - 2: a deploy marked [`DeployRequest::authorise_at_start`] (`schedule.at`) records the
+///   step [`AUTHORISE_AT_START_STEP`] first. Such a deploy is always started under version
+///   2 or later ([`DeployRequest::enqueue`]), so no worker whose code lacks that step
+///   claims it and runs it unchecked.
+pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 2 };
+
+/// The first version whose code records [`AUTHORISE_AT_START_STEP`].
+pub const AUTHORISE_AT_START_VERSION: u32 = 2;
+
+/// The step a deploy marked [`DeployRequest::authorise_at_start`] records first: its token
+/// and its environment's policy checked again when its time came (`gate::reauthorise`).
+pub const AUTHORISE_AT_START_STEP: &str = "authorise at start";
 
 /// The version a new deploy starts under: the newest this build runs that every live
 /// worker runs too, so an older worker can replay what a newer API submits during a
@@ -29,7 +43,7 @@ pub async fn startable_version(client: &Client) -> Result<u32, EngineError> {
 
 /// What this build is, as `--version`, `manent workers` and `/metrics` show it: the
 /// release, the schema version it migrates to and the deploy workflow versions it runs,
-/// e.g. `0.1.0 (schema 11, workflows 1)`. During a rolling upgrade it tells which
+/// e.g. `0.1.0 (schema 11, workflows 1-2)`. During a rolling upgrade it tells which
 /// workers can run what.
 pub fn build_version() -> String {
     format!(
@@ -89,6 +103,13 @@ pub struct DeployRequest {
     /// holding no deploy slot, before it moves to `route.queue`. Decided at submission.
     #[serde(default)]
     pub gated: bool,
+    /// Whether the deploy is authorised again when it starts (a `schedule.at` deploy: its
+    /// token and its environment's policy as they are when its time comes, not as they were
+    /// at submission). Such a deploy is always gated: it starts on the gate queue, holding
+    /// no slot, so a policy that now asks for approval or dependencies waits there. Left
+    /// out of the recorded form when false, so requests without it read as they were.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub authorise_at_start: bool,
 }
 
 impl DeployRequest {
@@ -107,13 +128,33 @@ impl DeployRequest {
             submitted_by: submitted_by.name.clone(),
             submitted_by_id: submitted_by.token_id.clone(),
             submitted_at_ms,
+            authorise_at_start: false,
         }
+    }
+
+    /// This request, authorised again when it starts ([`DeployRequest::authorise_at_start`]),
+    /// and so gated.
+    pub fn authorised_at_start(mut self) -> Self {
+        self.authorise_at_start = true;
+        self.gated = true;
+        self
+    }
+
+    /// The token that submitted this deploy.
+    pub fn submitter(&self) -> Submitter {
+        Submitter::new(&self.submitted_by, &self.submitted_by_id)
     }
 
     /// How this deploy is enqueued: on the gate queue when it must wait first,
     /// else on its route's queue; partitioned by `<application>/<environment>`; under
-    /// deploy workflow version `version` ([`startable_version`]).
+    /// deploy workflow version `version` ([`startable_version`]), or the first that records
+    /// its authorisation at start if it needs one.
     pub fn enqueue(&self, version: u32) -> EnqueueRequest {
+        let version = if self.authorise_at_start {
+            version.max(AUTHORISE_AT_START_VERSION)
+        } else {
+            version
+        };
         let queue = if self.gated {
             GATE_QUEUE
         } else {
@@ -226,6 +267,9 @@ pub enum Phase {
     PauseBeforeWave(usize),
     RollingBack,
     Done,
+    /// Refused when it fired: a scheduled deploy whose token or environment no longer
+    /// allows it (its error says why). Final, as `done`.
+    Refused,
     /// A phase this build does not name, kept as written.
     Other(String),
 }
@@ -244,6 +288,7 @@ impl Phase {
             Phase::PauseBeforeWave(number) => format!("pause before wave {number}").into(),
             Phase::RollingBack => "rolling back".into(),
             Phase::Done => "done".into(),
+            Phase::Refused => "refused".into(),
             Phase::Other(text) => text.as_str().into(),
         }
     }
@@ -260,6 +305,7 @@ impl Phase {
             "fetching" => Some(Phase::Fetching),
             "rolling back" => Some(Phase::RollingBack),
             "done" => Some(Phase::Done),
+            "refused" => Some(Phase::Refused),
             other => Self::parse_wave(other),
         };
         named
@@ -369,6 +415,7 @@ mod tests {
             Phase::PauseBeforeWave(2),
             Phase::RollingBack,
             Phase::Done,
+            Phase::Refused,
             Phase::Other("warming caches".into()),
         ];
         let written: Vec<String> = phases
@@ -386,6 +433,7 @@ mod tests {
             "pause before wave 2"
             "rolling back"
             "done"
+            "refused"
             "warming caches""#]]
         .assert_eq(&written.join("\n"));
         for (phase, json) in phases.iter().zip(&written) {

@@ -8,8 +8,13 @@
 //! tick is enqueued as the deploy `<schedule id>@<tick unix seconds>`: the
 //! engine starts an id once, so any number of tickers racing, or a lost
 //! update of the tick state, yield one deploy per tick.
+//!
+//! Each tick is authorised again before it is enqueued (`gate::reauthorise`): the token
+//! that created the schedule, and the environment's policy as it is at the tick. A refused
+//! tick enqueues nothing; it is recorded in the tick state with its reason
+//! ([`TickState::refused`]), which the schedule's views show.
 
-use std::{collections::HashMap, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use chrono::{DateTime, TimeZone, Utc};
 use chrono_tz::Tz;
@@ -17,11 +22,14 @@ use croner::{
     Cron,
     parser::{CronParser, Seconds},
 };
+use manent_config::Config;
 use manent_engine::{Client, EngineError, now_ms};
 use manent_model::{Descriptor, EffectiveDescriptor, Missed, Route};
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    authority::Authority,
+    gate::{self, Reauthorised},
     views::rfc3339,
     workflow::{DeployRequest, Submitter},
 };
@@ -35,6 +43,12 @@ pub const TICK_KIND: &str = "schedule-tick";
 pub const MISSED_AFTER_SECS: i64 = 60;
 /// At most this many on-time ticks are enqueued for one schedule in one pass.
 const MAX_TICKS_PER_PASS: usize = 120;
+/// A schedule's tick state keeps its latest this many refused ticks.
+pub const REFUSED_TICKS_KEPT: usize = 20;
+/// How many of an expression's next ticks the minimum interval is checked over: enough to
+/// meet its densest stretch whatever the date (`0,1 0 1 1 *` fires twice a year, a
+/// minute apart, and the first two ticks from now show it).
+const INTERVAL_SAMPLE_TICKS: usize = 1000;
 
 /// A recurring deploy, as recorded at submission.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,6 +57,8 @@ pub struct ScheduleRecord {
     pub descriptor: Descriptor,
     /// Decided at submission: every tick goes to this queue, also after a `queues` change.
     pub route: Route,
+    /// As resolved at creation (shown to no one for the ticks: each tick resolves the
+    /// environment file again, `gate::reauthorise`).
     pub effective: Option<EffectiveDescriptor>,
     pub cron: String,
     /// IANA name; UTC when the descriptor gave none.
@@ -79,6 +95,28 @@ pub struct TickState {
     pub last_tick: Option<i64>,
     /// The deploy of `last_tick`, if it was enqueued.
     pub last_deploy: Option<String>,
+    /// The latest ticks refused when they fell due (at most [`REFUSED_TICKS_KEPT`], oldest
+    /// first): their token or their environment no longer allowed them. Absent in tick
+    /// states written before re-authorisation existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<RefusedTick>,
+}
+
+/// A tick refused when it fell due: nothing was enqueued for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedTick {
+    /// The tick (unix seconds).
+    pub tick: i64,
+    /// Why, as `gate::reauthorise` said.
+    pub reason: String,
+}
+
+/// A refused tick, as the schedule's views show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedTickView {
+    /// RFC 3339, in the schedule's time zone.
+    pub tick: String,
+    pub reason: String,
 }
 
 /// A schedule, as `manent schedules` shows it.
@@ -105,6 +143,8 @@ pub struct ScheduleView {
     pub created_at: String,
     /// Only for a stored schedule that cannot be read: why. Its other fields are empty.
     pub error: Option<String>,
+    /// The latest ticks refused when they fell due, oldest first, with the reason.
+    pub refused_ticks: Vec<RefusedTickView>,
 }
 
 /// The deploy id of one tick.
@@ -122,6 +162,49 @@ pub enum ScheduleError {
     Cron { expr: String, reason: String },
     #[error("`{name}` is not a known time zone; write an IANA name such as UTC or Europe/Paris")]
     TimeZone { name: String },
+}
+
+/// Refuses `cron` (`expr`, parsed) when its ticks come closer together than
+/// `schedules.min_interval` allows: at creation (submission) and at each tick, so a
+/// schedule created before the limit (or under a lower one) stops firing too often.
+pub fn check_interval(
+    config: &Config,
+    expr: &str,
+    cron: &Cron,
+    tz: Tz,
+    after_secs: i64,
+) -> Result<(), String> {
+    let min = config.schedules.min_interval;
+    let min_secs = i64::try_from(min.as_secs()).unwrap_or(i64::MAX);
+    match shortest_interval(cron, tz, after_secs) {
+        Some(shortest) if shortest < min_secs => Err(format!(
+            "`{expr}` fires {} after a tick at its most frequent, more often than this \
+             installation allows (schedules.min_interval in manent.yml: {})",
+            humantime::format_duration(Duration::from_secs(u64::try_from(shortest).unwrap_or(0))),
+            humantime::format_duration(min)
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The shortest time (seconds) between two consecutive ticks of `cron` in `tz`, over its
+/// next [`INTERVAL_SAMPLE_TICKS`] ticks after `after_secs`; `None` when it fires at most
+/// once from then on.
+pub fn shortest_interval(cron: &Cron, tz: Tz, after_secs: i64) -> Option<i64> {
+    let mut shortest: Option<i64> = None;
+    let mut previous = next_tick(cron, tz, after_secs)?;
+    for _ in 1..INTERVAL_SAMPLE_TICKS {
+        let Some(tick) = next_tick(cron, tz, previous) else {
+            break;
+        };
+        let gap = tick - previous;
+        shortest = Some(shortest.map_or(gap, |s| s.min(gap)));
+        if gap <= 1 {
+            break;
+        }
+        previous = tick;
+    }
+    shortest
 }
 
 impl From<ScheduleError> for EngineError {
@@ -353,6 +436,7 @@ fn unreadable_view(id: String, error: String) -> ScheduleView {
         created_by: String::new(),
         created_at: String::new(),
         error: Some(error),
+        refused_ticks: Vec::new(),
     }
 }
 
@@ -399,6 +483,14 @@ fn view(r: &ScheduleRecord, state: &TickState, now: i64) -> ScheduleView {
         created_by: r.created_by.clone(),
         created_at: rfc3339(r.created_at_ms),
         error: None,
+        refused_ticks: state
+            .refused
+            .iter()
+            .map(|refused| RefusedTickView {
+                tick: rfc3339_secs(refused.tick, &r.timezone),
+                reason: refused.reason.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -442,9 +534,31 @@ pub async fn delete(client: &Client, id: &str) -> Result<bool, EngineError> {
     Ok(deleted)
 }
 
-/// One pass over every schedule: enqueues the deploys of the ticks due.
+/// What each tick is authorised against as it falls due: manent.yml as this process read
+/// it (artifact sources, the environment files) and who may still deploy.
+#[derive(Clone)]
+pub struct TickPolicy {
+    pub config: Arc<Config>,
+    pub authority: Arc<dyn Authority>,
+}
+
+/// How many readable schedules of tenant `tenant` are stored (`schedules.max_per_tenant`).
+pub async fn count_of_tenant(client: &Client, tenant: &str) -> Result<usize, EngineError> {
+    let (readable, _) = records(client).await?;
+    Ok(readable
+        .iter()
+        .filter(|s| s.descriptor.tenant() == tenant)
+        .count())
+}
+
+/// One pass over every schedule: enqueues the deploys of the ticks due, each authorised
+/// again under `policy` (a refused tick is recorded in the schedule's tick state instead).
 /// Returns the ids enqueued (or found already enqueued).
-pub async fn tick_once(client: &Client, now: i64) -> Result<Vec<String>, EngineError> {
+pub async fn tick_once(
+    client: &Client,
+    policy: &TickPolicy,
+    now: i64,
+) -> Result<Vec<String>, EngineError> {
     // Tick states first: one whose schedule is gone after that was deleted. A
     // schedule that cannot be read is not gone: its tick state stays.
     let states = tick_states(client).await?;
@@ -460,7 +574,7 @@ pub async fn tick_once(client: &Client, now: i64) -> Result<Vec<String>, EngineE
     for schedule in schedules.iter().filter(|s| !s.paused) {
         let state = states.get(&schedule.id).cloned().unwrap_or_default();
         // One schedule failing (a bad record, a refused enqueue) does not stop the others.
-        match tick_schedule(client, schedule, state, now).await {
+        match tick_schedule(client, policy, schedule, state, now).await {
             Ok(ids) => out.extend(ids),
             Err(e) => {
                 tracing::warn!(schedule = %schedule.id, error = %e, "schedule tick failed");
@@ -472,6 +586,7 @@ pub async fn tick_once(client: &Client, now: i64) -> Result<Vec<String>, EngineE
 
 async fn tick_schedule(
     client: &Client,
+    policy: &TickPolicy,
     schedule: &ScheduleRecord,
     state: TickState,
     now: i64,
@@ -484,15 +599,50 @@ async fn tick_schedule(
         return Ok(Vec::new());
     };
     let mut ids = Vec::new();
-    for tick in &plan.enqueue {
-        ids.push(enqueue_tick(client, schedule, *tick).await?);
-    }
-    if ids.is_empty() {
+    let mut refused = state.refused;
+    if !plan.enqueue.is_empty() {
+        // Once per pass: the ticks due together are judged by the same token and files.
+        // A store that cannot be read fails the pass (nothing is recorded; the next pass
+        // tries again), never runs a tick unchecked.
+        let submitter = Submitter::new(&schedule.created_by, &schedule.created_by_id);
+        let verdict = match check_interval(&policy.config, &schedule.cron, &cron, tz, floor) {
+            Err(message) => Reauthorised::Refused(format!(
+                "schedule.cron: {message}; delete this schedule and create a less frequent one"
+            )),
+            Ok(()) => {
+                gate::reauthorise(
+                    &policy.config,
+                    policy.authority.as_ref(),
+                    &schedule.descriptor,
+                    &submitter,
+                )
+                .await?
+            }
+        };
+        match verdict {
+            Reauthorised::Allowed(effective) => {
+                let effective = effective.map(|eff| *eff);
+                for tick in &plan.enqueue {
+                    ids.push(enqueue_tick(client, schedule, effective.clone(), *tick).await?);
+                }
+            }
+            Reauthorised::Refused(reason) => {
+                tracing::warn!(schedule = %schedule.id, ticks = ?plan.enqueue, %reason, "schedule ticks refused: nothing enqueued");
+                refused.extend(plan.enqueue.iter().map(|tick| RefusedTick {
+                    tick: *tick,
+                    reason: reason.clone(),
+                }));
+                let excess = refused.len().saturating_sub(REFUSED_TICKS_KEPT);
+                refused.drain(..excess);
+            }
+        }
+    } else {
         tracing::info!(schedule = %schedule.id, tick = last_tick, "missed ticks skipped (missed: skip)");
     }
     let state = TickState {
         last_tick: Some(last_tick),
         last_deploy: ids.last().cloned().or(state.last_deploy),
+        refused,
     };
     let value =
         serde_json::to_string(&state).map_err(|e| EngineError::InvalidInput(e.to_string()))?;
@@ -504,16 +654,19 @@ async fn tick_schedule(
     Ok(ids)
 }
 
-/// Enqueues the deploy of one tick, idempotently, on the schedule's recorded route.
+/// Enqueues the deploy of one tick, idempotently, on the schedule's recorded route, with
+/// `effective` as resolved at the tick (so an approval or a dependency the environment asks
+/// for now gates it).
 async fn enqueue_tick(
     client: &Client,
     schedule: &ScheduleRecord,
+    effective: Option<EffectiveDescriptor>,
     tick: i64,
 ) -> Result<String, EngineError> {
     let id = tick_id(&schedule.id, tick);
     let request = DeployRequest::new(
         schedule.descriptor.clone(),
-        schedule.effective.clone(),
+        effective,
         schedule.route.clone(),
         &Submitter::new(&schedule.created_by, &schedule.created_by_id),
         tick * 1000,
@@ -532,7 +685,7 @@ pub struct Ticker {
 }
 
 impl Ticker {
-    pub fn start(client: Client, interval: Duration) -> Ticker {
+    pub fn start(client: Client, policy: TickPolicy, interval: Duration) -> Ticker {
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             let mut every = tokio::time::interval(interval);
@@ -542,7 +695,7 @@ impl Ticker {
                     _ = every.tick() => {}
                     _ = stopped.wait_for(|s| *s) => return,
                 }
-                match tick_once(&client, now_ms()).await {
+                match tick_once(&client, &policy, now_ms()).await {
                     Ok(ids) if !ids.is_empty() => {
                         tracing::debug!(count = ids.len(), "schedule ticks enqueued");
                     }
@@ -721,11 +874,66 @@ mod tests {
             "a refused cron names the expression and says what to write: {refused}"
         );
     }
+    /// Lets every token deploy: these tests are about ticking, not about tokens (those are
+    /// manent-api's; the re-authorisation is tested with them in manent-server's tests).
+    struct EveryTokenAllowed;
+
+    #[async_trait::async_trait]
+    impl Authority for EveryTokenAllowed {
+        async fn may_deploy(
+            &self,
+            _submitter: &Submitter,
+            _application: &str,
+        ) -> Result<crate::authority::Verdict, EngineError> {
+            Ok(crate::authority::Verdict::Allowed)
+        }
+    }
+
+    /// A policy with acme/web/prod configured under `db`'s directory, artifacts from `/`.
+    fn policy(db: &manent_testkit::TestDb) -> TickPolicy {
+        let environments = db.path("environments");
+        std::fs::create_dir_all(environments.join("acme/web")).unwrap();
+        std::fs::write(
+            environments.join("acme/web/prod.yml"),
+            "targets: [{name: t1, host: local}]\ndeploy: {plugin: command, commands: [\"true\"]}\n",
+        )
+        .unwrap();
+        let yaml = format!(
+            "database: {{url: {}}}\nenvironments: {{source: {}}}\nartifacts: {{sources: [\"file:///\"]}}\n\
+             schedules: {{min_interval: 1s}}\n",
+            serde_json::to_string(&db.url).unwrap(),
+            serde_json::to_string(&environments).unwrap(),
+        );
+        TickPolicy {
+            config: Arc::new(
+                Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty())
+                    .expect("a valid test configuration"),
+            ),
+            authority: Arc::new(EveryTokenAllowed),
+        }
+    }
+
+    #[test]
+    fn the_shortest_interval_is_found_wherever_it_falls() {
+        let tz = chrono_tz::UTC;
+        let shortest = |expr: &str| shortest_interval(&parse_cron(expr).unwrap(), tz, 1_000_000);
+        assert_eq!(shortest("* * * * * *"), Some(1), "a per-second cron");
+        assert_eq!(shortest("*/2 * * * * *"), Some(2));
+        assert_eq!(shortest("* * * * *"), Some(60), "a per-minute cron");
+        assert_eq!(shortest("0 3 * * *"), Some(86_400), "a daily one");
+        assert_eq!(
+            shortest("0,1 0 1 1 *"),
+            Some(60),
+            "two ticks a minute apart once a year are found however far the date"
+        );
+    }
+
     /// Tickers racing, a stale tick state, a pause and a long outage, on a real store.
     #[tokio::test]
     async fn tickers_enqueue_each_tick_once_and_respect_pause() {
         let db = manent_testkit::TestDb::new(manent_testkit::Db::Sqlite).await;
         let client = Client::new(manent_engine::store::open(&db.url).await.unwrap());
+        let policy = policy(&db);
         let sha = "0".repeat(64);
         let text = format!(
             "application: acme/web\nenvironment: prod\nartifacts:\n  - {{name: a, type: file, \
@@ -759,24 +967,29 @@ mod tests {
         };
         let t0 = s.created_at_ms + 7_000;
         // Two tickers at the same instant: the same ids, enqueued once.
-        let first = tick_once(&client, t0).await.unwrap();
-        let second = tick_once(&client, t0).await.unwrap();
+        let first = tick_once(&client, &policy, t0).await.unwrap();
+        let second = tick_once(&client, &policy, t0).await.unwrap();
         assert!(first.len() >= 3, "{first:?}");
         assert!(second.is_empty(), "already recorded: {second:?}");
         assert_eq!(deploys().await, first.iter().cloned().collect());
         // A lost update of the tick state re-enqueues existing ids only.
         client.records().delete(TICK_KIND, &s.id).await.unwrap();
-        let again = tick_once(&client, t0).await.unwrap();
+        let again = tick_once(&client, &policy, t0).await.unwrap();
         assert_eq!(again, first);
         assert_eq!(deploys().await.len(), first.len());
         // Paused: nothing, however much time passes.
         set_paused(&client, &s.id, true).await.unwrap();
-        assert!(tick_once(&client, t0 + 10_000).await.unwrap().is_empty());
+        assert!(
+            tick_once(&client, &policy, t0 + 10_000)
+                .await
+                .unwrap()
+                .is_empty()
+        );
         set_paused(&client, &s.id, false).await.unwrap();
         // Down for ten minutes: the ticks of the last minute are on time and run each; the
         // older ones were missed, and are not run on top of them.
         let late = t0 + 600_000;
-        let after_outage = tick_once(&client, late).await.unwrap();
+        let after_outage = tick_once(&client, &policy, late).await.unwrap();
         let on_time_from = late / 1000 - MISSED_AFTER_SECS;
         assert_eq!(after_outage.len(), 30, "{after_outage:?}");
         assert!(
@@ -793,7 +1006,12 @@ mod tests {
         );
         // Deleted: gone, and never ticked again.
         assert!(delete(&client, &s.id).await.unwrap());
-        assert!(tick_once(&client, late + 10_000).await.unwrap().is_empty());
+        assert!(
+            tick_once(&client, &policy, late + 10_000)
+                .await
+                .unwrap()
+                .is_empty()
+        );
         assert!(list(&client).await.unwrap().is_empty());
     }
 }

@@ -219,18 +219,16 @@ async fn submit_recording(
     let schedule = descriptor.schedule.clone().unwrap_or_default();
     if let Some(cron) = &schedule.cron {
         let timezone = schedule.timezone.as_deref().unwrap_or("UTC");
-        if let Err(message) = schedules::parse_cron(cron) {
-            return Err(SubmitError::Invalid {
-                field: Some("schedule.cron".into()),
-                message: format!("schedule.cron: {message}"),
-            });
-        }
-        if let Err(message) = schedules::parse_timezone(timezone) {
-            return Err(SubmitError::Invalid {
-                field: Some("schedule.timezone".into()),
-                message: format!("schedule.timezone: {message}"),
-            });
-        }
+        let parsed = schedules::parse_cron(cron).map_err(|message| SubmitError::Invalid {
+            field: Some("schedule.cron".into()),
+            message: format!("schedule.cron: {message}"),
+        })?;
+        let tz = schedules::parse_timezone(timezone).map_err(|message| SubmitError::Invalid {
+            field: Some("schedule.timezone".into()),
+            message: format!("schedule.timezone: {message}"),
+        })?;
+        refuse_too_frequent(config, cron, &parsed, tz)?;
+        refuse_over_tenant_cap(client, config, &descriptor).await?;
         let record = schedules::create(
             client,
             descriptor,
@@ -249,7 +247,11 @@ async fn submit_recording(
         });
     }
     let not_before = not_before(schedule.at.as_deref())?;
-    let request = DeployRequest::new(descriptor, effective, route, submitted_by, now_ms());
+    let mut request = DeployRequest::new(descriptor, effective, route, submitted_by, now_ms());
+    if not_before.is_some() {
+        // Its token and its environment's policy are checked again when its time comes.
+        request = request.authorised_at_start();
+    }
     let mut enqueue = request.enqueue(crate::request::startable_version(client).await?);
     if let (Some(origin), serde_json::Value::Object(input)) = (origin, &mut enqueue.input) {
         // Beside the request in the same recorded input, so it is written with the enqueue
@@ -269,6 +271,47 @@ async fn submit_recording(
         status: SubmittedStatus::Deploy(record.status),
         queue: request.route.queue,
     })
+}
+
+/// Refuses a `schedule.cron` whose ticks come closer together than `schedules.min_interval`
+/// allows, naming the field, the interval found and the limit.
+fn refuse_too_frequent(
+    config: &Config,
+    cron: &str,
+    parsed: &croner::Cron,
+    tz: chrono_tz::Tz,
+) -> Result<(), SubmitError> {
+    let now_secs = now_ms().div_euclid(1000);
+    schedules::check_interval(config, cron, parsed, tz, now_secs).map_err(|message| {
+        SubmitError::Invalid {
+            field: Some("schedule.cron".into()),
+            message: format!("schedule.cron: {message}; write a less frequent expression"),
+        }
+    })
+}
+
+/// Refuses one more schedule to a tenant that has `schedules.max_per_tenant` already.
+/// Counted as the schedule is created, not in the same transaction: two created at the
+/// same instant may both pass the last free place.
+async fn refuse_over_tenant_cap(
+    client: &Client,
+    config: &Config,
+    descriptor: &Descriptor,
+) -> Result<(), SubmitError> {
+    let max = config.schedules.max_per_tenant;
+    let tenant = descriptor.tenant();
+    let count = schedules::count_of_tenant(client, tenant).await?;
+    if count >= usize::try_from(max).unwrap_or(usize::MAX) {
+        return Err(SubmitError::Invalid {
+            field: Some("schedule.cron".into()),
+            message: format!(
+                "schedule.cron: tenant `{tenant}` has {count} schedules, the most this \
+                 installation allows (schedules.max_per_tenant in manent.yml: {max}); delete one \
+                 (`manent schedule delete ID`) before creating another"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Most deploys one bulk submission may hold ([`submit_many`]).
@@ -318,7 +361,10 @@ pub async fn submit_many(
             ));
         }
         let not_before = not_before(schedule.at.as_deref()).map_err(|e| in_batch(i, e))?;
-        let request = DeployRequest::new(p.descriptor, p.effective, p.route, submitted_by, now);
+        let mut request = DeployRequest::new(p.descriptor, p.effective, p.route, submitted_by, now);
+        if not_before.is_some() {
+            request = request.authorised_at_start();
+        }
         let mut enqueue = request.enqueue(version);
         if let Some(at_ms) = not_before {
             enqueue = enqueue.not_before(at_ms);
@@ -429,57 +475,31 @@ fn invalid(e: ModelError) -> SubmitError {
 /// `(application, environment)`.
 type AppEnv = (String, String);
 
-/// Refuses a deploy whose dependencies lead back to its own application and
-/// environment, following the environment files of the dependencies. A dependency without
-/// an environment file (or whose source cannot be read now) has no known dependencies; one
-/// whose file is invalid is refused, naming the file and what is wrong: its dependencies
-/// cannot be followed, and a cycle through them would slip through.
-/// Refuses a dependency on another tenant's environment unless that environment lists the
-/// deploy's application under `dependents:` (docs/environments.md, "Dependencies across
-/// tenants"). The refusal is the same whether the other environment is missing, invalid
-/// or does not allow it: it tells nothing of another tenant's configuration.
+/// Refuses a dependency on another tenant's environment that does not admit this
+/// deploy's application ([`crate::gate::unadmitted_cross_tenant_dependency`]), naming the key.
 fn refuse_cross_tenant_dependencies(
     config: &Config,
     descriptor: &Descriptor,
     dependencies: &[manent_model::Dependency],
 ) -> Result<(), SubmitError> {
-    let application = descriptor.application.as_str();
-    let source = config.environments_source();
-    for dependency in dependencies {
-        if manent_model::tenant_of(&dependency.application) == manent_model::tenant_of(application)
-        {
-            continue;
-        }
-        let allowed = load_environment(&source, &dependency.application, &dependency.environment)
-            .is_ok_and(|env| env.admits_dependent(&dependency.application, application));
-        if allowed {
-            continue;
-        }
-        let field = match descriptor.depends_on.iter().position(|d| {
-            d.application == dependency.application && d.environment == dependency.environment
-        }) {
-            Some(i) => format!("depends_on[{i}]"),
-            None => "depends_on".to_string(),
-        };
-        let whose = if field == "depends_on" {
-            " (from the environment file)"
-        } else {
-            ""
-        };
-        return Err(SubmitError::Invalid {
-            message: format!(
-                "{field}{whose}: {}/{} is another tenant's environment, which does not list \
-                 {application} under `dependents:`; a deploy may depend on another tenant's \
-                 environment only where that environment allows it: ask its operator, or \
-                 remove this dependency",
-                dependency.application, dependency.environment
-            ),
+    match crate::gate::unadmitted_cross_tenant_dependency(
+        &config.environments_source(),
+        descriptor,
+        dependencies,
+    ) {
+        Some((field, message)) => Err(SubmitError::Invalid {
+            message,
             field: Some(field),
-        });
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
+/// Refuses a deploy whose dependencies lead back to its own application and
+/// environment, following the environment files of the dependencies. A dependency without
+/// an environment file (or whose source cannot be read now) has no known dependencies; one
+/// whose file is invalid is refused, naming the file and what is wrong: its dependencies
+/// cannot be followed, and a cycle through them would slip through.
 fn refuse_dependency_cycle(config: &Config, eff: &EffectiveDescriptor) -> Result<(), SubmitError> {
     let source = config.environments_source();
     let start = (eff.application.clone(), eff.environment.clone());

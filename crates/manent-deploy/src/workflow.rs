@@ -11,11 +11,12 @@ use manent_model::{EffectiveDescriptor, OnFailure, Target, plan_waves};
 use manent_ssh::{ConnectionPool, SshAuth};
 use serde::{Deserialize, Serialize};
 
+use crate::request::{AUTHORISE_AT_START_STEP, EventKey, Phase, publish};
 pub use crate::request::{DEPLOY_WORKFLOW, DeployRequest, Submitter, same_token};
-use crate::request::{EventKey, Phase, publish};
 use crate::{
     artifacts::{self, LocalArtifact},
-    gate,
+    authority::Authority,
+    gate::{self, Reauthorised},
     plugins::{PassContext, Plugin, Plugins},
     targets::TargetOutcome,
 };
@@ -40,10 +41,16 @@ pub struct Runtime {
     pub artifact_sources: Arc<manent_config::ArtifactSources>,
     /// SSH connections kept open between deploys (`worker.ssh_keep_warm`).
     pub warm: Arc<manent_ssh::WarmConnections>,
+    /// Who may still deploy: asked again when a `schedule.at` deploy starts.
+    pub authority: Arc<dyn Authority>,
 }
 
 impl Runtime {
-    pub fn new(config: Arc<Config>, client: manent_engine::Client) -> Self {
+    pub fn new(
+        config: Arc<Config>,
+        client: manent_engine::Client,
+        authority: Arc<dyn Authority>,
+    ) -> Self {
         let workdir = config.worker_workdir();
         let plugins = Arc::new(Plugins::from_config(&config));
         let artifact_sources = Arc::new(config.artifact_sources());
@@ -55,6 +62,7 @@ impl Runtime {
             plugins,
             artifact_sources,
             warm,
+            authority,
         }
     }
 }
@@ -85,11 +93,21 @@ async fn removing_when_ended<T>(
 }
 
 /// Registers manent's workflows on a worker's engine, and the gate queue every
-/// worker serves (deploys waiting for approval or dependencies). Returns the
+/// worker serves (deploys waiting for approval or dependencies). `authority` answers
+/// whether a `schedule.at` deploy's token may still deploy when it starts (manent-api's
+/// token store; [`crate::authority::NoTokens`] refuses them all). Returns the
 /// worker's plugins: stop them with [`Plugins::shutdown`] once the engine has stopped.
-pub fn register_workflows(engine: &Engine, config: &Config) -> Arc<Plugins> {
+pub fn register_workflows(
+    engine: &Engine,
+    config: &Config,
+    authority: Arc<dyn Authority>,
+) -> Arc<Plugins> {
     engine.listen(gate::gate_queue_spec());
-    let runtime = Arc::new(Runtime::new(Arc::new(config.clone()), engine.client()));
+    let runtime = Arc::new(Runtime::new(
+        Arc::new(config.clone()),
+        engine.client(),
+        authority,
+    ));
     // A run stopped because its deploy is no longer ours (cancelled, recovered elsewhere)
     // never reaches `removing_when_ended`.
     crate::workdirs::remove_when_taken_away(engine, runtime.workdir.clone());
@@ -123,13 +141,72 @@ async fn phase(ctx: &WorkflowContext, phase: Phase) -> Result<(), WorkflowError>
     publish(ctx, &EventKey::Phase, &phase).await
 }
 
+/// Why the check of a `schedule.at` deploy as it starts did not pass.
+#[derive(Debug, thiserror::Error)]
+enum StartRefusal {
+    #[error("refused when its time came: {0}")]
+    Refused(String),
+    /// The token store could not be read (retried; after the last try the deploy is
+    /// refused: it never runs on an authorisation nobody checked).
+    #[error("refused when its time came: its token could not be checked: {0}")]
+    Unchecked(String),
+}
+
+/// The first step of a deploy marked `authorise_at_start`: its token and its environment's
+/// policy checked as they are now (`gate::reauthorise`); the effective descriptor it runs
+/// with. A refusal ends the deploy in ERROR, phase `refused`, the reason in its error and,
+/// through the failed step, in its logs.
+async fn authorise_at_start(
+    ctx: &WorkflowContext,
+    rt: &Runtime,
+    request: &DeployRequest,
+) -> Result<Option<EffectiveDescriptor>, WorkflowError> {
+    let submitter = request.submitter();
+    let checked = ctx
+        .step_retrying_if(
+            AUTHORISE_AT_START_STEP,
+            StepPolicy::retry(5, Duration::from_secs(1)),
+            |e: &StartRefusal| matches!(e, StartRefusal::Unchecked(_)),
+            || async {
+                match gate::reauthorise(
+                    &rt.config,
+                    rt.authority.as_ref(),
+                    &request.descriptor,
+                    &submitter,
+                )
+                .await
+                {
+                    Ok(Reauthorised::Allowed(eff)) => Ok(eff.map(|eff| *eff)),
+                    Ok(Reauthorised::Refused(reason)) => Err(StartRefusal::Refused(reason)),
+                    Err(e) => Err(StartRefusal::Unchecked(e.to_string())),
+                }
+            },
+        )
+        .await;
+    match checked {
+        Ok(eff) => Ok(eff),
+        Err(WorkflowError::Step { message, .. }) => {
+            tracing::warn!(deploy = %ctx.workflow_id(), reason = %message, "a scheduled deploy was refused as it started");
+            phase(ctx, Phase::Refused).await?;
+            Err(WorkflowError::failed(message))
+        }
+        Err(other) => Err(other),
+    }
+}
+
 async fn deploy(
     ctx: &WorkflowContext,
     rt: &Runtime,
     request: DeployRequest,
 ) -> Result<DeployResult, WorkflowError> {
     let deploy_id = ctx.workflow_id().to_string();
-    let eff: EffectiveDescriptor = match request.effective.clone() {
+    let effective = if request.authorise_at_start {
+        // Version 2 (request.rs, DEPLOY_WORKFLOW_VERSIONS): checked again as it starts.
+        authorise_at_start(ctx, rt, &request).await?
+    } else {
+        request.effective.clone()
+    };
+    let eff: EffectiveDescriptor = match effective {
         Some(eff) => eff,
         None => {
             let source = rt.config.environments_source();

@@ -75,7 +75,11 @@ impl Site {
         for queue in manent_deploy::worker_queues(&self.config(sha256, true)) {
             engine.listen(queue.spec());
         }
-        let plugins = manent_deploy::register_workflows(&engine, &config);
+        let plugins = manent_deploy::register_workflows(
+            &engine,
+            &config,
+            std::sync::Arc::new(manent_deploy::authority::NoTokens),
+        );
         engine.launch().await.expect("launch the worker");
         (config, Worker { engine, plugins })
     }

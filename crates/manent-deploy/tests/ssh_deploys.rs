@@ -23,7 +23,6 @@ use manent_deploy::{
     artifacts,
     deploy_views::{self, DeployStatus},
     submission,
-    workflow::Runtime,
 };
 use manent_engine::{Engine, EngineConfig, WorkflowRecord, WorkflowStatus, store};
 use manent_testkit::{Db, TestDb, process_gone, sshd::SshHosts};
@@ -218,9 +217,14 @@ impl Site {
         for queue in manent_deploy::worker_queues(&config) {
             engine.listen(queue.spec());
         }
-        manent_deploy::register_workflows(&engine, &config);
+        // No schedule.at deploys here: the authority that refuses them all does.
+        manent_deploy::register_workflows(
+            &engine,
+            &config,
+            Arc::new(manent_deploy::authority::NoTokens),
+        );
         engine.launch().await.expect("launch the worker");
-        let workdir = Runtime::new(Arc::new(config.clone()), engine.client()).workdir;
+        let workdir = config.worker_workdir();
         Worker {
             config,
             engine,

@@ -543,15 +543,24 @@ async fn start_worker(
     for q in &queues {
         engine.listen(q.spec());
     }
-    let plugins = manent_deploy::register_workflows(&engine, config);
+    // Scheduled deploys are authorised again as they fire, against the API's token store
+    // (manent-deploy asks through its `Authority` trait; it does not know tokens).
+    let client = Client::new(store);
+    let authority: Arc<dyn manent_deploy::authority::Authority> =
+        Arc::new(manent_api::auth::TokenAuthority::new(client.records()));
+    let plugins = manent_deploy::register_workflows(&engine, config, authority.clone());
     engine.launch().await.context("the worker did not start")?;
     // After the launch resumed this worker's own deploys: their directories stay.
     manent_deploy::workdirs::spawn_sweeper(
-        Client::new(store.clone()),
+        client.clone(),
         config.worker_workdir(),
         config.effective_executor_id().to_string(),
     );
-    let ticker = Ticker::start(Client::new(store), TICK_INTERVAL);
+    let policy = manent_deploy::schedules::TickPolicy {
+        config: Arc::new(config.clone()),
+        authority,
+    };
+    let ticker = Ticker::start(client, policy, TICK_INTERVAL);
     Ok((engine, ticker, plugins))
 }
 

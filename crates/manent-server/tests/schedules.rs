@@ -128,6 +128,8 @@ async fn let_two_ticks_pass(site: &Site, token: &str) {
 
 async fn a_recurring_schedule_yields_one_deploy_per_tick_across_instances_and_restarts(db: Db) {
     let mut site = Site::new(db, &["true"]).await;
+    // Ticks every two seconds keep the test short; the default minimum is a minute.
+    site.set_config("schedules: {min_interval: 1s}");
     let token = site.token();
     let port2 = common::free_port();
     let listen2 = format!("127.0.0.1:{port2}");

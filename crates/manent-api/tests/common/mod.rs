@@ -150,11 +150,23 @@ impl Api {
         for queue in manent_deploy::worker_queues(&config) {
             engine.listen(queue.spec());
         }
-        manent_deploy::register_workflows(&engine, &config);
+        manent_deploy::register_workflows(&engine, &config, self.authority());
         engine.launch().await.expect("launch the worker");
-        self.work_dirs
-            .push(manent_deploy::workflow::Runtime::new(Arc::new(config), engine.client()).workdir);
+        self.work_dirs.push(config.worker_workdir());
         engine
+    }
+
+    /// The token store as the workers and tickers ask it (`auth::TokenAuthority`).
+    pub fn authority(&self) -> Arc<dyn manent_deploy::authority::Authority> {
+        Arc::new(auth::TokenAuthority::new(self.client.records()))
+    }
+
+    /// What this API's tickers authorise each tick against.
+    pub fn tick_policy(&self) -> manent_deploy::schedules::TickPolicy {
+        manent_deploy::schedules::TickPolicy {
+            config: self.config.clone(),
+            authority: self.authority(),
+        }
     }
 
     /// How many deploys exist, whatever their status.

@@ -319,3 +319,47 @@ fn log_lines_and_status_fields_go_through_the_escape() {
         "status escapes every server text"
     );
 }
+
+#[test]
+fn schedules_show_their_latest_refused_tick_with_the_reason() {
+    let schedule = json!({
+        "id": "sch-1", "application": "acme/web", "environment": "prod", "version": "1",
+        "cron": "0 3 * * *", "timezone": "UTC", "missed": "run_once", "paused": false,
+        "queue": "default", "next_tick": "2026-12-02T03:00:00+00:00",
+        "last_tick": "2026-12-01T03:00:00+00:00", "last_deploy": null,
+        "created_by": "ci", "created_at": "2026-11-30T10:00:00.000Z",
+        "refused_ticks": [
+            {"tick": "2026-11-30T03:00:00+00:00", "reason": "token `ci` (tok_1) no longer exists (revoked)"},
+            {"tick": "2026-12-01T03:00:00+00:00", "reason": "token `ci` (tok_1) no longer exists (revoked)"}
+        ]
+    });
+    let list: Answer<Vec<ScheduleView>> = answer(json!([schedule.clone()]));
+    let text = schedules(&list.body);
+    assert!(
+        text.ends_with(
+            "schedule sch-1: tick 2026-12-01T03:00:00+00:00 refused: token `ci` (tok_1) no \
+             longer exists (revoked)"
+        ),
+        "below the table, the latest refused tick and why: {text}"
+    );
+    let one: Answer<ScheduleView> = answer(schedule);
+    check(
+        super::schedule(&one.body),
+        expect![[r#"
+            schedule sch-1  acme/web / prod  cron 0 3 * * * (UTC)  active  next tick 2026-12-02T03:00:00+00:00
+              tick 2026-11-30T03:00:00+00:00 refused: token `ci` (tok_1) no longer exists (revoked)
+              tick 2026-12-01T03:00:00+00:00 refused: token `ci` (tok_1) no longer exists (revoked)"#]],
+    );
+    // A server from before refused ticks sends none: the schedule reads the same.
+    let older: Answer<ScheduleView> = answer(json!({
+        "id": "sch-2", "application": "acme/web", "environment": "prod", "version": "1",
+        "cron": "0 3 * * *", "timezone": "UTC", "missed": "skip", "paused": true,
+        "queue": "default", "next_tick": null, "last_tick": null, "last_deploy": null,
+        "created_by": "ci", "created_at": "2026-11-30T10:00:00.000Z"
+    }));
+    assert!(
+        older.body.refused_ticks.is_empty(),
+        "no refused_ticks field reads as none: {:?}",
+        older.body
+    );
+}

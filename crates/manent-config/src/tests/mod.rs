@@ -664,9 +664,9 @@ fn unknown_keys_name_the_key_and_line() {
     check(
         "database:\n  url: sqlite://x.db\nlogs:\n  level: debug\n",
         expect![[r#"
-        ERROR
-        manent.yml:3: logs: unknown key `logs`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, artifacts, log, worker)
-    "#]],
+            ERROR
+            manent.yml:3: logs: unknown key `logs`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, artifacts, log, worker, schedules)
+        "#]],
     );
     check(
         "dbos:\n  region: x\n  concurency: 3\n",
@@ -900,5 +900,37 @@ tenants:
     assert_eq!(
         route("web/api", &["api"], "prod-eu-west"),
         Some("eu".into())
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Schedules
+
+#[test]
+fn the_example_file_gives_the_schedule_bounds_their_defaults() {
+    let config = Config::from_yaml_str(EXAMPLE, "manent.example.yml", env(&[])).unwrap();
+    assert_eq!(
+        config.schedules,
+        crate::SchedulesConfig::default(),
+        "manent.example.yml shows the defaults docs/configuration.md gives (60s, 100)"
+    );
+    assert_eq!(
+        (
+            config.schedules.min_interval,
+            config.schedules.max_per_tenant
+        ),
+        (std::time::Duration::from_secs(60), 100),
+        "the defaults of docs/configuration.md"
+    );
+}
+
+#[test]
+fn a_zero_minimum_interval_between_ticks_is_refused() {
+    check(
+        "schedules: {min_interval: 0s}\n",
+        expect![[r#"
+            ERROR
+            manent.yml:1: schedules.min_interval: 0s would let a schedule fire every second; give the shortest time between two ticks a schedule may ask for (at least 1s; default 60s)
+        "#]],
     );
 }
