@@ -45,7 +45,20 @@ pub(crate) fn artifact_name(value: &str) -> Result<(), String> {
     if value.chars().any(char::is_control) {
         return Err("contains a control character; remove it".to_owned());
     }
-    Ok(())
+    refuse_invisible(value)
+}
+
+/// Refuses characters that change how a name reads without showing (U+202E and the other
+/// bidirectional controls, zero-width ones): an approver must read the name that is
+/// deployed.
+fn refuse_invisible(value: &str) -> Result<(), String> {
+    match value.chars().find(|c| is_invisible_or_bidi(*c)) {
+        Some(c) => Err(format!(
+            "contains U+{:04X}, an invisible or direction-changing character; remove it",
+            u32::from(c)
+        )),
+        None => Ok(()),
+    }
 }
 
 /// A version may be expanded into paths (`{version}` in `dest`): no `/`, `\`, `..`, spaces.
@@ -59,7 +72,7 @@ pub(crate) fn version(value: &str) -> Result<(), String> {
     if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err("contains a space or a control character; remove it".to_owned());
     }
-    Ok(())
+    refuse_invisible(value)
 }
 
 /// Characters that change how text reads without showing (bidirectional overrides and
@@ -419,6 +432,16 @@ mod tests {
             artifact_name,
             "a\\b",
             Err("is used as a file name on the targets: remove `/`, `\\` and `..` from it"),
+        );
+        check(
+            artifact_name,
+            "app\u{202E}zg.rat",
+            Err("contains U+202E, an invisible or direction-changing character; remove it"),
+        );
+        check(
+            version,
+            "1.0\u{200B}",
+            Err("contains U+200B, an invisible or direction-changing character; remove it"),
         );
         check(version, "1.4.2+build.7", Ok(()));
         check(
