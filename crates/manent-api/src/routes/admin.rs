@@ -169,8 +169,10 @@ fn audit_filter(query: &AuditQuery, now_ms: i64) -> Result<AuditFilter, AppError
             format!("before {before}: give the seq of the last entry of the previous page"),
         ));
     }
+    // An empty filter (`?since=&actor=`, as a form sends it) is no filter.
     let time = |field: &'static str, text: &Option<String>| -> Result<Option<i64>, AppError> {
         text.as_deref()
+            .filter(|text| !text.trim().is_empty())
             .map(|text| {
                 audit_time(text, now_ms).ok_or_else(|| {
                     AppError::bad_request(
