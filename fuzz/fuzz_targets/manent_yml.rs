@@ -11,7 +11,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(config) = manent_config::Config::from_yaml_str(text, "manent.yml", std::iter::empty())
     {
         let sources = config.artifact_sources();
-        let _ = sources.check("file:///srv/releases/a.bin");
+        let _ = sources.check("ml/trainer", "file:///srv/releases/a.bin");
         let _ = config.effective_executor_id();
         let _ = config.has_dedicated_queues();
     }
