@@ -103,6 +103,9 @@ pub fn register_workflows(
     authority: Arc<dyn Authority>,
 ) -> Arc<Plugins> {
     engine.listen(gate::gate_queue_spec());
+    // The versions of the deploy workflow this code replays (ARCHITECTURE.md, "Workflow
+    // versions"): whoever builds the engine, it claims no deploy it cannot run.
+    engine.run_workflow_versions(crate::request::DEPLOY_WORKFLOW_VERSIONS);
     let runtime = Arc::new(Runtime::new(
         Arc::new(config.clone()),
         engine.client(),

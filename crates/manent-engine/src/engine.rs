@@ -205,6 +205,9 @@ pub(crate) struct Shared {
     /// Called with a workflow's id once the run watcher has stopped its run here
     /// ([`Engine::on_run_stopped`]).
     stopped_hooks: RwLock<Vec<RunStoppedHook>>,
+    /// The workflow versions this executor runs: `config.workflow_versions`, or what the
+    /// code that registered its workflows declared ([`Engine::run_workflow_versions`]).
+    workflow_versions: RwLock<WorkflowVersions>,
 }
 
 /// What [`Engine::on_run_stopped`] registers.
@@ -269,6 +272,11 @@ impl Shared {
         Some(run.handle)
     }
 
+    /// The workflow versions this executor claims, resumes and replays.
+    pub(crate) fn workflow_versions(&self) -> WorkflowVersions {
+        *read(&self.workflow_versions)
+    }
+
     /// Tells the hooks of [`Engine::on_run_stopped`] that `workflow_id`'s run here is over.
     pub(crate) fn run_stopped(&self, workflow_id: &str) {
         let hooks = read(&self.stopped_hooks).clone();
@@ -286,6 +294,7 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(store: Arc<dyn Store>, config: EngineConfig) -> Self {
+        let workflow_versions = config.workflow_versions;
         let holder = format!(
             "{}/{}/{}",
             config.host,
@@ -312,6 +321,7 @@ impl Engine {
                 renewed: Notify::new(),
                 lost: watch::channel(None).0,
                 stopped_hooks: RwLock::default(),
+                workflow_versions: RwLock::new(workflow_versions),
             }),
         }
     }
@@ -349,6 +359,13 @@ impl Engine {
             .boxed()
         });
         write(&self.shared.registry).insert(name.to_string(), erased);
+    }
+
+    /// Declares the workflow versions this executor's registered code runs, replacing
+    /// `EngineConfig::workflow_versions`: the code that registers the workflows knows which
+    /// versions it can replay. Takes effect at launch (it is recorded with the executor).
+    pub fn run_workflow_versions(&self, versions: WorkflowVersions) {
+        *write(&self.shared.workflow_versions) = versions;
     }
 
     /// Calls `hook` with a workflow's id each time this executor stops a run because its
@@ -403,7 +420,7 @@ impl Engine {
                 heartbeat_at_ms: now,
                 stopped_at_ms: None,
                 version: config.version.clone(),
-                workflow_versions: config.workflow_versions,
+                workflow_versions: shared.workflow_versions(),
                 running: 0,
             })
             .await?;

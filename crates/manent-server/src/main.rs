@@ -528,8 +528,6 @@ async fn start_worker(
     let mut engine_config = EngineConfig::new(config.effective_executor_id());
     // What `manent workers` shows: which schema and workflow versions this worker runs.
     engine_config.version = manent_deploy::build_version();
-    // What it claims, resumes and replays (ARCHITECTURE.md, "Workflow versions").
-    engine_config.workflow_versions = manent_deploy::DEPLOY_WORKFLOW_VERSIONS;
     engine_config.region = config.dbos.region.clone();
     engine_config.stale_after = config.recovery.stale_after;
     engine_config.heartbeat_interval = config.recovery.heartbeat_interval;

@@ -103,7 +103,7 @@ pub(super) async fn claim_queue(
             .claim(
                 &spec.name,
                 &config.executor_id,
-                config.workflow_versions,
+                shared.workflow_versions(),
                 spec.limits(),
                 now_ms(),
                 config.claim_batch,

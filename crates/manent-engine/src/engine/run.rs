@@ -32,7 +32,7 @@ pub(super) fn spawn_run(shared: &Arc<Shared>, record: WorkflowRecord) {
         tracing::warn!(workflow_id = %record.id, "not started: the executor lease is not live");
         return;
     }
-    let versions = shared.config.workflow_versions;
+    let versions = shared.workflow_versions();
     if !versions.contains(record.workflow_version) {
         // Left under this id by a build that ran another version (a downgrade): this
         // code cannot replay it, so it goes back to its queue for a worker that can
