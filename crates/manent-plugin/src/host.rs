@@ -177,26 +177,15 @@ impl ExternalPlugin {
     /// Runs `operation` on `pass`: starts the process if none runs (verifying it first), then
     /// sends the request and waits for its result.
     pub async fn call(&self, operation: Operation, pass: &Pass) -> Result<PassResult, PluginError> {
-        self.call_with_progress(operation, pass, &|_, _| {}, no_redaction())
+        self.call_for_pass(operation, pass, None, &|_, _| {}, no_redaction())
             .await
     }
 
-    /// As [`ExternalPlugin::call`], handing each `progress` line (its target, if any, and
-    /// message) to `on_progress` as it arrives; the plugin's log lines and stderr go to the
-    /// server's log through `redact`, their control characters escaped.
-    pub async fn call_with_progress(
-        &self,
-        operation: Operation,
-        pass: &Pass,
-        on_progress: OnProgress<'_>,
-        redact: Redact,
-    ) -> Result<PassResult, PluginError> {
-        self.call_for_pass(operation, pass, None, on_progress, redact)
-            .await
-    }
-
-    /// As [`ExternalPlugin::call_with_progress`], for a pass whose files are `scope`: a
-    /// confined plugin needs it (its sandbox is made of it), an unconfined one ignores it.
+    /// As [`ExternalPlugin::call`], for a pass whose files are `scope` (a confined plugin
+    /// needs it: its sandbox is made of it; an unconfined one ignores it), handing each
+    /// `progress` line (its target, if any, and message) to `on_progress` as it arrives; the
+    /// plugin's log lines and stderr go to the server's log through `redact`, their control
+    /// characters escaped.
     pub async fn call_for_pass(
         &self,
         operation: Operation,

@@ -48,25 +48,13 @@ impl PluginHost {
 
     /// Runs `operation` on `pass`.
     pub async fn call(&self, operation: Operation, pass: &Pass) -> Result<PassResult, PluginError> {
-        self.call_with_progress(operation, pass, &|_, _| {}, host::no_redaction())
+        self.call_for_pass(operation, pass, None, &|_, _| {}, host::no_redaction())
             .await
     }
 
-    /// As [`PluginHost::call`], handing each `progress` line to `on_progress`; the
+    /// As [`PluginHost::call`], for a pass whose files are `scope` (what a confined
+    /// plugin's sandbox is made of), handing each `progress` line to `on_progress`; the
     /// plugin's log lines and stderr reach the server's log through `redact`.
-    pub async fn call_with_progress(
-        &self,
-        operation: Operation,
-        pass: &Pass,
-        on_progress: OnProgress<'_>,
-        redact: Redact,
-    ) -> Result<PassResult, PluginError> {
-        self.call_for_pass(operation, pass, None, on_progress, redact)
-            .await
-    }
-
-    /// As [`PluginHost::call_with_progress`], for a pass whose files are `scope` (what a
-    /// confined plugin's sandbox is made of).
     pub async fn call_for_pass(
         &self,
         operation: Operation,
