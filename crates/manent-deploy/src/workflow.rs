@@ -122,7 +122,9 @@ pub fn register_workflows(
             let runtime = runtime_for_deploys.clone();
             async move {
                 let dir = artifacts::deploy_dir(&runtime.workdir, ctx.workflow_id());
-                removing_when_ended(&dir, deploy(&ctx, &runtime, request).await).await
+                let run = deploy(&ctx, &runtime, request);
+                let result = manent_guard::guarded(dead_mans_switch(&ctx), run).await;
+                removing_when_ended(&dir, result).await
             }
         },
     );
@@ -133,11 +135,23 @@ pub fn register_workflows(
             let runtime = runtime_for_passes.clone();
             async move {
                 let dir = artifacts::deploy_dir(&runtime.workdir, ctx.workflow_id());
-                removing_when_ended(&dir, pass(&ctx, &runtime, request).await).await
+                let run = pass(&ctx, &runtime, request);
+                let result = manent_guard::guarded(dead_mans_switch(&ctx), run).await;
+                removing_when_ended(&dir, result).await
             }
         },
     );
     plugins
+}
+
+/// The switch every command and plugin process of this run starts under: it ends them
+/// when this worker stops proving it may act on its steps (frozen, fenced), before
+/// `recovery.stale_after` lets another worker run the step again. None with a
+/// `stale_after` under 4 s (a timeout under a second).
+fn dead_mans_switch(ctx: &WorkflowContext) -> Option<manent_guard::DeadMansSwitch> {
+    let lease = ctx.lease_window();
+    let timeout = lease.dead_man_timeout();
+    manent_guard::DeadMansSwitch::new(timeout, Arc::new(move || lease.may_act_for()))
 }
 
 async fn phase(ctx: &WorkflowContext, phase: Phase) -> Result<(), WorkflowError> {

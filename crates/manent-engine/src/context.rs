@@ -123,6 +123,11 @@ impl WorkflowContext {
     pub fn workflow_version(&self) -> u32 {
         self.inner.workflow_version
     }
+    /// This executor's lease, for the processes the run starts: they must not outlive the
+    /// window in which this worker may act (a dead-man's switch, `manent_guard`).
+    pub fn lease_window(&self) -> crate::LeaseWindow {
+        crate::engine::lease_window(&self.inner.shared)
+    }
     /// Incremented at every claim and recovery: tells runs of one workflow apart.
     pub fn generation(&self) -> i64 {
         self.inner.lease.generation

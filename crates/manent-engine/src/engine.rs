@@ -210,6 +210,40 @@ pub(crate) struct Shared {
     workflow_versions: RwLock<WorkflowVersions>,
 }
 
+/// This executor's lease as seen by what a run starts (a command, a plugin process): how
+/// long it may still act, and how long such a process may outlive the worker's last word
+/// (docs/scaling-and-recovery.md, "A frozen worker's commands"). Cheap to clone; outlives
+/// the run's context.
+#[derive(Clone)]
+pub struct LeaseWindow(Arc<Shared>);
+
+impl LeaseWindow {
+    /// How long, from now, this executor may still act on its workflows: the last lease
+    /// renewal plus the fence window, minus now; zero once fenced or lost.
+    pub fn may_act_for(&self) -> Duration {
+        self.0.may_act_for()
+    }
+
+    /// How long a process a run started may outlive the worker's last proof of life: half
+    /// the fence window, so that it is gone before anyone may run its step again, even if
+    /// the worker froze right after a renewal.
+    pub fn dead_man_timeout(&self) -> Duration {
+        self.0.fence_window() / 2
+    }
+}
+
+impl std::fmt::Debug for LeaseWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseWindow")
+            .field("may_act_for", &self.may_act_for())
+            .finish()
+    }
+}
+
+pub(crate) fn lease_window(shared: &Arc<Shared>) -> LeaseWindow {
+    LeaseWindow(shared.clone())
+}
+
 /// What [`Engine::on_run_stopped`] registers.
 type RunStoppedHook = Arc<dyn Fn(&str) + Send + Sync>;
 
@@ -236,6 +270,19 @@ impl Shared {
             Some(until) => Instant::now() < until,
             // Not launched through `launch` (no id taken): nothing to fence.
             None => !self.launched.load(Ordering::SeqCst),
+        }
+    }
+
+    /// How long, from now, this process may still act on its executor id: zero once
+    /// fenced or lost; unbounded for an engine that took no id (tests that never launch).
+    pub(crate) fn may_act_for(&self) -> Duration {
+        if self.lost.borrow().is_some() || self.self_fenced.load(Ordering::SeqCst) {
+            return Duration::ZERO;
+        }
+        match *lock(&self.act_until) {
+            Some(until) => until.saturating_duration_since(Instant::now()),
+            None if self.launched.load(Ordering::SeqCst) => Duration::ZERO,
+            None => Duration::MAX,
         }
     }
 

@@ -22,7 +22,7 @@ pub mod store;
 
 pub use client::{Client, EnqueueRequest};
 pub use context::WorkflowContext;
-pub use engine::{Engine, EngineConfig, QueueSpec, ShutdownReport};
+pub use engine::{Engine, EngineConfig, LeaseWindow, QueueSpec, ShutdownReport};
 pub use error::{EngineError, StoreError, WorkflowError};
 pub use output::{DEFAULT_OUTPUT_PER_RUN, MAX_LINE_BYTES, OutputWriter};
 pub use policy::StepPolicy;

@@ -18,7 +18,8 @@ use manent_engine::{
     store::{self, SqlStore},
 };
 use manent_testkit::{
-    Children, Db, TestDb, append_line as append, eventually, signal, wait_exit, wait_stopped,
+    Children, Db, TestDb, append_line as append, eventually, pause_outside_transactions, signal,
+    wait_exit,
 };
 
 /// Generous bounds for waits on other processes; never reached when things work.
@@ -235,66 +236,6 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Whether the database has no transaction or statement in flight other
-/// than ours: a process stopped now holds no lock the others need.
-async fn database_is_quiet(url: &str) -> bool {
-    use sqlx::Connection;
-    use std::str::FromStr;
-    if url.starts_with("sqlite:") {
-        let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
-            .expect("a SQLite url")
-            .busy_timeout(Duration::ZERO);
-        let mut conn = sqlx::SqliteConnection::connect_with(&options)
-            .await
-            .expect("connect to the SQLite database");
-        let free = sqlx::query("BEGIN IMMEDIATE")
-            .execute(&mut conn)
-            .await
-            .is_ok();
-        if free {
-            sqlx::query("ROLLBACK")
-                .execute(&mut conn)
-                .await
-                .expect("roll back");
-        }
-        let _ = conn.close().await;
-        free
-    } else {
-        let mut conn = sqlx::PgConnection::connect(url)
-            .await
-            .expect("connect to the PostgreSQL database");
-        let busy: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
-             AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND state <> 'idle'",
-        )
-        .fetch_one(&mut conn)
-        .await
-        .expect("read pg_stat_activity");
-        let _ = conn.close().await;
-        busy == 0
-    }
-}
-
-/// SIGSTOPs a child at a moment it holds no database lock (a worker frozen
-/// inside a transaction would block every other process, which is not what
-/// these tests are about): stop, check, and if needed continue and retry.
-async fn pause_outside_transactions(procs: &Procs, i: usize) {
-    let child = &procs.children.0[i];
-    for _ in 0..200 {
-        signal(child, "STOP");
-        wait_stopped(child, WAIT).await;
-        if database_is_quiet(&procs.url).await {
-            return;
-        }
-        signal(child, "CONT");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!(
-        "could not pause process {} outside a transaction",
-        child.id()
-    );
-}
-
 // ---------------------------------------------------------------------- tests
 
 async fn a_worker_killed_mid_step_and_restarted_with_its_id_resumes_from_the_interrupted_step(
@@ -446,7 +387,7 @@ async fn a_paused_worker_whose_workflow_was_recovered_records_nothing_more_when_
         .wait_for(&format!("wf step2 start {pid_a}"))
         .await;
     // Frozen in a long step: alive (its locks held) but silent past stale_after.
-    pause_outside_transactions(&procs, a).await;
+    pause_outside_transactions(&procs.children.0[a], &procs.url).await;
     procs.open_gate();
 
     let b = procs.spawn(Spec::worker("b").recovering());
@@ -806,7 +747,7 @@ async fn a_paused_worker_taken_over_under_its_own_id_exits_non_zero_without_anot
         .ledger
         .wait_for(&format!("wf step2 start {pid_a}"))
         .await;
-    pause_outside_transactions(&procs, a).await;
+    pause_outside_transactions(&procs.children.0[a], &procs.url).await;
 
     // Same id: admitted once the paused holder's lease runs out, resumes wf.
     let b = procs.spawn(Spec::worker("x").stale_ms("2000"));

@@ -102,6 +102,8 @@ struct Process {
     next_id: u64,
     /// Whether the process leads a process group of its own (unconfined), killed with it.
     group: bool,
+    /// The dead-man's switch's watcher and its pulses, stopped with the process.
+    _watcher: Option<PulseWatcher>,
     /// Set while a request waits for its answer. Still set at the next request: the caller
     /// of the last one gave up (a cancelled deploy), and its answer may still come.
     in_flight: bool,
@@ -380,6 +382,23 @@ impl ExternalPlugin {
                 }
                 None => start_error(e.to_string()),
             })?;
+        // Under the run's dead-man's switch (`manent_guard`), a watcher beside the process
+        // stops it when this worker's pulses stop (frozen, fenced): the plugin and what it
+        // started never outlive the worker's hold on the pass.
+        let watcher = match (manent_guard::current(), child.id()) {
+            (Some(switch), Some(pid)) => {
+                match PulseWatcher::start(switch, pid, confined.is_none()) {
+                    Ok(watcher) => Some(watcher),
+                    Err(e) => {
+                        let _ = child.start_kill();
+                        return Err(start_error(format!(
+                            "cannot start the dead-man's switch's watcher (sh): {e}"
+                        )));
+                    }
+                }
+            }
+            _ => None,
+        };
         let pid = child.id();
         let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
@@ -402,6 +421,7 @@ impl ExternalPlugin {
             next_id: 1,
             in_flight: false,
             group: confined.is_none(),
+            _watcher: watcher,
         };
         match self.handshake(&mut process).await {
             Ok(info) => {
@@ -686,6 +706,60 @@ impl Drop for ActiveGuard<'_> {
 
 /// Kills the process group led by `pid` (an unconfined plugin and what it started); a
 /// confined plugin's children die with its sandbox instead.
+/// The watcher of a plugin process's dead-man's switch: a shell beside it
+/// ([`manent_guard::PLUGIN_WATCHER`]) that reads the pulses this worker sends and stops the
+/// process once they stop. Dropped with the process: the watcher is killed and the pulses
+/// stop.
+struct PulseWatcher {
+    _watcher: Child,
+    pulses: JoinHandle<()>,
+}
+
+impl PulseWatcher {
+    /// Watches `pid`: its process group (`group`, an unconfined plugin leading one), or the
+    /// process alone (bwrap, whose sandbox dies with it).
+    fn start(
+        switch: manent_guard::DeadMansSwitch,
+        pid: u32,
+        group: bool,
+    ) -> std::io::Result<PulseWatcher> {
+        let mut watcher = Command::new("sh")
+            .arg("-c")
+            .arg(manent_guard::PLUGIN_WATCHER)
+            .arg("manent")
+            .arg(switch.timeout_arg())
+            .arg(pid.to_string())
+            .arg(if group { "group" } else { "process" })
+            .env_clear()
+            .env("PATH", sandbox::DEFAULT_PATH)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        let mut stdin = watcher.stdin.take().expect("piped");
+        let pulses = tokio::spawn(async move {
+            let mut ticker = switch.ticker();
+            loop {
+                ticker.tick().await;
+                if switch.may_pulse() && stdin.write_all(manent_guard::PULSE).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(PulseWatcher {
+            _watcher: watcher,
+            pulses,
+        })
+    }
+}
+
+impl Drop for PulseWatcher {
+    fn drop(&mut self) {
+        self.pulses.abort();
+    }
+}
+
 fn kill_group(pid: Option<u32>) {
     let Some(pid) = pid
         .and_then(|p| i32::try_from(p).ok())

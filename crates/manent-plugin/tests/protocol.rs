@@ -384,11 +384,7 @@ async fn a_confined_plugin_runs_each_pass_in_a_sandbox_of_its_own_seeing_only_th
     std::fs::write(&other_key, "other").unwrap();
     let host = plugin()
         .env("SET_BY_THE_OPERATOR", "1")
-        .confinement(Confinement::Bwrap(Bwrap {
-            bwrap: "bwrap".into(),
-            read_only: Vec::new(),
-            hidden: Vec::new(),
-        }));
+        .confinement(bwrap());
     let scope = PassScope {
         work_dir: work.clone(),
         read_only: vec![key.clone()],
@@ -465,4 +461,139 @@ async fn a_confined_plugin_whose_bwrap_is_missing_is_refused_naming_it() {
         "the error names the bwrap and what to do, and is not retried: {err}"
     );
     assert!(!dir.path().join("t1").exists(), "the plugin never ran");
+}
+
+/// Confinement by the `bwrap` on PATH, with no extra paths.
+fn bwrap() -> Confinement {
+    Confinement::Bwrap(Bwrap {
+        bwrap: "bwrap".into(),
+        read_only: Vec::new(),
+        hidden: Vec::new(),
+    })
+}
+
+/// A pass's scope: `dir` as its work directory, nothing more.
+fn scope_of(dir: &Path) -> PassScope {
+    PassScope {
+        work_dir: dir.to_path_buf(),
+        read_only: Vec::new(),
+    }
+}
+
+/// A one-second dead-man's switch that pulses while `holding` is set.
+fn switch(holding: &std::sync::Arc<std::sync::atomic::AtomicBool>) -> manent_guard::DeadMansSwitch {
+    let holding = holding.clone();
+    manent_guard::DeadMansSwitch::new(
+        Duration::from_secs(1),
+        std::sync::Arc::new(move || {
+            if holding.load(std::sync::atomic::Ordering::SeqCst) {
+                Duration::from_secs(3600)
+            } else {
+                Duration::ZERO
+            }
+        }),
+    )
+    .expect("a one-second switch")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_whose_workers_pulses_stop_is_killed_mid_pass_confined_or_not() {
+    check_killed_when_pulses_stop(false).await;
+    check_killed_when_pulses_stop(true).await;
+}
+
+/// Starts a pass that never answers under a switch, withdraws the worker's right to act
+/// once the process runs, and checks the pass fails because the process was stopped.
+async fn check_killed_when_pulses_stop(confined: bool) {
+    use std::sync::{Arc, atomic::AtomicBool, atomic::Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = plugin();
+    if confined {
+        host = host.confinement(bwrap());
+    }
+    let host = Arc::new(host);
+    let holding = Arc::new(AtomicBool::new(true));
+    let call = {
+        let (host, pass) = (host.clone(), pass(dir.path(), "1", Some("hang")));
+        let scope = scope_of(dir.path());
+        tokio::spawn(manent_guard::guarded(Some(switch(&holding)), async move {
+            host.call_for_pass(
+                Operation::Deploy,
+                &pass,
+                confined.then_some(&scope),
+                &|_, _| {},
+                manent_plugin::host::no_redaction(),
+            )
+            .await
+        }))
+    };
+    let pid = manent_testkit::eventually(
+        "the plugin answers the handshake",
+        Duration::from_secs(60),
+        || async { host.pid() },
+    )
+    .await;
+    holding.store(false, Ordering::SeqCst);
+    let err = call
+        .await
+        .expect("the call's task")
+        .expect_err("a plugin whose worker stopped pulsing does not finish its pass");
+    assert!(
+        matches!(err, PluginError::Exited { .. }),
+        "the pass fails because the process was killed, not by the 30-minute timeout \
+         (confined: {confined}): {err}"
+    );
+    manent_testkit::eventually(
+        "the plugin process is reaped",
+        Duration::from_secs(60),
+        || async { (!pid_alive(pid)).then_some(()) },
+    )
+    .await;
+    host.shutdown().await;
+}
+
+/// The `probe` pass saw exactly the variables `names` (comma-separated, sorted).
+fn check_environment(result: &manent_plugin::PassResult, names: &str) {
+    let detail = &result.targets[0].detail;
+    assert!(
+        detail.starts_with(&format!("env={names} ")),
+        "the watcher adds no variable to the plugin's environment: {detail}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_under_a_pulsing_switch_answers_confined_or_not_with_nothing_added_to_its_environment()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let holding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mut probe = pass(dir.path(), "1", Some("probe"));
+    probe.vars.insert("probe".into(), String::new());
+    let unconfined = plugin().env("SET_BY_THE_OPERATOR", "1");
+    let result = manent_guard::guarded(
+        Some(switch(&holding)),
+        unconfined.call(Operation::Deploy, &probe),
+    )
+    .await
+    .expect("an unconfined pass under a switch");
+    check_environment(&result, "HOME,LANG,PATH,SET_BY_THE_OPERATOR,TMPDIR");
+    unconfined.shutdown().await;
+
+    let confined = plugin()
+        .env("SET_BY_THE_OPERATOR", "1")
+        .confinement(bwrap());
+    let scope = scope_of(dir.path());
+    let result = manent_guard::guarded(
+        Some(switch(&holding)),
+        confined.call_for_pass(
+            Operation::Deploy,
+            &probe,
+            Some(&scope),
+            &|_, _| {},
+            manent_plugin::host::no_redaction(),
+        ),
+    )
+    .await
+    .expect("a confined pass under a switch");
+    check_environment(&result, "HOME,LANG,PATH,PWD,SET_BY_THE_OPERATOR,TMPDIR");
+    confined.shutdown().await;
 }

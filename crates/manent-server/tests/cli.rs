@@ -180,14 +180,7 @@ async fn logs_follow_shows_what_commands_print_as_they_print_it(db: Db) {
         "for n in 1 2 3; do echo \"line $n\"; done; echo \"a warning\" >&2; \
          while [ ! -f {gate} ]; do sleep 0.05; done; echo \"after the gate\""
     );
-    site.write_environment(
-        "acme/web",
-        "prod",
-        &format!(
-            "targets: [{{name: t1, host: local}}]\ndeploy:\n  plugin: command\n  commands:\n    - {}\n",
-            serde_json::to_string(&command).unwrap()
-        ),
-    );
+    site.write_command_environment(&command);
     let token = site.token();
     site.start("serve", "s1");
     site.wait_api().await;

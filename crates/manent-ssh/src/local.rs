@@ -255,11 +255,15 @@ impl Connection for LocalConnection {
     ) -> Result<i32, TransportError> {
         check_env_names(env)?;
         tracing::debug!(target = "local", command, "exec");
+        // Under the run's dead-man's switch, the supervisor ends the command when the
+        // pulses on its stdin stop (this worker frozen), see `SUPERVISOR`.
+        let switch = manent_guard::current();
         let mut cmd = tokio::process::Command::new("sh");
         cmd.arg("-c")
-            .arg(SUPERVISOR)
+            .arg(&*SUPERVISOR)
             .arg("manent")
             .arg(command)
+            .arg(switch.as_ref().map(|s| s.timeout_arg()).unwrap_or_default())
             .envs(env.iter().map(|(k, v)| (k, v)))
             // Held open by this process only: its end (the worker's death) ends the command.
             .stdin(Stdio::piped())
@@ -288,11 +292,32 @@ impl Connection for LocalConnection {
             .spawn()
             .map_err(|e| TransportError::io("cannot start sh", e))?;
         let group = ProcessGroupGuard(child.id());
-        let stdin = child.stdin.take();
-        let (stdout, stderr) = tokio::join!(
-            pump(child.stdout.take(), Stream::Stdout, on_output),
-            pump(child.stderr.take(), Stream::Stderr, on_output),
-        );
+        let mut stdin = child.stdin.take();
+        let pumps = async {
+            tokio::join!(
+                pump(child.stdout.take(), Stream::Stdout, on_output),
+                pump(child.stderr.take(), Stream::Stderr, on_output),
+            )
+        };
+        let (stdout, stderr) = match (&switch, &mut stdin) {
+            (Some(switch), Some(pipe)) => {
+                use tokio::io::AsyncWriteExt;
+                tokio::pin!(pumps);
+                let mut ticker = switch.ticker();
+                loop {
+                    tokio::select! {
+                        done = &mut pumps => break done,
+                        _ = ticker.tick() => {
+                            if switch.may_pulse() {
+                                // A failed pulse is a supervisor gone: the pumps end too.
+                                let _ = pipe.write_all(manent_guard::PULSE).await;
+                            }
+                        }
+                    }
+                }
+            }
+            _ => pumps.await,
+        };
         let exit = child
             .wait()
             .await

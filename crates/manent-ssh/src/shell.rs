@@ -60,29 +60,46 @@ pub(crate) fn sh_script(command: &str, env: &[(String, String)]) -> Result<Strin
     Ok(script)
 }
 
-/// Runs `$1` (a script) so that it lives only as long as whoever started
-/// it: the script runs in the background of this supervisor, which keeps the
-/// original stdin (a pipe from the worker, or the SSH channel) on fd 3 in a
-/// watcher. When that stdin closes (the worker died, the channel closed, the
-/// deploy was cancelled) or the supervisor gets SIGTERM/SIGHUP (the worker's
-/// death signal locally), the whole process group is killed: the script and
-/// everything it started. When the script ends by itself, the watcher is
-/// stopped and the script's exit status returned; what the script left in
-/// the background on purpose is left alone.
-pub(crate) const SUPERVISOR: &str = "exec 3<&0 </dev/null
+/// Runs `$1` (a script) so that it lives only as long as whoever started it may act on
+/// it: the script runs in the background of this supervisor, which keeps the original
+/// stdin (a pipe from the worker, or the SSH channel) on fd 3 in a watcher. With `$2` (a
+/// timeout in seconds, the worker's dead-man's switch: `manent_guard`), the worker sends a
+/// pulse on that stdin while it holds the step, and silence for `$2` seconds ends the
+/// command (a frozen worker); without it, only the stdin's close does. When the watcher
+/// returns (silence, or the stdin closed: the worker died, the channel closed, the deploy
+/// was cancelled) or the supervisor gets SIGTERM/SIGHUP (the worker's death signal
+/// locally), the whole process group is killed: the script and everything it started.
+/// When the script ends by itself, the watcher is stopped and the script's exit status
+/// returned; what the script left in the background on purpose is left alone.
+pub(crate) static SUPERVISOR: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "t=$2
+exec 3<&0 </dev/null
 trap 'kill -KILL 0' TERM HUP
-( while read -r _ <&3; do :; done; kill -KILL 0 ) >/dev/null 2>&1 &
+{check}
+( {watch}
+kill -KILL 0 ) >/dev/null 2>&1 &
 w=$!
 exec 3<&-
 sh -c \"$1\" &
 wait $!
 rc=$?
 kill $w 2>/dev/null
-exit $rc";
+exit $rc",
+        check = manent_guard::CHECK_TOOLS,
+        watch = manent_guard::WATCH_PULSES,
+    )
+});
 
-/// `command` under [`SUPERVISOR`], as one `sh -c` command line.
-pub(crate) fn supervised(command_line: &str) -> String {
-    format!("sh -c {} manent {}", quote(SUPERVISOR), quote(command_line))
+/// `command` under [`SUPERVISOR`], as one `sh -c` command line; `timeout` is the
+/// dead-man's switch's, if the command runs under one.
+pub(crate) fn supervised(command_line: &str, timeout: Option<&str>) -> String {
+    format!(
+        "sh -c {} manent {} {}",
+        quote(&SUPERVISOR),
+        quote(command_line),
+        quote(timeout.unwrap_or(""))
+    )
 }
 
 /// The parent directory of a `/`-separated path, `None` when it has none worth creating.

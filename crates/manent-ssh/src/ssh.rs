@@ -263,16 +263,21 @@ impl SshConnection {
     async fn run(&self, command_line: String) -> Result<ExecOutput, TransportError> {
         let collected = Collected::default();
         let status = self
-            .run_streaming(command_line, &|stream, bytes| collected.take(stream, bytes))
+            .run_streaming(command_line, None, &|stream, bytes| {
+                collected.take(stream, bytes)
+            })
             .await?;
         Ok(collected.into_output(status))
     }
 
     /// Runs a command line, handing its output to `on_output` as it arrives; returns its
-    /// exit status.
+    /// exit status. Under `switch`, a pulse goes down the channel's stdin at each of its
+    /// ticks while the worker may still act (the command line is [`supervised`] with the
+    /// switch's timeout).
     async fn run_streaming(
         &self,
         command_line: String,
+        switch: Option<&manent_guard::DeadMansSwitch>,
         on_output: OnOutput<'_>,
     ) -> Result<i32, TransportError> {
         let channel = self
@@ -287,7 +292,24 @@ impl SshConnection {
         let (mut reader, writer) = channel.split();
         let close = CloseOnDrop(Some(writer));
         let mut status = None;
-        while let Some(msg) = reader.wait().await {
+        let mut pulses = switch.map(|s| (s, s.ticker()));
+        loop {
+            let msg = match &mut pulses {
+                None => reader.wait().await,
+                Some((switch, ticker)) => tokio::select! {
+                    msg = reader.wait() => msg,
+                    _ = ticker.tick() => {
+                        if switch.may_pulse()
+                            && let Some(writer) = &close.0
+                        {
+                            // A failed pulse is a closed channel: the next read says so.
+                            let _ = writer.data_bytes(manent_guard::PULSE).await;
+                        }
+                        continue;
+                    }
+                },
+            };
+            let Some(msg) = msg else { break };
             match msg {
                 ChannelMsg::Data { data } => on_output(Stream::Stdout, &data),
                 ChannelMsg::ExtendedData { data, ext: 1 } => on_output(Stream::Stderr, &data),
@@ -593,10 +615,11 @@ impl Connection for SshConnection {
         command: &str,
         env: &[(String, String)],
     ) -> Result<ExecOutput, TransportError> {
-        tracing::debug!(target = %self.describe(), command, "exec");
-        // Supervised: the command and all it started are killed when this
-        // channel closes (a cancelled or stopped run drops it), see `SUPERVISOR`.
-        self.run(supervised(&sh_script(command, env)?)).await
+        let collected = Collected::default();
+        let status = self
+            .exec_streaming(command, env, &|stream, bytes| collected.take(stream, bytes))
+            .await?;
+        Ok(collected.into_output(status))
     }
 
     async fn exec_streaming(
@@ -606,8 +629,15 @@ impl Connection for SshConnection {
         on_output: OnOutput<'_>,
     ) -> Result<i32, TransportError> {
         tracing::debug!(target = %self.describe(), command, "exec");
-        self.run_streaming(supervised(&sh_script(command, env)?), on_output)
-            .await
+        // Supervised: the command and all it started are killed when this channel closes
+        // (a cancelled or stopped run drops it) or, under the run's dead-man's switch,
+        // when its pulses stop (a frozen worker), see `SUPERVISOR`.
+        let switch = manent_guard::current();
+        let line = supervised(
+            &sh_script(command, env)?,
+            switch.as_ref().map(|s| s.timeout_arg()).as_deref(),
+        );
+        self.run_streaming(line, switch.as_ref(), on_output).await
     }
 
     async fn put_file_atomic(&self, local: &Path, dest: &str) -> Result<(), TransportError> {

@@ -269,6 +269,67 @@ pub fn process_gone(pid: i32) -> bool {
 
 /// Appends `line` to a ledger file that several processes write (one `write` of a
 /// whole line on a file opened for appending: lines never interleave).
+/// SIGSTOPs a child at a moment it holds no database lock (a worker frozen
+/// inside a transaction would block every other process, which is not what
+/// the tests that freeze workers are about): stop, check, and if needed
+/// continue and retry.
+pub async fn pause_outside_transactions(child: &Child, url: &str) {
+    let wait = std::time::Duration::from_secs(60);
+    for _ in 0..200 {
+        signal(child, "STOP");
+        wait_stopped(child, wait).await;
+        if database_is_quiet(url).await {
+            return;
+        }
+        signal(child, "CONT");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!(
+        "could not pause process {} outside a transaction",
+        child.id()
+    );
+}
+
+/// Whether the database has no transaction or statement in flight other
+/// than ours: a process stopped now holds no lock the others need.
+pub async fn database_is_quiet(url: &str) -> bool {
+    use std::str::FromStr;
+    use std::time::Duration;
+    if url.starts_with("sqlite:") {
+        let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
+            .expect("a SQLite url")
+            .busy_timeout(Duration::ZERO);
+        let mut conn = sqlx::SqliteConnection::connect_with(&options)
+            .await
+            .expect("connect to the SQLite database");
+        let free = sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut conn)
+            .await
+            .is_ok();
+        if free {
+            sqlx::query("ROLLBACK")
+                .execute(&mut conn)
+                .await
+                .expect("roll back");
+        }
+        let _ = conn.close().await;
+        free
+    } else {
+        let mut conn = sqlx::PgConnection::connect(url)
+            .await
+            .expect("connect to the PostgreSQL database");
+        let busy: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND state <> 'idle'",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .expect("read pg_stat_activity");
+        let _ = conn.close().await;
+        busy == 0
+    }
+}
+
 pub fn append_line(path: &std::path::Path, line: &str) {
     use std::io::Write;
     let mut file = std::fs::OpenOptions::new()

@@ -97,6 +97,18 @@ impl Site {
         std::fs::write(path, yaml).unwrap();
     }
 
+    /// Makes acme/web's prod one `host: local` target deployed by the one shell `command`.
+    pub fn write_command_environment(&self, command: &str) {
+        self.write_environment(
+            "acme/web",
+            "prod",
+            &format!(
+                "targets: [{{name: t1, host: local}}]\ndeploy:\n  plugin: command\n  commands:\n    - {}\n",
+                serde_json::to_string(command).unwrap()
+            ),
+        );
+    }
+
     /// Starts `manent-server <role>` with extra environment variables.
     pub fn start_with(&mut self, role: &str, executor: &str, env: &[(&str, &str)]) -> usize {
         let log = std::fs::File::create(self.dir.join(format!("{role}-{executor}.log"))).unwrap();
