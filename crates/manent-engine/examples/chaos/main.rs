@@ -1,14 +1,18 @@
 //! The engine's chaos test, as a command: worker processes are killed with
-//! SIGKILL at random while partitioned workflows run, and PostgreSQL is
-//! restarted now and then (crashed or stopped cleanly, down for a random
-//! while, sometimes past the workers' fence window); then the run is checked:
-//! every workflow succeeded, no step ran again after its checkpoint was
-//! recorded, and no concurrency limit was ever exceeded.
+//! SIGKILL at random while partitioned workflows run, frozen with SIGSTOP
+//! (sometimes past stale_after, so that another worker takes their work) and
+//! continued, and PostgreSQL is restarted now and then (crashed or stopped
+//! cleanly, down for a random while, sometimes past the workers' fence
+//! window); then the run is checked (`verify.rs`): every workflow succeeded,
+//! no step ran again after its checkpoint was recorded, no concurrency limit
+//! was ever exceeded, and no frozen worker's step body acted once its step was
+//! taken over (the overlap check).
 //!
 //! ```text
 //! cargo run --release -p manent-engine --example chaos -- [--quick] [--database-url ADMIN_URL | --sqlite]
 //!     [--workers 3] [--workflows 200] [--steps 5] [--step-ms 100] [--kill-every-ms 2000]
-//!     [--restart-db-every-ms 0] [--seed N] [--timeout-s 600]
+//!     [--restart-db-every-ms 0] [--partition-every-ms 0] [--freeze-every-ms 0] [--seed N]
+//!     [--timeout-s 600]
 //! ```
 //!
 //! It creates a fresh PostgreSQL database next to the admin URL's (default
@@ -23,11 +27,14 @@
 //! its generation, which the engine records as the step's output; a rerun of a
 //! recorded step would show up as a ledger line with a higher generation than
 //! the recorded one. The parent appends `killed <pid>` once a killed worker is
-//! reaped, closing that process's open step intervals. Exits 1 on any
+//! reaped, closing that process's open step intervals, and `frozen <pid>` /
+//! `thawed <pid>` around a freeze. A body acts (its `done` line) only while its
+//! worker may still act on its lease, as a command under the dead-man's switch
+//! does: a frozen body whose step was taken over ends `dropped`, never `done`. Exits 1 on any
 //! violation. `--quick` is the CI preset (it includes PostgreSQL restarts).
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::HashMap,
     fs::OpenOptions,
     io::Write,
     path::{Path, PathBuf},
@@ -39,11 +46,13 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use manent_engine::{
-    Client, Engine, EngineConfig, EnqueueRequest, QueueSpec, StepStatus, WorkflowContext,
-    WorkflowFilter, WorkflowStatus, store,
+    Client, Engine, EngineConfig, EnqueueRequest, QueueSpec, WorkflowContext, store,
 };
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use sqlx::Connection;
+
+mod verify;
+use verify::verify;
 
 const QUEUE: &str = "chaos";
 const WORKFLOW: &str = "chaos";
@@ -68,6 +77,9 @@ struct Options {
     /// Zero: never; else worker 0 runs in a network namespace of its own and
     /// its link to PostgreSQL (a private cluster) is cut this often.
     partition_every: Duration,
+    /// Zero: never; else a worker is frozen (SIGSTOP) this often, for a random
+    /// while, sometimes past stale_after, then continued (SIGCONT).
+    freeze_every: Duration,
     seed: u64,
     timeout: Duration,
 }
@@ -90,6 +102,7 @@ impl Options {
             kill_every: Duration::from_millis(2000),
             restart_db_every: Duration::ZERO,
             partition_every: Duration::ZERO,
+            freeze_every: Duration::ZERO,
             seed: rand::random::<u32>().into(),
             timeout: Duration::from_secs(600),
         };
@@ -102,6 +115,7 @@ impl Options {
             o.kill_every = Duration::from_millis(1500);
             o.restart_db_every = Duration::from_millis(4000);
             o.partition_every = Duration::from_millis(5000);
+            o.freeze_every = Duration::from_millis(3000);
             o.timeout = Duration::from_secs(120);
         }
         let mut it = args.iter();
@@ -126,6 +140,9 @@ impl Options {
                 "--partition-every-ms" => {
                     o.partition_every = Duration::from_millis(number(arg, &value()?)?)
                 }
+                "--freeze-every-ms" => {
+                    o.freeze_every = Duration::from_millis(number(arg, &value()?)?)
+                }
                 "--seed" => o.seed = number(arg, &value()?)?,
                 "--timeout-s" => o.timeout = Duration::from_secs(number(arg, &value()?)?),
                 "-h" | "--help" => {
@@ -133,7 +150,7 @@ impl Options {
                         "usage: chaos [--quick] [--database-url ADMIN_URL | --sqlite] [--workers N] \
                          [--workflows N] [--steps N] [--step-ms MS] [--kill-every-ms MS] \
                          [--restart-db-every-ms MS (0: never)] [--partition-every-ms MS (0: never)] \
-                         [--seed N] [--timeout-s S]"
+                         [--freeze-every-ms MS (0: never)] [--seed N] [--timeout-s S]"
                     );
                     std::process::exit(0);
                 }
@@ -314,6 +331,12 @@ async fn worker(args: &[String]) -> Result<()> {
                     // A little work, of varying length.
                     let ms = step_ms / 2 + rand::random::<u64>() % (step_ms + 1);
                     tokio::time::sleep(Duration::from_millis(ms)).await;
+                    // It acts only while its worker may: woken from a freeze past its
+                    // fence window, it waits to be stopped (the engine fences itself and
+                    // drops the run), as a command under the dead-man's switch is killed.
+                    if ctx.ensure_live().is_err() {
+                        std::future::pending::<()>().await;
+                    }
                     body.done();
                     Ok::<_, String>(generation)
                 })
@@ -491,6 +514,20 @@ impl Workers {
         Ok(pid)
     }
 
+    /// SIGSTOPs the worker in `slot`; returns its pid.
+    fn freeze(&mut self, slot: usize) -> Result<u32> {
+        let pid = self.slots[slot].as_ref().context("a running worker")?.id();
+        signal(pid, "STOP");
+        append(&self.ledger, &format!("frozen {pid}"));
+        Ok(pid)
+    }
+
+    /// SIGCONTs a frozen worker.
+    fn thaw(&mut self, pid: u32) {
+        append(&self.ledger, &format!("thawed {pid}"));
+        signal(pid, "CONT");
+    }
+
     /// Notes workers that exited without being killed (a refused start, a crash).
     fn check_unexpected_exits(&mut self) -> Result<()> {
         for slot in 0..self.slots.len() {
@@ -557,6 +594,9 @@ fn signal(pid: u32, signal: &str) {
 
 struct Counts {
     kills: usize,
+    freezes: usize,
+    /// Of those, how many lasted past stale_after (another worker takes the work).
+    long_freezes: usize,
     delayed_restarts: usize,
     db_restarts: usize,
     /// Of those, how many kept the database down past the workers' fence window.
@@ -570,10 +610,23 @@ struct Counts {
 /// stale_after, so that the others recover its work while it fences itself;
 /// otherwise a blip it rides out.
 fn partition_length(rng: &mut StdRng, counts: &mut Counts) -> (Duration, bool) {
-    counts.partitions += 1;
-    let long = counts.partitions == 1 || rng.random_bool(0.5);
+    fault_length(rng, &mut counts.partitions, &mut counts.long_partitions)
+}
+
+/// How long a worker stays frozen: the first time and often past stale_after
+/// (another worker recovers its work, and its bodies must not act once it is
+/// continued); otherwise shorter than the fence window, which it rides out.
+fn freeze_length(rng: &mut StdRng, counts: &mut Counts) -> (Duration, bool) {
+    fault_length(rng, &mut counts.freezes, &mut counts.long_freezes)
+}
+
+/// The first fault of a kind and half the others last past stale_after; the rest are
+/// blips within half the fence window. Counts it in `all` and, if long, in `long`.
+fn fault_length(rng: &mut StdRng, all: &mut usize, long_ones: &mut usize) -> (Duration, bool) {
+    *all += 1;
+    let long = *all == 1 || rng.random_bool(0.5);
     let ms = if long {
-        counts.long_partitions += 1;
+        *long_ones += 1;
         STALE_MS + 500 + rng.random_range(0..2000)
     } else {
         rng.random_range(50..(STALE_MS - STALE_MS / 4) / 2)
@@ -691,6 +744,8 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
     let mut rng = StdRng::seed_from_u64(o.seed);
     let mut counts = Counts {
         kills: 0,
+        freezes: 0,
+        long_freezes: 0,
         delayed_restarts: 0,
         db_restarts: 0,
         db_long_outages: 0,
@@ -700,6 +755,9 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
     let mut next_partition = started + o.partition_every;
     let mut healed_at: Option<Instant> = None;
     let mut next_kill = started + o.kill_every;
+    let mut next_freeze = started + o.freeze_every;
+    // The frozen worker: its slot, pid and when it is continued.
+    let mut frozen: Option<(usize, u32, Instant)> = None;
     let mut next_db_restart = started + o.restart_db_every;
     let mut outage: Option<Outage> = None;
     let deadline = started + o.timeout;
@@ -782,10 +840,36 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
         {
             outage = Some(stop_database(cluster, &mut rng, &mut counts).await?);
         }
+        match frozen {
+            Some((_, pid, until)) if now >= until => {
+                workers.thaw(pid);
+                frozen = None;
+                next_freeze = now + o.freeze_every;
+            }
+            None if !o.freeze_every.is_zero() && now >= next_freeze => {
+                let alive: Vec<usize> = (0..o.workers)
+                    .filter(|s| workers.slots[*s].is_some())
+                    .collect();
+                if !alive.is_empty() {
+                    let slot = alive[rng.random_range(0..alive.len())];
+                    let (length, long) = freeze_length(&mut rng, &mut counts);
+                    let pid = workers.freeze(slot)?;
+                    frozen = Some((slot, pid, now + length));
+                    println!(
+                        "  {:>5.1}s: worker {slot} frozen for {} ms{}",
+                        started.elapsed().as_secs_f64(),
+                        length.as_millis(),
+                        if long { ", past stale_after" } else { "" }
+                    );
+                }
+            }
+            _ => {}
+        }
         if now >= next_kill {
             next_kill = now + o.kill_every;
+            // Never the frozen one: it is continued, then maybe killed another time.
             let alive: Vec<usize> = (0..o.workers)
-                .filter(|s| workers.slots[*s].is_some())
+                .filter(|s| workers.slots[*s].is_some() && frozen.is_none_or(|(f, ..)| f != *s))
                 .collect();
             if !alive.is_empty() {
                 let slot = alive[rng.random_range(0..alive.len())];
@@ -812,6 +896,9 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
     if let (Some((ns, _)), Some(_)) = (&db.partition, healed_at) {
         ns.heal();
     }
+    if let Some((_, pid, _)) = frozen {
+        workers.thaw(pid);
+    }
     workers.stop_all().await;
     let mut violations = std::mem::take(&mut workers.violations);
     if !finished {
@@ -822,7 +909,8 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
     println!(
         "chaos: {} workflows ({} succeeded) in {:.1}s = {:.1} wf/s; {} kills ({} restarted late); \
          {} database restarts ({} past the fence window, {} worker starts refused meanwhile); \
-         {} partitions of worker 0 ({} past stale_after); \
+         {} partitions of worker 0 ({} past stale_after); {} freezes ({} past stale_after, \
+         {} bodies taken over while frozen); \
          {} step bodies run for {} steps: {} reruns of interrupted steps ({} by runs fenced while alive, \
          {} stopped mid-body)",
         o.workflows,
@@ -836,6 +924,9 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
         workers.refused_starts,
         counts.partitions,
         counts.long_partitions,
+        counts.freezes,
+        counts.long_freezes,
+        report.superseded,
         report.bodies,
         o.workflows * o.steps,
         report.reruns,
@@ -857,210 +948,4 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
         }
         Ok(false)
     }
-}
-
-#[derive(Default)]
-struct Report {
-    succeeded: usize,
-    bodies: usize,
-    reruns: usize,
-    /// Interrupted runs whose process was not killed: recovered away from a
-    /// live worker that looked stale (an overloaded machine), then fenced.
-    fenced_live: usize,
-    /// Step bodies stopped before they returned (their run fenced or stopped).
-    dropped: usize,
-    max_total: usize,
-    max_partition: usize,
-    max_worker: usize,
-}
-
-/// What a ledger line of a step body says.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Begin,
-    Done,
-    Dropped,
-}
-
-/// A ledger line of a step body.
-struct StepLine {
-    kind: Kind,
-    partition: String,
-    pid: u32,
-    generation: i64,
-}
-
-fn parse_line(line: &str) -> Option<((String, usize), StepLine)> {
-    let f: Vec<&str> = line.split(' ').collect();
-    let [wf, step, kind, partition, pid, generation] = f.as_slice() else {
-        return None;
-    };
-    Some((
-        (wf.to_string(), step.parse().ok()?),
-        StepLine {
-            kind: match *kind {
-                "begin" => Kind::Begin,
-                "done" => Kind::Done,
-                "dropped" => Kind::Dropped,
-                _ => return None,
-            },
-            partition: partition.to_string(),
-            pid: pid.parse().ok()?,
-            generation: generation.parse().ok()?,
-        },
-    ))
-}
-
-async fn verify(
-    o: &Options,
-    client: &Client,
-    ledger: &Path,
-    violations: &mut Vec<String>,
-) -> Result<Report> {
-    let mut report = Report::default();
-    let text = std::fs::read_to_string(ledger).unwrap_or_default();
-
-    // 1. Limits, from the begin/done intervals in ledger order.
-    let mut open: HashMap<u32, Vec<(String, usize, String)>> = HashMap::new();
-    let mut per_partition: HashMap<String, usize> = HashMap::new();
-    let mut total = 0usize;
-    let mut by_step: BTreeMap<(String, usize), Vec<StepLine>> = BTreeMap::new();
-    let mut killed: HashSet<u32> = HashSet::new();
-    for line in text.lines() {
-        if let Some(pid) = line.strip_prefix("killed ") {
-            let pid: u32 = pid.parse().context("a killed line")?;
-            killed.insert(pid);
-            for (_, _, partition) in open.remove(&pid).unwrap_or_default() {
-                total -= 1;
-                *per_partition.entry(partition).or_default() -= 1;
-            }
-            continue;
-        }
-        let Some((key, l)) = parse_line(line) else {
-            violations.push(format!("unreadable ledger line `{line}`"));
-            continue;
-        };
-        let running = open.entry(l.pid).or_default();
-        if l.kind == Kind::Dropped {
-            report.dropped += 1;
-        }
-        if l.kind == Kind::Begin {
-            running.push((key.0.clone(), key.1, l.partition.clone()));
-            total += 1;
-            let p = per_partition.entry(l.partition.clone()).or_default();
-            *p += 1;
-            report.max_total = report.max_total.max(total);
-            report.max_partition = report.max_partition.max(*p);
-            report.max_worker = report.max_worker.max(running.len());
-            if total > GLOBAL_LIMIT as usize
-                || *p > PARTITION_LIMIT as usize
-                || running.len() > WORKER_LIMIT as usize
-            {
-                violations.push(format!(
-                    "limit exceeded at `{line}`: {total} running, {} in partition {}, {} in pid {}",
-                    p,
-                    l.partition,
-                    running.len(),
-                    l.pid
-                ));
-            }
-        } else if let Some(at) = running
-            .iter()
-            .position(|(wf, step, _)| *wf == key.0 && *step == key.1)
-        {
-            running.remove(at);
-            total -= 1;
-            *per_partition.entry(l.partition.clone()).or_default() -= 1;
-        } else {
-            violations.push(format!("`{line}` ends a step that never began"));
-        }
-        by_step.entry(key).or_default().push(l);
-    }
-
-    // 2. Outcomes and step records, against the ledger.
-    let all = client
-        .list(&WorkflowFilter {
-            queue: Some(QUEUE.into()),
-            limit: Some(i64::try_from(o.workflows).unwrap_or(i64::MAX) + 100),
-            ..WorkflowFilter::default()
-        })
-        .await?;
-    if all.len() != o.workflows {
-        violations.push(format!(
-            "{} workflows stored, {} enqueued",
-            all.len(),
-            o.workflows
-        ));
-    }
-    for wf in &all {
-        if wf.status != WorkflowStatus::Success {
-            violations.push(format!(
-                "workflow {} is {}, not SUCCESS (error: {:?})",
-                wf.id, wf.status, wf.error
-            ));
-            continue;
-        }
-        report.succeeded += 1;
-        let steps = client.steps(&wf.id).await?;
-        if steps.len() != o.steps {
-            violations.push(format!(
-                "workflow {} has {} step records, not {}",
-                wf.id,
-                steps.len(),
-                o.steps
-            ));
-        }
-        for s in &steps {
-            let recorded: Option<i64> = s.output.as_deref().and_then(|v| v.parse().ok());
-            let (Some(recorded), StepStatus::Success) = (recorded, s.status) else {
-                violations.push(format!(
-                    "step {} of {} is recorded as {s:?}",
-                    s.index, wf.id
-                ));
-                continue;
-            };
-            let lines = by_step
-                .get(&(
-                    wf.id.clone(),
-                    usize::try_from(s.index).unwrap_or(usize::MAX),
-                ))
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            let begins: Vec<&StepLine> = lines.iter().filter(|l| l.kind == Kind::Begin).collect();
-            report.bodies += begins.len();
-            let interrupted: Vec<&&StepLine> =
-                begins.iter().filter(|l| l.generation < recorded).collect();
-            report.reruns += interrupted.len();
-            report.fenced_live += interrupted
-                .iter()
-                .filter(|l| !killed.contains(&l.pid))
-                .count();
-            let later: Vec<String> = lines
-                .iter()
-                .filter(|l| l.generation > recorded)
-                .map(|l| format!("pid {} generation {}", l.pid, l.generation))
-                .collect();
-            if !later.is_empty() {
-                violations.push(format!(
-                    "step {} of {} ran again after generation {recorded} recorded it: {}",
-                    s.index,
-                    wf.id,
-                    later.join(", ")
-                ));
-            }
-            let recording = lines.iter().filter(|l| l.generation == recorded);
-            let (b, d) = recording.fold((0, 0), |(b, d), l| match l.kind {
-                Kind::Begin => (b + 1, d),
-                Kind::Done => (b, d + 1),
-                Kind::Dropped => (b, d),
-            });
-            if (b, d) != (1, 1) {
-                violations.push(format!(
-                    "step {} of {}: the recording run (generation {recorded}) logged {b} begins and {d} ends",
-                    s.index, wf.id
-                ));
-            }
-        }
-    }
-    Ok(report)
 }
