@@ -508,7 +508,7 @@ async fn waiting_reason(
             }
             if live.is_empty() && !live_other_versions.is_empty() {
                 // Never failed, never dropped: it starts once a worker of a build that runs
-                // its version serves the queue (docs/upgrades.md).
+                // its version serves the queue (docs/upgrading.md).
                 return Ok(Some(format!(
                     "a worker that runs deploy workflow version {} on queue {}: the live ones \
                      run other versions ({}); start a manent release that runs version {}",

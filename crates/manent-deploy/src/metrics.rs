@@ -27,7 +27,7 @@ pub async fn render(client: &Client, config: &Config) -> Result<String, EngineEr
         "manent_deploys_waiting_for_workflow_version",
         "gauge",
         "Queued deploys whose deploy workflow version no live worker runs: they wait for a \
-         worker of a release that runs it (docs/upgrades.md).",
+         worker of a release that runs it (docs/upgrading.md).",
     );
     let live = client.live_workflow_versions().await?;
     for (version, n) in client.count_enqueued_by_version(DEPLOY_WORKFLOW).await? {

@@ -36,7 +36,7 @@ pub const AUTHORISE_AT_START_STEP: &str = "authorise at start";
 
 /// The version a new deploy starts under: the newest this build runs that every live
 /// worker runs too, so an older worker can replay what a newer API submits during a
-/// rolling upgrade (docs/upgrades.md).
+/// rolling upgrade (docs/upgrading.md).
 pub async fn startable_version(client: &Client) -> Result<u32, EngineError> {
     client.startable_version(DEPLOY_WORKFLOW_VERSIONS.max).await
 }

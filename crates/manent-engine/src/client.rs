@@ -117,7 +117,7 @@ impl Client {
 
     /// The newest workflow version at most `newest` that every live executor can run:
     /// what a new workflow starts under, so that during a rolling upgrade an old worker
-    /// can still replay what a new API submits (docs/upgrades.md). With no live executor,
+    /// can still replay what a new API submits (docs/upgrading.md). With no live executor,
     /// `newest`. An executor is live while its lease has not expired.
     pub async fn startable_version(&self, newest: u32) -> Result<u32, EngineError> {
         Ok(self

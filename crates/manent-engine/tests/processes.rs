@@ -40,6 +40,8 @@ on_both_backends!(
     workers_started_together_on_an_empty_database_all_migrate_it,
     a_duplicate_executor_id_is_refused_across_processes_until_the_holder_stops,
     a_paused_worker_taken_over_under_its_own_id_exits_non_zero_without_another_step_when_continued,
+    a_worker_rolled_to_a_release_with_a_breaking_change_replays_what_it_held_under_the_old_version,
+    a_worker_rolled_back_to_an_older_release_hands_back_what_it_cannot_replay_and_it_waits_for_one_that_can,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,6 +109,12 @@ impl Spec {
     /// `stale_after` of the worker, in milliseconds.
     fn stale_ms(self, ms: &str) -> Spec {
         self.set("MANENT_TEST_STALE_MS", ms)
+    }
+    /// The workflow versions the worker runs (`min-max`) and a short drain at SIGTERM, as a
+    /// release in a rolling upgrade.
+    fn release(self, versions: &str) -> Spec {
+        self.set("MANENT_TEST_VERSIONS", versions)
+            .set("MANENT_TEST_DRAIN_MS", 300)
     }
     /// Automatic recovery of stale executors, with a 2 s `stale_after`.
     fn recovering(self) -> Spec {
@@ -790,6 +798,152 @@ async fn a_paused_worker_taken_over_under_its_own_id_exits_non_zero_without_anot
     );
 }
 
+/// SIGTERMs a worker (a rolling update), waits for it to drain and exit.
+async fn roll_out(procs: &mut Procs, i: usize) {
+    signal(&procs.children.0[i], "TERM");
+    wait_exit(procs.child(i), WAIT).await;
+}
+
+/// Enqueues the `versioned` workflow `id` under the version new work starts under now (this
+/// code knows versions up to 2).
+async fn enqueue_versioned(client: &Client, id: &str) -> u32 {
+    let version = client
+        .startable_version(2)
+        .await
+        .expect("the version new work starts under");
+    client
+        .enqueue(
+            EnqueueRequest::new("versioned", "q", ())
+                .id(id)
+                .version(version),
+        )
+        .await
+        .expect("enqueue");
+    version
+}
+
+async fn a_worker_rolled_to_a_release_with_a_breaking_change_replays_what_it_held_under_the_old_version(
+    db: Db,
+) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let client = client(&db).await;
+    let mut procs = Procs::new(&db);
+    let old = procs.spawn(Spec::worker("w").release("1-1"));
+    let pid_old = procs.pid(old);
+    procs.ledger.wait_for(&format!("ready {pid_old}")).await;
+    assert_eq!(
+        enqueue_versioned(&client, "held").await,
+        1,
+        "with only the old release live, new work starts under version 1"
+    );
+    procs
+        .ledger
+        .wait_for(&format!("held step2 start {pid_old} v1"))
+        .await;
+
+    // The rolling update: the old release drains (step2 waits for the gate: the drain
+    // times out and the workflow stays pending under its id); the new one takes the id.
+    roll_out(&mut procs, old).await;
+    let new = procs.spawn(Spec::worker("w").release("1-2"));
+    let pid_new = procs.pid(new);
+    procs
+        .ledger
+        .wait_for(&format!("held step2 start {pid_new} v1"))
+        .await;
+    assert_eq!(
+        enqueue_versioned(&client, "fresh").await,
+        2,
+        "once only the new release is live, new work starts under version 2"
+    );
+    procs.open_gate();
+    wait_success(&client, "held").await;
+    wait_success(&client, "fresh").await;
+
+    let ledger = &procs.ledger;
+    assert_eq!(
+        (
+            ledger.count(&format!("held step1 done {pid_old} v1")),
+            ledger.count(&format!("held step1 start {pid_new} v1")),
+            ledger.count(&format!("held step2 done {pid_new} v1")),
+        ),
+        (1, 0, 1),
+        "the new release replays the old deploy under version 1: step1 not run again, the \
+         interrupted step2 run once"
+    );
+    assert!(
+        !ledger.lines().iter().any(|l| l.starts_with("held prepare")),
+        "version 2's new step never runs in a workflow started under version 1"
+    );
+    assert_eq!(
+        ledger.count(&format!("fresh prepare done {pid_new} v2")),
+        1,
+        "new work runs version 2, its new step included"
+    );
+}
+
+async fn a_worker_rolled_back_to_an_older_release_hands_back_what_it_cannot_replay_and_it_waits_for_one_that_can(
+    db: Db,
+) {
+    manent_testkit::init_tracing();
+    let db = TestDb::new(db).await;
+    let client = client(&db).await;
+    let mut procs = Procs::new(&db);
+    let new = procs.spawn(Spec::worker("w").release("1-2"));
+    let pid_new = procs.pid(new);
+    procs.ledger.wait_for(&format!("ready {pid_new}")).await;
+    assert_eq!(enqueue_versioned(&client, "held").await, 2);
+    procs
+        .ledger
+        .wait_for(&format!("held step2 start {pid_new} v2"))
+        .await;
+
+    // Rolled back: the older release takes the id and cannot replay version 2.
+    roll_out(&mut procs, new).await;
+    let old = procs.spawn(Spec::worker("w").release("1-1"));
+    let pid_old = procs.pid(old);
+    procs.ledger.wait_for(&format!("ready {pid_old}")).await;
+    eventually(
+        "the older release hands the version-2 workflow back to the queue",
+        WAIT,
+        || async {
+            let record = client.get("held").await.ok().flatten()?;
+            (record.status == WorkflowStatus::Enqueued).then_some(())
+        },
+    )
+    .await;
+    procs.open_gate();
+    assert_eq!(
+        client.get("held").await.unwrap().unwrap().status,
+        WorkflowStatus::Enqueued,
+        "with the gate open and a worker live, it still waits: no live worker can replay it"
+    );
+
+    // A worker of a release that runs version 2 serves the queue: it finishes it.
+    let other = procs.spawn(Spec::worker("other").release("1-2"));
+    let pid_other = procs.pid(other);
+    wait_success(&client, "held").await;
+    let ledger = &procs.ledger;
+    assert!(
+        !ledger
+            .lines()
+            .iter()
+            .any(|l| l.starts_with("held ") && l.contains(&format!(" {pid_old} "))),
+        "the older release ran no step of it: {:?}",
+        ledger.lines()
+    );
+    assert_eq!(
+        (
+            ledger.count(&format!("held prepare done {pid_new} v2")),
+            ledger.count(&format!("held step1 done {pid_new} v2")),
+            ledger.count(&format!("held step1 start {pid_other} v2")),
+            ledger.count(&format!("held step2 done {pid_other} v2")),
+        ),
+        (1, 1, 0, 1),
+        "the release that can replay it finishes it under version 2, no finished step again"
+    );
+}
+
 // ----------------------------------------------------------------- child side
 
 mod child {
@@ -797,7 +951,9 @@ mod child {
 
     use std::{path::PathBuf, time::Duration};
 
-    use manent_engine::{Engine, EngineConfig, QueueSpec, WorkflowContext, WorkflowError, store};
+    use manent_engine::{
+        Engine, EngineConfig, QueueSpec, WorkflowContext, WorkflowError, WorkflowVersions, store,
+    };
     use tokio::signal::unix::{SignalKind, signal};
 
     use super::append;
@@ -865,6 +1021,12 @@ mod child {
             Duration::from_millis(number("MANENT_TEST_STALE_MS").unwrap_or(3_600_000));
         config.heartbeat_interval = Duration::from_millis(200);
         config.automatic_recovery = var("MANENT_TEST_RECOVERY").is_some();
+        if let Some(range) = var("MANENT_TEST_VERSIONS") {
+            let (min, max) = range.split_once('-').expect("versions as `min-max`");
+            config.workflow_versions =
+                WorkflowVersions::new(min.parse().unwrap(), max.parse().unwrap())
+                    .expect("a valid range of versions");
+        }
         let engine = Engine::new(store, config);
 
         let mut queue = QueueSpec::new("q");
@@ -908,6 +1070,33 @@ mod child {
             }
         });
 
+        // A workflow whose version 2 is a breaking change: a `prepare` step before version
+        // 1's `step1` and `step2` (which waits for the gate). Each step is logged as it
+        // starts and ends, with the version its code ran.
+        let (l, g) = (ledger.clone(), gate.clone());
+        engine.register("versioned", move |ctx: WorkflowContext, (): ()| {
+            let (ledger, gate) = (l.clone(), g.clone());
+            async move {
+                let (wf, version) = (ctx.workflow_id().to_string(), ctx.workflow_version());
+                let mut steps = vec!["step1", "step2"];
+                if version >= 2 {
+                    steps.insert(0, "prepare");
+                }
+                for step in steps {
+                    ctx.step(step, || async {
+                        append(&ledger, &format!("{wf} {step} start {pid} v{version}"));
+                        if step == "step2" {
+                            wait_for_file(&gate).await;
+                        }
+                        append(&ledger, &format!("{wf} {step} done {pid} v{version}"));
+                        Ok::<_, String>(())
+                    })
+                    .await?;
+                }
+                Ok(version)
+            }
+        });
+
         // Two steps of simulated work, logged as begin/end with the partition and pid.
         let work = Duration::from_millis(number("MANENT_TEST_STEP_MS").unwrap_or(20));
         let l = ledger.clone();
@@ -941,7 +1130,8 @@ mod child {
                 return 4;
             }
         }
-        engine.shutdown(Duration::from_secs(10)).await;
+        let drain = Duration::from_millis(number("MANENT_TEST_DRAIN_MS").unwrap_or(10_000));
+        engine.shutdown(drain).await;
         append(&ledger, &format!("stopped {pid}"));
         0
     }

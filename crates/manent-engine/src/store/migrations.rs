@@ -16,7 +16,7 @@ pub(crate) struct Migration {
     /// applied (it only adds what they ignore: a table, a nullable column, an index), so
     /// that old and new workers run side by side through a rolling upgrade. `None`: a
     /// binary that does not know this migration must not run on it. Recorded with the
-    /// migration when it is applied; an older binary reads it there (docs/upgrades.md).
+    /// migration when it is applied; an older binary reads it there (docs/upgrading.md).
     pub compatible_from: Option<i64>,
     /// Statements with `{ID}` standing for the dialect's auto-increment key.
     statements: &'static [&'static str],
@@ -305,7 +305,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 10,
         // Two nullable columns: a binary of schema 9 ignores them, and everything it
-        // starts or runs is version 1, which NULL means (docs/upgrades.md).
+        // starts or runs is version 1, which NULL means (docs/upgrading.md).
         compatible_from: Some(9),
         name: "workflow versions: the one a workflow started under, the ones an executor runs",
         statements: &[

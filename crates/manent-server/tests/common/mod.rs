@@ -111,8 +111,24 @@ impl Site {
 
     /// Starts `manent-server <role>` with extra environment variables.
     pub fn start_with(&mut self, role: &str, executor: &str, env: &[(&str, &str)]) -> usize {
-        let log = std::fs::File::create(self.dir.join(format!("{role}-{executor}.log"))).unwrap();
-        let mut command = self.command(&[role], executor);
+        self.start_binary(Path::new(SERVER), role, executor, env)
+    }
+
+    /// Starts `<binary> <role>` (a `manent-server`, maybe another release's) with extra
+    /// environment variables; its log is appended to `<role>-<executor>.log`.
+    pub fn start_binary(
+        &mut self,
+        binary: &Path,
+        role: &str,
+        executor: &str,
+        env: &[(&str, &str)],
+    ) -> usize {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("{role}-{executor}.log")))
+            .unwrap();
+        let mut command = self.command_of(binary, &[role], executor);
         command
             .envs(env.iter().copied())
             .stdout(Stdio::null())
@@ -136,7 +152,12 @@ impl Site {
     }
 
     pub fn command(&self, args: &[&str], executor: &str) -> Command {
-        let mut c = Command::new(SERVER);
+        self.command_of(Path::new(SERVER), args, executor)
+    }
+
+    /// `manent-server` from `binary` (another release's, in the upgrade test) on this site.
+    pub fn command_of(&self, binary: &Path, args: &[&str], executor: &str) -> Command {
+        let mut c = Command::new(binary);
         c.arg("-c").arg(self.dir.join("manent.yml")).args(args);
         c.env("DBOS__VMID", executor)
             .env("MANENT_WORKDIR", self.dir.join(format!("work-{executor}")));
@@ -176,8 +197,14 @@ impl Site {
 
     /// A new token named `name` with `role` on every application.
     pub fn token_named(&self, name: &str, role: &str) -> String {
+        self.token_made_by(Path::new(SERVER), name, role)
+    }
+
+    /// A new token named `name` with `role`, created by the `manent-server` at `binary`.
+    pub fn token_made_by(&self, binary: &Path, name: &str, role: &str) -> String {
         let out = self
-            .command(
+            .command_of(
+                binary,
                 &["admin", "token", "create", "--name", name, "--role", role],
                 "admin",
             )

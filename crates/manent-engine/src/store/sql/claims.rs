@@ -236,7 +236,7 @@ impl SqlStore {
 
     /// Says once per workflow (in this process) that a claim left it for a worker that
     /// runs its version: a deploy waiting for a release that is not running anywhere is
-    /// in the log, not only in `waiting_for` and the metrics (docs/upgrades.md).
+    /// in the log, not only in `waiting_for` and the metrics (docs/upgrading.md).
     fn report_left_for_other_versions(
         &self,
         queue: &str,
