@@ -90,6 +90,9 @@ pub struct Config {
     /// Bounds on recurring schedules (`schedule.cron`).
     #[serde(deserialize_with = "yaml::nullable")]
     pub schedules: SchedulesConfig,
+    /// How long finished deploys, their output and the audit trail are kept.
+    #[serde(deserialize_with = "yaml::nullable")]
+    pub retention: RetentionConfig,
     /// Where this configuration came from; used for messages and relative paths.
     #[serde(skip)]
     origin: Origin,
@@ -478,6 +481,45 @@ impl Default for SchedulesConfig {
     }
 }
 
+/// `retention`: what workers delete, and when (docs/configuration.md, `retention`). A
+/// duration of `0s` keeps that kind of history for ever.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// The successful deploys of each environment never removed, newest first: the live
+    /// one and those `manent rollback` chooses among.
+    pub keep_last: u32,
+    /// Finished deploys older than this (since they ended) are removed, with their steps,
+    /// events and output, unless `keep_last` keeps them.
+    #[serde(with = "serde_util::duration")]
+    pub deploys: Duration,
+    /// Output lines older than this are removed from finished deploys that are kept.
+    #[serde(with = "serde_util::duration")]
+    pub output: Duration,
+    /// Audit entries older than this are removed.
+    #[serde(with = "serde_util::duration")]
+    pub audit: Duration,
+    /// How often each worker applies the policy.
+    #[serde(with = "serde_util::duration")]
+    pub every: Duration,
+    /// Deploys (or output lines, or audit entries) removed per transaction.
+    pub batch: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        const DAY: u64 = 24 * 3600;
+        RetentionConfig {
+            keep_last: 20,
+            deploys: Duration::from_secs(90 * DAY),
+            output: Duration::from_secs(30 * DAY),
+            audit: Duration::from_secs(365 * DAY),
+            every: Duration::from_secs(600),
+            batch: 500,
+        }
+    }
+}
+
 /// `log.format`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -550,6 +592,7 @@ impl Config {
             log: LogConfig::default(),
             worker: WorkerConfig::default(),
             schedules: SchedulesConfig::default(),
+            retention: RetentionConfig::default(),
             origin: Origin {
                 file: NO_FILE.to_owned(),
                 ..Origin::default()

@@ -16,6 +16,7 @@ pub(crate) fn validate(config: &Config) -> Vec<ConfigIssue> {
     v.api();
     v.dbos();
     v.recovery();
+    v.retention();
     v.plugins();
     v.queues();
     v.tenants();
@@ -277,6 +278,33 @@ impl Validator<'_> {
                      stale_after: 30s",
                     fmt_duration(recovery.heartbeat_interval),
                     fmt_duration(recovery.stale_after),
+                ),
+            );
+        }
+    }
+
+    fn retention(&mut self) {
+        let retention = &self.config.retention;
+        if retention.keep_last == 0 {
+            self.push(
+                "retention.keep_last",
+                "must be at least 1: the live deploy of each environment is always kept; \
+                 write e.g. keep_last: 20",
+            );
+        }
+        if retention.every.is_zero() {
+            self.push(
+                "retention.every",
+                "must be longer than 0; write e.g. every: 10m",
+            );
+        }
+        if !(1..=10_000).contains(&retention.batch) {
+            self.push(
+                "retention.batch",
+                format!(
+                    "{} is outside 1..=10000: a batch is one transaction, which must stay short; \
+                     write e.g. batch: 500",
+                    retention.batch
                 ),
             );
         }

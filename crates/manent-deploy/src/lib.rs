@@ -14,6 +14,7 @@ pub mod plugins;
 pub mod printed;
 pub mod queues;
 pub mod request;
+pub mod retention;
 pub mod schedules;
 pub mod secrets;
 pub mod submission;

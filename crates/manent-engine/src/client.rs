@@ -159,6 +159,45 @@ impl Client {
             .collect())
     }
 
+    /// The ids of finished workflows retention may remove ([`crate::PruneQuery`]).
+    pub async fn prunable_workflows(
+        &self,
+        query: &crate::PruneQuery,
+    ) -> Result<Vec<String>, EngineError> {
+        Ok(self.store.prunable_workflows(query).await?)
+    }
+
+    /// Removes finished workflows with their children and all recorded under them.
+    pub async fn delete_workflows(&self, ids: &[String]) -> Result<crate::Deleted, EngineError> {
+        Ok(self.store.delete_workflows(ids).await?)
+    }
+
+    /// Removes (or counts) at most `limit` output lines of finished workflows from before
+    /// `before_ms`.
+    pub async fn prune_output(
+        &self,
+        before_ms: i64,
+        limit: i64,
+        dry_run: bool,
+    ) -> Result<u64, EngineError> {
+        Ok(self.store.prune_output(before_ms, limit, dry_run).await?)
+    }
+
+    /// Removes (or counts) at most `limit` audit entries from before `before_ms`.
+    pub async fn prune_audit(
+        &self,
+        before_ms: i64,
+        limit: i64,
+        dry_run: bool,
+    ) -> Result<u64, EngineError> {
+        Ok(self.store.prune_audit(before_ms, limit, dry_run).await?)
+    }
+
+    /// Gives freed space back to the file system where the backend needs asking.
+    pub async fn reclaim_space(&self, full: bool) -> Result<(), EngineError> {
+        Ok(self.store.reclaim_space(full).await?)
+    }
+
     pub async fn get(&self, id: &str) -> Result<Option<WorkflowRecord>, EngineError> {
         Ok(self.store.get_workflow(id).await?)
     }

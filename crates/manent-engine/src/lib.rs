@@ -28,9 +28,10 @@ pub use output::{DEFAULT_OUTPUT_PER_RUN, MAX_LINE_BYTES, OutputWriter};
 pub use policy::StepPolicy;
 pub use records::Records;
 pub use store::{
-    AuditFilter, AuditRecord, Backend, EventRecord, ExecutorRecord, ExecutorState, LimitGroup,
-    OutputLine, QueueDepth, QueueRecord, RecordEntry, RunningCount, StepRecord, StepStatus, Store,
-    WorkflowFilter, WorkflowRecord, WorkflowStatus, WorkflowVersions,
+    AuditFilter, AuditRecord, Backend, Deleted, EventRecord, ExecutorRecord, ExecutorState,
+    LimitGroup, OutputLine, PruneQuery, QueueDepth, QueueRecord, RecordEntry, RunningCount,
+    StepRecord, StepStatus, Store, WorkflowFilter, WorkflowRecord, WorkflowStatus,
+    WorkflowVersions,
 };
 
 /// Milliseconds since the Unix epoch: the one clock of the engine's records.

@@ -67,6 +67,21 @@ enum Admin {
     Token(Token),
     /// Validates the configuration and exits.
     CheckConfig,
+    /// Applies `retention` now (workers do it every `retention.every`): removes finished
+    /// deploys past their age (never the newest `keep_last` successful ones of each
+    /// environment, nor anything in flight), old output lines and audit entries.
+    Prune {
+        /// Counts what would be removed; removes nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Then rewrites a SQLite file to give the freed space back (VACUUM: the file is
+        /// locked meanwhile, and needs as much free disk again). No effect on PostgreSQL.
+        #[arg(long)]
+        vacuum: bool,
+        /// `table` (default) or `json`.
+        #[arg(long, short = 'o', default_value = "table")]
+        output: OutputFormat,
+    },
 }
 
 #[derive(Subcommand)]
@@ -205,9 +220,57 @@ async fn run(args: Args) -> Result<()> {
         Command::Serve => serve(config, store, true, true).await,
         Command::Api => serve(config, store, true, false).await,
         Command::Worker => serve(config, store, false, true).await,
+        Command::Admin(Admin::Prune {
+            dry_run,
+            vacuum,
+            output,
+        }) => prune(&config, store, dry_run, vacuum, output).await,
         Command::Admin(admin) => run_admin(admin, store).await,
         Command::Completion { .. } => unreachable!("handled before the configuration is read"),
     }
+}
+
+/// `admin prune`: the retention policy, now (docs/configuration.md, `retention`).
+async fn prune(
+    config: &Config,
+    store: Arc<dyn Store>,
+    dry_run: bool,
+    vacuum: bool,
+    output: OutputFormat,
+) -> Result<()> {
+    let client = Client::new(store);
+    let report = manent_deploy::retention::prune(
+        &client,
+        &config.retention,
+        manent_engine::now_ms(),
+        dry_run,
+    )
+    .await
+    .context("applying retention")?;
+    if vacuum && !dry_run {
+        client
+            .reclaim_space(true)
+            .await
+            .context("giving the freed space back (VACUUM)")?;
+    }
+    if !dry_run {
+        audit_admin(&client.records(), "retention.prune", "").await;
+    }
+    match output {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        OutputFormat::Table => {
+            let verb = if dry_run { "would remove" } else { "removed" };
+            println!(
+                "{verb}: deploys {} (passes {}, steps {}), output lines {}, audit entries {}",
+                report.deploys,
+                report.passes,
+                report.steps,
+                report.output_lines,
+                report.audit_entries
+            );
+        }
+    }
+    Ok(())
 }
 
 async fn run_admin(admin: Admin, store: Arc<dyn Store>) -> Result<()> {
@@ -234,6 +297,7 @@ async fn run_admin(admin: Admin, store: Arc<dyn Store>) -> Result<()> {
         }
         Admin::Token(token) => run_token(token, &client.records()).await,
         Admin::CheckConfig => Ok(()),
+        Admin::Prune { .. } => unreachable!("handled with the configuration"),
     }
 }
 
@@ -554,6 +618,7 @@ async fn start_worker(
         config.worker_workdir(),
         config.effective_executor_id().to_string(),
     );
+    manent_deploy::retention::spawn_pruner(client.clone(), config.retention.clone());
     let policy = manent_deploy::schedules::TickPolicy {
         config: Arc::new(config.clone()),
         authority,

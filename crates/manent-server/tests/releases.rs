@@ -13,7 +13,10 @@ use serde_json::Value;
 
 use manent_testkit::on_both_backends;
 
-on_both_backends!(rollback_puts_the_previous_version_back_and_redeploy_the_named_one);
+on_both_backends!(
+    rollback_puts_the_previous_version_back_and_redeploy_the_named_one,
+    after_retention_removed_old_deploys_rollback_still_returns_to_the_previous_kept_one,
+);
 
 /// `manent ARGS` as a person reads it (tables); returns its exit code and stdout.
 fn table(site: &Site, token: &str, args: &[&str]) -> (i32, String) {
@@ -46,6 +49,18 @@ fn live(site: &Site, token: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// acme/web prod: one local target whose command appends the version to the ledger.
+fn version_ledger_environment(site: &Site) {
+    let ledger = ledger_path(&site.dir);
+    site.write_environment(
+        "acme/web",
+        "prod",
+        &format!(
+            "targets: [{{name: t1, host: local}}]\ndeploy:\n  plugin: command\n  commands:\n    - \"echo $MANENT_VERSION >> {ledger}\"\n"
+        ),
+    );
+}
+
 /// `manent deploy -f <version> --wait`; returns the deploy's id.
 fn deploy(site: &Site, token: &str, version: &str) -> String {
     let path = site.descriptor(version);
@@ -56,14 +71,7 @@ fn deploy(site: &Site, token: &str, version: &str) -> String {
 
 async fn rollback_puts_the_previous_version_back_and_redeploy_the_named_one(db: Db) {
     let mut site = Site::new(db, &[]).await;
-    let ledger = ledger_path(&site.dir);
-    site.write_environment(
-        "acme/web",
-        "prod",
-        &format!(
-            "targets: [{{name: t1, host: local}}]\ndeploy:\n  plugin: command\n  commands:\n    - \"echo $MANENT_VERSION >> {ledger}\"\n"
-        ),
-    );
+    version_ledger_environment(&site);
     let token = site.token();
     site.start("serve", "s1");
     site.wait_api().await;
@@ -159,5 +167,62 @@ async fn rollback_puts_the_previous_version_back_and_redeploy_the_named_one(db: 
     assert!(
         code == 0 && text.contains("VERSION") && text.contains("DURATION"),
         "the list shows versions and durations: {text}"
+    );
+}
+
+async fn after_retention_removed_old_deploys_rollback_still_returns_to_the_previous_kept_one(
+    db: Db,
+) {
+    let mut site = Site::new(db, &[]).await;
+    // Everything finished is past its age at once; the two newest successful deploys are
+    // kept. The workers' own pass is an hour away: `admin prune` applies it here.
+    site.set_config("retention: {keep_last: 2, deploys: 1ms, output: 0s, every: 1h}\n");
+    version_ledger_environment(&site);
+    let token = site.token();
+    site.start("serve", "s1");
+    site.wait_api().await;
+    let ids: Vec<String> = ["1.0", "1.1", "1.2", "1.3"]
+        .iter()
+        .map(|v| deploy(&site, &token, v))
+        .collect();
+
+    let prune = |extra: &[&str]| {
+        let mut args = vec!["admin", "prune", "--output", "json"];
+        args.extend_from_slice(extra);
+        let out = site
+            .command(&args, "admin")
+            .output()
+            .expect("run admin prune");
+        assert!(
+            out.status.success(),
+            "admin prune: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).expect("a JSON report")
+    };
+    let dry = prune(&["--dry-run"]);
+    assert_eq!(
+        (dry["dry_run"].as_bool(), dry["deploys"].as_u64()),
+        (Some(true), Some(2)),
+        "a dry run counts 1.0 and 1.1: {dry}"
+    );
+    let (code, _) = site.cli(&token, &["status", &ids[0]]);
+    assert_eq!(code, 0, "the dry run removed nothing");
+    let done = prune(&[]);
+    assert_eq!(done["deploys"].as_u64(), Some(2), "1.0 and 1.1 go: {done}");
+    let (code, gone) = site.cli_stderr(&token, &["status", &ids[0]]);
+    assert_ne!(code, 0, "1.0's deploy is gone: {gone}");
+
+    let (code, status) = site.cli(&token, &["rollback", "acme/web", "prod", "--wait"]);
+    assert_eq!(code, 0, "the rollback succeeds: {status}");
+    assert_eq!(
+        (status["version"].as_str(), status["redeploy_of"].as_str()),
+        (Some("1.2"), Some(ids[2].as_str())),
+        "the rollback returns to 1.2, the kept deploy before the live one: {status}"
+    );
+    assert_eq!(
+        ledger_versions(&site).last().map(String::as_str),
+        Some("1.2"),
+        "the target runs 1.2 again"
     );
 }

@@ -665,7 +665,7 @@ fn unknown_keys_name_the_key_and_line() {
         "database:\n  url: sqlite://x.db\nlogs:\n  level: debug\n",
         expect![[r#"
             ERROR
-            manent.yml:3: logs: unknown key `logs`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, artifacts, log, worker, schedules)
+            manent.yml:3: logs: unknown key `logs`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, artifacts, log, worker, schedules, retention)
         "#]],
     );
     check(
@@ -931,6 +931,32 @@ fn a_zero_minimum_interval_between_ticks_is_refused() {
         expect![[r#"
             ERROR
             manent.yml:1: schedules.min_interval: 0s would let a schedule fire every second; give the shortest time between two ticks a schedule may ask for (at least 1s; default 60s)
+        "#]],
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Retention
+
+#[test]
+fn the_example_file_gives_retention_its_defaults() {
+    let config = Config::from_yaml_str(EXAMPLE, "manent.example.yml", env(&[])).unwrap();
+    assert_eq!(
+        config.retention,
+        crate::RetentionConfig::default(),
+        "manent.example.yml shows the defaults docs/configuration.md gives"
+    );
+}
+
+#[test]
+fn retention_that_would_remove_the_live_deploy_or_never_run_is_refused() {
+    check(
+        "retention: {keep_last: 0, every: 0s, batch: 0}\n",
+        expect![[r#"
+            ERROR
+            manent.yml:1: retention.keep_last: must be at least 1: the live deploy of each environment is always kept; write e.g. keep_last: 20
+            manent.yml:1: retention.every: must be longer than 0; write e.g. every: 10m
+            manent.yml:1: retention.batch: 0 is outside 1..=10000: a batch is one transaction, which must stay short; write e.g. batch: 500
         "#]],
     );
 }

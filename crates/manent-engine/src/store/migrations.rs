@@ -329,6 +329,18 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX manent_audit_at ON manent_audit (at)",
         ],
     },
+    Migration {
+        version: 12,
+        // Indexes only: older binaries read and write the tables as before.
+        compatible_from: Some(9),
+        name: "retention: finished workflows by name and end, output lines by time",
+        // What retention removes is found oldest first from an index, in bounded batches,
+        // however long the history (docs/configuration.md, `retention`).
+        statements: &[
+            "CREATE INDEX manent_workflows_finished ON manent_workflows (name, finished_at)",
+            "CREATE INDEX manent_output_at ON manent_output (at)",
+        ],
+    },
 ];
 
 /// The version a fully migrated schema has.
@@ -387,7 +399,8 @@ mod tests {
             8 bb6c1d55e2999cada39f125ab2d49d9f130682e4efb962c567e53e586be267ea
             9 80a1dd186d723e4e58e9d6eb5dbe5d6402359fc8ebda0420abf2b8dd513b14e4
             10 209fbad30f8890ae1595028507c7e40c7344dcb598412d292ca4a47545e92c33
-            11 35eede3303ce805020700980e85c51748f1d98a8202bc9004ab434e6b7d0403c"#]]
+            11 35eede3303ce805020700980e85c51748f1d98a8202bc9004ab434e6b7d0403c
+            12 cfef6b144090ef95f91702445cb79cebe01d2fa8e1adb517bdac58c0e758acd1"#]]
         .assert_eq(&sums.join("\n"));
     }
 

@@ -497,6 +497,34 @@ impl AuditFilter {
     }
 }
 
+/// Which finished workflows retention may remove, oldest end first (docs/configuration.md,
+/// `retention`). Only top-level workflows are chosen: their children go with them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PruneQuery {
+    /// The workflows' name.
+    pub name: String,
+    /// Only those that ended before this (ms since the epoch).
+    pub finished_before_ms: i64,
+    /// The newest this many successful workflows of each partition are never chosen,
+    /// however old.
+    pub keep_successful: i64,
+    /// At most this many.
+    pub limit: i64,
+}
+
+/// What [`Store::delete_workflows`] removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Deleted {
+    /// The workflows asked for.
+    pub workflows: u64,
+    /// Their children (a deploy's region passes).
+    pub children: u64,
+    /// The step records of both.
+    pub steps: u64,
+    /// Their output lines.
+    pub output_lines: u64,
+}
+
 /// A change other parties may be waiting for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wakeup {
@@ -780,6 +808,35 @@ pub trait Store: Send + Sync + 'static {
     async fn append_audit(&self, entry: &AuditRecord) -> Result<(), StoreError>;
     /// The newest entries `filter` admits, newest first (by `seq`).
     async fn list_audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError>;
+
+    // --- retention ---
+    /// The ids of finished workflows `query` lets go.
+    async fn prunable_workflows(&self, query: &PruneQuery) -> Result<Vec<String>, StoreError>;
+    /// Removes finished workflows `ids`, their children, and everything recorded under
+    /// them (steps, events, messages, output), in one transaction. A workflow that is not
+    /// finished is left alone.
+    async fn delete_workflows(&self, ids: &[String]) -> Result<Deleted, StoreError>;
+    /// Output lines written before `before_ms` by finished workflows: removes at most
+    /// `limit` of them, oldest first (or only counts them, `dry_run`).
+    async fn prune_output(
+        &self,
+        before_ms: i64,
+        limit: i64,
+        dry_run: bool,
+    ) -> Result<u64, StoreError>;
+    /// Audit entries from before `before_ms`: removes at most `limit`, oldest first (or
+    /// only counts them, `dry_run`).
+    async fn prune_audit(
+        &self,
+        before_ms: i64,
+        limit: i64,
+        dry_run: bool,
+    ) -> Result<u64, StoreError>;
+    /// Gives the space freed by removals back to the file system where the backend does
+    /// it on request: SQLite's incremental vacuum, or with `full` a `VACUUM` that rewrites
+    /// the file (and makes a file created before incremental vacuum use it from then on).
+    /// PostgreSQL's autovacuum does it by itself.
+    async fn reclaim_space(&self, full: bool) -> Result<(), StoreError>;
 
     // --- wake-ups ---
     /// Changes made by this process and, where the backend can tell, by others.

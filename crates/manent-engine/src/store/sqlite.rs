@@ -149,7 +149,15 @@ pub(crate) async fn connect(url: &str) -> Result<Pools, sqlx::Error> {
             let unsynced = unsynced.clone();
             move |conn, _meta| Box::pin(release_writer(conn, unsynced.clone()))
         })
-        .connect_with(options.clone())
+        // The writer only (a read-only connection cannot set it): a new file gives the pages
+        // retention empties back on `PRAGMA incremental_vacuum` (`Store::reclaim_space`); a
+        // file made before keeps them for reuse until a `VACUUM`
+        // (`manent-server admin prune --vacuum`).
+        .connect_with(
+            options
+                .clone()
+                .auto_vacuum(sqlx::sqlite::SqliteAutoVacuum::Incremental),
+        )
         .await?;
     let read = SqlitePoolOptions::new()
         .test_before_acquire(false)

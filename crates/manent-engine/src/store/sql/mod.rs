@@ -117,6 +117,7 @@ mod executors;
 mod messages;
 mod migrate;
 mod records;
+mod retention;
 mod rows;
 mod steps;
 #[cfg(test)]
@@ -623,6 +624,39 @@ impl Store for SqlStore {
 
     async fn list_audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError> {
         SqlStore::list_audit(self, filter).await
+    }
+
+    async fn prunable_workflows(
+        &self,
+        query: &crate::store::PruneQuery,
+    ) -> Result<Vec<String>, StoreError> {
+        SqlStore::prunable_workflows(self, query).await
+    }
+
+    async fn delete_workflows(&self, ids: &[String]) -> Result<crate::store::Deleted, StoreError> {
+        SqlStore::delete_workflows(self, ids).await
+    }
+
+    async fn prune_output(
+        &self,
+        before_ms: i64,
+        limit: i64,
+        dry_run: bool,
+    ) -> Result<u64, StoreError> {
+        SqlStore::prune_output(self, before_ms, limit, dry_run).await
+    }
+
+    async fn prune_audit(
+        &self,
+        before_ms: i64,
+        limit: i64,
+        dry_run: bool,
+    ) -> Result<u64, StoreError> {
+        SqlStore::prune_audit(self, before_ms, limit, dry_run).await
+    }
+
+    async fn reclaim_space(&self, full: bool) -> Result<(), StoreError> {
+        SqlStore::reclaim_space(self, full).await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<Wakeup> {

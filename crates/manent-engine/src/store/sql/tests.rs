@@ -83,6 +83,53 @@ async fn a_claim_on_sqlite_leaves_the_writer_synced_for_every_later_write() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_sqlite_file_gives_the_pages_retention_empties_back_to_the_file_system() {
+    let test = manent_testkit::TestDb::new(manent_testkit::Db::Sqlite).await;
+    let store = SqlStore::connect(&test.url).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    let Pool::Sqlite { write, .. } = &store.pool else {
+        unreachable!("a SQLite store")
+    };
+    let pragma = |name: &'static str| async move {
+        sqlx::query_scalar::<_, i64>(&format!("PRAGMA {name}"))
+            .fetch_one(write)
+            .await
+            .expect("read a pragma")
+    };
+    assert_eq!(pragma("auto_vacuum").await, 2, "a new file is INCREMENTAL");
+    let now = crate::now_ms();
+    store
+        .enqueue(&queued("w0".into(), String::new(), now))
+        .await
+        .expect("enqueue");
+    let lines: Vec<OutputLine> = (0..2000)
+        .map(|n| OutputLine {
+            seq: 0,
+            at_ms: 0,
+            generation: 1,
+            source: "t1".into(),
+            stream: "stdout".into(),
+            line: format!("{n:0>200}"),
+        })
+        .collect();
+    store.append_output("w0", &lines).await.expect("append");
+    sqlx::query("DELETE FROM manent_output")
+        .execute(write)
+        .await
+        .expect("remove the lines");
+    assert!(
+        pragma("freelist_count").await > 0,
+        "removed rows leave free pages in the file"
+    );
+    store.reclaim_space(false).await.expect("reclaim");
+    assert_eq!(
+        pragma("freelist_count").await,
+        0,
+        "the incremental vacuum gave every free page back"
+    );
+}
+
 /// Workflow `id` of `w` on queue `q`, in `partition`, claimable from `now`.
 fn queued(id: String, partition: String, now: i64) -> NewWorkflow {
     NewWorkflow {
