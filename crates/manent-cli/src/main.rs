@@ -39,6 +39,7 @@ struct Args {
     /// in addition to the system's roots for an `https://` server.
     #[arg(long, global = true, env = "MANENT_CA")]
     ca: Option<PathBuf>,
+    /// `table` for people, `json` for programs (one document; with `logs -f`, one per line).
     #[arg(long, short, global = true, value_enum, default_value_t = Output::Table)]
     output: Output,
     #[command(subcommand)]
@@ -69,6 +70,7 @@ enum Command {
     /// A deploy's status, targets and steps. IDs may be shortened to a unique prefix
     /// of 6 or more characters (of the 1,000 most recent deploys), here and below.
     Status {
+        /// The deploy's id, or a unique prefix of it.
         id: String,
         /// Follows the deploy until it ends, printing each change, then its status.
         #[arg(long, short)]
@@ -76,9 +78,13 @@ enum Command {
     },
     /// Waits for a deploy to end, showing its progress (re-attaches after Ctrl-C of
     /// `deploy --wait`); exits 0 on SUCCESS, 1 otherwise.
-    Wait { id: String },
+    Wait {
+        /// The deploy's id, or a unique prefix of it.
+        id: String,
+    },
     /// A deploy's log lines, in time order, with what its commands printed.
     Logs {
+        /// The deploy's id, or a unique prefix of it.
         id: String,
         /// Follows a running deploy: its commands' output as they print it, until it ends.
         #[arg(long, short)]
@@ -86,19 +92,27 @@ enum Command {
     },
     /// Recent deploys.
     List {
+        /// Only this application's deploys (`tenant/app`).
         #[arg(long)]
         application: Option<String>,
+        /// Only deploys to this environment.
         #[arg(long)]
         environment: Option<String>,
+        /// Only deploys in this status: ENQUEUED, PENDING, SUCCESS, ERROR or CANCELLED.
         #[arg(long)]
         status: Option<String>,
+        /// At most this many, newest first.
         #[arg(long, default_value_t = 50)]
         limit: u32,
     },
     /// Cancels a deploy.
-    Cancel { id: String },
+    Cancel {
+        /// The deploy's id, or a unique prefix of it.
+        id: String,
+    },
     /// Approves a deploy waiting for approval (counts once per approver).
     Approve {
+        /// The deploy's id, or a unique prefix of it.
         id: String,
         /// A comment recorded with the approval.
         #[arg(long)]
@@ -106,7 +120,9 @@ enum Command {
     },
     /// Rejects a deploy waiting for approval: it fails with the reason.
     Reject {
+        /// The deploy's id, or a unique prefix of it.
         id: String,
+        /// Why: recorded with the rejection and shown as the deploy's error.
         #[arg(long)]
         reason: Option<String>,
     },
@@ -121,6 +137,7 @@ enum Command {
     /// Hands the pending deploys of an executor back to the queues. An
     /// executor that is alive (live lease) is refused unless --force.
     Recover {
+        /// The executor id (`manent workers` lists them).
         #[arg(long)]
         executor: String,
         /// Recover even a live executor: its lease is revoked and its process
@@ -141,7 +158,9 @@ enum Command {
     History {
         /// `tenant/app`.
         application: String,
+        /// The environment, e.g. `prod`.
         environment: String,
+        /// At most this many, newest first.
         #[arg(long, default_value_t = 50)]
         limit: u32,
     },
@@ -151,6 +170,7 @@ enum Command {
     Rollback {
         /// `tenant/app`.
         application: String,
+        /// The environment, e.g. `prod`.
         environment: String,
         /// The version to return to (the newest successful deploy of it).
         #[arg(long)]
@@ -162,6 +182,7 @@ enum Command {
     /// Submits a past deploy's recorded descriptor again, as it was (now, without its
     /// schedule).
     Redeploy {
+        /// The past deploy's id, or a unique prefix of it.
         id: String,
         /// Waits for the new deploy to end, showing its progress.
         #[arg(long)]
@@ -169,10 +190,14 @@ enum Command {
     },
     /// Prints the completion script for SHELL on stdout, e.g.
     /// `manent completion bash > /etc/bash_completion.d/manent`.
-    Completion { shell: clap_complete::Shell },
+    Completion {
+        /// bash, elvish, fish, powershell or zsh.
+        shell: clap_complete::Shell,
+    },
     /// The audit trail, newest first: changes and refused requests (admin only).
     /// Filters combine; `--before SEQ` pages back from the last entry shown.
     Audit {
+        /// At most this many entries, newest first.
         #[arg(long, default_value_t = 50)]
         limit: u32,
         /// Entries at or after this time: RFC 3339 or a duration ago (`1h`, `7d`).
@@ -196,11 +221,20 @@ enum Command {
 #[derive(Subcommand)]
 enum ScheduleCommand {
     /// No new tick until resumed (the ticks during the pause are not run).
-    Pause { id: String },
+    Pause {
+        /// The schedule's id (`manent schedules` lists them).
+        id: String,
+    },
     /// Ticks again from the next one.
-    Resume { id: String },
+    Resume {
+        /// The schedule's id (`manent schedules` lists them).
+        id: String,
+    },
     /// Deletes it; deploys it already started are left as they are.
-    Delete { id: String },
+    Delete {
+        /// The schedule's id (`manent schedules` lists them).
+        id: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -751,6 +785,57 @@ async fn print_output(
         }
         if got.len() < PAGE {
             return Ok(after);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every subcommand and every argument of `cmd` and below without help text, by path.
+    fn undocumented(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if matches!(id, "help" | "version") || arg.is_hide_set() {
+                continue;
+            }
+            if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                missing.push(format!("{path} <{id}>"));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            let sub_path = format!("{path} {}", sub.get_name());
+            if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                missing.push(sub_path.clone());
+            }
+            undocumented(sub, &sub_path, missing);
+        }
+    }
+
+    #[test]
+    fn every_subcommand_and_argument_has_help() {
+        let mut missing = Vec::new();
+        undocumented(&Args::command(), "manent", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "give these a doc comment (their --help line): {missing:?}"
+        );
+    }
+
+    #[test]
+    fn no_usage_line_makes_server_or_token_look_required() {
+        let mut cmd = Args::command();
+        cmd.build();
+        let mut usages = vec![cmd.render_usage().to_string()];
+        for sub in cmd.get_subcommands_mut() {
+            usages.push(sub.render_usage().to_string());
+        }
+        for usage in usages {
+            assert!(
+                !usage.contains("--server") && !usage.contains("--token"),
+                "--server and --token have defaults (and MANENT_SERVER, MANENT_TOKEN): {usage}"
+            );
         }
     }
 }

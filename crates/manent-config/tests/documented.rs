@@ -53,3 +53,38 @@ fn every_section_and_key_of_manent_yml_is_in_the_user_documentation() {
         "document these keys of manent.yml in docs/configuration.md (or docs/security.md): {missing:?}"
     );
 }
+
+/// Every page of docs/ is linked from the README's documentation list.
+#[test]
+fn every_page_of_the_documentation_is_linked_from_the_readme() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("read README.md");
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(root.join("docs")).expect("list docs/") {
+        let name = entry.expect("a docs/ entry").file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(".md") && !readme.contains(&format!("(docs/{name})")) {
+            missing.push(name.into_owned());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "link these from the README's Documentation list: {missing:?}"
+    );
+}
+
+/// A table of docs/configuration.md is one run of `|` lines: a blank line inside one
+/// splits it, and the rows after it render as text (as `api.tls` once did).
+#[test]
+fn no_table_of_the_configuration_page_is_split_by_a_blank_line() {
+    let lines: Vec<&str> = CONFIGURATION.lines().collect();
+    let split: Vec<String> = lines
+        .windows(3)
+        .filter(|w| w[0].starts_with('|') && w[1].trim().is_empty() && w[2].starts_with("| `"))
+        .map(|w| w[2].to_string())
+        .collect();
+    assert!(
+        split.is_empty(),
+        "these rows follow a blank line after a table's row: {split:?}"
+    );
+}

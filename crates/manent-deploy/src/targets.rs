@@ -19,7 +19,8 @@ use crate::secrets::{SecretError, Secrets};
 /// (docs/security.md, "Secrets").
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
-    #[error("{target}: {error}")]
+    /// Shown beside the target's name (status, logs, the page): the text does not repeat it.
+    #[error("{error}")]
     Connect {
         target: String,
         error: TransportError,
@@ -346,6 +347,22 @@ pub async fn run(
     }
 }
 
+/// `error` and each error it was caused by, `: `-separated: reqwest's "error sending
+/// request" says why only in its causes (connection refused, a TLS failure).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
+}
+
 /// `env` and the deploy's secrets, the variables a command gets.
 fn with_secrets(env: &[(String, String)], secrets: &Secrets) -> Vec<(String, String)> {
     env.iter().cloned().chain(secrets.env()).collect()
@@ -408,7 +425,7 @@ pub async fn check_once(
                     .get(url)
                     .send()
                     .await
-                    .map_err(|e| TargetError::Check(format!("GET {url}: {e}")))?
+                    .map_err(|e| TargetError::Check(format!("GET {url}: {}", with_causes(&e))))?
                     .status();
                 if status.as_u16() == *expect_status {
                     Ok(format!("GET {url}: {status}"))
@@ -464,6 +481,38 @@ fn transport(error: TransportError) -> TargetError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_failed_http_check_says_why_the_request_could_not_be_sent() {
+        // A port nobody listens on: bound, then closed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let error = reqwest::Client::new()
+            .get(format!("http://127.0.0.1:{port}/health"))
+            .send()
+            .await
+            .expect_err("nothing listens");
+        let text = with_causes(&error);
+        assert!(
+            text.contains("error sending request") && text.to_lowercase().contains("refused"),
+            "the cause (connection refused) follows reqwest's own words: {text}"
+        );
+    }
+
+    #[test]
+    fn a_connection_error_does_not_repeat_the_target_it_is_shown_beside() {
+        let error = TargetError::Connect {
+            target: "web1".into(),
+            error: TransportError::Protocol("the host key changed".into()),
+        };
+        assert!(
+            !error.to_string().contains("web1"),
+            "the target's name is shown beside its error, once: {error}"
+        );
+    }
 
     #[test]
     fn a_target_outcome_is_recorded_as_before_and_an_unknown_state_is_kept() {

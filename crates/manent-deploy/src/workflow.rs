@@ -51,7 +51,7 @@ impl Runtime {
         client: manent_engine::Client,
         authority: Arc<dyn Authority>,
     ) -> Self {
-        let workdir = config.worker_workdir();
+        let workdir = work_directory(&config);
         let plugins = Arc::new(Plugins::from_config(&config));
         let artifact_sources = Arc::new(config.artifact_sources());
         let warm = manent_ssh::WarmConnections::new(config.worker.ssh_keep_warm);
@@ -65,6 +65,13 @@ impl Runtime {
             authority,
         }
     }
+}
+
+/// The worker's work directory, made absolute against the process's working directory at
+/// start: `MANENT_ARTIFACT_*` (the worker's copies) must stay valid for a command that
+/// changes directory, whatever `worker.workdir` or `MANENT_WORKDIR` said.
+pub fn work_directory(config: &Config) -> PathBuf {
+    crate::plugins::absolute(&config.worker_workdir())
 }
 
 /// Removes a deploy's (or a pass's) working directory once its run has ended for good
@@ -605,5 +612,30 @@ async fn pass(
                 .rollback_pass(ctx, &pc, previous.as_deref(), outcomes)
                 .await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_work_directory_is_absolute_even_when_configured_relative() {
+        let config = Config::from_yaml_str(
+            "worker: {workdir: work}\ndbos: {executor_id: w1}\n",
+            "manent.yml",
+            Vec::new(),
+        )
+        .expect("a valid configuration");
+        assert!(
+            config.worker_workdir().is_relative(),
+            "the configuration says a relative directory (the case this guards)"
+        );
+        let dir = work_directory(&config);
+        assert!(
+            dir.is_absolute() && dir.ends_with("work/w1"),
+            "the artifacts' paths given to commands are absolute: {}",
+            dir.display()
+        );
     }
 }
