@@ -93,6 +93,9 @@ pub struct Config {
     /// How long finished deploys, their output and the audit trail are kept.
     #[serde(deserialize_with = "yaml::nullable")]
     pub retention: RetentionConfig,
+    /// Webhooks told of deploys' events (approval required, started, ended).
+    #[serde(deserialize_with = "yaml::nullable")]
+    pub notifications: NotificationsConfig,
     /// Where this configuration came from; used for messages and relative paths.
     #[serde(skip)]
     origin: Origin,
@@ -520,6 +523,113 @@ impl Default for RetentionConfig {
     }
 }
 
+/// `notifications` (docs/configuration.md, `notifications`): webhooks told of deploys'
+/// events, delivered by the workers from an outbox, with retries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NotificationsConfig {
+    /// Where events are sent.
+    pub webhooks: Vec<Webhook>,
+    /// Deliveries of one event to one webhook tried at most this many times; then it is
+    /// kept as failed (a log line, `/metrics`).
+    pub max_attempts: u32,
+    /// The wait after a failed delivery, doubled after each (at most an hour).
+    #[serde(with = "serde_util::duration")]
+    pub retry_after: Duration,
+}
+
+impl Default for NotificationsConfig {
+    fn default() -> Self {
+        NotificationsConfig {
+            webhooks: Vec::new(),
+            max_attempts: 10,
+            retry_after: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One webhook of `notifications.webhooks`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Webhook {
+    /// Unique: names the webhook in logs and metrics.
+    pub name: String,
+    /// `https://…` (or `http://…`) that receives a POST per event.
+    pub url: String,
+    /// `json` (manent's own body, signed when a secret is set) or `slack` (an incoming
+    /// webhook's `{"text": …}`).
+    #[serde(default)]
+    pub format: WebhookFormat,
+    /// The HMAC-SHA256 key of `X-Manent-Signature`, read from this file when sending.
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
+    /// The same, from this environment variable of the worker.
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    /// The events sent; all of them when empty.
+    #[serde(default)]
+    pub events: Vec<NotificationEvent>,
+    /// Application patterns (`shop/*`) whose deploys are sent; all when empty.
+    #[serde(default)]
+    pub applications: Vec<String>,
+}
+
+/// `notifications.webhooks[].format`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookFormat {
+    #[default]
+    Json,
+    Slack,
+}
+
+/// What happened to a deploy, as a webhook is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotificationEvent {
+    ApprovalRequired,
+    Started,
+    Succeeded,
+    Failed,
+    Cancelled,
+    RolledBack,
+}
+
+impl NotificationEvent {
+    /// The event as written in `events:` and sent.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotificationEvent::ApprovalRequired => "approval_required",
+            NotificationEvent::Started => "started",
+            NotificationEvent::Succeeded => "succeeded",
+            NotificationEvent::Failed => "failed",
+            NotificationEvent::Cancelled => "cancelled",
+            NotificationEvent::RolledBack => "rolled_back",
+        }
+    }
+}
+
+impl Webhook {
+    /// Whether this webhook is told of `event` on `application`.
+    pub fn wants(&self, event: NotificationEvent, application: &str) -> bool {
+        (self.events.is_empty() || self.events.contains(&event))
+            && (self.applications.is_empty()
+                || self
+                    .applications
+                    .iter()
+                    .any(|p| pattern::glob_match(p, application)))
+    }
+
+    /// Where its secret is read, its file resolved against `manent.yml`'s directory.
+    pub fn secret(&self, config: &Config) -> Option<SecretRef> {
+        match (&self.secret_file, &self.secret_env) {
+            (Some(file), _) => Some(SecretRef::File(config.resolve_path(file))),
+            (None, Some(name)) => Some(SecretRef::Env(name.clone())),
+            (None, None) => None,
+        }
+    }
+}
+
 /// `log.format`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -593,6 +703,7 @@ impl Config {
             worker: WorkerConfig::default(),
             schedules: SchedulesConfig::default(),
             retention: RetentionConfig::default(),
+            notifications: NotificationsConfig::default(),
             origin: Origin {
                 file: NO_FILE.to_owned(),
                 ..Origin::default()

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::{Config, ConfigIssue, ExecutorIdSource};
+use crate::{Config, ConfigIssue, ExecutorIdSource, pattern};
 
 /// Every problem of `config`, in the order of the file's sections.
 pub(crate) fn validate(config: &Config) -> Vec<ConfigIssue> {
@@ -17,6 +17,7 @@ pub(crate) fn validate(config: &Config) -> Vec<ConfigIssue> {
     v.dbos();
     v.recovery();
     v.retention();
+    v.notifications();
     v.plugins();
     v.queues();
     v.tenants();
@@ -279,6 +280,58 @@ impl Validator<'_> {
                     fmt_duration(recovery.heartbeat_interval),
                     fmt_duration(recovery.stale_after),
                 ),
+            );
+        }
+    }
+
+    fn notifications(&mut self) {
+        let notifications = &self.config.notifications;
+        let mut names = std::collections::BTreeSet::new();
+        for (i, hook) in notifications.webhooks.iter().enumerate() {
+            let base = format!("notifications.webhooks[{i}]");
+            if hook.name.trim().is_empty() {
+                self.push(
+                    format!("{base}.name"),
+                    "is empty; name the webhook (e.g. ops)",
+                );
+            } else if !names.insert(hook.name.as_str()) {
+                self.push(
+                    format!("{base}.name"),
+                    format!("`{}` names two webhooks; give each its own name", hook.name),
+                );
+            }
+            let scheme_ok = hook.url.starts_with("https://") || hook.url.starts_with("http://");
+            if !scheme_ok || hook.url.len() <= "https://".len() {
+                self.push(
+                    format!("{base}.url"),
+                    format!(
+                        "{:?} is not an http(s) URL; write e.g. https://hooks.example.com/manent",
+                        hook.url
+                    ),
+                );
+            }
+            if hook.secret_file.is_some() && hook.secret_env.is_some() {
+                self.push(
+                    format!("{base}.secret_env"),
+                    "give secret_file or secret_env, not both",
+                );
+            }
+            for (j, pattern) in hook.applications.iter().enumerate() {
+                if let Err(e) = pattern::check_application_pattern(pattern) {
+                    self.push(format!("{base}.applications[{j}]"), e);
+                }
+            }
+        }
+        if notifications.max_attempts == 0 {
+            self.push(
+                "notifications.max_attempts",
+                "must be at least 1; write e.g. max_attempts: 10",
+            );
+        }
+        if notifications.retry_after.is_zero() {
+            self.push(
+                "notifications.retry_after",
+                "must be longer than 0; write e.g. retry_after: 5s",
             );
         }
     }

@@ -465,15 +465,8 @@ async fn read_secret(
     source: &manent_config::ArtifactSource,
     url: &str,
 ) -> Result<String, ArtifactError> {
-    use manent_config::SecretRef;
-    let value = match secret {
-        SecretRef::File(path) => tokio::fs::read_to_string(path)
-            .await
-            .map_err(|e| e.to_string()),
-        SecretRef::Env(name) => std::env::var(name).map_err(|e| e.to_string()),
-    };
-    value
-        .map(|v| v.strip_suffix('\n').unwrap_or(&v).to_string())
+    crate::secrets::read_secret_ref(secret)
+        .await
         .map_err(|reason| ArtifactError::Credentials {
             url: url.to_string(),
             source_prefix: source.as_str().to_string(),

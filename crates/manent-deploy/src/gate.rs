@@ -78,11 +78,12 @@ const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 pub async fn pass_gate(
     ctx: &WorkflowContext,
     client: &Client,
+    config: &manent_config::Config,
     request: &DeployRequest,
     eff: &EffectiveDescriptor,
 ) -> Result<(), WorkflowError> {
     if let Some(policy) = approval_required(eff) {
-        wait_for_approval(ctx, request, policy).await?;
+        wait_for_approval(ctx, client, config, request, policy).await?;
     }
     for dep in &eff.depends_on {
         wait_for_dependency(ctx, client, dep).await?;
@@ -103,6 +104,8 @@ fn approvers_text(policy: &Approval) -> String {
 
 async fn wait_for_approval(
     ctx: &WorkflowContext,
+    client: &Client,
+    config: &manent_config::Config,
     request: &DeployRequest,
     policy: &Approval,
 ) -> Result<(), WorkflowError> {
@@ -134,6 +137,14 @@ async fn wait_for_approval(
         if approvals.is_empty() {
             // After `waiting_for`, so a reader never sees the phase without its reason.
             publish(ctx, &EventKey::Phase, &Phase::WaitingApproval).await?;
+            // Approvers are told (recorded once: a replay finds the event's key).
+            crate::notifications::record(
+                client,
+                config,
+                manent_config::NotificationEvent::ApprovalRequired,
+                &crate::notifications::Facts::of(request, ctx.workflow_id()),
+            )
+            .await;
         }
         let left = deadline.map_or(FOREVER, |d| {
             Duration::from_millis(u64::try_from(d - now_ms()).unwrap_or(0))

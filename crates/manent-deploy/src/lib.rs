@@ -10,6 +10,7 @@ pub mod gate;
 pub mod history;
 pub mod masking;
 pub mod metrics;
+pub mod notifications;
 pub mod plugins;
 pub mod printed;
 pub mod queues;

@@ -41,6 +41,22 @@ pub async fn render(client: &Client, config: &Config) -> Result<String, EngineEr
         }
     }
 
+    family(
+        &mut out,
+        "manent_notifications",
+        "gauge",
+        "Webhook deliveries: pending (waiting or being retried) and failed (every try \
+         failed; see the workers' logs).",
+    );
+    let records = client.records();
+    for (state, kind) in [
+        ("pending", crate::notifications::OUTBOX_KIND),
+        ("failed", crate::notifications::FAILED_KIND),
+    ] {
+        let n = records.list(kind).await?.len();
+        let _ = writeln!(out, "manent_notifications{{state=\"{state}\"}} {n}");
+    }
+
     let queues = views::queues(client, config).await?;
     family(
         &mut out,

@@ -88,6 +88,19 @@ impl Secrets {
     }
 }
 
+/// The value behind `secret`: a file's content without its final newline, or an
+/// environment variable of the worker. Read when it is used, never at load, never recorded.
+pub async fn read_secret_ref(secret: &manent_config::SecretRef) -> Result<String, String> {
+    use manent_config::SecretRef;
+    let value = match secret {
+        SecretRef::File(path) => tokio::fs::read_to_string(path)
+            .await
+            .map_err(|e| e.to_string()),
+        SecretRef::Env(name) => std::env::var(name).map_err(|e| e.to_string()),
+    };
+    value.map(|v| v.strip_suffix('\n').unwrap_or(&v).to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use manent_config::Config;
+use manent_config::{Config, NotificationEvent};
 use manent_engine::{Engine, StepPolicy, WorkflowContext, WorkflowError};
 use manent_model::{EffectiveDescriptor, OnFailure, Target, plan_waves};
 use manent_ssh::{ConnectionPool, SshAuth};
@@ -129,8 +129,12 @@ pub fn register_workflows(
             let runtime = runtime_for_deploys.clone();
             async move {
                 let dir = artifacts::deploy_dir(&runtime.workdir, ctx.workflow_id());
+                let ended = (!request.descriptor.dry_run).then(|| request.clone());
                 let run = deploy(&ctx, &runtime, request);
                 let result = manent_guard::guarded(dead_mans_switch(&ctx), run).await;
+                if let Some(request) = ended {
+                    notify_end(&runtime, &request, ctx.workflow_id(), &result).await;
+                }
                 removing_when_ended(&dir, result).await
             }
         },
@@ -159,6 +163,43 @@ fn dead_mans_switch(ctx: &WorkflowContext) -> Option<manent_guard::DeadMansSwitc
     let lease = ctx.lease_window();
     let timeout = lease.dead_man_timeout();
     manent_guard::DeadMansSwitch::new(timeout, Arc::new(move || lease.may_act_for()))
+}
+
+/// Records `event` of the deploy for the webhooks that want it (never fails the deploy).
+async fn notify(
+    rt: &Runtime,
+    event: NotificationEvent,
+    request: &DeployRequest,
+    deploy_id: &str,
+    error: Option<String>,
+) {
+    let mut facts = crate::notifications::Facts::of(request, deploy_id);
+    facts.error = error;
+    crate::notifications::record(&rt.client, &rt.config, event, &facts).await;
+}
+
+/// Tells the webhooks how a deploy ended: succeeded, or failed with its error. A run that
+/// stops without an outcome (fenced, moved, a checkpoint not written: it goes on
+/// elsewhere) or was cancelled (the API records that) tells nothing here.
+async fn notify_end<T>(
+    rt: &Runtime,
+    request: &DeployRequest,
+    deploy_id: &str,
+    result: &Result<T, WorkflowError>,
+) {
+    match result {
+        Ok(_) => notify(rt, NotificationEvent::Succeeded, request, deploy_id, None).await,
+        Err(
+            WorkflowError::Fenced
+            | WorkflowError::Moved { .. }
+            | WorkflowError::Store(_)
+            | WorkflowError::Cancelled,
+        ) => {}
+        Err(e) => {
+            let error = Some(e.to_string());
+            notify(rt, NotificationEvent::Failed, request, deploy_id, error).await;
+        }
+    }
 }
 
 async fn phase(ctx: &WorkflowContext, phase: Phase) -> Result<(), WorkflowError> {
@@ -262,11 +303,14 @@ async fn deploy(
     if request.gated {
         // Approval and dependency waits, then the move to the route's queue: what
         // follows runs on a worker of that queue (its plugins), under its limits.
-        gate::pass_gate(ctx, &rt.client, &request, &eff).await?;
+        gate::pass_gate(ctx, &rt.client, &rt.config, &request, &eff).await?;
     }
     let plugin = plugin_for(ctx, rt, &eff)?;
 
     phase(ctx, Phase::Fetching).await?;
+    if !eff.dry_run {
+        notify(rt, NotificationEvent::Started, &request, &deploy_id, None).await;
+    }
     let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
     let local = fetch_all(ctx, &eff, &dir, &rt.artifact_sources).await?;
 
@@ -345,6 +389,8 @@ async fn deploy(
     outcomes.sort_by(|a, b| a.name.cmp(&b.name));
 
     if let Some(reason) = failure {
+        // Whether a target was switched back to the previous release (a rollback happened).
+        let mut rolled_back = false;
         if !eff.dry_run && eff.rollback.on_failure == OnFailure::ReactivatePrevious {
             phase(ctx, Phase::RollingBack).await?;
             let previous: Option<EffectiveDescriptor> = ctx
@@ -354,6 +400,8 @@ async fn deploy(
                 .await?;
             let switched: Vec<TargetOutcome> =
                 outcomes.iter().filter(|o| o.switched).cloned().collect();
+            // Something to return to, and a target that had left it.
+            rolled_back = previous.is_some() && !switched.is_empty();
             if region_routing {
                 let mut children = Vec::new();
                 let mut regionless = Vec::new();
@@ -388,6 +436,10 @@ async fn deploy(
                     .rollback_pass(ctx, &pc, previous.as_ref(), &switched)
                     .await?;
             }
+        }
+        if rolled_back {
+            let why = Some(reason.clone());
+            notify(rt, NotificationEvent::RolledBack, &request, &deploy_id, why).await;
         }
         phase(ctx, Phase::Done).await?;
         let mut message = format!("deploy failed: {reason}");

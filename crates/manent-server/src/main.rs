@@ -619,6 +619,7 @@ async fn start_worker(
         config.effective_executor_id().to_string(),
     );
     manent_deploy::retention::spawn_pruner(client.clone(), config.retention.clone());
+    manent_deploy::notifications::spawn_sender(client.clone(), Arc::new(config.clone()));
     let policy = manent_deploy::schedules::TickPolicy {
         config: Arc::new(config.clone()),
         authority,

@@ -320,6 +320,18 @@ async fn cancel_deploy(
     require(&caller, Action::Deploy, Some(&deploy.application))?;
     let status = state.client.cancel(&id).await?;
     tracing::info!(deploy = %id, by = %caller.token.name, "deploy cancelled");
+    if !deploy.dry_run {
+        let facts = manent_deploy::notifications::Facts {
+            deploy_id: id.clone(),
+            application: deploy.application.clone(),
+            environment: deploy.environment.clone(),
+            version: deploy.version.clone(),
+            submitted_by: deploy.submitted_by.clone(),
+            error: None,
+        };
+        let event = manent_config::NotificationEvent::Cancelled;
+        manent_deploy::notifications::record(&state.client, &state.config, event, &facts).await;
+    }
     Ok(Json(Submitted {
         id,
         status: status.to_wire().into(),

@@ -665,7 +665,7 @@ fn unknown_keys_name_the_key_and_line() {
         "database:\n  url: sqlite://x.db\nlogs:\n  level: debug\n",
         expect![[r#"
             ERROR
-            manent.yml:3: logs: unknown key `logs`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, artifacts, log, worker, schedules, retention)
+            manent.yml:3: logs: unknown key `logs`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, artifacts, log, worker, schedules, retention, notifications)
         "#]],
     );
     check(
@@ -958,5 +958,47 @@ fn retention_that_would_remove_the_live_deploy_or_never_run_is_refused() {
             manent.yml:1: retention.every: must be longer than 0; write e.g. every: 10m
             manent.yml:1: retention.batch: 0 is outside 1..=10000: a batch is one transaction, which must stay short; write e.g. batch: 500
         "#]],
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Notifications
+
+#[test]
+fn webhooks_with_a_duplicate_name_a_bad_url_two_secrets_or_a_bad_pattern_are_refused() {
+    check(
+        "notifications:\n  webhooks:\n    - {name: ops, url: \"https://h.example/a\"}\n    - {name: ops, url: \"ftp://h.example/b\", secret_file: s, secret_env: S, applications: [\"\"]}\n  max_attempts: 0\n",
+        expect![[r#"
+            ERROR
+            manent.yml:4: notifications.webhooks[1].name: `ops` names two webhooks; give each its own name
+            manent.yml:4: notifications.webhooks[1].url: "ftp://h.example/b" is not an http(s) URL; write e.g. https://hooks.example.com/manent
+            manent.yml:4: notifications.webhooks[1].secret_env: give secret_file or secret_env, not both
+            manent.yml:4: notifications.webhooks[1].applications[0]: empty application pattern: write e.g. `ml/*`
+            manent.yml:5: notifications.max_attempts: must be at least 1; write e.g. max_attempts: 10
+        "#]],
+    );
+}
+
+#[test]
+fn a_webhook_wants_its_events_on_its_applications_and_all_of_them_when_unsaid() {
+    let config = Config::from_yaml_str(
+        "notifications:\n  webhooks:\n    - {name: all, url: \"https://h.example/a\"}\n    - {name: some, url: \"https://h.example/b\", events: [failed], applications: [\"shop/*\"]}\n",
+        "manent.yml",
+        env(&[]),
+    )
+    .unwrap();
+    let [all, some] = &config.notifications.webhooks[..] else {
+        panic!("two webhooks")
+    };
+    use crate::NotificationEvent::{Failed, Started};
+    assert!(
+        all.wants(Started, "ml/trainer"),
+        "no filter: every event, every application"
+    );
+    assert!(some.wants(Failed, "shop/web"));
+    assert!(!some.wants(Started, "shop/web"), "an event it did not list");
+    assert!(
+        !some.wants(Failed, "ml/trainer"),
+        "an application its patterns do not match"
     );
 }

@@ -328,7 +328,7 @@ fn bad_overrides_name_the_variable() {
         &[("MANENT__COLOUR", "blue")],
         expect![[r#"
             ERROR
-            MANENT__COLOUR: colour: unknown key `colour`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, artifacts, log, worker, schedules, retention)
+            MANENT__COLOUR: colour: unknown key `colour`; remove it or fix its spelling (keys allowed here: database, api, dbos, recovery, plugins, queues, tenants, environments, artifacts, log, worker, schedules, retention, notifications)
         "#]],
     );
     check_env(

@@ -1,0 +1,363 @@
+//! Notifications (docs/configuration.md, `notifications`): what happened to a deploy
+//! (approval required, started, succeeded, failed, cancelled, rolled back) is written to an
+//! outbox in the database, one entry per event and webhook, and the workers deliver the
+//! entries in the background with retries. Nothing here ever blocks or fails a deploy: an
+//! entry that cannot be written is a log line, a webhook that is down only delays its own
+//! deliveries.
+//!
+//! At least once: an event is recorded under a key (deploy, event, webhook) that is kept
+//! for a week after delivery, so a deploy replayed after a crash does not send it again
+//! within that time; a delivery cut off before its answer is sent again.
+
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use manent_config::{Config, NotificationEvent, Webhook, WebhookFormat};
+use manent_engine::{Client, EngineError, RecordEntry, now_ms};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+/// Entries waiting for delivery (key: `<deploy>/<event>/<webhook>`).
+pub const OUTBOX_KIND: &str = "notification";
+/// Entries whose deliveries all failed, kept for inspection (`/metrics`, logs).
+pub const FAILED_KIND: &str = "notification-failed";
+/// The keys of events already recorded, so that a replay records none twice.
+const RECORDED_KIND: &str = "notification-recorded";
+/// A worker delivering an entry now (value: since when, ms).
+const CLAIM_KIND: &str = "notification-claim";
+/// How long a recorded key is kept after its event.
+const RECORDED_FOR: Duration = Duration::from_secs(7 * 24 * 3600);
+/// A claim older than this belongs to a worker that stopped mid-delivery.
+const CLAIM_STALE: Duration = Duration::from_secs(120);
+/// How long one delivery may take.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest wait between two tries.
+const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+
+/// The deploy an event is about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Facts {
+    pub deploy_id: String,
+    pub application: String,
+    pub environment: String,
+    pub version: String,
+    /// The token name that submitted it.
+    pub submitted_by: String,
+    /// Why it failed (failed, rolled back).
+    pub error: Option<String>,
+}
+
+impl Facts {
+    /// The deploy `deploy_id` that `request` started.
+    pub fn of(request: &crate::request::DeployRequest, deploy_id: &str) -> Facts {
+        Facts {
+            deploy_id: deploy_id.to_string(),
+            application: request.descriptor.application.clone(),
+            environment: request.descriptor.environment.clone(),
+            version: request.descriptor.version().to_string(),
+            submitted_by: request.submitted_by.clone(),
+            error: None,
+        }
+    }
+}
+
+/// One outbox entry: the event, for one webhook, and how its delivery goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub webhook: String,
+    pub event: NotificationEvent,
+    pub deploy: Facts,
+    pub at_ms: i64,
+    pub attempts: u32,
+    pub next_at_ms: i64,
+    pub last_error: Option<String>,
+}
+
+/// Records `event` of `deploy` for every webhook that wants it. Never fails: an entry
+/// that cannot be written is logged (the deploy goes on).
+pub async fn record(client: &Client, config: &Config, event: NotificationEvent, deploy: &Facts) {
+    for hook in &config.notifications.webhooks {
+        if !hook.wants(event, &deploy.application) {
+            continue;
+        }
+        if let Err(e) = record_one(client, hook, event, deploy).await {
+            tracing::warn!(webhook = %hook.name, event = event.as_str(), deploy = %deploy.deploy_id, error = %e, "cannot record a notification; it will not be sent");
+        }
+    }
+}
+
+async fn record_one(
+    client: &Client,
+    hook: &Webhook,
+    event: NotificationEvent,
+    deploy: &Facts,
+) -> Result<(), EngineError> {
+    let key = format!("{}/{}/{}", deploy.deploy_id, event.as_str(), hook.name);
+    let now = now_ms();
+    let entry = Entry {
+        webhook: hook.name.clone(),
+        event,
+        deploy: deploy.clone(),
+        at_ms: now,
+        attempts: 0,
+        next_at_ms: now,
+        last_error: None,
+    };
+    let value = serde_json::to_string(&entry).expect("an entry serializes");
+    let recorded_until = (now + millis(RECORDED_FOR)).to_string();
+    // Both or neither: a key recorded without its entry would never be sent.
+    client
+        .records()
+        .insert_all(
+            &[
+                RecordEntry {
+                    kind: RECORDED_KIND,
+                    key: &key,
+                    value: &recorded_until,
+                },
+                RecordEntry {
+                    kind: OUTBOX_KIND,
+                    key: &key,
+                    value: &value,
+                },
+            ],
+            now,
+        )
+        .await?;
+    Ok(())
+}
+
+/// What one pass over the outbox did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Drained {
+    pub delivered: usize,
+    pub retried: usize,
+    pub failed: usize,
+}
+
+/// Delivers the entries that are due, each by one worker at a time.
+pub async fn drain(client: &Client, config: &Config, now: i64) -> Result<Drained, EngineError> {
+    let records = client.records();
+    let mut drained = Drained::default();
+    for (key, value) in records.list(OUTBOX_KIND).await? {
+        let mut entry: Entry = match serde_json::from_str(&value) {
+            Ok(entry) => entry,
+            Err(e) => {
+                // Never deleted unread: kept as failed, with why.
+                tracing::error!(key, error = %e, "an outbox entry cannot be read; it is kept as failed");
+                records.put(FAILED_KIND, &key, &value, now).await?;
+                records.delete(OUTBOX_KIND, &key).await?;
+                drained.failed += 1;
+                continue;
+            }
+        };
+        if entry.next_at_ms > now || !claim(client, &key, now).await? {
+            continue;
+        }
+        let Some(hook) = config
+            .notifications
+            .webhooks
+            .iter()
+            .find(|h| h.name == entry.webhook)
+        else {
+            // The webhook was removed from the configuration: nothing to send it to.
+            records.delete(OUTBOX_KIND, &key).await?;
+            records.delete(CLAIM_KIND, &key).await?;
+            continue;
+        };
+        match deliver(hook, config, &entry, &key).await {
+            Ok(()) => {
+                records.delete(OUTBOX_KIND, &key).await?;
+                drained.delivered += 1;
+            }
+            Err(reason) => {
+                entry.attempts += 1;
+                entry.last_error = Some(reason.clone());
+                let value = serde_json::to_string(&entry).expect("an entry serializes");
+                if entry.attempts >= config.notifications.max_attempts {
+                    tracing::error!(webhook = %hook.name, key, attempts = entry.attempts, error = %reason, "a notification could not be delivered; it is kept as failed");
+                    records.put(FAILED_KIND, &key, &value, now).await?;
+                    records.delete(OUTBOX_KIND, &key).await?;
+                    drained.failed += 1;
+                } else {
+                    let wait = backoff(config.notifications.retry_after, entry.attempts);
+                    entry.next_at_ms = now + millis(wait);
+                    let value = serde_json::to_string(&entry).expect("an entry serializes");
+                    tracing::warn!(webhook = %hook.name, key, attempts = entry.attempts, retry_in = ?wait, error = %reason, "a notification was not delivered; it is tried again");
+                    records.put(OUTBOX_KIND, &key, &value, now).await?;
+                    drained.retried += 1;
+                }
+            }
+        }
+        records.delete(CLAIM_KIND, &key).await?;
+    }
+    forget_recorded_keys(client, now).await?;
+    Ok(drained)
+}
+
+/// Takes `key` for this worker's delivery; `false` when another worker has it. A claim
+/// left by a worker that stopped mid-delivery is taken over once stale.
+async fn claim(client: &Client, key: &str, now: i64) -> Result<bool, EngineError> {
+    let records = client.records();
+    if records
+        .insert(CLAIM_KIND, key, &now.to_string(), now)
+        .await?
+    {
+        return Ok(true);
+    }
+    let since: i64 = records
+        .get(CLAIM_KIND, key)
+        .await?
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if now - since > millis(CLAIM_STALE) {
+        records.delete(CLAIM_KIND, key).await?;
+        return Ok(records
+            .insert(CLAIM_KIND, key, &now.to_string(), now)
+            .await?);
+    }
+    Ok(false)
+}
+
+/// Drops the keys of events recorded more than a week ago.
+async fn forget_recorded_keys(client: &Client, now: i64) -> Result<(), EngineError> {
+    let records = client.records();
+    for (key, until) in records.list(RECORDED_KIND).await? {
+        if until.parse::<i64>().is_ok_and(|until| until < now) {
+            records.delete(RECORDED_KIND, &key).await?;
+        }
+    }
+    Ok(())
+}
+
+/// `retry_after` doubled for each failed try after the first, at most an hour.
+fn backoff(retry_after: Duration, attempts: u32) -> Duration {
+    let doubled = retry_after.saturating_mul(1u32 << attempts.saturating_sub(1).min(20));
+    doubled.min(MAX_BACKOFF)
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The body a webhook receives for `entry`.
+pub fn body(hook: &Webhook, entry: &Entry) -> serde_json::Value {
+    let d = &entry.deploy;
+    match hook.format {
+        WebhookFormat::Json => serde_json::json!({
+            "event": entry.event.as_str(),
+            "at": chrono::DateTime::from_timestamp_millis(entry.at_ms)
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+            "deploy": {
+                "id": d.deploy_id,
+                "application": d.application,
+                "environment": d.environment,
+                "version": d.version,
+                "submitted_by": d.submitted_by,
+                "error": d.error,
+            },
+        }),
+        WebhookFormat::Slack => {
+            let what = match entry.event {
+                NotificationEvent::ApprovalRequired => "waits for approval",
+                NotificationEvent::Started => "started",
+                NotificationEvent::Succeeded => "succeeded",
+                NotificationEvent::Failed => "failed",
+                NotificationEvent::Cancelled => "was cancelled",
+                NotificationEvent::RolledBack => "failed and was rolled back",
+            };
+            let mut text = format!(
+                "{} {} to {}: deploy {} {what} (by {})",
+                d.application, d.version, d.environment, d.deploy_id, d.submitted_by
+            );
+            if let Some(error) = &d.error {
+                text.push_str(&format!(": {error}"));
+            }
+            serde_json::json!({ "text": text })
+        }
+    }
+}
+
+/// `sha256=<hex>`: the HMAC-SHA256 of `body` under `secret`.
+pub fn signature(secret: &[u8], body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes a key of any length");
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// One POST of `entry` to `hook`; the reason it failed, if it did.
+async fn deliver(hook: &Webhook, config: &Config, entry: &Entry, key: &str) -> Result<(), String> {
+    let body = serde_json::to_vec(&body(hook, entry)).expect("a body serializes");
+    let mut request = reqwest::Client::builder()
+        .timeout(DELIVERY_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| e.to_string())?
+        .post(&hook.url)
+        .header("content-type", "application/json")
+        .header("x-manent-event", entry.event.as_str())
+        .header("x-manent-delivery", key);
+    if let Some(secret) = hook.secret(config) {
+        let secret = read_secret(&secret).await?;
+        request = request.header("x-manent-signature", signature(secret.as_bytes(), &body));
+    }
+    let response = request.body(body).send().await.map_err(|e| {
+        let mut text = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            text.push_str(&format!(": {c}"));
+            cause = c.source();
+        }
+        text
+    })?;
+    let status = response.status();
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(format!("{} answered {status}", hook.url))
+    }
+}
+
+async fn read_secret(secret: &manent_config::SecretRef) -> Result<String, String> {
+    crate::secrets::read_secret_ref(secret)
+        .await
+        .map_err(|reason| format!("cannot read the webhook's secret ({secret}): {reason}"))
+}
+
+/// Delivers the outbox every second on this worker, for as long as the process runs.
+pub fn spawn_sender(client: Client, config: std::sync::Arc<Config>) {
+    if config.notifications.webhooks.is_empty() {
+        return;
+    }
+    tokio::spawn(async move {
+        loop {
+            if let Err(e) = drain(&client, &config, now_ms()).await {
+                tracing::warn!(error = %e, "cannot deliver notifications now; trying again");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_signature_is_the_hmac_sha256_of_the_body_in_hex() {
+        // RFC 4231, test case 2.
+        assert_eq!(
+            signature(b"Jefe", b"what do ya want for nothing?"),
+            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn retries_wait_twice_as_long_each_time_up_to_an_hour() {
+        let five = Duration::from_secs(5);
+        assert_eq!(backoff(five, 1), five);
+        assert_eq!(backoff(five, 2), Duration::from_secs(10));
+        assert_eq!(backoff(five, 4), Duration::from_secs(40));
+        assert_eq!(backoff(five, 30), MAX_BACKOFF, "never more than an hour");
+    }
+}
