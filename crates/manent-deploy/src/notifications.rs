@@ -31,6 +31,8 @@ const RECORDED_FOR: Duration = Duration::from_secs(7 * 24 * 3600);
 const CLAIM_STALE: Duration = Duration::from_secs(120);
 /// How long one delivery may take.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the keys of old events are dropped.
+const FORGET_EVERY: Duration = Duration::from_secs(600);
 /// The longest wait between two tries.
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);
 
@@ -191,7 +193,6 @@ pub async fn drain(client: &Client, config: &Config, now: i64) -> Result<Drained
         }
         records.delete(CLAIM_KIND, &key).await?;
     }
-    forget_recorded_keys(client, now).await?;
     Ok(drained)
 }
 
@@ -220,7 +221,7 @@ async fn claim(client: &Client, key: &str, now: i64) -> Result<bool, EngineError
 }
 
 /// Drops the keys of events recorded more than a week ago.
-async fn forget_recorded_keys(client: &Client, now: i64) -> Result<(), EngineError> {
+pub async fn forget_recorded_keys(client: &Client, now: i64) -> Result<(), EngineError> {
     let records = client.records();
     for (key, until) in records.list(RECORDED_KIND).await? {
         if until.parse::<i64>().is_ok_and(|until| until < now) {
@@ -330,9 +331,17 @@ pub fn spawn_sender(client: Client, config: std::sync::Arc<Config>) {
         return;
     }
     tokio::spawn(async move {
+        let mut last_forget: Option<tokio::time::Instant> = None;
         loop {
             if let Err(e) = drain(&client, &config, now_ms()).await {
                 tracing::warn!(error = %e, "cannot deliver notifications now; trying again");
+            }
+            // The recorded keys are many (a week of events): looked at every ten minutes.
+            if last_forget.is_none_or(|t| t.elapsed() >= FORGET_EVERY) {
+                last_forget = Some(tokio::time::Instant::now());
+                if let Err(e) = forget_recorded_keys(&client, now_ms()).await {
+                    tracing::warn!(error = %e, "cannot drop old notification keys now");
+                }
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
