@@ -638,19 +638,53 @@ pub async fn list(
         None => None,
     };
     let limit = filter.limit.unwrap_or(50).clamp(1, 1000);
-    // Application filters apply to the request; read more rows than asked to fill the page.
-    let records = client
-        .list(&WorkflowFilter {
-            status,
-            name: Some(DEPLOY_WORKFLOW.into()),
-            limit: Some(limit * 10),
-            ..Default::default()
-        })
-        .await?;
-    let records: Vec<&WorkflowRecord> = records
-        .iter()
-        .filter(|r| request_of(r).is_some_and(|req| visible(&req.descriptor.application)))
-        .collect();
+    let wanted = usize::try_from(limit).unwrap_or(50);
+    // The application (and with it the environment) is a condition on the partition index:
+    // an application's deploys are found however many others are newer. What the store
+    // cannot answer (an environment alone, the token's scope) is filtered here, page after
+    // page of the newest, until the page is full or the deploys run out.
+    let (partition_key, partition_prefix) = match (&filter.application, &filter.environment) {
+        (Some(application), Some(environment)) => (
+            Some(manent_model::partition_key(application, environment)),
+            None,
+        ),
+        (Some(application), None) => (None, Some(format!("{application}/"))),
+        (None, _) => (None, None),
+    };
+    let page = limit * 10;
+    let mut chosen: Vec<WorkflowRecord> = Vec::new();
+    for n in 0..MAX_LIST_PAGES {
+        let records = client
+            .list(&WorkflowFilter {
+                status,
+                name: Some(DEPLOY_WORKFLOW.into()),
+                partition_key: partition_key.clone(),
+                partition_prefix: partition_prefix.clone(),
+                limit: Some(page),
+                offset: Some(n * page),
+                ..Default::default()
+            })
+            .await?;
+        let exhausted = i64::try_from(records.len()).unwrap_or(i64::MAX) < page;
+        chosen.extend(records.into_iter().filter(|r| {
+            request_of(r).is_some_and(|req| {
+                visible(&req.descriptor.application)
+                    && filter
+                        .application
+                        .as_ref()
+                        .is_none_or(|a| &req.descriptor.application == a)
+                    && filter
+                        .environment
+                        .as_ref()
+                        .is_none_or(|e| &req.descriptor.environment == e)
+            })
+        }));
+        if exhausted || chosen.len() >= wanted {
+            break;
+        }
+    }
+    chosen.truncate(wanted);
+    let records: Vec<&WorkflowRecord> = chosen.iter().collect();
     // A running deploy's phase (waiting for approval, a wave) lives in its events: read
     // for all of them at once.
     let running: Vec<String> = records
@@ -659,23 +693,12 @@ pub async fn list(
         .map(|r| r.id.clone())
         .collect();
     let mut events = client.events_of(&running).await?;
-    Ok(summaries(records, &mut events)?
-        .into_iter()
-        .filter(|d| {
-            filter
-                .application
-                .as_ref()
-                .is_none_or(|a| &d.application == a)
-        })
-        .filter(|d| {
-            filter
-                .environment
-                .as_ref()
-                .is_none_or(|e| &d.environment == e)
-        })
-        .take(usize::try_from(limit).unwrap_or(50))
-        .collect())
+    summaries(records, &mut events)
 }
+
+/// The most pages of `limit × 10` deploys a filtered list reads before it answers with what
+/// it found (a filter the store cannot answer, matching almost nothing in a long history).
+const MAX_LIST_PAGES: i64 = 20;
 
 /// How many output lines `logs` shows; the output endpoint pages through all of them.
 const LOG_OUTPUT_LINES: i64 = 5_000;

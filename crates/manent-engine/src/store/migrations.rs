@@ -337,7 +337,9 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         // What retention removes is found oldest first from an index, in bounded batches,
         // however long the history (docs/configuration.md, `retention`).
         statements: &[
-            "CREATE INDEX manent_workflows_finished ON manent_workflows (name, finished_at)",
+            // `finished_at` alone: with `name` first, SQLite would take it for any read by
+            // name (a list by application) over the partition index.
+            "CREATE INDEX manent_workflows_finished ON manent_workflows (finished_at)",
             "CREATE INDEX manent_output_at ON manent_output (at)",
         ],
     },
@@ -400,7 +402,7 @@ mod tests {
             9 80a1dd186d723e4e58e9d6eb5dbe5d6402359fc8ebda0420abf2b8dd513b14e4
             10 209fbad30f8890ae1595028507c7e40c7344dcb598412d292ca4a47545e92c33
             11 35eede3303ce805020700980e85c51748f1d98a8202bc9004ab434e6b7d0403c
-            12 cfef6b144090ef95f91702445cb79cebe01d2fa8e1adb517bdac58c0e758acd1"#]]
+            12 79f63b23d148f32c59bfa44cbde8bb96ad111f2a3c037d0f9086bc4a348df791"#]]
         .assert_eq(&sums.join("\n"));
     }
 

@@ -443,6 +443,9 @@ pub struct WorkflowFilter {
     pub parent_id: Option<String>,
     /// `<application>/<environment>` for deploys: one partition's history.
     pub partition_key: Option<String>,
+    /// Partitions whose key starts with this (`<application>/`: every environment of one
+    /// application), read as a range of the partition index.
+    pub partition_prefix: Option<String>,
     pub limit: Option<i64>,
     /// How many of the newest matches to pass over (paging).
     pub offset: Option<i64>,

@@ -27,7 +27,7 @@ impl SqlStore {
         &self,
         query: &PruneQuery,
     ) -> Result<Vec<String>, StoreError> {
-        // Oldest end first from `manent_workflows_finished`; a successful one is chosen only
+        // Oldest end first from `manent_workflows_finished` (a range of `finished_at`); a successful one is chosen only
         // when `keep_successful` newer successful ones of its partition exist (counted from
         // the partition index, never more than that many rows).
         let sql = format!(

@@ -490,6 +490,16 @@ fn the_list_query_filters_on_what_was_asked_only_with_placeholders_in_order() {
     );
     check(
         WorkflowFilter {
+            name: Some("deploy".into()),
+            partition_prefix: Some("shop/web/".into()),
+            ..Default::default()
+        },
+        " WHERE name = $1 AND partition_key >= $2 AND partition_key < $3 \
+         ORDER BY created_seq DESC LIMIT $4 OFFSET $5",
+        &["deploy", "shop/web/", "shop/web0"],
+    );
+    check(
+        WorkflowFilter {
             queue: Some("q".into()),
             executor_id: Some("e".into()),
             parent_id: Some("p".into()),
@@ -590,6 +600,21 @@ async fn status_reads_use_their_indexes(db: manent_testkit::Db) {
         .await
         .expect("claim");
     assert_eq!(claimed.len(), 50, "50 are running while the plans are read");
+    // Every environment of one application: a range of the partition index, its few rows
+    // then sorted.
+    let by_application = WorkflowFilter {
+        name: Some("w".into()),
+        partition_prefix: Some("p7".into()),
+        ..Default::default()
+    };
+    let (sql, values) = list_sql(&by_application);
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    for (mode, plan) in plans(&store, &sql, &values, &[100, 0]).await {
+        assert!(
+            plan.contains("manent_workflows_partition") && !reads_the_whole_table(&plan),
+            "{by_application:?} ({mode}) must read a range of the partition index; plan:\n{plan}"
+        );
+    }
     let by_partition = [
         WorkflowFilter {
             status: Some(WorkflowStatus::Success),
@@ -611,6 +636,7 @@ async fn status_reads_use_their_indexes(db: manent_testkit::Db) {
     ];
     for filter in &by_partition {
         let (sql, values) = list_sql(filter);
+        let values: Vec<&str> = values.iter().map(String::as_str).collect();
         for (mode, plan) in plans(&store, &sql, &values, &[100, 0]).await {
             // Running rows may also come from the (smaller) index of running work.
             assert!(

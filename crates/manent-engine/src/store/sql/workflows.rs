@@ -63,22 +63,27 @@ pub(super) fn enqueue_chunk_rows(is_pg: bool) -> usize {
 /// for every filter, SQLite cannot use any of them: it read the whole history newest
 /// first to find one application's deploys. Returns the text and the filters' values,
 /// bound in order before the limit and the offset.
-pub(super) fn list_sql(f: &WorkflowFilter) -> (String, Vec<&str>) {
+pub(super) fn list_sql(f: &WorkflowFilter) -> (String, Vec<String>) {
+    // A prefix is the range [prefix, prefix with its last character raised): a range of the
+    // partition index on both backends, where LIKE would need a collation to use it.
+    let upper = f.partition_prefix.as_deref().and_then(prefix_upper_bound);
     let filters = [
-        ("status", f.status.map(WorkflowStatus::as_str)),
-        ("queue_name", f.queue.as_deref()),
-        ("name", f.name.as_deref()),
-        ("executor_id", f.executor_id.as_deref()),
-        ("parent_id", f.parent_id.as_deref()),
-        ("partition_key", f.partition_key.as_deref()),
+        ("status", "=", f.status.map(WorkflowStatus::as_str)),
+        ("queue_name", "=", f.queue.as_deref()),
+        ("name", "=", f.name.as_deref()),
+        ("executor_id", "=", f.executor_id.as_deref()),
+        ("parent_id", "=", f.parent_id.as_deref()),
+        ("partition_key", "=", f.partition_key.as_deref()),
+        ("partition_key", ">=", f.partition_prefix.as_deref()),
+        ("partition_key", "<", upper.as_deref()),
     ];
     let mut sql = String::from(concat!("SELECT ", wf_cols!(), " FROM manent_workflows"));
     let mut values = Vec::new();
-    for (column, value) in filters {
+    for (column, op, value) in filters {
         if let Some(value) = value {
-            values.push(value);
+            values.push(value.to_string());
             let keyword = if values.len() == 1 { "WHERE" } else { "AND" };
-            sql.push_str(&format!(" {keyword} {column} = ${}", values.len()));
+            sql.push_str(&format!(" {keyword} {column} {op} ${}", values.len()));
         }
     }
     sql.push_str(&format!(
@@ -87,6 +92,17 @@ pub(super) fn list_sql(f: &WorkflowFilter) -> (String, Vec<&str>) {
         values.len() + 2
     ));
     (sql, values)
+}
+
+/// The smallest string above every string that starts with `prefix`: `prefix` with its last
+/// character raised by one (`acme/web/` gives `acme/web0`). `None` when there is none (an
+/// empty prefix, or one ending in the highest character): no upper bound then.
+fn prefix_upper_bound(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    let last = chars.pop()?;
+    let raised = char::from_u32(u32::from(last) + 1)?;
+    chars.push(raised);
+    Some(chars.into_iter().collect())
 }
 
 /// `items` as a JSON array of strings: one bound parameter for a list of any length.
@@ -336,7 +352,7 @@ impl SqlStore {
         let rows: Vec<WorkflowRow> = with_pool!(self, pool => {
             let mut query = sqlx::query_as(&sql);
             for value in &values {
-                query = query.bind(*value);
+                query = query.bind(value.as_str());
             }
             query
                 .bind(f.limit.unwrap_or(1000))

@@ -1,0 +1,87 @@
+//! A filtered deploy list finds what it asks for however many other deploys are newer, on
+//! both backends: an application's deploys (every environment, or one) come from the
+//! partition index, and a filter the store cannot answer (an environment alone) reads page
+//! after page of the newest until its page is full.
+
+mod common;
+
+use manent_deploy::{
+    DEPLOY_WORKFLOW,
+    deploy_views::{self, ListFilter},
+};
+use manent_engine::{Client, EnqueueRequest, store};
+use manent_testkit::{Db, TestDb, on_both_backends};
+
+on_both_backends!(a_filtered_list_finds_an_applications_deploys_behind_thousands_of_newer_ones);
+
+/// Deploy requests of `application` to `environment`, queued on a queue no worker serves.
+fn queued(application: &str, environment: &str, count: usize) -> Vec<EnqueueRequest> {
+    let mut request = common::recorded_request(application, "parked", false);
+    request["descriptor"]["environment"] = environment.into();
+    (0..count)
+        .map(|_| {
+            EnqueueRequest::new(DEPLOY_WORKFLOW, "parked", request.clone())
+                .partition(format!("{application}/{environment}"))
+        })
+        .collect()
+}
+
+async fn listed(client: &Client, application: Option<&str>, environment: Option<&str>) -> usize {
+    deploy_views::list(
+        client,
+        &ListFilter {
+            application: application.map(str::to_string),
+            environment: environment.map(str::to_string),
+            status: None,
+            limit: Some(50),
+        },
+        &|_| true,
+    )
+    .await
+    .expect("list")
+    .len()
+}
+
+async fn a_filtered_list_finds_an_applications_deploys_behind_thousands_of_newer_ones(db: Db) {
+    let test = TestDb::new(db).await;
+    let client = Client::new(
+        store::open(&test.url)
+            .await
+            .expect("open the test database"),
+    );
+    let mut first = queued("shop/old", "prod", 2);
+    first.extend(queued("shop/old", "staging", 1));
+    client.enqueue_many(first).await.expect("enqueue");
+    // 3,000 newer deploys of another application (and one whose name extends the first's).
+    for _ in 0..6 {
+        client
+            .enqueue_many(queued("shop/busy", "prod", 500))
+            .await
+            .expect("enqueue");
+    }
+    client
+        .enqueue_many(queued("shop/older", "prod", 1))
+        .await
+        .expect("enqueue");
+
+    assert_eq!(
+        listed(&client, Some("shop/old"), None).await,
+        3,
+        "every environment of shop/old, not shop/older, however many deploys are newer"
+    );
+    assert_eq!(
+        listed(&client, Some("shop/old"), Some("staging")).await,
+        1,
+        "one environment of it"
+    );
+    assert_eq!(
+        listed(&client, None, Some("staging")).await,
+        1,
+        "an environment alone is found by paging back through the newer deploys"
+    );
+    assert_eq!(
+        listed(&client, None, None).await,
+        50,
+        "without a filter, the newest page"
+    );
+}
