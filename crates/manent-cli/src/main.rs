@@ -188,6 +188,14 @@ enum Command {
         #[arg(long)]
         wait: bool,
     },
+    /// Checks environment files before they are committed, without a server: every problem
+    /// with its file, line and key. Exits 0 when all are valid, 2 otherwise.
+    Validate {
+        /// Environment files; the application and environment are read from the path
+        /// (`<tenant>/<app>/<environment>.yml`, as under `environments.source`).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
     /// Prints the completion script for SHELL on stdout, e.g.
     /// `manent completion bash > /etc/bash_completion.d/manent`.
     Completion {
@@ -268,6 +276,9 @@ async fn run(args: Args) -> Result<u8, CliError> {
             &mut std::io::stdout(),
         );
         return Ok(0);
+    }
+    if let Command::Validate { files } = &args.command {
+        return Ok(validate(files));
     }
     let api = ApiClient::new(&args.server, args.token.clone(), args.ca.as_deref())?;
     let json = args.output == Output::Json;
@@ -466,7 +477,9 @@ async fn run(args: Args) -> Result<u8, CliError> {
                 api.post(&deploy_path(&id, "/redeploy"), &()).await?;
             resubmitted(&api, created, wait, json).await
         }
-        Command::Completion { .. } => unreachable!("handled before the client is built"),
+        Command::Completion { .. } | Command::Validate { .. } => {
+            unreachable!("handled before the client is built")
+        }
         Command::Schedule(ScheduleCommand::Delete { id }) => {
             let out: Answer<ScheduleDeleted> = api
                 .delete(&format!("/api/v1/schedules/{}", client::segment(&id)))
@@ -789,9 +802,67 @@ async fn print_output(
     }
 }
 
+/// `manent validate`: each file parsed and checked as the server would; 0 when all are
+/// valid, 2 otherwise (each problem printed on stderr).
+fn validate(files: &[PathBuf]) -> u8 {
+    let mut valid = true;
+    for file in files {
+        let (application, environment) = names_of(file);
+        let shown = file.display().to_string();
+        let checked = std::fs::read_to_string(file)
+            .map_err(|e| format!("{shown}: cannot read it: {e}"))
+            .and_then(|text| {
+                manent_model::parse_environment(&text, &shown, &application, &environment)
+                    .map_err(|e| e.to_string())
+            });
+        match checked {
+            Ok(_) => println!("{shown}: valid ({application}, environment {environment})"),
+            Err(problems) => {
+                valid = false;
+                eprintln!("{}", render::terminal_safe(&problems));
+            }
+        }
+    }
+    if valid { 0 } else { 2 }
+}
+
+/// The application and environment a file's path names: `…/<tenant>/<app>/<env>.yml`.
+fn names_of(file: &std::path::Path) -> (String, String) {
+    let environment = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let dirs: Vec<String> = file
+        .parent()
+        .into_iter()
+        .flat_map(|p| p.iter())
+        .map(|c| c.to_string_lossy().into_owned())
+        .collect();
+    let application = match dirs.as_slice() {
+        [.., tenant, app] => format!("{tenant}/{app}"),
+        [app] => app.clone(),
+        [] => String::new(),
+    };
+    (application, environment)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_files_path_names_its_application_and_environment() {
+        let check = |path: &str, app: &str, env: &str| {
+            assert_eq!(
+                names_of(std::path::Path::new(path)),
+                (app.to_string(), env.to_string()),
+                "{path}"
+            );
+        };
+        check("environments/acme/web/prod.yml", "acme/web", "prod");
+        check("/srv/envs/ml/trainer/staging.yaml", "ml/trainer", "staging");
+        check("prod.yml", "", "prod");
+    }
 
     /// Every subcommand and every argument of `cmd` and below without help text, by path.
     fn undocumented(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
