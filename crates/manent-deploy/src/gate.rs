@@ -86,7 +86,11 @@ pub async fn pass_gate(
         wait_for_approval(ctx, client, config, request, policy).await?;
     }
     for dep in &eff.depends_on {
-        wait_for_dependency(ctx, client, dep).await?;
+        if eff.dry_run && ctx.workflow_version() >= crate::request::DRY_RUNS_DO_NOT_WAIT_VERSION {
+            report_dependency(ctx, client, dep).await?;
+        } else {
+            wait_for_dependency(ctx, client, dep).await?;
+        }
     }
     publish(ctx, &EventKey::Waiting, &String::new()).await?;
     publish(ctx, &EventKey::Phase, &Phase::Queued).await?;
@@ -203,6 +207,41 @@ fn dependency_label(dep: &Dependency) -> String {
         Some(v) => format!("{}/{} at version {v}", dep.application, dep.environment),
         None => format!("{}/{}", dep.application, dep.environment),
     }
+}
+
+/// A dry run's dependency: whether it is met now, and what a real deploy would wait for,
+/// recorded as one step's result (shown in `status`, `logs` and the page). It never waits.
+async fn report_dependency(
+    ctx: &WorkflowContext,
+    client: &Client,
+    dep: &Dependency,
+) -> Result<(), WorkflowError> {
+    let label = dependency_label(dep);
+    let timeout = dep.timeout;
+    let output = ctx.output("dry run");
+    ctx.step_with(
+        &format!("dry run: dependency {label}"),
+        StepPolicy::retry(5, Duration::from_secs(1)),
+        || async {
+            let said = if dependency_met(client, dep).await? {
+                format!("dependency {label}: met")
+            } else {
+                format!(
+                    "dependency {label}: not met: a deploy would wait {} for a successful \
+                     deploy of it",
+                    timeout.map_or("without a limit".to_string(), |t| format!(
+                        "up to {}",
+                        humantime::format_duration(t)
+                    ))
+                )
+            };
+            // Shown by `logs` and the page beside the step.
+            output.line("progress", &said);
+            Ok::<_, EngineError>(said)
+        },
+    )
+    .await?;
+    Ok(())
 }
 
 async fn wait_for_dependency(

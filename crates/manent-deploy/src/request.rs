@@ -25,7 +25,16 @@ pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 ///   step [`AUTHORISE_AT_START_STEP`] first. Such a deploy is always started under version
 ///   2 or later ([`DeployRequest::enqueue`]), so no worker whose code lacks that step
 ///   claims it and runs it unchecked.
-pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 2 };
+/// - 3: a dry run waits for nothing: instead of waiting for its dependencies it records one
+///   step per dependency saying whether it is met and what a real deploy would wait for,
+///   and instead of pausing between waves one step saying so
+///   ([`DRY_RUNS_DO_NOT_WAIT_VERSION`]). Deploys that are not dry runs record what they did
+///   under 2.
+pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 3 };
+
+/// The first version whose dry runs report their dependencies and pauses instead of
+/// waiting for them.
+pub const DRY_RUNS_DO_NOT_WAIT_VERSION: u32 = 3;
 
 /// The first version whose code records [`AUTHORISE_AT_START_STEP`].
 pub const AUTHORISE_AT_START_VERSION: u32 = 2;
@@ -43,7 +52,7 @@ pub async fn startable_version(client: &Client) -> Result<u32, EngineError> {
 
 /// What this build is, as `--version`, `manent workers` and `/metrics` show it: the
 /// release, the schema version it migrates to and the deploy workflow versions it runs,
-/// e.g. `0.1.0 (schema 12, workflows 1-2)`. During a rolling upgrade it tells which
+/// e.g. `0.1.0 (schema 12, workflows 1-3)`. During a rolling upgrade it tells which
 /// workers can run what.
 pub fn build_version() -> String {
     format!(

@@ -382,8 +382,24 @@ async fn deploy(
         if let Some(pause) = eff.rollout.pause
             && w + 1 < waves.len()
         {
-            phase(ctx, Phase::PauseBeforeWave(w + 2)).await?;
-            ctx.sleep(pause).await?;
+            if eff.dry_run && ctx.workflow_version() >= crate::request::DRY_RUNS_DO_NOT_WAIT_VERSION
+            {
+                // Reported, not waited for (version 3, request.rs).
+                let what = format!(
+                    "a deploy would pause {} before wave {}",
+                    humantime::format_duration(pause),
+                    w + 2
+                );
+                let output = ctx.output("dry run");
+                ctx.step(&format!("dry run: pause before wave {}", w + 2), || async {
+                    output.line("progress", &what);
+                    Ok::<_, String>(what.clone())
+                })
+                .await?;
+            } else {
+                phase(ctx, Phase::PauseBeforeWave(w + 2)).await?;
+                ctx.sleep(pause).await?;
+            }
         }
     }
     outcomes.sort_by(|a, b| a.name.cmp(&b.name));

@@ -21,6 +21,7 @@ on_both_backends!(
     a_dependency_wait_releases_when_the_dependency_succeeds_and_not_before,
     the_route_recorded_before_an_approval_is_kept_after_a_queues_change,
     a_promotion_waits_for_the_earlier_environment_to_run_the_same_version,
+    a_dry_run_waits_for_no_dependency_and_no_pause_and_says_what_a_deploy_would_wait_for,
 );
 
 /// An environment of `host: local` targets whose one command appends
@@ -34,6 +35,21 @@ fn ledger_environment(site: &Site, application: &str, environment: &str, extra: 
             "targets: [{{name: t1, host: local}}]\ndeploy:\n  plugin: command\n  commands:\n    - \"echo $MANENT_APPLICATION $MANENT_VERSION >> {ledger}\"\n{extra}"
         ),
     );
+}
+
+/// `manent deploy --dry-run --wait` of acme/web `version`: its exit code and final status.
+fn dry_run_and_wait(site: &Site, token: &str, version: &str) -> (i32, Value) {
+    let path = site.descriptor_for("acme/web", version);
+    site.cli(
+        token,
+        &[
+            "deploy",
+            "-f",
+            path.to_str().unwrap(),
+            "--dry-run",
+            "--wait",
+        ],
+    )
 }
 
 fn decide(site: &Site, token: &str, verb: &str, id: &str, extra: &[&str]) -> (i32, Value) {
@@ -231,17 +247,7 @@ async fn deploys_waiting_for_approval_hold_no_deploy_slot(db: Db) {
         wait_phase(&site, &token, id, "waiting_approval").await;
     }
     // A dry-run needs no approval: it takes the one slot of acme/web/prod and runs.
-    let path = site.descriptor_for("acme/web", "9");
-    let (code, done) = site.cli(
-        &token,
-        &[
-            "deploy",
-            "-f",
-            path.to_str().unwrap(),
-            "--dry-run",
-            "--wait",
-        ],
-    );
+    let (code, done) = dry_run_and_wait(&site, &token, "9");
     assert_eq!(code, 0, "the fourth deploy runs while three wait: {done}");
     assert_eq!(done["status"], "SUCCESS");
     for id in &waiting {
@@ -444,5 +450,60 @@ async fn a_promotion_waits_for_the_earlier_environment_to_run_the_same_version(d
         order,
         ["acme/web 1.0", "acme/web 1.1", "acme/web 1.1"],
         "staging 1.0, then staging 1.1, then prod 1.1"
+    );
+}
+
+async fn a_dry_run_waits_for_no_dependency_and_no_pause_and_says_what_a_deploy_would_wait_for(
+    db: Db,
+) {
+    let mut site = Site::new(db, &["true"]).await;
+    // A dependency nothing will meet, and an hour's pause between two waves.
+    site.write_environment(
+        "acme/web",
+        "prod",
+        "targets: [{name: t1, host: local}, {name: t2, host: local}]\n\
+         deploy:\n  plugin: command\n  commands: [\"true\"]\n\
+         rollout: {waves: [[t1], [t2]], pause: 1h}\n\
+         depends_on:\n  - {application: acme/db, environment: prod, version: \"7\", timeout: 30m}\n",
+    );
+    let token = site.token();
+    site.start("serve", "s1");
+    site.wait_api().await;
+    let (code, done) = dry_run_and_wait(&site, &token, "1");
+    assert_eq!(code, 0, "the dry run ends without waiting: {done}");
+    assert_eq!(done["status"], "SUCCESS", "{done}");
+    let steps: Vec<(String, Value)> = done["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap_or_default().to_string(),
+                s.clone(),
+            )
+        })
+        .collect();
+    // The steps' results, as `manent logs` shows them.
+    let out = std::process::Command::new(common::cli_binary())
+        .args(["--server", &format!("http://127.0.0.1:{}", site.port)])
+        .args(["--token", &token, "logs", done["id"].as_str().unwrap()])
+        .output()
+        .expect("run manent logs");
+    let logs = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        steps
+            .iter()
+            .any(|(name, _)| name == "dry run: dependency acme/db/prod at version 7")
+            && logs.contains(
+                "dependency acme/db/prod at version 7: not met: a deploy would wait up to 30m"
+            ),
+        "the dependency is reported, not waited for: {steps:?}\n{logs}"
+    );
+    assert!(
+        steps
+            .iter()
+            .any(|(name, _)| name == "dry run: pause before wave 2")
+            && logs.contains("a deploy would pause 1h before wave 2"),
+        "the pause is reported, not waited for: {steps:?}\n{logs}"
     );
 }
