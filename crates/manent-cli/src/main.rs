@@ -230,17 +230,17 @@ enum Command {
 enum ScheduleCommand {
     /// No new tick until resumed (the ticks during the pause are not run).
     Pause {
-        /// The schedule's id (`manent schedules` lists them).
+        /// The schedule's id, or a unique prefix of it (`manent schedules` lists them).
         id: String,
     },
     /// Ticks again from the next one.
     Resume {
-        /// The schedule's id (`manent schedules` lists them).
+        /// The schedule's id, or a unique prefix of it (`manent schedules` lists them).
         id: String,
     },
     /// Deletes it; deploys it already started are left as they are.
     Delete {
-        /// The schedule's id (`manent schedules` lists them).
+        /// The schedule's id, or a unique prefix of it (`manent schedules` lists them).
         id: String,
     },
 }
@@ -430,6 +430,7 @@ async fn run(args: Args) -> Result<u8, CliError> {
             Ok(0)
         }
         Command::Schedule(ScheduleCommand::Pause { id }) => {
+            let id = resolve_schedule(&api, &id).await?;
             let out: Answer<ScheduleView> = api
                 .post(
                     &format!("/api/v1/schedules/{}/pause", client::segment(&id)),
@@ -440,6 +441,7 @@ async fn run(args: Args) -> Result<u8, CliError> {
             Ok(0)
         }
         Command::Schedule(ScheduleCommand::Resume { id }) => {
+            let id = resolve_schedule(&api, &id).await?;
             let out: Answer<ScheduleView> = api
                 .post(
                     &format!("/api/v1/schedules/{}/resume", client::segment(&id)),
@@ -481,6 +483,7 @@ async fn run(args: Args) -> Result<u8, CliError> {
             unreachable!("handled before the client is built")
         }
         Command::Schedule(ScheduleCommand::Delete { id }) => {
+            let id = resolve_schedule(&api, &id).await?;
             let out: Answer<ScheduleDeleted> = api
                 .delete(&format!("/api/v1/schedules/{}", client::segment(&id)))
                 .await?;
@@ -632,28 +635,67 @@ fn deploy_path(id: &str, rest: &str) -> String {
 async fn resolve_deploy(api: &ApiClient, id: &str) -> Result<String, CliError> {
     match api.get::<Value>(&deploy_path(id, "")).await {
         Ok(_) => return Ok(id.to_string()),
-        Err(CliError::NotFound(message)) if id.chars().count() < 6 => {
-            return Err(CliError::NotFound(message));
-        }
         Err(CliError::NotFound(_)) => {}
         Err(other) => return Err(other),
     }
+    check_prefix_length("deploy", id, "manent list")?;
     let recent: Answer<Vec<DeployStatus>> = api
         .get_query("/api/v1/deploys", &[("limit", "1000".to_string())])
         .await?;
-    let matches: Vec<&str> = recent
-        .body
-        .iter()
-        .map(|d| d.id.as_str())
-        .filter(|full| full.starts_with(id))
-        .collect();
+    one_match(
+        "deploy",
+        id,
+        recent.body.iter().map(|d| d.id.as_str()),
+        "manent list",
+    )
+}
+
+/// A schedule's whole id from `id`: the whole id, or a unique prefix of one, by the same
+/// rule as deploys'.
+async fn resolve_schedule(api: &ApiClient, id: &str) -> Result<String, CliError> {
+    let all: Answer<Vec<ScheduleView>> = api.get("/api/v1/schedules").await?;
+    if all.body.iter().any(|s| s.id == id) {
+        return Ok(id.to_string());
+    }
+    check_prefix_length("schedule", id, "manent schedules")?;
+    one_match(
+        "schedule",
+        id,
+        all.body.iter().map(|s| s.id.as_str()),
+        "manent schedules",
+    )
+}
+
+/// The fewest characters a prefix of an id may have.
+const MIN_PREFIX: usize = 6;
+
+/// One rule for every id on the command line: the whole id, or a unique prefix of at least
+/// [`MIN_PREFIX`] characters. A shorter one is refused as too short, not as unknown.
+fn check_prefix_length(kind: &str, id: &str, lister: &str) -> Result<(), CliError> {
+    if id.chars().count() < MIN_PREFIX {
+        return Err(CliError::Usage(format!(
+            "no {kind} `{id}`, and `{id}` is too short to be a prefix: give the whole id or \
+             at least {MIN_PREFIX} of its first characters (`{lister}` shows them)"
+        )));
+    }
+    Ok(())
+}
+
+/// The one id of `candidates` that starts with `prefix`.
+fn one_match<'a>(
+    kind: &str,
+    prefix: &str,
+    candidates: impl Iterator<Item = &'a str>,
+    lister: &str,
+) -> Result<String, CliError> {
+    let matches: Vec<&str> = candidates.filter(|full| full.starts_with(prefix)).collect();
     match matches.as_slice() {
         [one] => Ok((*one).to_string()),
         [] => Err(CliError::NotFound(format!(
-            "no deploy `{id}`, nor one whose id starts with it: see `manent list`"
+            "no {kind} `{prefix}`, nor one whose id starts with it: see `{lister}`"
         ))),
         many => Err(CliError::Usage(format!(
-            "`{id}` starts {} deploy ids ({}); give more characters",
+            "`{prefix}` starts {} {kind} ids ({}); give more characters",
             many.len(),
             many.iter().take(5).copied().collect::<Vec<_>>().join(", ")
         ))),
@@ -849,6 +891,29 @@ fn names_of(file: &std::path::Path) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_prefix_rule_for_every_id() {
+        let ids = ["a3b2010e-1111", "a3b2010e-2222", "c0ffee12-3333"];
+        let check = |id: &str| -> Result<String, String> {
+            check_prefix_length("deploy", id, "manent list")
+                .and_then(|()| one_match("deploy", id, ids.iter().copied(), "manent list"))
+                .map_err(|e| format!("{} {e}", e.exit_code()))
+        };
+        assert_eq!(check("c0ffee").as_deref(), Ok("c0ffee12-3333"), "unique");
+        let short = check("c0ff").unwrap_err();
+        assert!(
+            short.starts_with("2 ") && short.contains("too short"),
+            "a 4-character prefix is refused as too short, not as unknown: {short}"
+        );
+        let many = check("a3b2010e").unwrap_err();
+        assert!(
+            many.starts_with("2 ") && many.contains("starts 2 deploy ids"),
+            "an ambiguous prefix lists the candidates: {many}"
+        );
+        let none = check("ffffff").unwrap_err();
+        assert!(none.contains("no deploy `ffffff`"), "{none}");
+    }
 
     #[test]
     fn a_files_path_names_its_application_and_environment() {

@@ -82,6 +82,10 @@ async fn a_descriptor_on_stdin_ids_by_prefix_and_wait_to_reattach(db: Db) {
         Some(2),
         "a prefix under 6 characters is not expanded: {out:?}"
     );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("too short"),
+        "it says the prefix is too short, not that no deploy exists: {out:?}"
+    );
     let out = manent(&site, &token, &["logs", "../tokens"], "");
     assert_eq!(
         out.status.code(),

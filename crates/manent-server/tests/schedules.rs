@@ -190,7 +190,8 @@ async fn a_recurring_schedule_yields_one_deploy_per_tick_across_instances_and_re
     assert_every_tick_once(&after);
 
     // Pause (through the other API): no tick after it, until resumed.
-    let (code, paused) = cli_at(port2, &token, &["schedule", "pause", &schedule]);
+    // A schedule is named by a unique prefix too, by the rule deploys follow.
+    let (code, paused) = cli_at(port2, &token, &["schedule", "pause", &schedule[..8]]);
     assert_eq!(code, 0, "pause: {paused}");
     assert_eq!(paused["paused"], true);
     assert!(paused["next_tick"].is_null(), "{paused}");
