@@ -53,16 +53,45 @@ pub async fn decide(
     let events = client.events(id).await?;
     let phase: Option<Phase> = event(id, &events, &EventKey::Phase)?;
     let policy: Option<manent_model::Approval> = event(id, &events, &EventKey::ApprovalPolicy)?;
+    let verb = if approve { "approve" } else { "reject" };
     let (WorkflowStatus::Pending, Some(Phase::WaitingApproval), Some(policy)) =
         (record.status, &phase, policy)
     else {
-        return Err(DecideError::NotWaiting(format!(
-            "deploy {id} is not waiting for approval (status {}, phase {}); nothing to {}",
-            record.status,
-            phase.as_ref().map_or("none".into(), Phase::text),
-            if approve { "approve" } else { "reject" }
-        )));
+        // An ended deploy's last phase may still read `waiting_approval` (a rejection or
+        // an expiry ends it there): its status says it all.
+        return Err(DecideError::NotWaiting(if record.status.is_terminal() {
+            format!(
+                "deploy {id} has ended ({}{}); nothing to {verb}",
+                record.status,
+                record
+                    .error
+                    .as_deref()
+                    .map_or(String::new(), |e| format!(": {e}"))
+            )
+        } else {
+            format!(
+                "deploy {id} is not waiting for approval (status {}, phase {}); nothing to {verb}",
+                record.status,
+                phase.as_ref().map_or("none".into(), Phase::text),
+            )
+        }));
     };
+    // A second decision of one approver counts once: say so rather than succeed silently.
+    let decided: Vec<Decision> = event(id, &events, &EventKey::Approvals)?.unwrap_or_default();
+    if let Some(earlier) = decided
+        .iter()
+        .find(|d| same_token((&d.by, &d.by_id), (&approver.name, &approver.token_id)))
+    {
+        return Err(DecideError::NotWaiting(format!(
+            "{} already {} deploy {id}; a decision counts once per approver",
+            approver.name,
+            if earlier.approve {
+                "approved"
+            } else {
+                "rejected"
+            }
+        )));
+    }
     if !policy.approvers.is_empty()
         && !policy
             .approvers

@@ -476,6 +476,14 @@ async fn gone_workers(
     Ok(gone)
 }
 
+/// The ids of `holders` but `own`.
+fn others<'a>(holders: impl Iterator<Item = &'a str>, own: &str) -> Vec<String> {
+    holders
+        .filter(|id| *id != own)
+        .map(str::to_string)
+        .collect()
+}
+
 /// Why a queued deploy does not start, or a claimed one does not move, when the
 /// deploy itself does not say (approval and dependency waits do): the deploy that holds
 /// its environment, the queue no live worker serves, or the stopped worker that holds
@@ -538,8 +546,10 @@ async fn waiting_reason(
                     ..Default::default()
                 })
                 .await?;
-            if !holders.is_empty() {
-                let ids: Vec<String> = holders.iter().map(|h| h.id.clone()).collect();
+            // Read after the deploy's own record: it may have started meanwhile, and is not
+            // waiting for itself.
+            let ids = others(holders.iter().map(|h| h.id.as_str()), &record.id);
+            if !ids.is_empty() {
                 return Ok(Some(format!(
                     "the environment {}: deploy {} runs there (environment_concurrency)",
                     record.partition_key,
@@ -886,6 +896,19 @@ fn recorded_target(id: &str, name: &str, value: &str) -> TargetOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deploy_is_never_said_to_wait_for_itself() {
+        assert_eq!(
+            others(["a3b2010e", "c0ffee12"].into_iter(), "a3b2010e"),
+            ["c0ffee12"],
+            "the deploy that just started is not the one it waits for"
+        );
+        assert!(
+            others(["a3b2010e"].into_iter(), "a3b2010e").is_empty(),
+            "alone in its environment, it waits for no deploy"
+        );
+    }
 
     #[test]
     fn a_target_outcome_that_cannot_be_read_is_shown_not_dropped() {

@@ -124,6 +124,11 @@ async fn a_deploy_waiting_for_approval_survives_kill_9_of_every_process_and_proc
         ["approved alice"],
         "approve prints the state after the approval, not before: {approved}"
     );
+    let (code, again) = site.cli_stderr(&alice, &["approve", &id]);
+    assert!(
+        code == 2 && again.contains("alice already approved"),
+        "a second approval by the same approver is refused, saying it counts once: {again}"
+    );
 
     // Every process dies; the deploy is only in the database.
     signal(site.child(api), "KILL");
@@ -143,8 +148,8 @@ async fn a_deploy_waiting_for_approval_survives_kill_9_of_every_process_and_proc
 
     let (code, _) = decide(&site, &alice, "approve", &id, &[]);
     assert_eq!(
-        code, 0,
-        "a second approval by alice is accepted but counts once"
+        code, 2,
+        "alice's approval is remembered across the crash: a second one is still refused"
     );
     let (code, approved) = decide(&site, &bob, "approve", &id, &[]);
     assert_eq!(code, 0, "bob approves: {approved}");
@@ -211,6 +216,11 @@ async fn rejection_expiry_and_self_approval_are_refused_with_reasons(db: Db) {
     assert_eq!(approvers(&rejected), ["rejected bob"]);
     let (code, late) = decide(&site, &bob, "approve", &id, &[]);
     assert_eq!(code, 2, "approving a finished deploy is a conflict: {late}");
+    let (_, late) = site.cli_stderr(&bob, &["approve", &id]);
+    assert!(
+        late.contains("has ended (ERROR") && !late.contains("phase waiting_approval"),
+        "the refusal says the deploy ended, not that it waits: {late}"
+    );
 
     let staging = site.descriptor_for("acme/web", "2");
     let text = std::fs::read_to_string(&staging)
