@@ -449,6 +449,9 @@ async fn serve(
                 Some(tls)
             }
         };
+        // Where a person opens the Platform page (`#token=…` may be appended: docs/api.md).
+        let page = page_url(config.api.public_url.as_deref(), addr, tls.is_some());
+        tracing::info!(url = %page, "the Platform page is at {page}");
         Some(listener::serve(listener, app, tls, limits, shutdown)?)
     } else {
         None
@@ -628,11 +631,52 @@ async fn start_worker(
     Ok((engine, ticker, plugins))
 }
 
+/// The Platform page's URL: `api.public_url` when set (behind a load balancer), else the
+/// address listened on, with `localhost` for an unspecified one (`0.0.0.0`, `::`).
+fn page_url(public_url: Option<&str>, addr: std::net::SocketAddr, https: bool) -> String {
+    if let Some(public) = public_url {
+        return format!("{}/", public.trim_end_matches('/'));
+    }
+    let scheme = if https { "https" } else { "http" };
+    let host = if addr.ip().is_unspecified() {
+        "localhost".to_string()
+    } else if addr.is_ipv6() {
+        format!("[{}]", addr.ip())
+    } else {
+        addr.ip().to_string()
+    };
+    format!("{scheme}://{host}:{}/", addr.port())
+}
+
 #[cfg(test)]
 mod tests {
     use std::future::{pending, ready};
 
     use super::*;
+
+    #[test]
+    fn the_page_url_is_the_public_one_or_the_address_listened_on() {
+        let addr = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
+        assert_eq!(
+            page_url(None, addr("127.0.0.1:8080"), false),
+            "http://127.0.0.1:8080/"
+        );
+        assert_eq!(
+            page_url(None, addr("0.0.0.0:8443"), true),
+            "https://localhost:8443/",
+            "an unspecified address is opened as localhost"
+        );
+        assert_eq!(page_url(None, addr("[::1]:80"), false), "http://[::1]:80/");
+        assert_eq!(
+            page_url(
+                Some("https://deploy.example.com/"),
+                addr("0.0.0.0:80"),
+                false
+            ),
+            "https://deploy.example.com/",
+            "behind a load balancer, the URL people use"
+        );
+    }
 
     fn lost() -> manent_engine::EngineError {
         manent_engine::EngineError::LeaseLost {
