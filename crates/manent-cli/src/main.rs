@@ -1,13 +1,13 @@
-//! `manent`: the command-line client of the manent API. Human tables by
-//! default, `--output json` everywhere. Exit codes: 0 success, 1 deploy
-//! failed, 2 usage or bad input, 3 server unreachable or auth refused.
+//! `manent`: the command-line client of the manent API. Plain tables by default;
+//! `-o wide|json|yaml|name` everywhere. Exit codes: 0 success, 1 deploy failed, 2 usage
+//! or bad input, 3 server unreachable or token refused, 4 not allowed (docs/cli.md).
 
 mod client;
 mod render;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
-use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand};
 use manent_contract::{
     ApplicationView, AuditEntry, AuditQuery, BatchEntry, DecisionBody, DeployLogs, DeployOutput,
     DeployStatus, QueueView, Recovered, Resubmitted, RollbackBody, ScheduleDeleted, ScheduleView,
@@ -15,7 +15,10 @@ use manent_contract::{
 };
 use serde_json::Value;
 
-use crate::client::{Answer, ApiClient, CliError};
+use crate::{
+    client::{Answer, ApiClient, CliError},
+    render::{Fit, Format, Style},
+};
 
 #[derive(Parser)]
 #[command(
@@ -39,17 +42,19 @@ struct Args {
     /// in addition to the system's roots for an `https://` server.
     #[arg(long, global = true, env = "MANENT_CA")]
     ca: Option<PathBuf>,
-    /// `table` for people, `json` for programs (one document; with `logs -f`, one per line).
-    #[arg(long, short, global = true, value_enum, default_value_t = Output::Table)]
-    output: Output,
+    /// How answers are printed: `table` (short ids, relative times, cut to the terminal),
+    /// `wide` (whole ids and times, more columns), `json` or `yaml` (the answer as sent;
+    /// with `logs -f`, one document each), `name` (ids only, one per line).
+    #[arg(long, short, global = true, value_enum, default_value_t = Format::Table)]
+    output: Format,
+    /// Tables without their header line.
+    #[arg(long, global = true)]
+    no_headers: bool,
+    /// Only ids, one per line: `-o name`.
+    #[arg(long, short, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Output {
-    Table,
-    Json,
 }
 
 #[derive(Subcommand)]
@@ -281,7 +286,17 @@ async fn run(args: Args) -> Result<u8, CliError> {
         return Ok(validate(files));
     }
     let api = ApiClient::new(&args.server, args.token.clone(), args.ca.as_deref())?;
-    let json = args.output == Output::Json;
+    let style = Style {
+        format: if args.quiet {
+            Format::Name
+        } else {
+            args.output
+        },
+        headers: !args.no_headers,
+        fit: fit(),
+        now: chrono::Utc::now(),
+    };
+    let style = &style;
     match args.command {
         Command::Deploy {
             file,
@@ -289,56 +304,56 @@ async fn run(args: Args) -> Result<u8, CliError> {
             dry_run,
         } => {
             if file.len() > 1 {
-                return deploy_many(&api, &file, wait, dry_run, json).await;
+                return deploy_many(&api, &file, wait, dry_run, style).await;
             }
             let file = &file[0];
             let text = read_descriptor(file)?;
             let created = api.submit(&text, file, dry_run).await?;
             // A recurring schedule has no single deploy to wait for: `manent schedules` shows it.
             if !wait || created.body.status == SubmittedStatus::Scheduled {
-                render::print(json, &created, render::submitted);
+                render::print(style, &created, render::submitted);
                 return Ok(0);
             }
-            let status = follow(&api, &created.body.id, json).await?;
-            render::print(json, &status, render::status);
+            let status = follow(&api, &created.body.id, style).await?;
+            render::print(style, &status, render::status);
             Ok(exit_code_of(&status))
         }
         Command::Status { id, watch } => {
             let id = resolve_deploy(&api, &id).await?;
             let status: Answer<DeployStatus> = if watch {
-                follow(&api, &id, json).await?
+                follow(&api, &id, style).await?
             } else {
                 api.get(&deploy_path(&id, "")).await?
             };
-            render::print(json, &status, render::status);
+            render::print(style, &status, render::status);
             Ok(0)
         }
         Command::Wait { id } => {
             let id = resolve_deploy(&api, &id).await?;
-            let status = follow(&api, &id, json).await?;
-            render::print(json, &status, render::status);
+            let status = follow(&api, &id, style).await?;
+            render::print(style, &status, render::status);
             Ok(exit_code_of(&status))
         }
         Command::Logs { id, follow: false } => {
             let id = resolve_deploy(&api, &id).await?;
             let logs: Answer<DeployLogs> = api.get(&deploy_path(&id, "/logs")).await?;
-            render::print(json, &logs, render::logs);
+            render::print(style, &logs, render::logs);
             Ok(0)
         }
         Command::Logs { id, follow: true } => {
             let id = resolve_deploy(&api, &id).await?;
             let logs: Answer<DeployLogs> = api.get(&deploy_path(&id, "/logs")).await?;
-            // With --output json: one JSON document per line (the logs, then each
-            // output line), so a reader can parse as it goes.
-            if json {
-                render::print_line(&logs.json.to_string());
+            // With -o json: one JSON document per line (the logs, then each output
+            // line), so a reader can parse as it goes; with -o yaml, one YAML document each.
+            if style.is_document() {
+                render::print_line(&render::document(style, &logs.json));
             } else {
-                render::print(json, &logs, render::logs);
+                render::print(style, &logs, render::logs);
             }
             let after = logs.body.output_seq;
-            let status = follow_from(&api, &id, json, after, Lines::Stdout).await?;
-            if !json {
-                render::print(json, &status, render::progress_line);
+            let status = follow_from(&api, &id, style, after, Lines::Stdout).await?;
+            if !style.is_document() {
+                render::print_line(&render::progress_line(&status.body));
             }
             Ok(0)
         }
@@ -353,13 +368,13 @@ async fn run(args: Args) -> Result<u8, CliError> {
             query.extend(environment.map(|e| ("environment", e)));
             query.extend(status.map(|s| ("status", s)));
             let list: Answer<Vec<DeployStatus>> = api.get_query("/api/v1/deploys", &query).await?;
-            render::print(json, &list, render::deploys);
+            render::print(style, &list, render::deploys);
             Ok(0)
         }
         Command::Cancel { id } => {
             let id = resolve_deploy(&api, &id).await?;
             let out: Answer<Submitted> = api.post(&deploy_path(&id, "/cancel"), &()).await?;
-            render::print(json, &out, render::submitted);
+            render::print(style, &out, render::submitted);
             Ok(0)
         }
         Command::Approve { id, comment } => {
@@ -368,7 +383,7 @@ async fn run(args: Args) -> Result<u8, CliError> {
             let before: Answer<DeployStatus> =
                 api.post(&deploy_path(&id, "/approve"), &body).await?;
             let after = decided(&api, &id, &before.body).await?;
-            render::print(json, &after, render::status);
+            render::print(style, &after, render::status);
             Ok(0)
         }
         Command::Reject { id, reason } => {
@@ -377,27 +392,27 @@ async fn run(args: Args) -> Result<u8, CliError> {
             let before: Answer<DeployStatus> =
                 api.post(&deploy_path(&id, "/reject"), &body).await?;
             let after = decided(&api, &id, &before.body).await?;
-            render::print(json, &after, render::status);
+            render::print(style, &after, render::status);
             Ok(0)
         }
         Command::Queues => {
             let queues: Answer<Vec<QueueView>> = api.get("/api/v1/queues").await?;
-            render::print(json, &queues, render::queues);
+            render::print(style, &queues, render::queues);
             Ok(0)
         }
         Command::Workers => {
             let workers: Answer<Vec<WorkerView>> = api.get("/api/v1/workers").await?;
-            render::print(json, &workers, render::workers);
+            render::print(style, &workers, render::workers);
             Ok(0)
         }
         Command::Whoami => {
             let me: Answer<WhoAmI> = api.get("/api/v1/whoami").await?;
-            render::print(json, &me, render::whoami);
+            render::print(style, &me, render::whoami);
             Ok(0)
         }
         Command::Activity => {
             let activity: Answer<Vec<DeployStatus>> = api.get("/api/v1/activity").await?;
-            render::print(json, &activity, render::activity);
+            render::print(style, &activity, render::activity);
             Ok(0)
         }
         Command::Recover { executor, force } => {
@@ -411,22 +426,22 @@ async fn run(args: Args) -> Result<u8, CliError> {
                     &(),
                 )
                 .await?;
-            render::print(json, &out, render::recovered);
+            render::print(style, &out, render::recovered);
             Ok(0)
         }
         Command::Tenants => {
             let list: Answer<Vec<TenantView>> = api.get("/api/v1/tenants").await?;
-            render::print(json, &list, render::tenants);
+            render::print(style, &list, render::tenants);
             Ok(0)
         }
         Command::Apps => {
             let list: Answer<Vec<ApplicationView>> = api.get("/api/v1/apps").await?;
-            render::print(json, &list, render::applications);
+            render::print(style, &list, render::applications);
             Ok(0)
         }
         Command::Schedules => {
             let list: Answer<Vec<ScheduleView>> = api.get("/api/v1/schedules").await?;
-            render::print(json, &list, render::schedules);
+            render::print(style, &list, render::schedules);
             Ok(0)
         }
         Command::Schedule(ScheduleCommand::Pause { id }) => {
@@ -437,7 +452,7 @@ async fn run(args: Args) -> Result<u8, CliError> {
                     &(),
                 )
                 .await?;
-            render::print(json, &out, render::schedule);
+            render::print(style, &out, render::schedule);
             Ok(0)
         }
         Command::Schedule(ScheduleCommand::Resume { id }) => {
@@ -448,7 +463,7 @@ async fn run(args: Args) -> Result<u8, CliError> {
                     &(),
                 )
                 .await?;
-            render::print(json, &out, render::schedule);
+            render::print(style, &out, render::schedule);
             Ok(0)
         }
         Command::History {
@@ -460,7 +475,7 @@ async fn run(args: Args) -> Result<u8, CliError> {
             let list: Answer<Vec<DeployStatus>> = api
                 .get_query(&path, &[("limit", limit.to_string())])
                 .await?;
-            render::print(json, &list, render::history);
+            render::print(style, &list, render::history);
             Ok(0)
         }
         Command::Rollback {
@@ -471,13 +486,13 @@ async fn run(args: Args) -> Result<u8, CliError> {
         } => {
             let path = environment_path(&application, &environment, "rollback")?;
             let created: Answer<Resubmitted> = api.post(&path, &RollbackBody { to }).await?;
-            resubmitted(&api, created, wait, json).await
+            resubmitted(&api, created, wait, style).await
         }
         Command::Redeploy { id, wait } => {
             let id = resolve_deploy(&api, &id).await?;
             let created: Answer<Resubmitted> =
                 api.post(&deploy_path(&id, "/redeploy"), &()).await?;
-            resubmitted(&api, created, wait, json).await
+            resubmitted(&api, created, wait, style).await
         }
         Command::Completion { .. } | Command::Validate { .. } => {
             unreachable!("handled before the client is built")
@@ -487,7 +502,7 @@ async fn run(args: Args) -> Result<u8, CliError> {
             let out: Answer<ScheduleDeleted> = api
                 .delete(&format!("/api/v1/schedules/{}", client::segment(&id)))
                 .await?;
-            render::print(json, &out, render::schedule_deleted);
+            render::print(style, &out, render::schedule_deleted);
             Ok(0)
         }
         Command::Audit {
@@ -507,9 +522,9 @@ async fn run(args: Args) -> Result<u8, CliError> {
                 before,
             };
             let entries: Answer<Vec<AuditEntry>> = api.get_query("/api/v1/audit", &query).await?;
-            render::print(json, &entries, render::audit);
+            render::print(style, &entries, render::audit);
             // The cursor of the next page, on stderr so that stdout stays the table.
-            if !json
+            if !style.is_document()
                 && entries.body.len() == limit as usize
                 && let Some(last) = entries.body.last()
             {
@@ -517,6 +532,20 @@ async fn run(args: Args) -> Result<u8, CliError> {
             }
             Ok(0)
         }
+    }
+}
+
+/// How wide tables may be: `COLUMNS` when it is set (as shells and `watch` set it), the
+/// terminal's width when stdout is one, full lines into a pipe or a file.
+fn fit() -> Fit {
+    use std::io::IsTerminal;
+    match std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse::<u16>().ok())
+    {
+        Some(columns) if columns > 0 => Fit::Columns(columns),
+        _ if std::io::stdout().is_terminal() => Fit::Terminal,
+        _ => Fit::Unlimited,
     }
 }
 
@@ -542,17 +571,17 @@ async fn resubmitted(
     api: &ApiClient,
     created: Answer<Resubmitted>,
     wait: bool,
-    json: bool,
+    style: &Style,
 ) -> Result<u8, CliError> {
     if !wait {
-        render::print(json, &created, render::resubmitted);
+        render::print(style, &created, render::resubmitted);
         return Ok(0);
     }
-    if !json {
-        eprintln!("{}", render::resubmitted(&created.body));
+    if !style.is_document() {
+        eprintln!("{}", render::resubmitted(style, &created.body));
     }
-    let status = follow(api, &created.body.submitted.id, json).await?;
-    render::print(json, &status, render::status);
+    let status = follow(api, &created.body.submitted.id, style).await?;
+    render::print(style, &status, render::status);
     Ok(exit_code_of(&status))
 }
 
@@ -575,7 +604,7 @@ async fn deploy_many(
     files: &[PathBuf],
     wait: bool,
     dry_run: bool,
-    json: bool,
+    style: &Style,
 ) -> Result<u8, CliError> {
     if files.iter().filter(|f| f.as_os_str() == "-").count() > 1 {
         return Err(CliError::Usage(
@@ -591,9 +620,9 @@ async fn deploy_many(
     }
     let created = api.submit_batch(entries, dry_run).await?;
     if !wait {
-        render::print(json, &created, |all: &Vec<Submitted>| {
+        render::print(style, &created, |style, all: &Vec<Submitted>| {
             all.iter()
-                .map(render::submitted)
+                .map(|s| render::submitted(style, s))
                 .collect::<Vec<_>>()
                 .join("\n")
         });
@@ -601,16 +630,16 @@ async fn deploy_many(
     }
     let mut statuses = Vec::with_capacity(created.body.len());
     for submitted in &created.body {
-        statuses.push(follow(api, &submitted.id, json).await?);
+        statuses.push(follow(api, &submitted.id, style).await?);
     }
     let code = statuses.iter().map(exit_code_of).max().unwrap_or(0);
     let all = Answer {
         json: Value::Array(statuses.iter().map(|s| s.json.clone()).collect()),
         body: statuses.into_iter().map(|s| s.body).collect::<Vec<_>>(),
     };
-    render::print(json, &all, |all: &Vec<DeployStatus>| {
+    render::print(style, &all, |style, all: &Vec<DeployStatus>| {
         all.iter()
-            .map(render::status)
+            .map(|d| render::status(style, d))
             .collect::<Vec<_>>()
             .join("\n")
     });
@@ -688,7 +717,7 @@ fn one_match<'a>(
     candidates: impl Iterator<Item = &'a str>,
     lister: &str,
 ) -> Result<String, CliError> {
-    let matches: Vec<&str> = candidates.filter(|full| full.starts_with(prefix)).collect();
+    let matches: Vec<&str> = candidates.filter(|full| matches_id(full, prefix)).collect();
     match matches.as_slice() {
         [one] => Ok((*one).to_string()),
         [] => Err(CliError::NotFound(format!(
@@ -699,6 +728,21 @@ fn one_match<'a>(
             many.len(),
             many.iter().take(5).copied().collect::<Vec<_>>().join(", ")
         ))),
+    }
+}
+
+/// Whether `given` names the id `full`: a prefix of it, or the short form of a scheduled
+/// run (`sch-1a2b3c4d@1796224050`, as tables show it): a prefix of its schedule's id and
+/// its whole tick.
+fn matches_id(full: &str, given: &str) -> bool {
+    if full.starts_with(given) {
+        return true;
+    }
+    match (full.split_once('@'), given.split_once('@')) {
+        (Some((schedule, tick)), Some((schedule_prefix, given_tick))) => {
+            schedule.starts_with(schedule_prefix) && tick == given_tick
+        }
+        _ => false,
     }
 }
 
@@ -742,16 +786,24 @@ enum Lines {
 /// target's status changes and its commands' output as they print it (on stderr,
 /// so `--output json` stays parseable). A server that cannot be reached for a
 /// while (restarting) is waited for, up to `OUTAGE_LIMIT`, saying so once.
-async fn follow(api: &ApiClient, id: &str, json: bool) -> Result<Answer<DeployStatus>, CliError> {
-    let lines = if json { Lines::Nowhere } else { Lines::Stderr };
-    follow_from(api, id, json, 0, lines).await
+async fn follow(
+    api: &ApiClient,
+    id: &str,
+    style: &Style,
+) -> Result<Answer<DeployStatus>, CliError> {
+    let lines = if style.is_document() {
+        Lines::Nowhere
+    } else {
+        Lines::Stderr
+    };
+    follow_from(api, id, style, 0, lines).await
 }
 
 /// As `follow`, printing output lines after `after` to `lines`.
 async fn follow_from(
     api: &ApiClient,
     id: &str,
-    json: bool,
+    style: &Style,
     mut after: i64,
     lines: Lines,
 ) -> Result<Answer<DeployStatus>, CliError> {
@@ -762,7 +814,7 @@ async fn follow_from(
             let status: Answer<DeployStatus> = api.get(&deploy_path(id, "")).await?;
             // Read after the status: once it says the deploy ended, every line is stored.
             if lines != Lines::Nowhere {
-                after = print_output(api, id, after, lines, json).await?;
+                after = print_output(api, id, after, lines, style).await?;
             }
             Ok::<_, CliError>(status)
         }
@@ -814,7 +866,7 @@ async fn print_output(
     id: &str,
     mut after: i64,
     lines: Lines,
-    json: bool,
+    style: &Style,
 ) -> Result<i64, CliError> {
     const PAGE: usize = 1_000;
     loop {
@@ -827,8 +879,8 @@ async fn print_output(
         let got = &page.body.lines;
         for (i, line) in got.iter().enumerate() {
             after = line.seq;
-            let text = if json {
-                page.json["lines"][i].to_string()
+            let text = if style.is_document() {
+                render::document(style, &page.json["lines"][i])
             } else {
                 render::output_line(line)
             };
@@ -913,6 +965,34 @@ mod tests {
         );
         let none = check("ffffff").unwrap_err();
         assert!(none.contains("no deploy `ffffff`"), "{none}");
+    }
+
+    #[test]
+    fn a_short_id_as_tables_show_it_names_its_deploy() {
+        let schedule = "sch-1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d";
+        let ids = [
+            format!("{schedule}@1796224050"),
+            format!("{schedule}@1796224110"),
+            "3f2a9c71-aaaa-4bbb-8ccc-000000000001".to_string(),
+        ];
+        for id in &ids {
+            let short = render::short_id(id);
+            assert_eq!(
+                one_match(
+                    "deploy",
+                    &short,
+                    ids.iter().map(String::as_str),
+                    "manent list"
+                )
+                .as_deref()
+                .ok(),
+                Some(id.as_str()),
+                "the short id {short} a table shows resolves to its deploy, not to its \
+                 schedule's other runs"
+            );
+        }
+        assert_eq!(render::short_id(&ids[0]), "sch-1a2b3c4d@1796224050");
+        assert_eq!(render::short_id(&ids[2]), "3f2a9c71");
     }
 
     #[test]

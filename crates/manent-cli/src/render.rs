@@ -1,9 +1,12 @@
-//! How the CLI prints: JSON as the API gave it, or tables for people, rendered from the
-//! contract's types (`manent-contract`), field by field.
+//! How the CLI prints: the answer as the API gave it (`-o json`, `-o yaml`), its names
+//! (`-o name`), or plain aligned columns for people (`-o table`, `-o wide`), rendered from
+//! the contract's types (`manent-contract`), field by field. docs/cli.md describes the
+//! formats.
 
 use std::{borrow::Borrow, io::Write};
 
-use comfy_table::{ContentArrangement, Table, presets::UTF8_BORDERS_ONLY};
+use chrono::{DateTime, Utc};
+use comfy_table::{ColumnConstraint, ContentArrangement, Row, Table, Width, presets::NOTHING};
 use manent_contract::{
     ApplicationView, ApprovalView, AuditEntry, DeployLogs, DeployStatus, OutputLine, OutputStream,
     QueueView, Recovered, Resubmitted, ScheduleDeleted, ScheduleView, Submitted, TenantView,
@@ -12,27 +15,209 @@ use manent_contract::{
 
 use crate::client::Answer;
 
-/// Prints `answer` ([`shown`]).
-pub fn print<T: Borrow<B>, B: ?Sized>(
-    json: bool,
-    answer: &Answer<T>,
-    human: impl Fn(&B) -> String,
-) {
-    print_line(&shown(json, answer, human));
+/// What `--output` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Plain aligned columns: short ids, relative times, rows cut to the terminal's width.
+    Table,
+    /// The same columns and more, with whole ids and times, never cut.
+    Wide,
+    /// The answer as the server sent it, one document (one per line while following).
+    Json,
+    /// The same document as YAML (one `---` document each while following).
+    Yaml,
+    /// Only the names (ids) of what is shown, one per line, for `xargs` and `while read`.
+    Name,
 }
 
-/// `answer` as printed: its JSON as the server sent it (`--output json`), or `human` of
-/// its typed body.
-pub fn shown<T: Borrow<B>, B: ?Sized>(
-    json: bool,
-    answer: &Answer<T>,
-    human: impl Fn(&B) -> String,
-) -> String {
-    if json {
-        serde_json::to_string_pretty(&answer.json).unwrap_or_default()
-    } else {
-        human(answer.body.borrow())
+/// How wide a table may be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fit {
+    /// The terminal's width.
+    Terminal,
+    /// This many columns (`COLUMNS`).
+    Columns(u16),
+    /// Full lines (a pipe, a file).
+    Unlimited,
+}
+
+/// How an answer is printed: the format, headers or not, the width to fit, and the time
+/// relative times are counted from.
+#[derive(Clone, Copy, Debug)]
+pub struct Style {
+    pub format: Format,
+    pub headers: bool,
+    pub fit: Fit,
+    pub now: DateTime<Utc>,
+}
+
+impl Style {
+    /// Whether the answer is printed as a document (JSON or YAML) rather than for people.
+    pub fn is_document(&self) -> bool {
+        matches!(self.format, Format::Json | Format::Yaml)
     }
+
+    fn wide(&self) -> bool {
+        self.format == Format::Wide
+    }
+
+    /// A deploy's or schedule's id as a table shows it: whole with `-o wide`, else short
+    /// ([`short_id`]); every short id is also a prefix the CLI resolves.
+    fn id(&self, id: &str) -> String {
+        if self.wide() {
+            id.cell()
+        } else {
+            short_id(id).cell()
+        }
+    }
+
+    /// An optional id, `-` when absent.
+    fn id_or_dash(&self, id: Option<&str>) -> String {
+        id.map_or_else(|| "-".to_string(), |id| self.id(id))
+    }
+
+    /// An RFC 3339 time as a table shows it: as sent with `-o wide`, else relative to now
+    /// (`5m ago`, `in 2h`); `-` when absent.
+    fn time(&self, at: Option<&str>) -> String {
+        let Some(at) = at else {
+            return "-".to_string();
+        };
+        if self.wide() {
+            return at.cell();
+        }
+        match DateTime::parse_from_rfc3339(at) {
+            Ok(then) => relative(self.now, then.with_timezone(&Utc)),
+            Err(_) => at.cell(),
+        }
+    }
+}
+
+/// Characters of a whole id kept in its short form.
+const SHORT_ID: usize = 8;
+
+/// An id's short form: the first 8 characters of a deploy's UUID; `sch-` and 8 of a
+/// schedule's; a scheduled run (`<schedule>@<tick>`) keeps its tick, since every run of a
+/// schedule shares the schedule's id. `resolve` in main.rs accepts each of these.
+pub fn short_id(id: &str) -> String {
+    let (head, tick) = match id.split_once('@') {
+        Some((head, tick)) => (head, Some(tick)),
+        None => (id, None),
+    };
+    let keep = if head.starts_with("sch-") {
+        4 + SHORT_ID
+    } else {
+        SHORT_ID
+    };
+    let short: String = head.chars().take(keep).collect();
+    match tick {
+        Some(tick) => format!("{short}@{tick}"),
+        None => short,
+    }
+}
+
+/// `12s ago`, `5m ago`, `3h ago`, `4d ago`; `in 5m` for a time to come.
+fn relative(now: DateTime<Utc>, then: DateTime<Utc>) -> String {
+    let seconds = (now - then).num_seconds();
+    let amount = |s: i64| match s {
+        ..60 => format!("{s}s"),
+        60..3_600 => format!("{}m", s / 60),
+        3_600..86_400 => format!("{}h", s / 3_600),
+        _ => format!("{}d", s / 86_400),
+    };
+    if seconds >= 0 {
+        format!("{} ago", amount(seconds))
+    } else {
+        format!("in {}", amount(-seconds))
+    }
+}
+
+/// What `-o name` prints of an answer: the ids (or names) of what it shows.
+pub trait Names {
+    fn names(&self) -> Vec<String>;
+}
+
+impl<T: Names> Names for [T] {
+    fn names(&self) -> Vec<String> {
+        self.iter().flat_map(Names::names).collect()
+    }
+}
+
+impl<T: Names> Names for Vec<T> {
+    fn names(&self) -> Vec<String> {
+        self.as_slice().names()
+    }
+}
+
+macro_rules! named_by {
+    ($($t:ty => $field:ident),+ $(,)?) => {
+        $(impl Names for $t {
+            fn names(&self) -> Vec<String> {
+                vec![self.$field.to_string()]
+            }
+        })+
+    };
+}
+named_by!(
+    DeployStatus => id,
+    DeployLogs => id,
+    Submitted => id,
+    QueueView => name,
+    WorkerView => executor_id,
+    WhoAmI => name,
+    TenantView => name,
+    ApplicationView => application,
+    ScheduleView => id,
+    ScheduleDeleted => id,
+    AuditEntry => seq,
+);
+
+impl Names for Resubmitted {
+    fn names(&self) -> Vec<String> {
+        self.submitted.names()
+    }
+}
+
+impl Names for Recovered {
+    fn names(&self) -> Vec<String> {
+        self.recovered.clone()
+    }
+}
+
+/// Prints `answer` ([`shown`]).
+pub fn print<T: Borrow<B>, B: ?Sized + Names>(
+    style: &Style,
+    answer: &Answer<T>,
+    human: impl Fn(&Style, &B) -> String,
+) {
+    print_line(&shown(style, answer, human));
+}
+
+/// `answer` as printed: its JSON as the server sent it (`-o json`), the same as YAML, its
+/// names, or `human` of its typed body.
+pub fn shown<T: Borrow<B>, B: ?Sized + Names>(
+    style: &Style,
+    answer: &Answer<T>,
+    human: impl Fn(&Style, &B) -> String,
+) -> String {
+    match style.format {
+        Format::Json => serde_json::to_string_pretty(&answer.json).unwrap_or_default(),
+        Format::Yaml => yaml(&answer.json),
+        Format::Name => answer.body.borrow().names().join("\n"),
+        Format::Table | Format::Wide => human(style, answer.body.borrow()),
+    }
+}
+
+/// One document of a stream (`logs -f`): JSON on one line, or a YAML document.
+pub fn document(style: &Style, value: &serde_json::Value) -> String {
+    match style.format {
+        Format::Yaml => format!("---\n{}", yaml(value)),
+        _ => value.to_string(),
+    }
+}
+
+fn yaml(value: &serde_json::Value) -> String {
+    let text = yaml_serde::to_string(value).unwrap_or_default();
+    text.trim_end_matches('\n').to_string()
 }
 
 /// One line of a deploy's output as `logs` shows it: `source | line`, `!` for stderr,
@@ -136,29 +321,101 @@ display_cells!(
     manent_contract::Role
 );
 
-/// A table with `columns` (upper-cased as headers) and one row of cells per item.
-fn table<T>(items: &[T], columns: &[&str], row: impl Fn(&T) -> Vec<String>) -> String {
+/// The fewest characters a cut cell keeps.
+const CUT_TO: usize = 12;
+
+/// A table with `columns` (upper-cased as headers) and one row of cells per item: plain
+/// columns three spaces apart, no borders, no trailing spaces. In `-o table` on a
+/// terminal, the columns on the right are left out while even their headers would not fit,
+/// then cells are cut (`…`) so that each row fits on one line; the first column (the id)
+/// and the headers are never cut. Callers list columns most important first.
+fn table<T>(
+    style: &Style,
+    items: &[T],
+    columns: &[&str],
+    row: impl Fn(&T) -> Vec<String>,
+) -> String {
+    let mut rows: Vec<Vec<String>> = items.iter().map(row).collect();
+    let headers: Vec<String> = columns.iter().map(|c| c.to_uppercase()).collect();
     let mut t = Table::new();
-    t.load_preset(UTF8_BORDERS_ONLY);
-    // Wraps cells to the terminal's width; a pipe or file gets full lines.
-    t.set_content_arrangement(ContentArrangement::Dynamic);
-    t.set_header(columns.iter().map(|c| c.to_uppercase()));
-    for item in items {
-        t.add_row(row(item));
+    t.load_preset(NOTHING);
+    let fit = !style.wide();
+    let width = match style.fit {
+        Fit::Terminal => t.width(),
+        Fit::Columns(width) => Some(width),
+        Fit::Unlimited => {
+            t.force_no_tty();
+            None
+        }
+    };
+    // The narrowest each column may be: its header, and its widest cell up to
+    // [`CUT_TO`] characters (so a status or an age is never cut); the first (the id) whole.
+    let least: Vec<usize> = headers
+        .iter()
+        .enumerate()
+        .map(|(i, header)| {
+            let widest = rows
+                .iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0);
+            let cell = if i == 0 { widest } else { widest.min(CUT_TO) };
+            cell.max(header.len())
+        })
+        .collect();
+    let mut kept = headers.len();
+    if let (true, Some(width)) = (fit, width) {
+        while kept > 1 && least[..kept].iter().sum::<usize>() + 3 * (kept - 1) > usize::from(width)
+        {
+            kept -= 1;
+        }
+        t.set_content_arrangement(ContentArrangement::Dynamic);
+        t.set_truncation_indicator("…");
+        t.set_width(width);
+    } else {
+        t.set_content_arrangement(ContentArrangement::Disabled);
     }
-    t.to_string()
+    if style.headers {
+        t.set_header(&headers[..kept]);
+    }
+    for cells in &mut rows {
+        cells.truncate(kept);
+        let mut cells = Row::from(std::mem::take(cells));
+        if fit {
+            cells.max_height(1);
+        }
+        t.add_row(cells);
+    }
+    if t.column_count() == 0 {
+        return String::new();
+    }
+    let last = t.column_count() - 1;
+    for (i, column) in t.column_iter_mut().enumerate() {
+        // The last column's right padding is trimmed; counting it would waste a column.
+        let padding = if i == last { 0 } else { 3 };
+        column.set_padding((0, padding));
+        if fit {
+            // A constraint's width counts the padding.
+            let least = u16::try_from(least[i] + usize::from(padding)).unwrap_or(u16::MAX);
+            column.set_constraint(ColumnConstraint::LowerBoundary(Width::Fixed(least)));
+        }
+    }
+    t.trim_fmt()
 }
 
-pub fn submitted(s: &Submitted) -> String {
+pub fn submitted(style: &Style, s: &Submitted) -> String {
     format!(
         "{}  {}  queue {}",
-        s.id.cell(),
+        style.id(&s.id),
         s.status.cell(),
         s.queue.cell()
     )
 }
 
-pub fn status(d: &DeployStatus) -> String {
+/// One deploy in full: what, where, who decided, which artifacts, its targets and steps.
+/// Its own id is always whole: it is what `status` was asked about.
+pub fn status(style: &Style, d: &DeployStatus) -> String {
     let mut out = format!(
         "deploy {}\n  {} / {}  {}  phase {}  queue {}  worker {}{}\n",
         d.id.cell(),
@@ -170,16 +427,28 @@ pub fn status(d: &DeployStatus) -> String {
         d.executor_id.cell(),
         if d.dry_run { "  (dry run)" } else { "" },
     );
+    out.push_str(&format!(
+        "  submitted by {} {}{}\n",
+        d.submitted_by.cell(),
+        style.time(Some(&d.created_at)),
+        d.duration_ms
+            .map(|ms| format!(", took {}", duration(ms)))
+            .unwrap_or_default()
+    ));
     if let Some(error) = &d.error {
         out.push_str(&format!("  error: {}\n", error.cell()));
     }
     if let Some(of) = &d.redeploy_of {
-        out.push_str(&format!("  {} of {}\n", d.redeploy_kind.cell(), of.cell()));
+        out.push_str(&format!(
+            "  {} of {}\n",
+            d.redeploy_kind.cell(),
+            style.id(of)
+        ));
     }
     if let Some(waiting) = &d.waiting_for {
         out.push_str(&format!("  waiting for {}\n", waiting.cell()));
     }
-    out.push_str(&approvals(&d.approvals));
+    out.push_str(&approvals(style, &d.approvals));
     for a in &d.artifacts {
         out.push_str(&format!(
             "  artifact {} ({} {}) from {} sha256 {}\n",
@@ -201,44 +470,44 @@ pub fn status(d: &DeployStatus) -> String {
     if let Some(now) = &d.deployed_now {
         out.push_str(&format!("  deployed there now: {}\n", now.cell()));
     }
-    out.push_str(&table(&d.targets, &["name", "status", "detail"], |t| {
-        vec![t.name.cell(), t.status.cell(), t.detail.cell()]
-    }));
     out.push('\n');
     out.push_str(&table(
-        &d.steps,
-        &[
-            "name",
-            "status",
-            "attempts",
-            "started_at",
-            "finished_at",
-            "executor_id",
-        ],
-        |s| {
-            vec![
-                s.name.cell(),
-                s.status.cell(),
-                s.attempts.cell(),
-                s.started_at.cell(),
-                s.finished_at.cell(),
-                s.executor_id.cell(),
-            ]
-        },
+        style,
+        &d.targets,
+        &["target", "status", "detail"],
+        |t| vec![t.name.cell(), t.status.cell(), t.detail.cell()],
     ));
+    out.push_str("\n\n");
+    let mut columns = vec!["step", "status", "attempts", "started_at", "finished_at"];
+    if style.wide() {
+        columns.push("executor_id");
+    }
+    out.push_str(&table(style, &d.steps, &columns, |s| {
+        let mut cells = vec![
+            s.name.cell(),
+            s.status.cell(),
+            s.attempts.cell(),
+            style.time(Some(&s.started_at)),
+            style.time(s.finished_at.as_deref()),
+        ];
+        if style.wide() {
+            cells.push(s.executor_id.cell());
+        }
+        cells
+    }));
     out
 }
 
-/// `  approved by alice at … (comment)` lines, one per decision.
-fn approvals(approvals: &[ApprovalView]) -> String {
+/// `  approved by alice 5m ago (comment)` lines, one per decision.
+fn approvals(style: &Style, approvals: &[ApprovalView]) -> String {
     approvals
         .iter()
         .map(|a| {
             format!(
-                "  {} by {} at {}{}\n",
+                "  {} by {} {}{}\n",
                 a.decision.cell(),
                 a.by.cell(),
-                a.at.cell(),
+                style.time(Some(&a.at)),
                 a.reason
                     .as_deref()
                     .map(|r| format!(" ({})", r.cell()))
@@ -248,6 +517,7 @@ fn approvals(approvals: &[ApprovalView]) -> String {
         .collect()
 }
 
+/// The line a follower prints when a deploy's phase or a target's status changes.
 pub fn progress_line(d: &DeployStatus) -> String {
     let targets: Vec<String> = d
         .targets
@@ -268,7 +538,7 @@ pub fn progress_line(d: &DeployStatus) -> String {
     )
 }
 
-pub fn logs(logs: &DeployLogs) -> String {
+pub fn logs(_: &Style, logs: &DeployLogs) -> String {
     logs.lines
         .iter()
         .map(Cell::cell)
@@ -281,45 +551,62 @@ fn duration_cell(d: &DeployStatus) -> String {
     d.duration_ms.map(duration).cell()
 }
 
-/// The columns a deploy starts with in `list` and `activity`, and its cells.
-const DEPLOY_COLUMNS: [&str; 8] = [
+/// The columns every table of deploys starts with.
+const DEPLOY_COLUMNS: [&str; 6] = [
     "id",
     "application",
     "environment",
     "version",
     "status",
     "phase",
-    "dry_run",
-    "duration",
 ];
 
-/// A table of deploys: [`DEPLOY_COLUMNS`], then `more` columns with their cells.
-fn deploy_table<const N: usize>(
+/// A table of deploys: [`DEPLOY_COLUMNS`], then `more`, then with `-o wide` `wide_more`;
+/// `more_cells` gives the cells of both.
+fn deploy_table(
+    style: &Style,
     deploys: &[DeployStatus],
-    more: [&str; N],
-    more_cells: impl Fn(&DeployStatus) -> [String; N],
+    more: &[&str],
+    wide_more: &[&str],
+    more_cells: impl Fn(&DeployStatus) -> Vec<String>,
 ) -> String {
-    let columns: Vec<&str> = DEPLOY_COLUMNS.iter().copied().chain(more).collect();
-    table(deploys, &columns, |d| {
+    let mut columns: Vec<&str> = DEPLOY_COLUMNS.iter().chain(more).copied().collect();
+    if style.wide() {
+        columns.extend(wide_more);
+    }
+    table(style, deploys, &columns, |d| {
         let mut cells = vec![
-            d.id.cell(),
+            style.id(&d.id),
             d.application.cell(),
             d.environment.cell(),
             d.version.cell(),
             d.status.cell(),
             d.phase.cell(),
-            d.dry_run.cell(),
-            duration_cell(d),
         ];
         cells.extend(more_cells(d));
+        cells.truncate(columns.len());
         cells
     })
 }
 
-pub fn deploys(deploys: &[DeployStatus]) -> String {
-    deploy_table(deploys, ["queue", "executor_id", "created_at"], |d| {
-        [d.queue.cell(), d.executor_id.cell(), d.created_at.cell()]
-    })
+/// `manent list`: recent deploys, newest first.
+pub fn deploys(style: &Style, deploys: &[DeployStatus]) -> String {
+    deploy_table(
+        style,
+        deploys,
+        &["created_at", "duration", "submitted_by", "dry_run"],
+        &["queue", "executor_id"],
+        |d| {
+            vec![
+                style.time(Some(&d.created_at)),
+                duration_cell(d),
+                d.submitted_by.cell(),
+                d.dry_run.cell(),
+                d.queue.cell(),
+                d.executor_id.cell(),
+            ]
+        },
+    )
 }
 
 fn duration(ms: i64) -> String {
@@ -333,8 +620,9 @@ fn duration(ms: i64) -> String {
 }
 
 /// One environment's deploys (`manent history`), newest first.
-pub fn history(deploys: &[DeployStatus]) -> String {
+pub fn history(style: &Style, deploys: &[DeployStatus]) -> String {
     table(
+        style,
         deploys,
         &[
             "version",
@@ -349,15 +637,15 @@ pub fn history(deploys: &[DeployStatus]) -> String {
         |d| {
             // `rollback of <id>` / `redeploy of <id>`: where a resubmitted deploy came from.
             let origin = match (&d.redeploy_kind, &d.redeploy_of) {
-                (Some(kind), Some(of)) => Some(format!("{kind} of {of}")),
+                (Some(kind), Some(of)) => Some(format!("{kind} of {}", style.id(of))),
                 _ => None,
             };
             vec![
                 d.version.cell(),
                 d.status.cell(),
-                d.id.cell(),
+                style.id(&d.id),
                 d.submitted_by.cell(),
-                d.created_at.cell(),
+                style.time(Some(&d.created_at)),
                 duration_cell(d),
                 d.dry_run.cell(),
                 origin.cell(),
@@ -367,17 +655,17 @@ pub fn history(deploys: &[DeployStatus]) -> String {
 }
 
 /// A rollback's or redeploy's new deploy and what it resubmitted.
-pub fn resubmitted(r: &Resubmitted) -> String {
+pub fn resubmitted(style: &Style, r: &Resubmitted) -> String {
     format!(
         "{} of {} (version {}): {}",
         r.redeploy_kind.cell(),
-        r.redeploy_of.cell(),
+        style.id(&r.redeploy_of),
         r.version.cell(),
-        submitted(&r.submitted)
+        submitted(style, &r.submitted)
     )
 }
 
-pub fn recovered(r: &Recovered) -> String {
+pub fn recovered(_: &Style, r: &Recovered) -> String {
     format!(
         "recovered: {}",
         serde_json::Value::from(r.recovered.clone())
@@ -385,8 +673,9 @@ pub fn recovered(r: &Recovered) -> String {
 }
 
 /// The audit trail, newest first.
-pub fn audit(entries: &[AuditEntry]) -> String {
+pub fn audit(style: &Style, entries: &[AuditEntry]) -> String {
     table(
+        style,
         entries,
         &[
             "seq", "at", "token", "action", "target", "outcome", "detail",
@@ -394,7 +683,7 @@ pub fn audit(entries: &[AuditEntry]) -> String {
         |e| {
             vec![
                 e.seq.cell(),
-                e.at.cell(),
+                style.time(Some(&e.at)),
                 e.token.cell(),
                 e.action.cell(),
                 e.target.cell(),
@@ -405,8 +694,9 @@ pub fn audit(entries: &[AuditEntry]) -> String {
     )
 }
 
-pub fn queues(queues: &[QueueView]) -> String {
+pub fn queues(style: &Style, queues: &[QueueView]) -> String {
     table(
+        style,
         queues,
         &[
             "name",
@@ -450,8 +740,9 @@ pub fn queues(queues: &[QueueView]) -> String {
     )
 }
 
-pub fn workers(workers: &[WorkerView]) -> String {
+pub fn workers(style: &Style, workers: &[WorkerView]) -> String {
     table(
+        style,
         workers,
         &[
             "executor_id",
@@ -468,7 +759,7 @@ pub fn workers(workers: &[WorkerView]) -> String {
                 w.host.cell(),
                 w.region.cell(),
                 w.state.cell(),
-                w.heartbeat_at.cell(),
+                style.time(Some(&w.heartbeat_at)),
                 w.running.cell(),
                 w.stale.cell(),
             ]
@@ -476,16 +767,29 @@ pub fn workers(workers: &[WorkerView]) -> String {
     )
 }
 
-pub fn activity(deploys: &[DeployStatus]) -> String {
-    deploy_table(deploys, ["executor_id", "updated_at"], |d| {
-        [d.executor_id.cell(), d.updated_at.cell()]
-    })
+/// `manent activity`: which worker runs what, most recently changed first.
+pub fn activity(style: &Style, deploys: &[DeployStatus]) -> String {
+    deploy_table(
+        style,
+        deploys,
+        &["executor_id", "updated_at"],
+        &["dry_run", "duration"],
+        |d| {
+            vec![
+                d.executor_id.cell(),
+                style.time(Some(&d.updated_at)),
+                d.dry_run.cell(),
+                duration_cell(d),
+            ]
+        },
+    )
 }
 
-pub fn schedules(schedules: &[ScheduleView]) -> String {
+pub fn schedules(style: &Style, schedules: &[ScheduleView]) -> String {
     let (unreadable, readable): (Vec<&ScheduleView>, Vec<&ScheduleView>) =
         schedules.iter().partition(|s| s.error.is_some());
     let table = table(
+        style,
         &readable,
         &[
             "id",
@@ -500,13 +804,13 @@ pub fn schedules(schedules: &[ScheduleView]) -> String {
         ],
         |s| {
             vec![
-                s.id.cell(),
+                style.id(&s.id),
                 s.application.cell(),
                 s.environment.cell(),
                 s.cron.cell(),
                 s.timezone.cell(),
-                s.next_tick.cell(),
-                s.last_tick.cell(),
+                style.time(s.next_tick.as_deref()),
+                style.time(s.last_tick.as_deref()),
                 s.paused.cell(),
                 s.queue.cell(),
             ]
@@ -530,7 +834,7 @@ pub fn schedules(schedules: &[ScheduleView]) -> String {
         .map(|(s, r)| {
             format!(
                 "\nschedule {}: tick {} refused: {}",
-                s.id.cell(),
+                style.id(&s.id),
                 r.tick.cell(),
                 r.reason.cell()
             )
@@ -539,7 +843,7 @@ pub fn schedules(schedules: &[ScheduleView]) -> String {
     table + &unreadable + &refused
 }
 
-pub fn schedule(s: &ScheduleView) -> String {
+pub fn schedule(style: &Style, s: &ScheduleView) -> String {
     let refused: String = s
         .refused_ticks
         .iter()
@@ -553,11 +857,11 @@ pub fn schedule(s: &ScheduleView) -> String {
         s.cron.cell(),
         s.timezone.cell(),
         if s.paused { "paused" } else { "active" },
-        s.next_tick.cell(),
+        style.time(s.next_tick.as_deref()),
     )
 }
 
-pub fn schedule_deleted(s: &ScheduleDeleted) -> String {
+pub fn schedule_deleted(_: &Style, s: &ScheduleDeleted) -> String {
     format!(
         "schedule {} {}",
         s.id.cell(),
@@ -569,18 +873,24 @@ pub fn schedule_deleted(s: &ScheduleDeleted) -> String {
     )
 }
 
-pub fn whoami(me: &WhoAmI) -> String {
-    table(std::slice::from_ref(me), &["name", "role", "scope"], |m| {
-        vec![
-            m.name.cell(),
-            m.role.cell(),
-            m.scope.as_deref().unwrap_or("*").cell(),
-        ]
-    })
+pub fn whoami(style: &Style, me: &WhoAmI) -> String {
+    table(
+        style,
+        std::slice::from_ref(me),
+        &["name", "role", "scope"],
+        |m| {
+            vec![
+                m.name.cell(),
+                m.role.cell(),
+                m.scope.as_deref().unwrap_or("*").cell(),
+            ]
+        },
+    )
 }
 
-pub fn tenants(tenants: &[TenantView]) -> String {
+pub fn tenants(style: &Style, tenants: &[TenantView]) -> String {
     table(
+        style,
         tenants,
         &["name", "queue", "declared", "applications"],
         |t| {
@@ -594,26 +904,44 @@ pub fn tenants(tenants: &[TenantView]) -> String {
     )
 }
 
-pub fn applications(applications: &[ApplicationView]) -> String {
-    table(
-        applications,
-        &["application", "tenant", "environments", "live"],
-        |a| {
-            // `prod 1.0, staging 1.1`: the version live in each environment that had a
-            // success.
-            let live: Vec<String> = a
-                .live
-                .iter()
-                .map(|(environment, live)| format!("{} {}", environment, live.version))
-                .collect();
-            vec![
-                a.application.cell(),
-                a.tenant.cell(),
-                a.environments.cell(),
-                live.join(", ").cell(),
-            ]
-        },
-    )
+/// What runs where (`manent apps`): one row per application and environment, with the
+/// version live there, since when and the deploy that put it there.
+pub fn applications(style: &Style, applications: &[ApplicationView]) -> String {
+    let rows: Vec<(&ApplicationView, &String)> = applications
+        .iter()
+        .flat_map(|a| a.environments.iter().map(move |e| (a, e)))
+        .collect();
+    let mut columns = vec!["application", "environment", "live", "since", "deploy"];
+    if style.wide() {
+        columns.push("tenant");
+    }
+    let mut out = table(style, &rows, &columns, |(a, environment)| {
+        let live = a.live.get(*environment);
+        let mut cells = vec![
+            a.application.cell(),
+            environment.cell(),
+            live.map(|l| l.version.cell()).cell(),
+            match live {
+                Some(l) => style.time(l.finished_at.as_deref()),
+                None => "-".to_string(),
+            },
+            style.id_or_dash(live.map(|l| l.deploy_id.as_str())),
+        ];
+        if style.wide() {
+            cells.push(a.tenant.cell());
+        }
+        cells
+    });
+    // An application without environment files has no row above: named below it.
+    let bare: Vec<String> = applications
+        .iter()
+        .filter(|a| a.environments.is_empty())
+        .map(|a| a.application.cell())
+        .collect();
+    if !bare.is_empty() {
+        out.push_str(&format!("\nwithout environments: {}", bare.join(", ")));
+    }
+    out
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The `manent` CLI's habits, against a real server: a descriptor on standard input,
 //! ids by unique prefix, `wait` to re-attach, `deploy --wait` riding out an API restart,
 //! `approve` printing the state after the approval, a quiet exit on a closed pipe,
-//! commands' output live in `logs -f` and `deploy --wait`, and several `-f` submitted at once.
+//! commands' output live in `logs -f` and `deploy --wait`, several `-f` submitted at once,
+//! and the output formats (`-o table|wide|json|yaml|name`, `--no-headers`, `-q`).
 
 mod common;
 
@@ -74,6 +75,43 @@ async fn a_descriptor_on_stdin_ids_by_prefix_and_wait_to_reattach(db: Db) {
     assert_eq!(
         status["status"], "SUCCESS",
         "wait prints the final status: {status}"
+    );
+
+    // The formats of a list, piped: plain columns with short ids, names, YAML.
+    let printed = |args: &[&str]| {
+        let (code, text) = site.cli_text(&token, args);
+        assert_eq!(code, 0, "manent {args:?}: {text}");
+        text
+    };
+    let table = printed(&["list"]);
+    let row: Vec<&str> = table
+        .lines()
+        .nth(1)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row.first().copied(),
+        Some(&id[..8]),
+        "the first word of the deploy's row is its short id (no border)\n{table}"
+    );
+    assert!(
+        table.starts_with("ID ") && !table.contains('│'),
+        "a header line, no box drawing\n{table}"
+    );
+    let wide = printed(&["list", "-o", "wide", "--no-headers"]);
+    assert!(
+        wide.starts_with(&id) && !wide.contains("APPLICATION"),
+        "-o wide shows the whole id; --no-headers leaves the header out\n{wide}"
+    );
+    for args in [["list", "-o", "name"], ["list", "-q", "--limit=1"]] {
+        let names = printed(&args);
+        assert_eq!(names.trim(), id, "{args:?} prints the whole id alone");
+    }
+    let yaml = printed(&["status", &id[..8], "-o", "yaml"]);
+    assert!(
+        yaml.contains(&format!("id: {id}")) && yaml.contains("status: SUCCESS"),
+        "-o yaml is the status as YAML\n{yaml}"
     );
 
     let out = manent(&site, &token, &["status", &id[..4]], "");

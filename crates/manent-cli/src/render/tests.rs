@@ -17,6 +17,28 @@ fn check(actual: String, expected: Expect) {
     expected.assert_eq(&actual);
 }
 
+/// Ten minutes after the sample deploy below ended: relative times read `10m ago`.
+fn now() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-12-01T02:10:02Z")
+        .expect("a time")
+        .with_timezone(&Utc)
+}
+
+/// `format`, with headers, on full lines (as piped).
+fn in_format(format: Format) -> Style {
+    Style {
+        format,
+        headers: true,
+        fit: Fit::Unlimited,
+        now: now(),
+    }
+}
+
+/// The default: `-o table`, piped.
+fn style() -> Style {
+    in_format(Format::Table)
+}
+
 /// A finished deploy as `GET /api/v1/deploys/{id}` answers it.
 fn deploy() -> Value {
     json!({
@@ -69,34 +91,25 @@ fn list_is_a_table_of_deploys_with_their_durations() {
     running["executor_id"] = Value::Null;
     let list: Answer<Vec<DeployStatus>> = answer(json!([deploy(), running]));
     check(
-        deploys(&list.body),
+        deploys(&style(), &list.body),
         expect![[r#"
-            ┌───────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────┐
-            │ ID         APPLICATION   ENVIRONMENT   VERSION   STATUS    PHASE            DRY_RUN   DURATION   QUEUE     EXECUTOR_ID   CREATED_AT               │
-            ╞═══════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════╡
-            │ 3f2a9c71   acme/web      prod          1.4.2     SUCCESS   done             false     2.0s       default   worker-1      2026-12-01T01:59:59.000Z │
-            │ 77aa0b12   acme/web      prod          1.4.2     PENDING   wave 1/2 (web)   false     -          default   -             2026-12-01T01:59:59.000Z │
-            └───────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────┘"#]],
+            ID         APPLICATION   ENVIRONMENT   VERSION   STATUS    PHASE            CREATED_AT   DURATION   SUBMITTED_BY   DRY_RUN
+            3f2a9c71   acme/web      prod          1.4.2     SUCCESS   done             10m ago      2.0s       ci             false
+            77aa0b12   acme/web      prod          1.4.2     PENDING   wave 1/2 (web)   10m ago      -          ci             false"#]],
     );
     check(
-        activity(&list.body),
+        activity(&style(), &list.body),
         expect![[r#"
-        ┌─────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────┐
-        │ ID         APPLICATION   ENVIRONMENT   VERSION   STATUS    PHASE            DRY_RUN   DURATION   EXECUTOR_ID   UPDATED_AT               │
-        ╞═════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════╡
-        │ 3f2a9c71   acme/web      prod          1.4.2     SUCCESS   done             false     2.0s       worker-1      2026-12-01T02:00:02.000Z │
-        │ 77aa0b12   acme/web      prod          1.4.2     PENDING   wave 1/2 (web)   false     -          -             2026-12-01T02:00:02.000Z │
-        └─────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────┘"#]],
+            ID         APPLICATION   ENVIRONMENT   VERSION   STATUS    PHASE            EXECUTOR_ID   UPDATED_AT
+            3f2a9c71   acme/web      prod          1.4.2     SUCCESS   done             worker-1      10m ago
+            77aa0b12   acme/web      prod          1.4.2     PENDING   wave 1/2 (web)   -             10m ago"#]],
     );
     check(
-        history(&list.body),
+        history(&style(), &list.body),
         expect![[r#"
-            ┌──────────────────────────────────────────────────────────────────────────────────────────────────────┐
-            │ VERSION   STATUS    ID         SUBMITTED_BY   CREATED_AT                 DURATION   DRY_RUN   ORIGIN │
-            ╞══════════════════════════════════════════════════════════════════════════════════════════════════════╡
-            │ 1.4.2     SUCCESS   3f2a9c71   ci             2026-12-01T01:59:59.000Z   2.0s       false     -      │
-            │ 1.4.2     PENDING   77aa0b12   ci             2026-12-01T01:59:59.000Z   -          false     -      │
-            └──────────────────────────────────────────────────────────────────────────────────────────────────────┘"#]],
+            VERSION   STATUS    ID         SUBMITTED_BY   CREATED_AT   DURATION   DRY_RUN   ORIGIN
+            1.4.2     SUCCESS   3f2a9c71   ci             10m ago      2.0s       false     -
+            1.4.2     PENDING   77aa0b12   ci             10m ago      -          false     -"#]],
     );
 }
 
@@ -104,24 +117,21 @@ fn list_is_a_table_of_deploys_with_their_durations() {
 fn status_shows_the_deploy_its_decisions_artifacts_targets_and_steps() {
     let status: Answer<DeployStatus> = answer(deploy());
     check(
-        super::status(&status.body),
+        super::status(&style(), &status.body),
         expect![[r#"
-        deploy 3f2a9c71
-          acme/web / prod  SUCCESS  phase done  queue default  worker worker-1
-          approved by alice at 2026-12-01T02:00:00.000Z (looks good)
-          artifact web.tgz (tarball 1.4.2) from https://repo.example/web-1.4.2.tgz sha256 ab12
-          overrides deploy.commands: ["./deploy.sh"]
-        ┌─────────────────────────────────────┐
-        │ NAME    STATUS     DETAIL           │
-        ╞═════════════════════════════════════╡
-        │ web-1   deployed   -                │
-        │ web-2   failed     activate: exit 1 │
-        └─────────────────────────────────────┘
-        ┌───────────────────────────────────────────────────────────────────────────────────────────────────────────┐
-        │ NAME               STATUS    ATTEMPTS   STARTED_AT                 FINISHED_AT                EXECUTOR_ID │
-        ╞═══════════════════════════════════════════════════════════════════════════════════════════════════════════╡
-        │ web-1: command 1   SUCCESS   1          2026-12-01T02:00:00.000Z   2026-12-01T02:00:01.500Z   worker-1    │
-        └───────────────────────────────────────────────────────────────────────────────────────────────────────────┘"#]],
+            deploy 3f2a9c71
+              acme/web / prod  SUCCESS  phase done  queue default  worker worker-1
+              submitted by ci 10m ago, took 2.0s
+              approved by alice 10m ago (looks good)
+              artifact web.tgz (tarball 1.4.2) from https://repo.example/web-1.4.2.tgz sha256 ab12
+              overrides deploy.commands: ["./deploy.sh"]
+
+            TARGET   STATUS     DETAIL
+            web-1    deployed   -
+            web-2    failed     activate: exit 1
+
+            STEP               STATUS    ATTEMPTS   STARTED_AT   FINISHED_AT
+            web-1: command 1   SUCCESS   1          10m ago      10m ago"#]],
     );
     check(
         progress_line(&status.body),
@@ -135,13 +145,14 @@ fn json_output_is_the_answer_as_the_server_sent_it() {
     // A field a newer server added: --output json keeps it.
     sent["added_later"] = json!({"kept": true});
     let status: Answer<DeployStatus> = answer(sent.clone());
-    let printed: Value = serde_json::from_str(&shown(true, &status, super::status))
-        .expect("--output json prints JSON");
+    let printed: Value =
+        serde_json::from_str(&shown(&in_format(Format::Json), &status, super::status))
+            .expect("--output json prints JSON");
     assert_eq!(printed, sent, "the JSON printed is the answer as sent");
     let logs_answer: Answer<DeployLogs> =
         answer(json!({"id": "3f2a9c71", "lines": ["a", "b"], "output_seq": 4}));
     check(
-        shown(true, &logs_answer, logs),
+        shown(&in_format(Format::Json), &logs_answer, logs),
         expect![[r#"
             {
               "id": "3f2a9c71",
@@ -163,7 +174,7 @@ fn logs_are_their_lines_and_output_lines_are_marked_by_stream() {
         "output_seq": 2
     }));
     check(
-        logs(&answer.body),
+        logs(&style(), &answer.body),
         expect![[r#"
         2026-12-01T02:00:00.000Z submitted by ci to queue default
         target web-1: deployed"#]],
@@ -205,13 +216,10 @@ fn queues_show_each_limit_in_use() {
         ]
     }]));
     check(
-        queues(&answer.body),
+        queues(&style(), &answer.body),
         expect![[r#"
-        ┌──────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────┐
-        │ NAME      KIND      CONCURRENCY   ENVIRONMENT_CONCURRENCY   GLOBAL_CONCURRENCY   ENQUEUED   RUNNING   IN_USE                           WORKERS           │
-        ╞══════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════════╡
-        │ default   default   4             1                         0                    2          3         worker 2/4, env 1/1, total 3/-   worker-1,worker-2 │
-        └──────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────┘"#]],
+            NAME      KIND      CONCURRENCY   ENVIRONMENT_CONCURRENCY   GLOBAL_CONCURRENCY   ENQUEUED   RUNNING   IN_USE                           WORKERS
+            default   default   4             1                         0                    2          3         worker 2/4, env 1/1, total 3/-   worker-1,worker-2"#]],
     );
 }
 
@@ -229,14 +237,11 @@ fn workers_show_their_state_and_staleness() {
         "heartbeat_age_secs": 3600, "stale": true, "version": "0.2.0"
     }]));
     check(
-        workers(&answer.body),
+        workers(&style(), &answer.body),
         expect![[r#"
-        ┌────────────────────────────────────────────────────────────────────────────────────────┐
-        │ EXECUTOR_ID   HOST   REGION   STATE         HEARTBEAT_AT               RUNNING   STALE │
-        ╞════════════════════════════════════════════════════════════════════════════════════════╡
-        │ worker-1      h1     -        running       2026-12-01T02:00:00.000Z   2         false │
-        │ worker-2      h2     eu       hibernating   2026-12-01T01:00:00.000Z   0         true  │
-        └────────────────────────────────────────────────────────────────────────────────────────┘"#]],
+            EXECUTOR_ID   HOST   REGION   STATE         HEARTBEAT_AT   RUNNING   STALE
+            worker-1      h1     -        running       10m ago        2         false
+            worker-2      h2     eu       hibernating   1h ago         0         true"#]],
     );
 }
 
@@ -279,15 +284,15 @@ fn a_rollback_says_what_it_came_from() {
     rolled["redeploy_of"] = json!("3f2a9c");
     let rolled: Answer<DeployStatus> = answer(rolled);
     assert!(
-        super::status(&rolled.body).contains("  rollback of 3f2a9c\n"),
+        super::status(&style(), &rolled.body).contains("  rollback of 3f2a9c\n"),
         "status names the deploy a rollback resubmitted: {}",
-        super::status(&rolled.body)
+        super::status(&style(), &rolled.body)
     );
     let plain: Answer<DeployStatus> = answer(deploy());
     assert!(
-        !super::status(&plain.body).contains(" of "),
+        !super::status(&style(), &plain.body).contains(" of "),
         "a deploy submitted otherwise says nothing of it: {}",
-        super::status(&plain.body)
+        super::status(&style(), &plain.body)
     );
 }
 
@@ -304,7 +309,7 @@ fn log_lines_and_status_fields_go_through_the_escape() {
     let logs_answer: Answer<DeployLogs> =
         answer(json!({"id": "x", "lines": ["target t1: \u{1b}[31mred"]}));
     assert!(
-        !logs(&logs_answer.body).contains('\u{1b}'),
+        !logs(&style(), &logs_answer.body).contains('\u{1b}'),
         "logs escape target text"
     );
     let mut hostile = deploy();
@@ -315,7 +320,7 @@ fn log_lines_and_status_fields_go_through_the_escape() {
     hostile["targets"][0]["detail"] = json!("\u{1b}[1A");
     let status: Answer<DeployStatus> = answer(hostile);
     assert!(
-        !super::status(&status.body).contains(['\u{1b}', '\u{7}']),
+        !super::status(&style(), &status.body).contains(['\u{1b}', '\u{7}']),
         "status escapes every server text"
     );
 }
@@ -334,7 +339,7 @@ fn schedules_show_their_latest_refused_tick_with_the_reason() {
         ]
     });
     let list: Answer<Vec<ScheduleView>> = answer(json!([schedule.clone()]));
-    let text = schedules(&list.body);
+    let text = schedules(&style(), &list.body);
     assert!(
         text.ends_with(
             "schedule sch-1: tick 2026-12-01T03:00:00+00:00 refused: token `ci` (tok_1) no \
@@ -344,9 +349,9 @@ fn schedules_show_their_latest_refused_tick_with_the_reason() {
     );
     let one: Answer<ScheduleView> = answer(schedule);
     check(
-        super::schedule(&one.body),
+        super::schedule(&style(), &one.body),
         expect![[r#"
-            schedule sch-1  acme/web / prod  cron 0 3 * * * (UTC)  active  next tick 2026-12-02T03:00:00+00:00
+            schedule sch-1  acme/web / prod  cron 0 3 * * * (UTC)  active  next tick in 1d
               tick 2026-11-30T03:00:00+00:00 refused: token `ci` (tok_1) no longer exists (revoked)
               tick 2026-12-01T03:00:00+00:00 refused: token `ci` (tok_1) no longer exists (revoked)"#]],
     );
@@ -361,5 +366,184 @@ fn schedules_show_their_latest_refused_tick_with_the_reason() {
         older.body.refused_ticks.is_empty(),
         "no refused_ticks field reads as none: {:?}",
         older.body
+    );
+}
+
+/// Two deploys with whole UUIDs, as a busy server lists them.
+fn busy_list() -> Answer<Vec<DeployStatus>> {
+    let mut first = deploy();
+    first["id"] = json!("3f2a9c71-5d0e-4c1b-9a57-2b8e6f01d4aa");
+    first["application"] = json!("payments/checkout-api");
+    first["environment"] = json!("production-eu-west");
+    first["phase"] = json!("wave 2/3 (canary hosts behind the eu-west balancer)");
+    let mut second = deploy();
+    second["id"] = json!("sch-0b7c2e9f4a1d4c3e8f5a6b7c8d9e0f1a@1796224050");
+    answer(json!([first, second]))
+}
+
+#[test]
+fn tables_are_plain_aligned_columns_without_box_drawing() {
+    let text = deploys(&style(), &busy_list().body);
+    assert!(
+        !text.contains(['│', '┌', '─', '╞', '|']),
+        "no border character: `awk '{{print $1}}'` prints an id\n{text}"
+    );
+    let first_words: Vec<&str> = text
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        first_words,
+        ["ID", "3f2a9c71", "sch-0b7c2e9f@1796224050"],
+        "the first word of each line is the header, then each short id\n{text}"
+    );
+    assert!(
+        text.lines().all(|l| !l.ends_with(' ')),
+        "no trailing spaces\n{text}"
+    );
+}
+
+#[test]
+fn on_a_terminal_each_row_fits_on_one_line_and_no_header_is_cut() {
+    for width in [80_u16, 100, 120, 200] {
+        let mut narrow = style();
+        narrow.fit = Fit::Columns(width);
+        let text = deploys(&narrow, &busy_list().body);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines.len(),
+            3,
+            "one line per deploy and one for the header at {width} columns\n{text}"
+        );
+        for header in ["APPLICATION", "ENVIRONMENT", "VERSION", "STATUS"] {
+            assert!(
+                lines[0].contains(header),
+                "{header} is whole at {width} columns\n{text}"
+            );
+        }
+        assert!(
+            lines[1..].iter().all(|l| l.contains(" SUCCESS")),
+            "a short cell such as the status is never cut ({width} columns)\n{text}"
+        );
+        assert_eq!(
+            lines[0].contains("DRY_RUN"),
+            width >= 200,
+            "the rightmost columns are left out only when even their headers do not fit \
+             ({width} columns)\n{text}"
+        );
+        assert!(
+            lines[1].starts_with("3f2a9c71 "),
+            "the short id is never cut at {width} columns\n{text}"
+        );
+        if width < 200 {
+            assert!(
+                lines
+                    .iter()
+                    .all(|l| l.chars().count() <= usize::from(width)),
+                "no line is wider than {width} columns\n{text}"
+            );
+            assert!(
+                text.contains('…'),
+                "what does not fit is cut, and marked so\n{text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn wide_shows_whole_ids_and_times_and_is_never_cut() {
+    let mut wide = in_format(Format::Wide);
+    wide.fit = Fit::Columns(80);
+    let text = deploys(&wide, &busy_list().body);
+    for whole in [
+        "3f2a9c71-5d0e-4c1b-9a57-2b8e6f01d4aa",
+        "sch-0b7c2e9f4a1d4c3e8f5a6b7c8d9e0f1a@1796224050",
+        "2026-12-01T01:59:59.000Z",
+        "wave 2/3 (canary hosts behind the eu-west balancer)",
+        "EXECUTOR_ID",
+    ] {
+        assert!(text.contains(whole), "-o wide shows {whole}\n{text}");
+    }
+    assert!(!text.contains('…'), "-o wide cuts nothing\n{text}");
+}
+
+#[test]
+fn times_in_tables_are_relative() {
+    let text = deploys(&style(), &busy_list().body);
+    assert!(
+        text.contains("10m ago") && !text.contains("2026-12-01T"),
+        "created_at reads as an age in -o table\n{text}"
+    );
+    assert_eq!(
+        relative(now(), now() - chrono::Duration::seconds(42)),
+        "42s ago"
+    );
+    assert_eq!(
+        relative(now(), now() - chrono::Duration::hours(5)),
+        "5h ago"
+    );
+    assert_eq!(
+        relative(now(), now() - chrono::Duration::days(40)),
+        "40d ago"
+    );
+    assert_eq!(
+        relative(now(), now() + chrono::Duration::minutes(5)),
+        "in 5m"
+    );
+}
+
+#[test]
+fn no_headers_leaves_only_the_rows() {
+    let mut bare = style();
+    bare.headers = false;
+    let text = deploys(&bare, &busy_list().body);
+    assert_eq!(text.lines().count(), 2, "two deploys, two lines\n{text}");
+    assert!(!text.contains("APPLICATION"), "no header\n{text}");
+}
+
+#[test]
+fn name_output_is_one_whole_id_per_line() {
+    check(
+        shown(&in_format(Format::Name), &busy_list(), deploys),
+        expect![[r#"
+            3f2a9c71-5d0e-4c1b-9a57-2b8e6f01d4aa
+            sch-0b7c2e9f4a1d4c3e8f5a6b7c8d9e0f1a@1796224050"#]],
+    );
+}
+
+#[test]
+fn yaml_output_is_the_answer_as_sent() {
+    let mut sent = deploy();
+    sent["added_later"] = json!({"kept": true});
+    let status: Answer<DeployStatus> = answer(sent.clone());
+    let printed = shown(&in_format(Format::Yaml), &status, super::status);
+    let read: Value = yaml_serde::from_str(&printed).expect("-o yaml prints YAML");
+    assert_eq!(
+        read, sent,
+        "the YAML printed is the answer as sent\n{printed}"
+    );
+    let streamed = document(&in_format(Format::Yaml), &json!({"seq": 1}));
+    assert_eq!(
+        streamed, "---\nseq: 1",
+        "each streamed document starts with ---"
+    );
+}
+
+#[test]
+fn apps_show_what_runs_where() {
+    let apps: Answer<Vec<ApplicationView>> = answer(json!([{
+        "application": "acme/web", "tenant": "acme", "environments": ["prod", "staging"],
+        "live": {"prod": {"version": "1.4.2", "deploy_id": "3f2a9c71-5d0e-4c1b-9a57-2b8e6f01d4aa",
+                          "finished_at": "2026-12-01T01:10:02.000Z"}}
+    }, {
+        "application": "acme/new", "tenant": "acme", "environments": [], "live": {}
+    }]));
+    check(
+        applications(&style(), &apps.body),
+        expect![[r#"
+            APPLICATION   ENVIRONMENT   LIVE    SINCE    DEPLOY
+            acme/web      prod          1.4.2   1h ago   3f2a9c71
+            acme/web      staging       -       -        -
+            without environments: acme/new"#]],
     );
 }

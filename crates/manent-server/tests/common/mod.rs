@@ -249,6 +249,21 @@ impl Site {
         )
     }
 
+    /// Runs the `manent` CLI as a person reads it (its default format, or as `args` say),
+    /// stdout a pipe; returns its exit code and stdout.
+    pub fn cli_text(&self, token: &str, args: &[&str]) -> (i32, String) {
+        let out = Command::new(cli_binary())
+            .args(["--server", &format!("http://127.0.0.1:{}", self.port)])
+            .args(["--token", token])
+            .args(args)
+            .output()
+            .expect("run manent");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    }
+
     fn run_cli(&self, token: &str, args: &[&str]) -> std::process::Output {
         Command::new(cli_binary())
             .args([
