@@ -316,6 +316,27 @@ pub async fn upload(
     Ok(remote)
 }
 
+/// The shell script that prunes a target's release directories (`deploy.keep_releases`):
+/// in `root`, the current release is touched (so that it counts as the newest), then every
+/// directory past the newest `keep` (the current one always among them) is removed; one
+/// line says which (`removed: 1.1 1.2`, `removed: none`). Symbolic links, files and hidden entries are never touched: a
+/// `current` link or a `shared` directory beside the releases stays.
+pub fn prune_releases_script(releases: &manent_model::Releases) -> String {
+    let root = manent_ssh::shell_quote(&releases.root);
+    let current = manent_ssh::shell_quote(&releases.current);
+    let keep = releases.keep;
+    format!(
+        "cd -- {root} || exit 1\n\
+         if [ -d {current} ]; then touch -c -- {current}; fi\n\
+         removed=$(n=0; ls -1t | while IFS= read -r r; do\n\
+         \x20 if [ ! -d \"$r\" ] || [ -L \"$r\" ] || [ \"$r\" = {current} ]; then continue; fi\n\
+         \x20 n=$((n + 1))\n\
+         \x20 if [ \"$n\" -ge {keep} ]; then rm -rf -- \"./$r\" && printf ' %s' \"$r\"; fi\n\
+         done)\n\
+         echo \"removed:${{removed:- none}}\"\n"
+    )
+}
+
 /// Runs a shell command on the target; a non-zero exit is an error with its stderr.
 pub async fn run(
     pool: &ConnectionPool,
@@ -481,6 +502,79 @@ fn transport(error: TransportError) -> TargetError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs the prune script in `root` with `sh`, as a target's shell would.
+    fn prune(root: &std::path::Path, current: &str, keep: u32) -> String {
+        let script = prune_releases_script(&manent_model::Releases {
+            root: root.display().to_string(),
+            current: current.into(),
+            keep,
+        });
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .output()
+            .expect("run sh");
+        assert!(out.status.success(), "the script runs: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn entries(root: &std::path::Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn pruning_keeps_the_newest_releases_and_the_live_one() {
+        let root = tempfile::tempdir().unwrap();
+        let at = |name: &str, age_secs: u64| {
+            let dir = root.path().join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            let then = std::time::SystemTime::now() - std::time::Duration::from_secs(age_secs);
+            std::fs::File::open(&dir)
+                .unwrap()
+                .set_modified(then)
+                .unwrap();
+        };
+        // 1.0 is the oldest directory but the one just made live again (a rollback).
+        at("1.0", 500);
+        at("1.1", 400);
+        at("1.2", 300);
+        at("1.3", 200);
+        at("two words; rm -rf *", 100);
+        at(".hidden", 600);
+        std::os::unix::fs::symlink(root.path().join("1.1"), root.path().join("current")).unwrap();
+        std::fs::write(root.path().join("notes.txt"), "kept").unwrap();
+        let removed = prune(root.path(), "1.0", 3);
+        assert_eq!(
+            entries(root.path()),
+            [
+                ".hidden",
+                "1.0",
+                "1.3",
+                "current",
+                "notes.txt",
+                "two words; rm -rf *"
+            ],
+            "the live release and the two newest others stay; links, files and hidden \
+             entries are never touched (removed: {removed})"
+        );
+        assert_eq!(removed, "removed: 1.2 1.1\n", "each removal is named");
+        assert_eq!(
+            prune(root.path(), "1.0", 3),
+            "removed: none\n",
+            "pruning again removes nothing"
+        );
+        prune(root.path(), "1.0", 1);
+        assert_eq!(
+            entries(root.path()),
+            [".hidden", "1.0", "current", "notes.txt"],
+            "keep_releases: 1 keeps the live release alone"
+        );
+    }
 
     #[tokio::test]
     async fn a_failed_http_check_says_why_the_request_could_not_be_sent() {

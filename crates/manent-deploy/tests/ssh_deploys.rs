@@ -1,8 +1,8 @@
 //! Deploys over real SSH: the deploy workflow on an in-process engine, its targets real
 //! OpenSSH servers on loopback addresses (the testkit's `SshHosts`). Waves, parallelism,
 //! checksums, strict host keys, failing checks with rollback, dry runs, a deploy resumed
-//! on another worker that lacks the artifact, and a cancelled deploy's commands and work
-//! directory.
+//! on another worker that lacks the artifact, a cancelled deploy's commands and work
+//! directory, and the release directories `keep_releases` leaves.
 //!
 //! Every "host" shares this machine's filesystem, so each target gets its own destination:
 //! `deploy.dest` is `<base>/{target}/{version}`, where `<base>/<target>` is a symlink to that
@@ -624,6 +624,68 @@ async fn a_target_whose_activate_switched_then_failed_is_rolled_back_with_its_pl
             current_of(site.root(i)),
             Some(PathBuf::from("v1")),
             "{name}'s current points at v1 again"
+        );
+    }
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_releases_leaves_the_newest_release_directories_and_the_live_one_on_each_target() {
+    let site = Site::new(Db::Sqlite, TWO_TARGETS_TWO_REGIONS).await;
+    site.write_environment(&site.hosts.known_hosts, "all", "");
+    let file = site.source.join("acme/web/prod.yml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        text.replace("deploy:\n", "deploy:\n  keep_releases: 2\n"),
+    )
+    .unwrap();
+    let worker = site.worker(&executor_id("w1")).await;
+    let releases = |i: usize| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(site.root(i))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+
+    for version in ["v1", "v2", "v3"] {
+        let artifact = site.artifact(version);
+        let (record, status) = site
+            .deploy(&worker, &artifact, &artifact.sha256, false)
+            .await;
+        assert_eq!(record.status, WorkflowStatus::Success, "{status:#?}");
+    }
+    for i in 0..2 {
+        assert_eq!(
+            releases(i),
+            ["current", "v2", "v3"],
+            "after v3, {} keeps v3 (live) and v2 (what a rollback returns to); v1 is gone",
+            target_name(i)
+        );
+    }
+    // v1 again: its directory is made anew and is the live one; of the others, the newest stays.
+    let v1 = site.artifact("v1");
+    let (record, status) = site.deploy(&worker, &v1, &v1.sha256, false).await;
+    assert_eq!(record.status, WorkflowStatus::Success, "{status:#?}");
+    for i in 0..2 {
+        let name = target_name(i);
+        assert_eq!(
+            releases(i),
+            ["current", "v1", "v3"],
+            "{name} after v1 again"
+        );
+        assert_eq!(current_of(site.root(i)), Some(PathBuf::from("v1")));
+        assert_eq!(
+            step(&status, &format!("{name}: prune releases")).status,
+            deploy_views::StepState::Success,
+            "pruning is a step of its own on {name}"
+        );
+        let detail = target(&status, &name).detail.clone().unwrap_or_default();
+        assert!(
+            detail.contains("2 releases kept, removed: v2"),
+            "{name}'s outcome says what was removed: {detail}"
         );
     }
     worker.stop().await;

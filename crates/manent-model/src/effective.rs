@@ -36,6 +36,10 @@ pub struct EffectiveDescriptor {
     pub commands: Vec<String>,
     /// Free plugin parameters.
     pub params: Option<serde_json::Value>,
+    /// `deploy.keep_releases` (see [`EffectiveDescriptor::releases_for`]). Absent from the
+    /// records of deploys without it, as from those of releases before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_releases: Option<u32>,
     /// The targets.
     pub targets: Vec<Target>,
     /// How to reach the targets.
@@ -107,6 +111,7 @@ impl EffectiveDescriptor {
                 .commands
                 .unwrap_or_else(|| env.deploy.commands.clone()),
             params,
+            keep_releases: env.deploy.keep_releases,
             targets: env.targets.clone(),
             ssh: env.ssh.clone(),
             rollout: env.rollout.clone(),
@@ -156,6 +161,26 @@ impl EffectiveDescriptor {
                 ),
             ));
         }
+        if self.keep_releases.is_some() {
+            if self.plugin != DEFAULT_PLUGIN {
+                return Err(refuse(
+                    "deploy.plugin",
+                    format!(
+                        "the environment keeps releases (deploy.keep_releases), which only \
+                         the {DEFAULT_PLUGIN} plugin makes; deploy with {DEFAULT_PLUGIN}"
+                    ),
+                ));
+            }
+            if self.dest.as_deref().and_then(releases_root).is_none() {
+                return Err(refuse(
+                    "deploy.dest",
+                    format!(
+                        "the environment keeps releases (deploy.keep_releases), which {}",
+                        crate::environment::KEEP_RELEASES_NEEDS_VERSION_DIR
+                    ),
+                ));
+            }
+        }
         if self.plugin == COMMAND_PLUGIN && self.commands.is_empty() {
             return Err(refuse(
                 "deploy.commands",
@@ -178,6 +203,23 @@ impl EffectiveDescriptor {
                 &self.application,
                 &self.environment,
             )
+        })
+    }
+
+    /// Where `deploy.keep_releases` prunes on `target`, if the environment keeps releases.
+    pub fn releases_for(&self, target: &Target) -> Option<Releases> {
+        let keep = self.keep_releases?;
+        let root = releases_root(self.dest.as_deref()?)?;
+        Some(Releases {
+            root: expand_dest(
+                &root,
+                &self.version,
+                &target.name,
+                &self.application,
+                &self.environment,
+            ),
+            current: self.version.clone(),
+            keep,
         })
     }
 
@@ -268,6 +310,33 @@ fn merge_dependencies(env: &[Dependency], descriptor: &[Dependency]) -> Vec<Depe
 
 /// Expands `{version}`, `{target}`, `{application}` (`tenant/app`) and `{environment}` in a
 /// `dest` template; other text, unknown placeholders included, is kept as written.
+/// The release directories of one target under `deploy.keep_releases`: `root` holds one
+/// directory per version, `current` the one this deploy made live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Releases {
+    /// The directory holding the releases (`dest` up to its `{version}` component,
+    /// expanded).
+    pub root: String,
+    /// The name of this deploy's release directory in `root`: its version.
+    pub current: String,
+    /// How many release directories stay, `current` among them.
+    pub keep: u32,
+}
+
+/// The template of the directory holding a `dest`'s release directories: `dest` up to its
+/// component that is exactly `{version}` (`/srv/web/releases/{version}/app` →
+/// `/srv/web/releases`); none without such a component, or when it is the first.
+pub fn releases_root(dest: &str) -> Option<String> {
+    let components: Vec<&str> = dest.split('/').collect();
+    let at = components.iter().position(|c| *c == "{version}")?;
+    let root = components[..at].join("/");
+    let root = root.trim_end_matches('/');
+    if root.is_empty() || root.contains("{version}") {
+        return None;
+    }
+    Some(root.to_string())
+}
+
 pub fn expand_dest(
     template: &str,
     version: &str,
@@ -417,6 +486,81 @@ overrides: [plugin, dest, activate, commands, params]
             expect![[r#"
                 plugin=remote-copy dest=Some("/opt/{application}/{environment}/{version}/{target}") activate=Some("ln -sfn . current") commands=["env-cmd"] params={"a":1,"b":2}
                 version=2.1 dry_run=false deps=["ml/features/prod@1~None", "ml/db/prod@*~None"]"#]],
+        );
+    }
+
+    #[test]
+    fn releases_live_in_the_directory_above_the_version_component() {
+        let check = |dest: &str, expected: Option<&str>| {
+            assert_eq!(releases_root(dest).as_deref(), expected, "dest {dest}");
+        };
+        check("/srv/web/releases/{version}", Some("/srv/web/releases"));
+        check("/srv/web/releases/{version}/", Some("/srv/web/releases"));
+        check(
+            "/opt/{application}/{version}/{target}",
+            Some("/opt/{application}"),
+        );
+        check("releases/{version}", Some("releases"));
+        check("/srv/web-{version}", None);
+        check("/srv/web", None);
+        check("{version}/app", None);
+        check("/{version}", None);
+    }
+
+    #[test]
+    fn keep_releases_needs_remote_copy_and_a_directory_per_version() {
+        let keeping = ENV.replace(
+            "  activate: ln -sfn . current\n",
+            "  activate: ln -sfn . current\n  keep_releases: 3\n",
+        );
+        let eff = EffectiveDescriptor::build(&descriptor(""), &env(&keeping)).unwrap();
+        assert_eq!(
+            eff.releases_for(&eff.targets[0]),
+            Some(Releases {
+                root: "/opt/ml/trainer/prod".into(),
+                current: "2.1".into(),
+                keep: 3
+            }),
+            "the releases of web-1 are the directories beside its version's"
+        );
+        let refused = |extra: &str| {
+            EffectiveDescriptor::build(&descriptor(extra), &env(&keeping))
+                .unwrap_err()
+                .to_string()
+        };
+        let flat = refused("deploy: {dest: /srv/current}\n");
+        assert!(
+            flat.contains("deploy.dest") && flat.contains("{version}"),
+            "a dest without a directory per version cannot keep releases: {flat}"
+        );
+        let other = refused("deploy: {plugin: command, commands: [x]}\n");
+        assert!(
+            other.contains("deploy.plugin") && other.contains("keep_releases"),
+            "another plugin makes no release directories: {other}"
+        );
+        let zero = parse_environment(
+            &ENV.replace("  activate: ln", "  keep_releases: 0\n  activate: ln"),
+            "prod.yml",
+            "ml/trainer",
+            "prod",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            zero.contains("deploy.keep_releases") && zero.contains("is 0"),
+            "{zero}"
+        );
+        let flat_env = parse_environment(
+            "targets: [{name: a, host: a}]\ndeploy: {dest: /srv/web, keep_releases: 2}\n",
+            "prod.yml",
+            "ml/trainer",
+            "prod",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            flat_env.contains("prod.yml") && flat_env.contains("deploy.keep_releases"),
+            "the environment file is refused naming the file and the key: {flat_env}"
         );
     }
 

@@ -206,6 +206,10 @@ pub struct DeploySettings {
     /// Free plugin parameters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<serde_json::Value>,
+    /// `remote-copy` with `{version}` in `dest`: the release directories kept on each target
+    /// after a successful activate, newest first, the live one always among them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_releases: Option<u32>,
 }
 
 impl Default for DeploySettings {
@@ -216,6 +220,7 @@ impl Default for DeploySettings {
             activate: None,
             commands: Vec::new(),
             params: None,
+            keep_releases: None,
         }
     }
 }
@@ -779,7 +784,33 @@ fn validate_deploy(doc: &mut Document<'_>, deploy: &DeploySettings) {
         deploy.activate.as_deref(),
         &deploy.commands,
     );
+    if let Some(keep) = deploy.keep_releases {
+        if keep == 0 {
+            doc.issue(
+                "deploy.keep_releases",
+                "is 0; write how many release directories stay on each target (2 or more \
+                 keeps the one a rollback returns to), or remove it",
+            );
+        } else if deploy.plugin != DEFAULT_PLUGIN {
+            doc.issue(
+                "deploy.keep_releases",
+                format!(
+                    "applies to the {DEFAULT_PLUGIN} plugin only (this environment's is `{}`); \
+                     remove it",
+                    deploy.plugin
+                ),
+            );
+        } else if let Some(dest) = &deploy.dest
+            && crate::effective::releases_root(dest).is_none()
+        {
+            doc.issue("deploy.keep_releases", KEEP_RELEASES_NEEDS_VERSION_DIR);
+        }
+    }
 }
+
+/// Why `keep_releases` cannot apply to a `dest`.
+pub(crate) const KEEP_RELEASES_NEEDS_VERSION_DIR: &str = "needs a directory per release: a `deploy.dest` with `{version}` as one whole path \
+     component, e.g. /srv/web/releases/{version}";
 
 /// Checks the `deploy` fields an environment file sets and a descriptor may override: the
 /// plugin's name, `dest` (not empty, known placeholders), `activate` (not empty) and each of

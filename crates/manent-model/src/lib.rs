@@ -33,7 +33,7 @@ mod source;
 mod waves;
 
 pub use descriptor::{Artifact, DeployOverrides, Descriptor, Missed, Schedule, parse_descriptor};
-pub use effective::{EffectiveDescriptor, expand_dest};
+pub use effective::{EffectiveDescriptor, Releases, expand_dest, releases_root};
 pub use environment::load::{
     MissingEnvironment, environment_path, list_applications, load_environment, missing_environment,
 };

@@ -177,6 +177,11 @@ async fn deploy_target(
         // No intermediate "checking" event: the target stays "deploying" until its outcome
         // (one checkpoint less per target); a failed check's outcome says it was switched.
         lines.extend(run_checks(ctx, pool, eff, target, &env).await?);
+        // Once the new release is live and checked: the older ones past keep_releases go
+        // (after the checks, so that a failed check still finds the previous release).
+        if let Some(releases) = eff.releases_for(target) {
+            lines.push(prune_releases(ctx, pool, eff, target, &releases).await?);
+        }
         Ok(lines)
     }
     .await;
@@ -215,6 +220,36 @@ async fn deploy_target(
 /// (docs/api.md). One write more per step, small beside a command over SSH.
 fn shown_running() -> StepPolicy {
     StepPolicy::default().recording_start()
+}
+
+/// Removes `target`'s release directories past `deploy.keep_releases`, in a step of its
+/// own. A failure is shown (the step fails, the target's detail says so) but fails
+/// nothing: the new release is live and checked.
+async fn prune_releases(
+    ctx: &WorkflowContext,
+    pool: &ConnectionPool,
+    eff: &EffectiveDescriptor,
+    target: &Target,
+    releases: &manent_model::Releases,
+) -> Result<String, WorkflowError> {
+    let step = format!("{}: prune releases", target.name);
+    let script = targets::prune_releases_script(releases);
+    let pruned: Result<String, WorkflowError> = ctx
+        .step_with(&step, shown_running(), || async {
+            let output = ctx.output(&step);
+            let result = targets::run(pool, eff, target, &script, &[], &output).await;
+            output.finish().await;
+            result
+        })
+        .await;
+    match pruned {
+        // `removed: 1.1 1.2` or `removed: none`.
+        Ok(removed) => Ok(format!("{} releases kept, {removed}", releases.keep)),
+        Err(WorkflowError::Step { message, .. }) => {
+            Ok(format!("old releases not removed: {message}"))
+        }
+        Err(other) => Err(other),
+    }
 }
 
 /// Runs `command` on `target`, its output kept line by line under the step's name.
