@@ -538,26 +538,20 @@ overrides: [plugin, dest, activate, commands, params]
             other.contains("deploy.plugin") && other.contains("keep_releases"),
             "another plugin makes no release directories: {other}"
         );
-        let zero = parse_environment(
-            &ENV.replace("  activate: ln", "  keep_releases: 0\n  activate: ln"),
-            "prod.yml",
-            "ml/trainer",
-            "prod",
-        )
-        .unwrap_err()
-        .to_string();
+        let env_refused = |text: &str| {
+            parse_environment(text, "prod.yml", "ml/trainer", "prod")
+                .unwrap_err()
+                .to_string()
+        };
+        let zero =
+            env_refused(&ENV.replace("  activate: ln", "  keep_releases: 0\n  activate: ln"));
         assert!(
             zero.contains("deploy.keep_releases") && zero.contains("is 0"),
             "{zero}"
         );
-        let flat_env = parse_environment(
+        let flat_env = env_refused(
             "targets: [{name: a, host: a}]\ndeploy: {dest: /srv/web, keep_releases: 2}\n",
-            "prod.yml",
-            "ml/trainer",
-            "prod",
-        )
-        .unwrap_err()
-        .to_string();
+        );
         assert!(
             flat_env.contains("prod.yml") && flat_env.contains("deploy.keep_releases"),
             "the environment file is refused naming the file and the key: {flat_env}"
