@@ -183,6 +183,11 @@ enum Command {
         /// Waits for the rollback to end, showing its progress.
         #[arg(long)]
         wait: bool,
+        /// Reactivates the release in place on each target that still holds it
+        /// (`deploy.keep_releases` of 2 or more keeps it): every target at once,
+        /// `max_parallel` at a time, no waves or pauses, checks after; remote-copy only.
+        #[arg(long)]
+        fast: bool,
     },
     /// Submits a past deploy's recorded descriptor again, as it was (now, without its
     /// schedule).
@@ -483,9 +488,10 @@ async fn run(args: Args) -> Result<u8, CliError> {
             environment,
             to,
             wait,
+            fast,
         } => {
             let path = environment_path(&application, &environment, "rollback")?;
-            let created: Answer<Resubmitted> = api.post(&path, &RollbackBody { to }).await?;
+            let created: Answer<Resubmitted> = api.post(&path, &RollbackBody { to, fast }).await?;
             resubmitted(&api, created, wait, style).await
         }
         Command::Redeploy { id, wait } => {

@@ -540,6 +540,10 @@ pub struct RollbackBody {
     /// The version to return to; absent: the version before the live one.
     #[serde(default)]
     pub to: Option<String>,
+    /// Reactivate the release in place where it is still on the targets (remote-copy):
+    /// every target at once, `max_parallel` at a time, no waves or pauses, checks after.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fast: bool,
 }
 
 /// What a manual recovery of an executor answers.

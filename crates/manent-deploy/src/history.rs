@@ -133,6 +133,9 @@ impl OriginKind {
 pub struct Origin {
     pub kind: OriginKind,
     pub deploy_id: String,
+    /// A fast rollback ([`crate::DeployRequest::fast`]). Left out when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fast: bool,
 }
 
 /// The [`Origin`] recorded in a deploy's input, if any.

@@ -30,7 +30,16 @@ pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 ///   and instead of pausing between waves one step saying so
 ///   ([`DRY_RUNS_DO_NOT_WAIT_VERSION`]). Deploys that are not dry runs record what they did
 ///   under 2.
-pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 3 };
+/// - 4: an automatic rollback reactivates the switched targets `max_parallel` at a time,
+///   each in a branch of its own, and runs the checks after each reactivation; a fast
+///   rollback ([`DeployRequest::fast`]) records a `find release` step per target and uploads
+///   only where the release is gone ([`FAST_ROLLBACK_VERSION`]). A fast rollback is always
+///   started under 4 or later.
+pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 4 };
+
+/// The first version whose automatic rollbacks run in parallel with checks after, and
+/// which runs fast rollbacks.
+pub const FAST_ROLLBACK_VERSION: u32 = 4;
 
 /// The first version whose dry runs report their dependencies and pauses instead of
 /// waiting for them.
@@ -52,7 +61,7 @@ pub async fn startable_version(client: &Client) -> Result<u32, EngineError> {
 
 /// What this build is, as `--version`, `manent workers` and `/metrics` show it: the
 /// release, the schema version it migrates to and the deploy workflow versions it runs,
-/// e.g. `0.1.0 (schema 12, workflows 1-3)`. During a rolling upgrade it tells which
+/// e.g. `0.1.0 (schema 12, workflows 1-4)`. During a rolling upgrade it tells which
 /// workers can run what.
 pub fn build_version() -> String {
     format!(
@@ -119,6 +128,12 @@ pub struct DeployRequest {
     /// out of the recorded form when false, so requests without it read as they were.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub authorise_at_start: bool,
+    /// A fast rollback (`manent rollback --fast`): every target at once (`max_parallel` at
+    /// a time, no waves, no pause), the worker fetches nothing up front, and a target whose
+    /// release directory still holds the verified artifacts is reactivated in place.
+    /// Always started under [`FAST_ROLLBACK_VERSION`] or later. Left out when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fast: bool,
 }
 
 impl DeployRequest {
@@ -138,6 +153,7 @@ impl DeployRequest {
             submitted_by_id: submitted_by.token_id.clone(),
             submitted_at_ms,
             authorise_at_start: false,
+            fast: false,
         }
     }
 
@@ -161,6 +177,12 @@ impl DeployRequest {
     pub fn enqueue(&self, version: u32) -> EnqueueRequest {
         let version = if self.authorise_at_start {
             version.max(AUTHORISE_AT_START_VERSION)
+        } else {
+            version
+        };
+        // No worker without the code of a fast rollback claims one.
+        let version = if self.fast {
+            version.max(FAST_ROLLBACK_VERSION)
         } else {
             version
         };

@@ -247,7 +247,24 @@ async fn submit_recording(
         });
     }
     let not_before = not_before(schedule.at.as_deref())?;
+    if origin.is_some_and(|o| o.fast)
+        && let Some(effective) = &effective
+        && effective.plugin != manent_model::DEFAULT_PLUGIN
+    {
+        return Err(SubmitError::Invalid {
+            field: Some("fast".into()),
+            message: format!(
+                "a fast rollback reactivates the release directories {} leaves on the \
+                 targets; {}/{} deploys with `{}`: roll back without --fast",
+                manent_model::DEFAULT_PLUGIN,
+                effective.application,
+                effective.environment,
+                effective.plugin
+            ),
+        });
+    }
     let mut request = DeployRequest::new(descriptor, effective, route, submitted_by, now_ms());
+    request.fast = origin.is_some_and(|o| o.fast);
     if not_before.is_some() {
         // Its token and its environment's policy are checked again when its time comes.
         request = request.authorised_at_start();
@@ -653,13 +670,15 @@ pub async fn recorded_request(client: &Client, id: &str) -> Result<DeployRequest
 /// recorded URLs and sha256, its `deploy:` overrides, dry run and dependencies), through
 /// the whole submission path: parsed and checked again, resolved against the environment
 /// file as it is now, routed, gated (approvals, dependencies) and limited like any deploy,
-/// submitted by `submitted_by`. It runs now: a recorded `schedule` is left out.
+/// submitted by `submitted_by`. It runs now: a recorded `schedule` is left out. `fast`: a
+/// fast rollback ([`DeployRequest::fast`]), refused for a plugin other than remote-copy.
 pub async fn resubmit(
     client: &Client,
     config: &Arc<Config>,
     source: &str,
     request: DeployRequest,
     kind: OriginKind,
+    fast: bool,
     submitted_by: &Submitter,
 ) -> Result<Submitted, ResubmitError> {
     let mut descriptor = request.descriptor;
@@ -674,6 +693,7 @@ pub async fn resubmit(
     let origin = Origin {
         kind,
         deploy_id: source.to_string(),
+        fast,
     };
     Ok(submit_recording(
         client,

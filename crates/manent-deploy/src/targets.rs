@@ -337,6 +337,28 @@ pub fn prune_releases_script(releases: &manent_model::Releases) -> String {
     )
 }
 
+/// Whether `target` still holds this deploy's release: every artifact at `<dest>/<name>`
+/// with its sha256 (a fast rollback reactivates it in place).
+pub async fn release_in_place(
+    pool: &ConnectionPool,
+    eff: &EffectiveDescriptor,
+    target: &Target,
+) -> Result<bool, TargetError> {
+    let dest = eff.dest_for(target).ok_or(TargetError::NoDest)?;
+    let conn = connection(pool, eff, target).await?;
+    for artifact in &eff.artifacts {
+        let remote = format!("{}/{}", dest.trim_end_matches('/'), artifact.name);
+        let held = conn
+            .sha256(&remote)
+            .await
+            .map_err(|e| TargetError::Transport(e.to_string()))?;
+        if !held.is_some_and(|sum| sum.eq_ignore_ascii_case(&artifact.sha256)) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Runs a shell command on the target; a non-zero exit is an error with its stderr.
 pub async fn run(
     pool: &ConnectionPool,

@@ -306,13 +306,27 @@ async fn deploy(
         gate::pass_gate(ctx, &rt.client, &rt.config, &request, &eff).await?;
     }
     let plugin = plugin_for(ctx, rt, &eff)?;
+    let mut eff = eff;
+    if request.fast {
+        // A fast rollback (version 4): one wave, no pause; targets that still hold the
+        // release are reactivated in place.
+        eff.rollout.waves = manent_model::Waves::All;
+        eff.rollout.pause = None;
+        eff.reuse_releases = true;
+    }
+    let eff = eff;
 
     phase(ctx, Phase::Fetching).await?;
     if !eff.dry_run {
         notify(rt, NotificationEvent::Started, &request, &deploy_id, None).await;
     }
     let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
-    let local = fetch_all(ctx, &eff, &dir, &rt.artifact_sources).await?;
+    let local = if request.fast {
+        // Fetched (and verified) only by a target that needs an upload.
+        not_fetched(&eff, &dir)
+    } else {
+        fetch_all(ctx, &eff, &dir, &rt.artifact_sources).await?
+    };
 
     let auth = ssh_auth(rt, &eff);
     let pool = ConnectionPool::with_warm(auth.clone(), rt.warm.clone());
@@ -576,6 +590,20 @@ async fn fetch_all(
         local.push(fetched);
     }
     Ok(local)
+}
+
+/// The deploy's artifacts where this worker would keep them, not fetched yet: each upload
+/// step fetches and verifies what it needs (a fast rollback).
+fn not_fetched(eff: &EffectiveDescriptor, dir: &std::path::Path) -> Vec<LocalArtifact> {
+    eff.artifacts
+        .iter()
+        .map(|a| LocalArtifact {
+            name: a.name.clone(),
+            path: dir.join(&a.name),
+            sha256: a.sha256.clone(),
+            size: 0,
+        })
+        .collect()
 }
 
 /// Starts a region's pass on `<queue>.<region>`.

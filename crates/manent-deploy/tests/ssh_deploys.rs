@@ -193,6 +193,17 @@ impl Site {
             .expect("write the environment file");
     }
 
+    /// Replaces `from` with `to` in the environment file (which must hold `from`).
+    fn edit_environment(&self, from: &str, to: &str) {
+        let file = self.source.join("acme/web/prod.yml");
+        let text = std::fs::read_to_string(&file).expect("read the environment file");
+        assert!(
+            text.contains(from),
+            "the environment file holds {from:?}:\n{text}"
+        );
+        std::fs::write(&file, text.replace(from, to)).expect("write the environment file");
+    }
+
     /// The configuration of worker `executor_id` on this site's database.
     fn config(&self, executor_id: &str) -> Config {
         let yaml = format!(
@@ -633,13 +644,7 @@ async fn a_target_whose_activate_switched_then_failed_is_rolled_back_with_its_pl
 async fn keep_releases_leaves_the_newest_release_directories_and_the_live_one_on_each_target() {
     let site = Site::new(Db::Sqlite, TWO_TARGETS_TWO_REGIONS).await;
     site.write_environment(&site.hosts.known_hosts, "all", "");
-    let file = site.source.join("acme/web/prod.yml");
-    let text = std::fs::read_to_string(&file).unwrap();
-    std::fs::write(
-        &file,
-        text.replace("deploy:\n", "deploy:\n  keep_releases: 2\n"),
-    )
-    .unwrap();
+    site.edit_environment("deploy:\n", "deploy:\n  keep_releases: 2\n");
     let worker = site.worker(&executor_id("w1")).await;
     let releases = |i: usize| -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(site.root(i))
@@ -688,6 +693,97 @@ async fn keep_releases_leaves_the_newest_release_directories_and_the_live_one_on
             "{name}'s outcome says what was removed: {detail}"
         );
     }
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_rollback_reactivates_releases_in_place_and_uploads_only_where_one_is_gone() {
+    let site = Site::new(Db::Sqlite, FOUR_TARGETS_TWO_REGIONS).await;
+    site.write_environment(
+        &site.hosts.known_hosts,
+        "all",
+        "checks:\n  - {name: live, type: command, command: 'test -e app.bin || test -n \"$MANENT_VERSION\"'}\n",
+    );
+    site.edit_environment("deploy:\n", "deploy:\n  keep_releases: 3\n");
+    let worker = site.worker(&executor_id("w1")).await;
+    let (v1, v2) = (site.artifact("v1"), site.artifact("v2"));
+    // Version 1 everywhere, then version 2 everywhere, in one wave each.
+    for artifact in [&v1, &v2] {
+        let (record, status) = site
+            .deploy(&worker, artifact, &artifact.sha256, false)
+            .await;
+        assert_eq!(record.status, WorkflowStatus::Success, "{status:#?}");
+    }
+    // From now on: waves by region with an hour's pause between them.
+    site.edit_environment(
+        "waves: all, max_parallel: 2}",
+        "waves: by_region, max_parallel: 2, pause: 1h}",
+    );
+    // t4 lost its v1 release.
+    std::fs::remove_dir_all(site.root(3).join("v1")).unwrap();
+
+    let client = worker.engine.client();
+    let (source, request) = submission::rollback_source(&client, "acme/web", "prod", None)
+        .await
+        .expect("v1 is there to roll back to");
+    let submitted = submission::resubmit(
+        &client,
+        &std::sync::Arc::new(worker.config.clone()),
+        &source,
+        request,
+        manent_deploy::history::OriginKind::Rollback,
+        true,
+        &manent_deploy::Submitter::named("test"),
+    )
+    .await
+    .expect("the fast rollback is accepted");
+    let record = client.wait(&submitted.id, WAIT).await.unwrap();
+    let status = deploy_views::status(&client, &submitted.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        record.status,
+        WorkflowStatus::Success,
+        "the fast rollback ran every target in one wave, without the hour's pause: {status:#?}"
+    );
+    assert!(
+        !status.steps.iter().any(|s| s.name.starts_with("fetch ")),
+        "nothing is fetched up front: {:#?}",
+        status.steps
+    );
+    for i in 0..4 {
+        let name = target_name(i);
+        assert_eq!(
+            current_of(site.root(i)),
+            Some(PathBuf::from("v1")),
+            "{name} runs v1 again"
+        );
+        assert_eq!(
+            step(&status, &format!("{name}: find release v1")).status,
+            deploy_views::StepState::Success,
+            "{name} was looked at for v1's release"
+        );
+        let uploaded = status
+            .steps
+            .iter()
+            .any(|s| s.name == format!("{name}: upload app.bin"));
+        assert_eq!(
+            uploaded,
+            i == 3,
+            "only t4, whose release was removed, is uploaded to again ({name})"
+        );
+        assert_eq!(
+            step(&status, &format!("{name}: check live")).status,
+            deploy_views::StepState::Success,
+            "{name} is checked after its reactivation"
+        );
+    }
+    assert_eq!(
+        file_sha256(&site.root(3).join("v1/app.bin")).as_deref(),
+        Some(v1.sha256.as_str()),
+        "t4's release was made again from the verified artifact"
+    );
     worker.stop().await;
 }
 
@@ -741,6 +837,15 @@ async fn a_failing_check_stops_the_rollout_and_rolls_the_first_wave_back() {
             current_of(site.root(i)),
             Some(PathBuf::from("v1")),
             "{name}'s current points at v1 again after the rollback"
+        );
+        assert_eq!(
+            step(
+                &status,
+                &format!("{name}: check version-is-v1 after reactivating v1")
+            )
+            .status,
+            deploy_views::StepState::Success,
+            "the rollback checks {name} after reactivating v1 (workflow version 4)"
         );
     }
     for i in 2..4 {

@@ -40,6 +40,11 @@ pub struct EffectiveDescriptor {
     /// records of deploys without it, as from those of releases before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_releases: Option<u32>,
+    /// Set by the deploy workflow for a fast rollback, never by a file: a target whose
+    /// release directory still holds the verified artifacts is reactivated without an
+    /// upload. Left out when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reuse_releases: bool,
     /// The targets.
     pub targets: Vec<Target>,
     /// How to reach the targets.
@@ -112,6 +117,7 @@ impl EffectiveDescriptor {
                 .unwrap_or_else(|| env.deploy.commands.clone()),
             params,
             keep_releases: env.deploy.keep_releases,
+            reuse_releases: false,
             targets: env.targets.clone(),
             ssh: env.ssh.clone(),
             rollout: env.rollout.clone(),

@@ -5,9 +5,7 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{Site, cli_binary, ledger_path};
+use common::{Site, ledger_path};
 use manent_testkit::Db;
 use serde_json::Value;
 
@@ -73,6 +71,18 @@ async fn rollback_puts_the_previous_version_back_and_redeploy_the_named_one(db: 
     let second = deploy(&site, &token, "1.1");
     assert_eq!(ledger_versions(&site), ["1.0", "1.1"], "both versions ran");
     assert_eq!(live(&site, &token), "1.1", "1.1 is live");
+
+    let (code, stderr) = site.cli_stderr(&token, &["rollback", "acme/web", "prod", "--fast"]);
+    assert!(
+        code == 2 && stderr.contains("fast rollback") && stderr.contains("`command`"),
+        "a fast rollback of an environment without release directories is refused, saying \
+         why: {code} {stderr}"
+    );
+    assert_eq!(
+        live(&site, &token),
+        "1.1",
+        "the refused rollback changed nothing"
+    );
 
     let (code, status) = site.cli(&token, &["rollback", "acme/web", "prod", "--wait"]);
     assert_eq!(code, 0, "the rollback succeeds: {status}");

@@ -449,6 +449,7 @@ pub(super) async fn resubmit(
     source: &str,
     request: manent_deploy::DeployRequest,
     kind: OriginKind,
+    fast: bool,
 ) -> Result<(StatusCode, Json<Resubmitted>), AppError> {
     require(
         caller,
@@ -467,6 +468,7 @@ pub(super) async fn resubmit(
         source,
         request,
         kind,
+        fast,
         &manent_deploy::Submitter::new(&caller.token.name, &caller.token.id),
     )
     .await
@@ -505,7 +507,7 @@ async fn redeploy_deploy(
     let request = submission::recorded_request(&state.client, &id)
         .await
         .map_err(resubmit_error)?;
-    resubmit(&state, &caller, &id, request, OriginKind::Redeploy).await
+    resubmit(&state, &caller, &id, request, OriginKind::Redeploy, false).await
 }
 
 /// `{id}` of a deploy's routes.

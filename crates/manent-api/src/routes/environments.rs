@@ -149,7 +149,7 @@ async fn environment_history(
         EnvironmentPath,
     ),
     request_body(content = Option<RollbackBody>, content_type = "application/json",
-        description = "Optional: `{\"to\": \"<version>\"}`, or nothing."),
+        description = "Optional: `{\"to\": \"<version>\", \"fast\": true}` (either key), or nothing."),
     responses(
         (status = 201, description = "The new deploy, and what it submitted again.", body = Resubmitted),
         (status = 400, description = "The body is not `{\"to\": \"…\"}`, or the recorded descriptor is refused today.", body = ErrorBody),
@@ -163,7 +163,11 @@ async fn rollback_environment(
     Path(path): Path<EnvironmentPath>,
     body: String,
 ) -> Result<(StatusCode, Json<Resubmitted>), AppError> {
-    let body: RollbackBody = optional_body(&body, "to", r#"{"to": "<version>"}"#)?;
+    let body: RollbackBody = optional_body(
+        &body,
+        "to",
+        r#"{"to": "<version>", "fast": true} (either key)"#,
+    )?;
     let (application, environment) = visible_environment(&caller, path)?;
     require(&caller, Action::Deploy, Some(&application))?;
     let (source, request) = submission::rollback_source(
@@ -174,5 +178,13 @@ async fn rollback_environment(
     )
     .await
     .map_err(resubmit_error)?;
-    resubmit(&state, &caller, &source, request, OriginKind::Rollback).await
+    resubmit(
+        &state,
+        &caller,
+        &source,
+        request,
+        OriginKind::Rollback,
+        body.fast,
+    )
+    .await
 }

@@ -143,7 +143,19 @@ async fn deploy_target(
                 ));
             }
         } else {
-            for a in local {
+            // A fast rollback: a target that still holds the release needs no upload.
+            let in_place = eff.reuse_releases
+                && ctx
+                    .step_with(
+                        &format!("{name}: find release {}", eff.version),
+                        shown_running(),
+                        || async { targets::release_in_place(pool, eff, target).await },
+                    )
+                    .await?;
+            if in_place {
+                lines.push(format!("release {} in place", eff.version));
+            }
+            for a in local.iter().filter(|_| !in_place) {
                 let remote: String = ctx
                     .step_retrying_if(
                         &format!("{name}: upload {}", a.name),
@@ -176,7 +188,7 @@ async fn deploy_target(
         }
         // No intermediate "checking" event: the target stays "deploying" until its outcome
         // (one checkpoint less per target); a failed check's outcome says it was switched.
-        lines.extend(run_checks(ctx, pool, eff, target, &env).await?);
+        lines.extend(run_checks(ctx, pool, eff, target, &env, "").await?);
         // Once the new release is live and checked: the older ones past keep_releases go
         // (after the checks, so that a failed check still finds the previous release).
         if let Some(releases) = eff.releases_for(target) {
@@ -281,7 +293,10 @@ pub(crate) async fn ensure_all(
     Ok(out)
 }
 
-/// Re-activates the previous version on the targets this deploy switched.
+/// Re-activates the previous version on the targets this deploy switched: from version 4
+/// (request.rs) `max_parallel` at a time, each in a branch with the previous version's
+/// checks after its reactivation; before, one after the other without checks, as those
+/// deploys recorded it.
 async fn roll_back(
     ctx: &WorkflowContext,
     eff: &EffectiveDescriptor,
@@ -290,55 +305,121 @@ async fn roll_back(
     deploy_id: &str,
     switched: &[TargetOutcome],
 ) -> Result<Vec<TargetOutcome>, WorkflowError> {
-    let mut rolled_back = Vec::new();
-    for outcome in switched {
-        let Some(target) = eff.targets.iter().find(|t| t.name == outcome.name) else {
-            continue;
-        };
-        let key = EventKey::target(&target.name);
-        let result = match previous {
-            None => RollbackResult::NothingToRestore(format!(
-                "no earlier successful deploy of {}/{} to return to",
-                eff.application, eff.environment
-            )),
-            Some(prev) => match &prev.activate {
-                None => RollbackResult::NothingToRestore(format!(
-                    "version {} has no `activate` command to run again",
-                    prev.version
-                )),
-                Some(activate) => {
-                    let env = targets::command_env(prev, deploy_id, target, &[]);
-                    let name = format!("{}: reactivate {}", target.name, prev.version);
-                    let step = ctx
-                        .step_with(&name, shown_running(), || async {
-                            run_printing(ctx, &name, pool, prev, target, activate, &env).await
-                        })
-                        .await;
-                    match step {
-                        Ok(_) => RollbackResult::Restored {
-                            version: prev.version.clone(),
-                        },
-                        Err(WorkflowError::Step { message, .. }) => RollbackResult::Failed(message),
-                        Err(other) => return Err(other),
-                    }
-                }
-            },
-        };
-        let rolled = outcome.after_rollback(&result);
-        publish(ctx, &key, &rolled).await?;
-        rolled_back.push(rolled);
+    let switched: Vec<(&TargetOutcome, &Target)> = switched
+        .iter()
+        .filter_map(|o| {
+            eff.targets
+                .iter()
+                .find(|t| t.name == o.name)
+                .map(|t| (o, t))
+        })
+        .collect();
+    if ctx.workflow_version() < crate::request::FAST_ROLLBACK_VERSION {
+        let mut rolled_back = Vec::new();
+        for (outcome, target) in switched {
+            rolled_back.push(
+                roll_back_target(ctx, eff, previous, pool, deploy_id, outcome, target, false)
+                    .await?,
+            );
+        }
+        return Ok(rolled_back);
     }
-    Ok(rolled_back)
+    if switched.is_empty() {
+        return Ok(Vec::new());
+    }
+    let branches = ctx.branches(switched.len());
+    let max_parallel = eff.rollout.max_parallel.max(1) as usize;
+    let mut pending = Vec::new();
+    for (b, (outcome, target)) in branches.into_iter().zip(switched) {
+        pending.push(async move {
+            roll_back_target(&b, eff, previous, pool, deploy_id, outcome, target, true).await
+        });
+    }
+    let results: Vec<Result<TargetOutcome, WorkflowError>> = futures::stream::iter(pending)
+        .buffered(max_parallel)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+/// Re-activates the previous version on one target, then (`checked`) runs its checks, and
+/// publishes the target's outcome.
+#[allow(clippy::too_many_arguments)]
+async fn roll_back_target(
+    ctx: &WorkflowContext,
+    eff: &EffectiveDescriptor,
+    previous: Option<&EffectiveDescriptor>,
+    pool: &ConnectionPool,
+    deploy_id: &str,
+    outcome: &TargetOutcome,
+    target: &Target,
+    checked: bool,
+) -> Result<TargetOutcome, WorkflowError> {
+    let result = match previous {
+        None => RollbackResult::NothingToRestore(format!(
+            "no earlier successful deploy of {}/{} to return to",
+            eff.application, eff.environment
+        )),
+        Some(prev) => match &prev.activate {
+            None => RollbackResult::NothingToRestore(format!(
+                "version {} has no `activate` command to run again",
+                prev.version
+            )),
+            Some(activate) => {
+                let env = targets::command_env(prev, deploy_id, target, &[]);
+                let name = format!("{}: reactivate {}", target.name, prev.version);
+                let step = ctx
+                    .step_with(&name, shown_running(), || async {
+                        run_printing(ctx, &name, pool, prev, target, activate, &env).await
+                    })
+                    .await;
+                let after = format!(" after reactivating {}", prev.version);
+                let checks = match step {
+                    Ok(_) if checked => run_checks(ctx, pool, prev, target, &env, &after)
+                        .await
+                        .map(|_| ()),
+                    Ok(_) => Ok(()),
+                    Err(WorkflowError::Step { message, .. }) => {
+                        return finish_rollback(ctx, outcome, RollbackResult::Failed(message))
+                            .await;
+                    }
+                    Err(other) => return Err(other),
+                };
+                match checks {
+                    Ok(()) => RollbackResult::Restored {
+                        version: prev.version.clone(),
+                    },
+                    Err(WorkflowError::Step { name, message }) => {
+                        RollbackResult::Failed(format!("{name}: {message}"))
+                    }
+                    Err(other) => return Err(other),
+                }
+            }
+        },
+    };
+    finish_rollback(ctx, outcome, result).await
+}
+
+/// Publishes and returns a target's outcome after its rollback.
+async fn finish_rollback(
+    ctx: &WorkflowContext,
+    outcome: &TargetOutcome,
+    result: RollbackResult,
+) -> Result<TargetOutcome, WorkflowError> {
+    let rolled = outcome.after_rollback(&result);
+    publish(ctx, &EventKey::target(&outcome.name), &rolled).await?;
+    Ok(rolled)
 }
 
 /// manent's checks (`checks:`) on one deployed target, one durable step each with the
-/// check's retries.
+/// check's retries, named `<target>: check <label><suffix>`.
 pub(crate) async fn run_checks(
     ctx: &WorkflowContext,
     pool: &ConnectionPool,
     eff: &EffectiveDescriptor,
     target: &Target,
     env: &[(String, String)],
+    suffix: &str,
 ) -> Result<Vec<String>, WorkflowError> {
     let mut lines = Vec::new();
     for check in &eff.checks {
@@ -350,7 +431,7 @@ pub(crate) async fn run_checks(
         .recording_start();
         let out: String = ctx
             .step_with(
-                &format!("{}: check {}", target.name, check.label()),
+                &format!("{}: check {}{suffix}", target.name, check.label()),
                 policy,
                 || async {
                     targets::check_once(pool, eff, target, &kind, check.timeout, env).await

@@ -359,7 +359,7 @@ impl Plugin for External {
                 for (b, (i, target)) in branches.into_iter().zip(still) {
                     pending.push(async move {
                         let env = targets::command_env(eff, pass.deploy_id, target, pass.local);
-                        (i, run_checks(&b, pass.pool, eff, target, &env).await)
+                        (i, run_checks(&b, pass.pool, eff, target, &env, "").await)
                     });
                 }
                 let results: Vec<_> = futures::stream::iter(pending)
