@@ -36,6 +36,8 @@ pub struct AppState {
     /// This process's count of failed authentications per source, the one state an API
     /// process keeps across requests (docs/security.md, "Failed authentications").
     pub throttle: Arc<throttle::AuthThrottle>,
+    /// This process's cumulative metrics (`/metrics`), counted since it started.
+    pub metrics: Arc<manent_deploy::metrics::Metrics>,
 }
 
 impl AppState {
@@ -48,6 +50,7 @@ impl AppState {
             client,
             config,
             throttle,
+            metrics: Arc::new(manent_deploy::metrics::Metrics::new()),
         }
     }
 }

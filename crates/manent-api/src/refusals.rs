@@ -58,18 +58,23 @@ pub fn note(status: u16, token: &str, method: &str, path: &str, reason: &str) {
     }
 }
 
-/// The Prometheus text of the counters: per API process, since it started.
-pub fn metrics_text() -> String {
-    format!(
-        "# HELP manent_api_refused_requests_total Requests this API process refused since it \
-         started (401: no valid token; 403: not allowed; 429: a source throttled after \
-         failed authentications).\n\
-         # TYPE manent_api_refused_requests_total counter\n\
-         manent_api_refused_requests_total{{status=\"401\"}} {}\n\
-         manent_api_refused_requests_total{{status=\"403\"}} {}\n\
-         manent_api_refused_requests_total{{status=\"429\"}} {}\n",
-        UNAUTHORIZED.load(Ordering::Relaxed),
-        FORBIDDEN.load(Ordering::Relaxed),
-        THROTTLED.load(Ordering::Relaxed)
-    )
+/// Registers the refused-request counters: per API process, since it started.
+pub fn register_metrics(registry: &mut prometheus_client::registry::Registry) {
+    use prometheus_client::metrics::{counter::Counter, family::Family};
+    let refused = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
+    for (status, count) in [
+        ("401", &UNAUTHORIZED),
+        ("403", &FORBIDDEN),
+        ("429", &THROTTLED),
+    ] {
+        refused
+            .get_or_create(&vec![("status", status)])
+            .inc_by(count.load(Ordering::Relaxed));
+    }
+    registry.register(
+        "manent_api_refused_requests",
+        "Requests this API process refused since it started (401: no valid token; 403: not \
+         allowed; 429: a source throttled after failed authentications).",
+        refused,
+    );
 }

@@ -640,15 +640,8 @@ async fn tenants_and_applications_come_from_the_environments_source() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_answer_without_a_token_with_deploys_queues_and_workers() {
-    let mut api = Api::new().await;
-    let worker = api.worker().await;
-    let token = api.token("deployer", Role::Deployer).await;
-    let (status, created) = api.post_deploy(&token, &api.good_descriptor()).await;
-    assert_eq!(status, StatusCode::CREATED, "{created}");
-    let id = created["id"].as_str().unwrap().to_string();
-    api.client.wait(&id, WAIT).await.expect("the deploy ends");
+/// `/metrics`, without a token: its status and text.
+async fn scrape(api: &Api) -> (StatusCode, String) {
     let response = api
         .router
         .clone()
@@ -659,19 +652,106 @@ async fn metrics_answer_without_a_token_with_deploys_queues_and_workers() {
         )
         .await
         .unwrap();
-    assert_eq!(response.status(), StatusCode::OK, "no token needed");
+    let status = response.status();
     let body = axum::body::to_bytes(response.into_body(), usize::MAX)
         .await
         .unwrap();
-    let text = String::from_utf8(body.to_vec()).unwrap();
+    (status, String::from_utf8(body.to_vec()).unwrap())
+}
+
+/// The value of `series` (a metric's name with its labels) in a scrape; 0 when absent.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Submits a deploy and waits for its end.
+async fn deployed(api: &Api, token: &str) {
+    let (status, created) = api.post_deploy(token, &api.good_descriptor()).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    api.client.wait(&id, WAIT).await.expect("the deploy ends");
+}
+
+/// Scrapes until `n` successful deploys have been counted as ended.
+async fn scraped_after(api: &Api, n: f64) -> String {
+    manent_testkit::eventually(
+        &format!("/metrics counts {n} successful deploys ended"),
+        WAIT,
+        || async {
+            let (_, text) = scrape(api).await;
+            (sample(&text, "manent_deploys_ended_total{status=\"SUCCESS\"}") >= n).then_some(text)
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_answer_without_a_token_with_deploys_queues_and_workers() {
+    let mut api = Api::new().await;
+    let worker = api.worker().await;
+    let token = api.token("deployer", Role::Deployer).await;
+    deployed(&api, &token).await;
+    let (status, text) = scrape(&api).await;
+    assert_eq!(status, StatusCode::OK, "no token needed");
     for line in [
         "manent_deploys{status=\"SUCCESS\"} 1",
         "manent_queue_enqueued{queue=\"default\",kind=\"default\"} 0",
+        "# TYPE manent_step_duration_seconds histogram",
         "manent_step_duration_seconds_count ",
-        "manent_claim_latency_seconds{quantile=\"0.5\"} ",
+        "manent_claim_latency_seconds_bucket{le=\"0.005\"} ",
         "manent_worker_up{executor_id=\"",
+        "manent_api_refused_requests_total{status=\"401\"} ",
     ] {
         assert!(text.contains(line), "the metrics have `{line}`:\n{text}");
+    }
+    assert!(
+        text.ends_with("# EOF\n"),
+        "a whole OpenMetrics exposition:\n{text}"
+    );
+    worker.shutdown(WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn histograms_and_counters_add_up_across_scrapes() {
+    let mut api = Api::new().await;
+    let worker = api.worker().await;
+    let token = api.token("deployer", Role::Deployer).await;
+    deployed(&api, &token).await;
+    let first = scraped_after(&api, 1.0).await;
+    deployed(&api, &token).await;
+    let second = scraped_after(&api, 2.0).await;
+    for histogram in [
+        "manent_step_duration_seconds",
+        "manent_claim_latency_seconds",
+    ] {
+        let count = |text: &str| sample(text, &format!("{histogram}_count"));
+        assert!(
+            count(&second) > count(&first) && count(&first) > 0.0,
+            "{histogram} counts the second deploy on top of the first: {} then {}",
+            count(&first),
+            count(&second)
+        );
+        let sum = |text: &str| sample(text, &format!("{histogram}_sum"));
+        assert!(
+            sum(&second) >= sum(&first),
+            "{histogram}_sum never goes down"
+        );
+        for le in ["0.005", "0.1", "1.0", "60.0", "+Inf"] {
+            let bucket = format!("{histogram}_bucket{{le=\"{le}\"}}");
+            assert!(
+                sample(&second, &bucket) >= sample(&first, &bucket),
+                "{bucket} is cumulative: {} then {}",
+                sample(&first, &bucket),
+                sample(&second, &bucket)
+            );
+        }
+        assert_eq!(
+            sample(&second, &format!("{histogram}_bucket{{le=\"+Inf\"}}")),
+            count(&second),
+            "the +Inf bucket holds every observation"
+        );
     }
     worker.shutdown(WAIT).await;
 }

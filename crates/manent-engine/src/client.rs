@@ -13,8 +13,8 @@ use crate::{
     records::Records,
     store::{
         EnqueueOutcome, EventRecord, ExecutorLease, ExecutorRecord, NewWorkflow, QueueDepth,
-        QueueRecord, RunningCount, StepRecord, Store, Wakeup, WorkflowFilter, WorkflowRecord,
-        WorkflowStatus, WorkflowVersions,
+        QueueRecord, RunningCount, StepRecord, Store, TimeWindow, Wakeup, WorkflowFilter,
+        WorkflowRecord, WorkflowStatus, WorkflowVersions,
     },
 };
 
@@ -443,14 +443,30 @@ impl Client {
     }
 
     /// Durations (ms) of the `limit` most recently finished steps (`manent.*` left out).
-    pub async fn recent_step_durations(&self, limit: i64) -> Result<Vec<i64>, EngineError> {
-        Ok(self.store.recent_step_durations(limit).await?)
+    /// Steps that finished in the window: `(finished_at, duration)` in ms
+    /// ([`Store::steps_finished_between`]).
+    pub async fn steps_finished_between(
+        &self,
+        window: TimeWindow,
+    ) -> Result<Vec<(i64, i64)>, EngineError> {
+        Ok(self.store.steps_finished_between(window).await?)
     }
 
-    /// Claim latencies (ms from ready to first claim) of the `limit` most recently
-    /// started workflows.
-    pub async fn recent_claim_latencies(&self, limit: i64) -> Result<Vec<i64>, EngineError> {
-        Ok(self.store.recent_claim_latencies(limit).await?)
+    /// Workflows first claimed in the window: `(started_at, latency)` in ms.
+    pub async fn workflows_started_between(
+        &self,
+        window: TimeWindow,
+    ) -> Result<Vec<(i64, i64)>, EngineError> {
+        Ok(self.store.workflows_started_between(window).await?)
+    }
+
+    /// Workflows named `name` that ended in the window: `(finished_at, status)`.
+    pub async fn workflows_finished_between(
+        &self,
+        name: &str,
+        window: TimeWindow,
+    ) -> Result<Vec<(i64, WorkflowStatus)>, EngineError> {
+        Ok(self.store.workflows_finished_between(name, window).await?)
     }
 
     pub async fn queues(&self) -> Result<Vec<QueueRecord>, EngineError> {

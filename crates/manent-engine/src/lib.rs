@@ -30,7 +30,7 @@ pub use records::Records;
 pub use store::{
     AuditFilter, AuditRecord, Backend, Deleted, EventRecord, ExecutorRecord, ExecutorState,
     LimitGroup, OutputLine, PruneQuery, QueueDepth, QueueRecord, RecordEntry, RunningCount,
-    StepRecord, StepStatus, Store, WorkflowFilter, WorkflowRecord, WorkflowStatus,
+    StepRecord, StepStatus, Store, TimeWindow, WorkflowFilter, WorkflowRecord, WorkflowStatus,
     WorkflowVersions,
 };
 

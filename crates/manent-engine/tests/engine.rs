@@ -13,7 +13,7 @@ use std::{
 
 use manent_engine::{
     Client, Engine, EngineConfig, EngineError, EnqueueRequest, QueueSpec, RecordEntry, StepPolicy,
-    StepStatus, Store, WorkflowContext, WorkflowError, WorkflowStatus, now_ms, store,
+    StepStatus, Store, TimeWindow, WorkflowContext, WorkflowError, WorkflowStatus, now_ms, store,
 };
 use manent_testkit::{Db, TestDb};
 use tokio::sync::Notify;
@@ -54,6 +54,7 @@ on_both_backends!(
     cancelling_a_parent_stops_its_running_step_and_cancels_its_children,
     recovering_an_unknown_executor_is_an_error,
     the_events_of_many_workflows_are_read_at_once,
+    what_finished_or_started_in_a_window_is_read_oldest_first,
 );
 
 async fn open(db: &TestDb) -> Arc<dyn Store> {
@@ -1665,6 +1666,88 @@ async fn the_events_of_many_workflows_are_read_at_once(db: Db) {
     assert!(
         client.events_of(&[]).await.unwrap().is_empty(),
         "no ids, no query, nothing"
+    );
+    e.shutdown(WAIT).await;
+}
+
+async fn what_finished_or_started_in_a_window_is_read_oldest_first(db: Db) {
+    let db = TestDb::new(db).await;
+    let e = engine(&db, "w").await;
+    e.register("two-steps", |ctx: WorkflowContext, fail: bool| async move {
+        ctx.step("first", || async { Ok::<_, String>(1) }).await?;
+        ctx.step("second", || async { Ok::<_, String>(2) }).await?;
+        if fail {
+            return Err(WorkflowError::failed("as asked"));
+        }
+        Ok::<_, WorkflowError>(())
+    });
+    e.listen(QueueSpec::new("q"));
+    e.launch().await.unwrap();
+    let client = e.client();
+    let before = now_ms() - 1;
+    for fail in [false, true] {
+        let wf = client
+            .enqueue(EnqueueRequest::new("two-steps", "q", fail))
+            .await
+            .unwrap();
+        client.wait(&wf.id, WAIT).await.unwrap();
+    }
+    let all = TimeWindow {
+        after_ms: before,
+        until_ms: now_ms() + 1,
+        limit: 100,
+    };
+    let steps = client.steps_finished_between(all).await.unwrap();
+    assert_eq!(
+        steps.len(),
+        4,
+        "two steps of each workflow, none of the engine's own: {steps:?}"
+    );
+    assert!(
+        steps.windows(2).all(|w| w[0].0 <= w[1].0) && steps.iter().all(|(_, ms)| *ms >= 0),
+        "oldest first, with their durations: {steps:?}"
+    );
+    let started = client.workflows_started_between(all).await.unwrap();
+    assert_eq!(started.len(), 2, "both workflows were claimed: {started:?}");
+    let ended = client
+        .workflows_finished_between("two-steps", all)
+        .await
+        .unwrap();
+    let statuses: Vec<WorkflowStatus> = ended.iter().map(|(_, s)| *s).collect();
+    assert_eq!(
+        statuses,
+        [WorkflowStatus::Success, WorkflowStatus::Error],
+        "each ended workflow once, in the order they ended: {ended:?}"
+    );
+    let first_only = TimeWindow { limit: 1, ..all };
+    assert_eq!(
+        client
+            .workflows_finished_between("two-steps", first_only)
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "the limit holds"
+    );
+    let later = TimeWindow {
+        after_ms: ended[1].0,
+        ..all
+    };
+    assert!(
+        client
+            .workflows_finished_between("two-steps", later)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the window's start is exclusive"
+    );
+    assert!(
+        client
+            .workflows_finished_between("another-name", all)
+            .await
+            .unwrap()
+            .is_empty(),
+        "only workflows of the name asked for"
     );
     e.shutdown(WAIT).await;
 }

@@ -75,17 +75,19 @@ async fn readyz(State(state): State<AppState>) -> Response {
 /// Prometheus text, without a token (docs/security.md: health and metrics only).
 #[utoipa::path(get, path = "/metrics", tag = "meta", operation_id = "metrics",
     responses(
-        (status = 200, description = "Prometheus text format 0.0.4.", content_type = "text/plain", body = String),
+        (status = 200, description = "OpenMetrics text 1.0.0 (which Prometheus reads).", content_type = "application/openmetrics-text", body = String),
         (status = 500, description = "An internal error.", body = ErrorBody),
         (status = 503, description = "The database is unavailable.", body = ErrorBody),
     ))]
 async fn metrics(State(state): State<AppState>) -> Result<Response, AppError> {
-    let mut text = manent_deploy::metrics::render(&state.client, &state.config).await?;
-    text.push_str(&refusals::metrics_text());
+    let text = state
+        .metrics
+        .render(&state.client, &state.config, refusals::register_metrics)
+        .await?;
     Ok((
         [(
             header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         text,
     )

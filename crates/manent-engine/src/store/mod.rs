@@ -668,12 +668,27 @@ pub trait Store: Send + Sync + 'static {
     async fn count_by_status(&self, name: &str) -> Result<Vec<(WorkflowStatus, i64)>, StoreError>;
     /// How many workflows named `name` are queued (ENQUEUED), per workflow version.
     async fn count_enqueued_by_version(&self, name: &str) -> Result<Vec<(u32, i64)>, StoreError>;
-    /// Durations (ms) of the `limit` most recently finished steps (the engine's own
-    /// bookkeeping — `manent.*` — left out).
-    async fn recent_step_durations(&self, limit: i64) -> Result<Vec<i64>, StoreError>;
-    /// Claim latencies (ms from ready — created, or its not-before time — to first
-    /// claim) of the `limit` most recently started workflows.
-    async fn recent_claim_latencies(&self, limit: i64) -> Result<Vec<i64>, StoreError>;
+    /// The steps that finished in `(after_ms, until_ms]`, oldest first, at most `limit`:
+    /// `(finished_at, duration)` in ms (the engine's own bookkeeping — `manent.*` — left
+    /// out). Read from an index, so a scrape costs what it reads.
+    async fn steps_finished_between(
+        &self,
+        window: TimeWindow,
+    ) -> Result<Vec<(i64, i64)>, StoreError>;
+    /// The workflows first claimed in `(after_ms, until_ms]`, oldest first, at most
+    /// `limit`: `(started_at, latency)` in ms, the latency from ready (created, or its
+    /// not-before time) to that claim.
+    async fn workflows_started_between(
+        &self,
+        window: TimeWindow,
+    ) -> Result<Vec<(i64, i64)>, StoreError>;
+    /// The workflows named `name` that ended in `(after_ms, until_ms]`, oldest first, at
+    /// most `limit`: `(finished_at, status)`.
+    async fn workflows_finished_between(
+        &self,
+        name: &str,
+        window: TimeWindow,
+    ) -> Result<Vec<(i64, WorkflowStatus)>, StoreError>;
 
     // --- messages and events ---
     async fn send_message(
@@ -846,4 +861,13 @@ pub trait Store: Send + Sync + 'static {
     fn subscribe(&self) -> broadcast::Receiver<Wakeup>;
     /// How often to look for work nobody told us about (the fallback poll).
     fn poll_interval(&self) -> Duration;
+}
+
+/// Rows by a time column in `(after_ms, until_ms]`, oldest first, at most `limit` (the
+/// metrics' incremental reads).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeWindow {
+    pub after_ms: i64,
+    pub until_ms: i64,
+    pub limit: i64,
 }

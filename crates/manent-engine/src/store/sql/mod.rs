@@ -17,8 +17,8 @@ use super::{
     AuditFilter, AuditRecord, Backend, Checkpoint, ClaimLimits, Consumed, EnqueueOutcome,
     EventRecord, ExecutorLease, ExecutorRecord, ExecutorState, Lease, LeaseGrant, Liveness,
     NewWorkflow, OutputLine, QueueDepth, QueueRecord, RecordEntry, Renewal, RunningCount,
-    StepRecord, Store, Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus, WorkflowVersions,
-    postgres, sqlite,
+    StepRecord, Store, TimeWindow, Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus,
+    WorkflowVersions, postgres, sqlite,
 };
 use crate::error::StoreError;
 
@@ -439,12 +439,26 @@ impl Store for SqlStore {
         SqlStore::count_enqueued_by_version(self, name).await
     }
 
-    async fn recent_step_durations(&self, limit: i64) -> Result<Vec<i64>, StoreError> {
-        SqlStore::recent_step_durations(self, limit).await
+    async fn steps_finished_between(
+        &self,
+        window: TimeWindow,
+    ) -> Result<Vec<(i64, i64)>, StoreError> {
+        SqlStore::steps_finished_between(self, window).await
     }
 
-    async fn recent_claim_latencies(&self, limit: i64) -> Result<Vec<i64>, StoreError> {
-        SqlStore::recent_claim_latencies(self, limit).await
+    async fn workflows_started_between(
+        &self,
+        window: TimeWindow,
+    ) -> Result<Vec<(i64, i64)>, StoreError> {
+        SqlStore::workflows_started_between(self, window).await
+    }
+
+    async fn workflows_finished_between(
+        &self,
+        name: &str,
+        window: TimeWindow,
+    ) -> Result<Vec<(i64, WorkflowStatus)>, StoreError> {
+        SqlStore::workflows_finished_between(self, name, window).await
     }
 
     async fn send_message(

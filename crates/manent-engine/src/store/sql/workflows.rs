@@ -9,6 +9,7 @@ use crate::store::EnqueueOutcome;
 use crate::store::NewWorkflow;
 use crate::store::QueueDepth;
 use crate::store::QueueRecord;
+use crate::store::TimeWindow;
 use crate::store::Wakeup;
 use crate::store::WorkflowFilter;
 use crate::store::WorkflowRecord;
@@ -462,23 +463,57 @@ impl SqlStore {
             .collect()
     }
 
-    pub(super) async fn recent_step_durations(&self, limit: i64) -> Result<Vec<i64>, StoreError> {
-        Ok(with_pool!(self, pool => sqlx::query_scalar(
-        "SELECT finished_at - started_at FROM manent_steps WHERE finished_at IS NOT NULL \
-         AND name NOT LIKE 'manent.%' ORDER BY finished_at DESC LIMIT $1")
-        .bind(limit)
+    pub(super) async fn steps_finished_between(
+        &self,
+        w: TimeWindow,
+    ) -> Result<Vec<(i64, i64)>, StoreError> {
+        Ok(with_pool!(self, pool => sqlx::query_as(
+        "SELECT finished_at, finished_at - started_at FROM manent_steps \
+         WHERE finished_at > $1 AND finished_at <= $2 AND name NOT LIKE 'manent.%' \
+         ORDER BY finished_at LIMIT $3")
+        .bind(w.after_ms)
+        .bind(w.until_ms)
+        .bind(w.limit)
         .fetch_all(pool)
         .await
         )?)
     }
 
-    pub(super) async fn recent_claim_latencies(&self, limit: i64) -> Result<Vec<i64>, StoreError> {
-        Ok(with_pool!(self, pool => sqlx::query_scalar(
-        "SELECT started_at - (CASE WHEN COALESCE(not_before, 0) > created_at THEN not_before ELSE created_at END) \
-         FROM manent_workflows WHERE started_at IS NOT NULL ORDER BY started_at DESC LIMIT $1")
-        .bind(limit)
+    pub(super) async fn workflows_started_between(
+        &self,
+        w: TimeWindow,
+    ) -> Result<Vec<(i64, i64)>, StoreError> {
+        Ok(with_pool!(self, pool => sqlx::query_as(
+        "SELECT started_at, started_at - (CASE WHEN COALESCE(not_before, 0) > created_at \
+         THEN not_before ELSE created_at END) \
+         FROM manent_workflows WHERE started_at > $1 AND started_at <= $2 \
+         ORDER BY started_at LIMIT $3")
+        .bind(w.after_ms)
+        .bind(w.until_ms)
+        .bind(w.limit)
         .fetch_all(pool)
         .await
         )?)
+    }
+
+    pub(super) async fn workflows_finished_between(
+        &self,
+        name: &str,
+        w: TimeWindow,
+    ) -> Result<Vec<(i64, WorkflowStatus)>, StoreError> {
+        let rows: Vec<(i64, String)> = with_pool!(self, pool => sqlx::query_as(
+        "SELECT finished_at, status FROM manent_workflows \
+         WHERE finished_at > $1 AND finished_at <= $2 AND name = $3 \
+         ORDER BY finished_at LIMIT $4")
+        .bind(w.after_ms)
+        .bind(w.until_ms)
+        .bind(name)
+        .bind(w.limit)
+        .fetch_all(pool)
+        .await
+        )?;
+        rows.into_iter()
+            .map(|(at, status)| Ok((at, status.parse()?)))
+            .collect()
     }
 }
