@@ -356,10 +356,12 @@ async fn run(args: Args) -> Result<u8, CliError> {
                 render::print(style, &logs, render::logs);
             }
             let after = logs.body.output_seq;
-            let status = follow_from(&api, &id, style, after, Lines::Stdout).await?;
-            if !style.is_document() {
-                render::print_line(&render::progress_line(&status.body));
-            }
+            // For people, what `logs` shows besides the output (steps, recoveries, targets,
+            // where the deploy stands) is printed as it changes, each line once.
+            let mut seen: std::collections::HashSet<String> =
+                logs.body.lines.iter().cloned().collect();
+            let log = (!style.is_document()).then_some(&mut seen);
+            follow_from(&api, &id, style, after, Lines::Stdout, log).await?;
             Ok(0)
         }
         Command::List {
@@ -802,16 +804,18 @@ async fn follow(
     } else {
         Lines::Stderr
     };
-    follow_from(api, id, style, 0, lines).await
+    follow_from(api, id, style, 0, lines, None).await
 }
 
-/// As `follow`, printing output lines after `after` to `lines`.
+/// As `follow`, printing output lines after `after` to `lines`, and with `log` the deploy's
+/// log lines not in it yet (then added), on stdout.
 async fn follow_from(
     api: &ApiClient,
     id: &str,
     style: &Style,
     mut after: i64,
     lines: Lines,
+    mut log: Option<&mut std::collections::HashSet<String>>,
 ) -> Result<Answer<DeployStatus>, CliError> {
     let mut last = String::new();
     let mut outage_since: Option<tokio::time::Instant> = None;
@@ -821,6 +825,19 @@ async fn follow_from(
             // Read after the status: once it says the deploy ended, every line is stored.
             if lines != Lines::Nowhere {
                 after = print_output(api, id, after, lines, style).await?;
+            }
+            if let Some(seen) = log.as_deref_mut() {
+                let now: Answer<DeployLogs> = api
+                    .get_query(
+                        &deploy_path(id, "/logs"),
+                        &[("output", "false".to_string())],
+                    )
+                    .await?;
+                for line in now.body.lines {
+                    if seen.insert(line.clone()) {
+                        render::print_line(&render::terminal_safe(&line));
+                    }
+                }
             }
             Ok::<_, CliError>(status)
         }

@@ -714,9 +714,14 @@ const MAX_LIST_PAGES: i64 = 20;
 const LOG_OUTPUT_LINES: i64 = 5_000;
 
 /// Log lines of a deploy, in time order: its submission, each step's outcome, what its
-/// commands printed (`source | line`, `!` for stderr, `·` for a plugin's progress),
-/// recoveries; then each target's outcome and where the deploy stands.
-pub async fn logs(client: &Client, id: &str) -> Result<Option<DeployLogs>, EngineError> {
+/// commands printed (`source | line`, `!` for stderr, `·` for a plugin's progress; left
+/// out without `with_output`, for a follower that pages the output itself), recoveries;
+/// then each target's outcome and where the deploy stands.
+pub async fn logs(
+    client: &Client,
+    id: &str,
+    with_output: bool,
+) -> Result<Option<DeployLogs>, EngineError> {
     let Some(view) = status(client, id).await? else {
         return Ok(None);
     };
@@ -744,21 +749,32 @@ pub async fn logs(client: &Client, id: &str) -> Result<Option<DeployLogs>, Engin
             .as_deref()
             .map(|e| format!(": {e}"))
             .unwrap_or_default();
+        let shown = shown_step_status(&s, view.finished_at.is_some());
+        // A running step has made no attempt yet that could be counted.
+        let attempts = if shown == StepState::Running {
+            String::new()
+        } else {
+            format!(" (attempts {})", s.attempts)
+        };
         timed.push((
             when,
             2,
             format!(
-                "{} [{}] {} {} (attempts {}){error}",
+                "{} [{}] {} {}{attempts}{error}",
                 rfc3339(when),
                 s.executor_id,
                 s.name,
-                shown_step_status(&s, view.finished_at.is_some()).as_str(),
-                s.attempts
+                shown.as_str(),
             ),
         ));
     }
     let mut output_seq = 0;
-    for line in timeline::output(client, id, 0, LOG_OUTPUT_LINES).await? {
+    let output = if with_output {
+        timeline::output(client, id, 0, LOG_OUTPUT_LINES).await?
+    } else {
+        Vec::new()
+    };
+    for line in output {
         output_seq = line.seq;
         let mark = match line.stream.as_str() {
             "stderr" => "!",

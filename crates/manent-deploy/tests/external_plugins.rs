@@ -291,7 +291,7 @@ async fn a_plugin_that_prints_a_multi_line_secret_shows_none_of_it_in_output_or_
         "the plugin failed on purpose: {done:?}"
     );
     let client = worker.engine.client();
-    let logs = deploy_views::logs(&client, &done.id)
+    let logs = deploy_views::logs(&client, &done.id, true)
         .await
         .unwrap()
         .expect("the deploy has logs");

@@ -106,6 +106,18 @@ impl Ledger {
     }
 }
 
+/// The recovery notes of workflow `id` (its `recovery:` events), which its log shows.
+async fn recovery_notes(client: &Client, id: &str) -> Vec<String> {
+    client
+        .events(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|ev| ev.key.starts_with("recovery:"))
+        .map(|ev| ev.value)
+        .collect()
+}
+
 async fn wait_success(client: &Client, id: &str) -> manent_engine::WorkflowRecord {
     let record = client.wait(id, WAIT).await.expect("workflow ends");
     assert_eq!(
@@ -197,6 +209,11 @@ async fn replay_skips_completed_steps_and_reruns_the_interrupted_one(db: Db) {
     assert!(
         steps.iter().all(|s| s.status == StepStatus::Success),
         "every step recorded as a success"
+    );
+    let notes = recovery_notes(&second.client(), &wf.id).await;
+    assert!(
+        notes.len() == 1 && notes[0].contains("resumed by executor w1"),
+        "the resumption after the restart is noted for the workflow's log: {notes:?}"
     );
     second.shutdown(WAIT).await;
 }
@@ -833,6 +850,13 @@ async fn automatic_recovery_takes_over_a_stale_executor(db: Db) {
         done.executor_id.as_deref(),
         Some("alive"),
         "the live executor resumed the stale one's work"
+    );
+    let notes = recovery_notes(&client, &wf.id).await;
+    assert!(
+        notes.len() == 1
+            && notes[0].contains("recovered automatically by executor alive")
+            && notes[0].contains("executor dead"),
+        "the recovery is noted in the workflow's events, which its log shows: {notes:?}"
     );
     e.shutdown(WAIT).await;
 }

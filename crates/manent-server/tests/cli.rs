@@ -242,8 +242,10 @@ async fn logs_follow_shows_what_commands_print_as_they_print_it(db: Db) {
         WAIT,
         || async {
             let text = std::fs::read_to_string(&out_path).unwrap_or_default();
-            (text.contains("t1: command 1 | line 3") && text.contains("t1: command 1 ! a warning"))
-                .then_some(())
+            (text.contains("t1: command 1 | line 3")
+                && text.contains("t1: command 1 ! a warning")
+                && text.contains("t1: command 1 RUNNING"))
+            .then_some(())
         },
     )
     .await;
@@ -265,6 +267,20 @@ async fn logs_follow_shows_what_commands_print_as_they_print_it(db: Db) {
         followed.matches("| line 1").count(),
         1,
         "each line once: {followed}"
+    );
+    for shown in [
+        "t1: command 1 SUCCESS (attempts 1)",
+        "target t1: deployed",
+        "SUCCESS phase done",
+    ] {
+        assert!(
+            followed.contains(shown),
+            "logs -f shows what logs shows, as it happens: {shown:?} in {followed}"
+        );
+    }
+    assert!(
+        !followed.contains("attempts 0"),
+        "a running step is not said to have made no attempt: {followed}"
     );
 
     let out = manent(&site, &token, &["logs", &id], "");

@@ -369,7 +369,7 @@ async fn a_deploy_at_a_time_whose_token_was_revoked_before_it_fired_ends_refused
         "nothing ran after the check: no fetch, no target: {:?}",
         ended.steps
     );
-    let logs = deploy_views::logs(&site.client, &id)
+    let logs = deploy_views::logs(&site.client, &id, true)
         .await
         .unwrap()
         .unwrap()

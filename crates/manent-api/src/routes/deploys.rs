@@ -245,20 +245,36 @@ fn fill_actions(caller: &Caller, deploy: &mut DeployStatus) {
     deploy.actions = actions;
 }
 
+/// `?output=false` of `/deploys/{id}/logs`.
+#[derive(Debug, serde::Deserialize)]
+struct LogsQuery {
+    #[serde(default = "yes")]
+    output: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
 /// The log lines of one deploy.
 #[utoipa::path(get, path = "/deploys/{id}/logs", tag = "deploys", operation_id = "getDeployLogs",
-    params(DeployId),
+    params(
+        DeployId,
+        ("output" = Option<bool>, Query, description = "false: without what its commands printed (a follower pages `/output` itself); default true."),
+    ),
     responses(
         (status = 200, description = "Its submission, steps, output, recoveries and targets, in time order.", body = DeployLogs),
+        (status = 400, description = "The query string cannot be read.", body = ErrorBody),
         (status = 404, description = "No such deploy (or one the token may not see).", body = ErrorBody),
     ))]
 async fn deploy_logs(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
     Path(DeployId { id }): Path<DeployId>,
+    Query(query): Query<LogsQuery>,
 ) -> Result<Json<DeployLogs>, AppError> {
     visible_deploy(&state, &caller, &id).await?;
-    deploy_views::logs(&state.client, &id)
+    deploy_views::logs(&state.client, &id, query.output)
         .await?
         .map(|logs| Json(logs.to_wire()))
         .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))

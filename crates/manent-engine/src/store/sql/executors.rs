@@ -22,6 +22,27 @@ pub(super) const EXECUTOR_SELECT: &str = "SELECT e.id, e.host, e.pid, e.region, 
      e.stopped_at, e.version, e.workflow_min, e.workflow_max, (SELECT COUNT(*) FROM manent_workflows w WHERE w.executor_id = e.id AND w.status = 'PENDING') AS running \
      FROM manent_executors e";
 
+/// Keeps a note of a recovery in each workflow of `$ids` (its events, `recovery:<ms>`,
+/// which its log shows), in the transaction `$tx` that moves them. A macro, not a function:
+/// the transaction's type is each backend's own.
+macro_rules! note_recovery {
+    ($tx:ident, $ids:expr, $note:expr, $now_ms:expr) => {
+        for id in $ids {
+            sqlx::query(
+                "INSERT INTO manent_events (workflow_id, event_key, value, updated_at) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (workflow_id, event_key) \
+                 DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+            )
+            .bind(id)
+            .bind(format!("recovery:{}", $now_ms))
+            .bind($note)
+            .bind($now_ms)
+            .execute(&mut *$tx)
+            .await?;
+        }
+    };
+}
+
 impl SqlStore {
     pub(super) async fn upsert_executor(&self, e: &ExecutorRecord) -> Result<(), StoreError> {
         let queues = serde_json::to_string(&e.queues)
@@ -222,14 +243,22 @@ impl SqlStore {
         executor_id: &str,
         now_ms: i64,
     ) -> Result<Vec<WorkflowRecord>, StoreError> {
-        let rows: Vec<WorkflowRow> = with_writer!(self, pool => sqlx::query_as(concat!(
-        "UPDATE manent_workflows SET generation = generation + 1, attempts = attempts + 1, updated_at = $2 \
-         WHERE executor_id = $1 AND status = 'PENDING' RETURNING ", wf_cols!()))
-        .bind(executor_id)
-        .bind(now_ms)
-        .fetch_all(pool)
-        .await
-        )?;
+        let note = serde_json::Value::String(format!(
+            "resumed by executor {executor_id}, started again after it stopped while running it"
+        ))
+        .to_string();
+        let rows: Vec<WorkflowRow> = write_tx!(self, tx => {
+            let rows: Vec<WorkflowRow> = sqlx::query_as(concat!(
+            "UPDATE manent_workflows SET generation = generation + 1, attempts = attempts + 1, updated_at = $2 \
+             WHERE executor_id = $1 AND status = 'PENDING' RETURNING ", wf_cols!()))
+            .bind(executor_id)
+            .bind(now_ms)
+            .fetch_all(&mut *tx)
+            .await?;
+            // In each resumed workflow's log (`manent logs`), with the takeover.
+            note_recovery!(tx, rows.iter().map(|r| &r.id), &note, now_ms);
+            rows
+        });
         workflows(rows)
     }
 
@@ -239,7 +268,6 @@ impl SqlStore {
         note: &str,
         now_ms: i64,
     ) -> Result<Vec<String>, StoreError> {
-        let event_key = format!("recovery:{now_ms}");
         let rows: Vec<(String, String)> = write_tx!(self, tx => {
             let rows: Vec<(String, String)> = sqlx::query_as(
                 "UPDATE manent_workflows SET status = 'ENQUEUED', executor_id = NULL, generation = generation + 1, \
@@ -249,17 +277,7 @@ impl SqlStore {
                 .fetch_all(&mut *tx)
                 .await?;
             // Each moved workflow keeps a note of the recovery, in the same transaction.
-            for (id, _) in &rows {
-                sqlx::query(
-                    "INSERT INTO manent_events (workflow_id, event_key, value, updated_at) VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (workflow_id, event_key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at")
-                    .bind(id)
-                    .bind(&event_key)
-                    .bind(note)
-                    .bind(now_ms)
-                    .execute(&mut *tx)
-                    .await?;
-            }
+            note_recovery!(tx, rows.iter().map(|(id, _)| id), note, now_ms);
             rows
         });
         let mut queues: Vec<String> = rows.iter().map(|(_, q)| q.clone()).collect();
@@ -288,20 +306,31 @@ impl SqlStore {
         .await
         )?;
         let mut recovered = Vec::new();
+        let stale_secs = (now_ms - stale_before_ms) / 1000;
         for executor in stale {
-            // Re-checked in the UPDATE: an executor that came back since is left alone.
-            let rows: Vec<(String, String)> = with_writer!(self, pool => sqlx::query_as(
-            "UPDATE manent_workflows SET status = 'ENQUEUED', executor_id = NULL, generation = generation + 1, \
-             updated_at = $3 WHERE executor_id = $1 AND status = 'PENDING' AND NOT EXISTS ( \
-               SELECT 1 FROM manent_executors e WHERE e.id = $1 AND e.heartbeat_at >= $2) \
-             AND NOT EXISTS (SELECT 1 FROM manent_executor_leases l WHERE l.executor_id = $1 AND l.expires_at > $3) \
-             RETURNING id, queue_name")
-            .bind(&executor)
-            .bind(stale_before_ms)
-            .bind(now_ms)
-            .fetch_all(pool)
-            .await
-            )?;
+            // Each moved workflow keeps a note of the recovery in its log (`manent logs`),
+            // written in the same transaction as the move.
+            let note = serde_json::Value::String(format!(
+                "recovered automatically by executor {except}: executor {executor} had not \
+                 renewed its heartbeat or its lease for more than {stale_secs}s"
+            ))
+            .to_string();
+            let rows: Vec<(String, String)> = write_tx!(self, tx => {
+                // Re-checked in the UPDATE: an executor that came back since is left alone.
+                let rows: Vec<(String, String)> = sqlx::query_as(
+                "UPDATE manent_workflows SET status = 'ENQUEUED', executor_id = NULL, generation = generation + 1, \
+                 updated_at = $3 WHERE executor_id = $1 AND status = 'PENDING' AND NOT EXISTS ( \
+                   SELECT 1 FROM manent_executors e WHERE e.id = $1 AND e.heartbeat_at >= $2) \
+                 AND NOT EXISTS (SELECT 1 FROM manent_executor_leases l WHERE l.executor_id = $1 AND l.expires_at > $3) \
+                 RETURNING id, queue_name")
+                .bind(&executor)
+                .bind(stale_before_ms)
+                .bind(now_ms)
+                .fetch_all(&mut *tx)
+                .await?;
+                note_recovery!(tx, rows.iter().map(|(id, _)| id), &note, now_ms);
+                rows
+            });
             let wakeups: Vec<Wakeup> = rows.iter().map(|(_, q)| Wakeup::Queue(q.clone())).collect();
             self.wake(&wakeups).await;
             recovered.extend(rows.into_iter().map(|(id, _)| (executor.clone(), id)));
