@@ -417,11 +417,13 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
         .chain(events.iter().chain(&passes.events).map(|e| e.updated_at_ms))
         .fold(record.updated_at_ms, i64::max);
     view.updated_at = rfc3339(last_ms);
-    let steps: Vec<StepRecord> = steps
-        .into_iter()
-        .chain(passes.steps)
-        .filter(|s| !is_internal_step(&s.name))
-        .collect();
+    let steps: Vec<StepRecord> = crate::gate::dependency_waits_as_one(
+        steps
+            .into_iter()
+            .chain(passes.steps)
+            .filter(|s| !is_internal_step(&s.name))
+            .collect(),
+    );
     let ended_at = record
         .finished_at_ms
         .filter(|_| record.status.is_terminal());
@@ -736,13 +738,16 @@ pub async fn logs(
         ),
     )];
     let passes = timeline::passes(client, id, &view.queue).await?;
-    for s in client
-        .steps(id)
-        .await?
-        .into_iter()
-        .chain(passes.steps)
-        .filter(|s| !is_internal_step(&s.name))
-    {
+    let steps = crate::gate::dependency_waits_as_one(
+        client
+            .steps(id)
+            .await?
+            .into_iter()
+            .chain(passes.steps)
+            .filter(|s| !is_internal_step(&s.name))
+            .collect(),
+    );
+    for s in steps {
         let when = s.finished_at_ms.unwrap_or(s.started_at_ms);
         let error = s
             .error

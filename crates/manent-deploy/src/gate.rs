@@ -7,11 +7,12 @@
 //! A scheduled deploy (a cron tick, a `schedule.at` start) is also authorised again here
 //! when it fires ([`reauthorise`]): its token, and the environment's policy as it is then.
 
-use std::time::Duration;
+use std::{collections::HashMap, time::Duration};
 
 use manent_config::Config;
 use manent_engine::{
-    Client, EngineError, QueueSpec, StepPolicy, WorkflowContext, WorkflowError, now_ms,
+    Client, EngineError, QueueSpec, StepPolicy, StepRecord, StepStatus, WorkflowContext,
+    WorkflowError, now_ms,
 };
 use manent_model::{
     Approval, Dependency, Descriptor, EffectiveDescriptor, load_environment, missing_environment,
@@ -282,7 +283,7 @@ async fn wait_for_dependency(
         // deadline still follows the recorded path.
         let state: DependencyState = ctx
             .step_with(
-                &format!("check {label}"),
+                &format!("{CHECK_STEP}{label}"),
                 StepPolicy::retry(5, Duration::from_secs(1)),
                 || async {
                     if dependency_met(client, dep).await? {
@@ -327,6 +328,66 @@ async fn wait_for_dependency(
     })
     .await?;
     Ok(())
+}
+
+/// The name of the step that checks a dependency once, followed by its label.
+const CHECK_STEP: &str = "check ";
+
+/// `steps` as people read them: the checks of each dependency a deploy waited for (one
+/// durable step per check, so a replay follows the recorded path) shown as one step,
+/// `wait for <dependency>`: started with the first check, running while the last said
+/// "not yet", a success once one found it met (ended then), an error if the wait ran out.
+/// Its attempts are the checks made.
+pub(crate) fn dependency_waits_as_one(steps: Vec<StepRecord>) -> Vec<StepRecord> {
+    let mut out: Vec<StepRecord> = Vec::with_capacity(steps.len());
+    // Where each dependency's merged step is in `out`.
+    let mut merged: HashMap<String, usize> = HashMap::new();
+    for step in steps {
+        let Some(label) = step.name.strip_prefix(CHECK_STEP) else {
+            out.push(step);
+            continue;
+        };
+        let found: Option<DependencyState> = step
+            .output
+            .as_deref()
+            .and_then(|o| serde_json::from_str(o).ok());
+        let (status, finished_at_ms, error) = match (step.status, found) {
+            (StepStatus::Success, Some(DependencyState::Met)) => {
+                (StepStatus::Success, step.finished_at_ms, None)
+            }
+            (StepStatus::Success, Some(DependencyState::Expired)) => (
+                StepStatus::Error,
+                step.finished_at_ms,
+                Some(format!("no successful deploy of {label} in time")),
+            ),
+            (StepStatus::Error, _) => (StepStatus::Error, step.finished_at_ms, step.error.clone()),
+            // Not met yet, or a check under way: still waiting.
+            _ => (StepStatus::Running, None, None),
+        };
+        match merged.get(label) {
+            Some(&at) => {
+                let wait = &mut out[at];
+                wait.status = status;
+                wait.finished_at_ms = finished_at_ms;
+                wait.error = error;
+                wait.attempts += 1;
+                wait.executor_id = step.executor_id;
+            }
+            None => {
+                merged.insert(label.to_string(), out.len());
+                out.push(StepRecord {
+                    name: format!("wait for {label}"),
+                    status,
+                    finished_at_ms,
+                    error,
+                    attempts: 1,
+                    output: None,
+                    ..step
+                });
+            }
+        }
+    }
+    out
 }
 
 /// Whether `dep` is met: the latest successful (not dry-run) deploy of its
@@ -436,4 +497,83 @@ pub async fn reauthorise(
     })
     .await
     .map_err(|e| EngineError::InvalidInput(format!("the check of a scheduled deploy stopped: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(name: &str, status: StepStatus, output: Option<&str>, at: i64) -> StepRecord {
+        StepRecord {
+            workflow_id: "d".into(),
+            index: at,
+            name: name.into(),
+            status,
+            output: output.map(str::to_string),
+            error: None,
+            attempts: 1,
+            started_at_ms: at,
+            finished_at_ms: (status != StepStatus::Running).then_some(at + 1),
+            executor_id: "w".into(),
+        }
+    }
+
+    /// The merged steps as `name status attempts started..finished`.
+    fn check(steps: Vec<StepRecord>, expected: &[&str]) {
+        let shown: Vec<String> = dependency_waits_as_one(steps)
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {:?} {} {}..{:?}",
+                    s.name, s.status, s.attempts, s.started_at_ms, s.finished_at_ms
+                )
+            })
+            .collect();
+        assert_eq!(shown, expected);
+    }
+
+    #[test]
+    fn a_dependency_wait_reads_as_one_step() {
+        let not_yet = Some("\"NotYet\"");
+        let met = Some("\"Met\"");
+        check(
+            vec![
+                step("fetch a", StepStatus::Success, None, 1),
+                step("check shop/db/prod", StepStatus::Success, not_yet, 10),
+                step("check shop/db/prod", StepStatus::Success, not_yet, 20),
+                step("check shop/db/prod", StepStatus::Running, None, 30),
+            ],
+            &[
+                "fetch a Success 1 1..Some(2)",
+                "wait for shop/db/prod Running 3 10..None",
+            ],
+        );
+        check(
+            vec![
+                step("check shop/db/prod", StepStatus::Success, not_yet, 10),
+                step(
+                    "check shop/cache/prod at version 2",
+                    StepStatus::Success,
+                    met,
+                    15,
+                ),
+                step("check shop/db/prod", StepStatus::Success, met, 20),
+                step("t1: check health", StepStatus::Success, None, 30),
+            ],
+            &[
+                "wait for shop/db/prod Success 2 10..Some(21)",
+                "wait for shop/cache/prod at version 2 Success 1 15..Some(16)",
+                "t1: check health Success 1 30..Some(31)",
+            ],
+        );
+        check(
+            vec![step(
+                "check shop/db/prod",
+                StepStatus::Success,
+                Some("\"Expired\""),
+                10,
+            )],
+            &["wait for shop/db/prod Error 1 10..Some(11)"],
+        );
+    }
 }

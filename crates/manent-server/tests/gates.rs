@@ -358,10 +358,35 @@ async fn a_dependency_wait_releases_when_the_dependency_succeeds_and_not_before(
         "no successful acme/db deploy yet: still waiting"
     );
     assert!(site.ledger().is_empty(), "nothing ran yet");
+    let step_named = |status: &serde_json::Value, name: &str| -> Vec<serde_json::Value> {
+        status["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["name"].as_str().is_some_and(|n| n.contains(name)))
+            .cloned()
+            .collect()
+    };
+    let waiting = site.status(&token, &api_deploy);
+    let waits = step_named(&waiting, "acme/db/prod");
+    assert!(
+        waits.len() == 1
+            && waits[0]["name"] == "wait for acme/db/prod"
+            && waits[0]["status"] == "RUNNING",
+        "the wait is one running step, however many checks it made: {waiting}"
+    );
     let (code, v) = decide(&site, &alice, "approve", &db_deploy, &[]);
     assert_eq!(code, 0, "{v}");
     site.wait_status(&token, &db_deploy, "SUCCESS").await;
-    site.wait_status(&token, &api_deploy, "SUCCESS").await;
+    let done = site.wait_status(&token, &api_deploy, "SUCCESS").await;
+    let waits = step_named(&done, "acme/db/prod");
+    assert!(
+        waits.len() == 1
+            && waits[0]["status"] == "SUCCESS"
+            && waits[0]["finished_at"].is_string()
+            && waits[0]["attempts"].as_i64().is_some_and(|n| n >= 1),
+        "once met, the wait is one step that ended, its attempts the checks made: {done}"
+    );
     assert_eq!(
         site.ledger(),
         "acme/db 1\nacme/api 1\n",
