@@ -113,6 +113,13 @@ async fn the_readme_quickstart_deploys_the_demo_from_a_fresh_copy_of_examples() 
     );
     let server_script = quickstart_block("server");
     let client_script = quickstart_block("client");
+    // The second block goes on in the same terminal as the first: in examples/, with a
+    // token in MANENT_TOKEN.
+    let second_script = format!(
+        "export MANENT_TOKEN=$(manent-server -c manent.yml admin token create --name later \
+         --role admin)\n{}",
+        quickstart_block("second")
+    );
 
     let root = tempfile::tempdir().unwrap();
     let checkout = root.path().join("checkout");
@@ -181,6 +188,49 @@ async fn the_readme_quickstart_deploys_the_demo_from_a_fresh_copy_of_examples() 
             deployed.display()
         );
     }
+
+    let out = shell(
+        &second_script,
+        &checkout.join("examples"),
+        &bin_dir,
+        port,
+        &state,
+    )
+    .output()
+    .expect("run the second block");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the README's second block must succeed as written (rollback --wait exits 0 only on \
+         SUCCESS)\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    for shown in [
+        "local-1: command 3 | deployed 1.1 to local-1",
+        "rollback of",
+    ] {
+        assert!(
+            stdout.contains(shown) || stderr.contains(shown),
+            "the second block shows {shown:?}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        );
+    }
+    let live_in_dev = stdout.lines().rev().find_map(|l| {
+        let cells: Vec<&str> = l.split_whitespace().collect();
+        (cells.first() == Some(&"demo/hello") && cells.get(1) == Some(&"dev"))
+            .then(|| cells.get(2).map(|v| v.to_string()))
+    });
+    assert_eq!(
+        live_in_dev,
+        Some(Some("1.0".to_string())),
+        "`manent apps`, last, shows 1.0 live in dev after the rollback\n{stdout}"
+    );
+    assert_eq!(
+        std::fs::read_to_string("/tmp/manent-demo/local-2/hello-1.1.txt")
+            .ok()
+            .as_deref(),
+        Some("hello again\n"),
+        "1.1 reached the targets before the rollback"
+    );
 
     // Paths are relative to manent.yml: the server (run from the checkout) and the token
     // command (run from examples/) share examples/manent.db, and nothing lands in the
