@@ -422,6 +422,7 @@ impl ToWire for history::LiveVersion {
             version: self.version,
             deploy_id: self.deploy_id,
             finished_at: self.finished_at,
+            submitted_by: Some(self.submitted_by),
         }
     }
 }
@@ -438,6 +439,8 @@ impl ToWire for views::ApplicationView {
                 .into_iter()
                 .map(|(environment, live)| (environment, live.to_wire()))
                 .collect(),
+            // The route fills it for the asking token.
+            can_deploy: false,
         }
     }
 }

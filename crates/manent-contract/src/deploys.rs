@@ -125,10 +125,12 @@ string_enum!(
 
 string_enum!(
     /// What the asking token may do to a deploy now.
-    DeployAction, listed: true, "approve, reject or cancel." {
+    DeployAction, listed: true, "approve, reject, cancel or redeploy." {
         Approve = "approve",
         Reject = "reject",
         Cancel = "cancel",
+        /// Submit its recorded descriptor again (an ended deploy).
+        Redeploy = "redeploy",
     }
 );
 

@@ -127,6 +127,10 @@ pub struct ApplicationView {
     /// dry run. Environments without one are absent.
     #[serde(default)]
     pub live: BTreeMap<String, LiveVersion>,
+    /// Whether the asking token may deploy this application, and so roll its environments
+    /// back (the Platform page's Rollback buttons; the route checks again).
+    #[serde(default)]
+    pub can_deploy: bool,
 }
 
 /// The version live in one environment: its last successful deploy that was not a dry run.
@@ -140,4 +144,7 @@ pub struct LiveVersion {
     /// When that deploy ended.
     #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub finished_at: Option<String>,
+    /// Who submitted it (a token's name); absent from servers before it was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_by: Option<String>,
 }

@@ -17,6 +17,8 @@ pub struct LiveVersion {
     pub deploy_id: String,
     /// When that deploy ended (RFC 3339).
     pub finished_at: Option<String>,
+    /// Who submitted that deploy (a token's name).
+    pub submitted_by: String,
 }
 
 /// The deploy's recorded request, or an error naming the deploy: what a read that decides
@@ -174,5 +176,6 @@ pub async fn live_version(
         version: version_of(&request).to_string(),
         deploy_id: id,
         finished_at,
+        submitted_by: request.submitted_by.clone(),
     }))
 }

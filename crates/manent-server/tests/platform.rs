@@ -152,6 +152,20 @@ async fn the_platform_page_shows_queues_workers_deploys_approvals_and_a_timeline
         !overview.contains(&token),
         "the token is taken out of the URL and never shown in the page"
     );
+    let where_row = {
+        let at = overview
+            .find("data-app=\"acme/web\" data-environment=\"prod\"")
+            .unwrap_or_else(|| panic!("what runs where has acme/web in prod: {overview}"));
+        &overview[at..at + overview[at..].find("</tr>").expect("the row ends")]
+    };
+    assert!(
+        where_row.contains("<td class=\"live\">1</td>")
+            && where_row.contains(">ci<")
+            && where_row.contains(&format!("title=\"{done}\""))
+            && where_row.contains("data-action=\"rollback\""),
+        "what runs where shows version 1 live in prod, who deployed it, the deploy, and a \
+         Rollback for this admin: {where_row}"
+    );
     let done_row = deploy_row(&overview, &done);
     assert!(
         done_row.contains("SUCCESS") && !done_row.contains("data-action"),
@@ -227,9 +241,19 @@ async fn the_platform_page_shows_queues_workers_deploys_approvals_and_a_timeline
             "the step {name:?} is labelled on the deploy page"
         );
     }
+    for action in ["approve", "reject", "cancel"] {
+        assert!(
+            !page.contains(&format!("data-action=\"{action}\"")),
+            "a finished deploy offers no {action}: {page}"
+        );
+    }
     assert!(
-        !page.contains("data-action="),
-        "a finished deploy offers no approve, reject or cancel: {page}"
+        page.contains("data-action=\"redeploy\""),
+        "a finished deploy offers Redeploy to a token that may deploy it: {page}"
+    );
+    assert!(
+        page.contains("239f59ed55e737c77147cf55ad0c1b030b6d7ee748a7426952f9b852d5a935e5"),
+        "the deploy page shows the artifact's sha256, as an approver needs: {page}"
     );
 }
 
@@ -327,6 +351,12 @@ async fn approve_reject_and_cancel_clicked_in_a_real_browser_take_effect_and_a_v
             "targets: [{name: t1, host: local}]\ndeploy:\n  plugin: command\n  commands: [\"true\"]\napproval: {}\n",
         );
     }
+    // Two versions deployed one after the other: what a Rollback click returns to.
+    site.write_environment(
+        "acme/released",
+        "prod",
+        "targets: [{name: t1, host: local}]\ndeploy:\n  plugin: command\n  commands: [\"true\"]\n",
+    );
     // A deploy that runs until it is cancelled: its second command is the running step.
     site.write_environment(
         "acme/slow",
@@ -339,6 +369,11 @@ async fn approve_reject_and_cancel_clicked_in_a_real_browser_take_effect_and_a_v
     site.start("serve", "s1");
     site.wait_api().await;
 
+    for version in ["1", "2"] {
+        let path = site.descriptor_for("acme/released", version);
+        let (code, v) = site.cli(&token, &["deploy", "--wait", "-f", path.to_str().unwrap()]);
+        assert_eq!(code, 0, "acme/released {version} is deployed: {v}");
+    }
     let (to_approve, _) = site.submit(&token, "acme/approve");
     let (to_reject, _) = site.submit(&token, "acme/reject");
     let (left_waiting, _) = site.submit(&token, "acme/waits");
@@ -454,8 +489,9 @@ async fn approve_reject_and_cancel_clicked_in_a_real_browser_take_effect_and_a_v
     );
     assert_eq!(
         seen["dialogs"].as_array().map_or(0, Vec::len),
-        3,
-        "each click asked its question (approve comment, reject reason, cancel): {seen}"
+        5,
+        "each click asked its question (approve comment, reject reason, cancel, rollback, \
+         redeploy): {seen}"
     );
     assert_eq!(
         (&seen["approver_error"], &seen["viewer_error"]),
@@ -463,7 +499,36 @@ async fn approve_reject_and_cancel_clicked_in_a_real_browser_take_effect_and_a_v
         "no API error was shown: {seen}"
     );
     let shots = seen["screenshots"].as_array().map_or(0, Vec::len);
-    assert_eq!(shots, 6, "every screenshot was kept: {seen}");
+    assert_eq!(shots, 8, "every screenshot was kept: {seen}");
+
+    // The Rollback click made a rollback of acme/released to 1, and the page went to it; the
+    // Redeploy click on its page deployed that rollback's descriptor again.
+    let rolled_back = seen["rolled_back"].as_str().unwrap_or_default().to_string();
+    let rollback = site.wait_status(&token, &rolled_back, "SUCCESS").await;
+    assert_eq!(
+        (
+            &rollback["redeploy_kind"],
+            &rollback["version"],
+            &rollback["submitted_by"]
+        ),
+        (
+            &Value::from("rollback"),
+            &Value::from("1"),
+            &Value::from("carol")
+        ),
+        "the Rollback click rolled acme/released back to 1 as carol: {rollback}"
+    );
+    let redeployed = seen["redeployed"].as_str().unwrap_or_default().to_string();
+    let redeploy = site.wait_status(&token, &redeployed, "SUCCESS").await;
+    assert_eq!(
+        (&redeploy["redeploy_kind"], &redeploy["redeploy_of"]),
+        (&Value::from("redeploy"), &Value::from(rolled_back.as_str())),
+        "the Redeploy click on the rollback's page deployed it again: {redeploy}"
+    );
+    assert_eq!(
+        seen["viewer_rollback_buttons"], 0,
+        "a viewer sees what runs where without a Rollback button: {seen}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

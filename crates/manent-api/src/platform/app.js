@@ -1,6 +1,6 @@
-// The Platform page's script (docs/api.md): keeps the API token of this tab, reads queues,
-// workers, activity and deploys from /api/v1 with it, draws a deploy's timeline as an SVG
-// picture, and sends approve / reject / cancel. Vanilla JavaScript, inlined by platform.rs;
+// The Platform page's script (docs/api.md): keeps the API token of this tab, reads what runs
+// where, deploys, queues and workers from /api/v1 with it, draws a deploy's timeline as an SVG
+// picture, and sends approve / reject / cancel / rollback / redeploy. Vanilla JavaScript, inlined by platform.rs;
 // every piece of data reaches the DOM as text (textContent, setAttribute), never as markup.
 'use strict';
 
@@ -49,6 +49,8 @@
     deploying: 'PENDING', RUNNING: 'PENDING', cancelled: 'CANCELLED',
     // A step the deploy's end stopped (cancelled, or failed elsewhere).
     STOPPED: 'CANCELLED',
+    // A target an ended deploy never reached.
+    'not started': 'CANCELLED',
     // A step whose worker is gone (it runs again where the deploy resumes).
     INTERRUPTED: 'CANCELLED',
   };
@@ -135,8 +137,29 @@
     return el('td', {}, el('span', { class: 'status ' + statusClass(status) }, status));
   }
 
-  function deployLink(id) {
-    return el('a', { href: '#deploy=' + encodeURIComponent(id), class: 'id' }, id);
+  /** A link to a deploy's page; `short` shows its id's first 8 characters, whole on hover. */
+  function deployLink(id, short) {
+    const text = short ? shortId(id) : id;
+    return el('a', { href: '#deploy=' + encodeURIComponent(id), class: 'id', title: id }, text);
+  }
+
+  /** As the CLI's tables show ids: 8 characters; a scheduled run keeps its tick. */
+  function shortId(id) {
+    const at = id.indexOf('@');
+    const head = at < 0 ? id : id.slice(0, at);
+    const kept = head.slice(0, head.startsWith('sch-') ? 12 : 8);
+    return at < 0 ? kept : kept + id.slice(at);
+  }
+
+  /** `5m ago` from an RFC 3339 time, its exact time on hover. */
+  function since(at) {
+    if (!at) return el('span', {}, '—');
+    const seconds = Math.max(0, Math.round((Date.now() - Date.parse(at)) / 1000));
+    const text = seconds < 60 ? seconds + 's ago'
+      : seconds < 3600 ? Math.floor(seconds / 60) + 'm ago'
+        : seconds < 86400 ? Math.floor(seconds / 3600) + 'h ago'
+          : Math.floor(seconds / 86400) + 'd ago';
+    return el('span', { title: at }, text);
   }
 
   function age(seconds) {
@@ -152,12 +175,24 @@
     return Math.floor(ms / 60000) + ' min ' + Math.round((ms % 60000) / 1000) + ' s';
   }
 
-  const ACTION_LABELS = { approve: 'Approve', reject: 'Reject', cancel: 'Cancel' };
+  const ACTION_LABELS = { approve: 'Approve', reject: 'Reject', cancel: 'Cancel', redeploy: 'Redeploy' };
 
-  /** The buttons of what this token may do to the deploy now, as the server says (`actions`). */
-  function actionButtons(d) {
-    return (d.actions || []).filter((a) => ACTION_LABELS[a]).map((a) =>
+  /**
+   * The buttons of what this token may do to the deploy now, as the server says (`actions`);
+   * a list's rows leave Redeploy to the deploy's own page.
+   */
+  function actionButtons(d, inList) {
+    return (d.actions || []).filter((a) => ACTION_LABELS[a] && !(inList && a === 'redeploy')).map((a) =>
       el('button', { type: 'button', class: a, 'data-action': a, 'data-id': d.id }, ACTION_LABELS[a]));
+  }
+
+  /** An environment's Rollback button, for a token that may deploy its application. */
+  function rollbackButton(app, environment) {
+    if (!app.can_deploy || !(app.live || {})[environment]) return null;
+    return el('button', {
+      type: 'button', class: 'rollback', 'data-action': 'rollback',
+      'data-id': app.application + ' ' + environment,
+    }, 'Rollback');
   }
 
   /** A dead or stopped worker's Recover button, for an unscoped admin. */
@@ -169,7 +204,17 @@
 
   async function act(action, id) {
     let body;
-    if (action === 'reject') {
+    let path = '/deploys/' + encodeURIComponent(id) + '/' + action;
+    if (action === 'rollback') {
+      // `tenant/app environment`
+      const [application, environment] = id.split(' ');
+      if (!confirm('Roll ' + application + ' back in ' + environment + ' to the version before the live one?')) return;
+      const [tenant, app] = application.split('/');
+      path = '/apps/' + encodeURIComponent(tenant) + '/' + encodeURIComponent(app) +
+        '/environments/' + encodeURIComponent(environment) + '/rollback';
+    } else if (action === 'redeploy') {
+      if (!confirm('Deploy again what deploy ' + id + ' deployed, as it recorded it?')) return;
+    } else if (action === 'reject') {
       const reason = prompt('Reject deploy ' + id + ': why?');
       if (reason === null) return;
       body = { reason };
@@ -184,14 +229,18 @@
     } else {
       return;
     }
-    const path = action === 'recover'
-      ? '/executors/' + encodeURIComponent(id) + '/recover'
-      : '/deploys/' + encodeURIComponent(id) + '/' + action;
+    if (action === 'recover') path = '/executors/' + encodeURIComponent(id) + '/recover';
+    let answer;
     try {
-      await api('POST', path, body);
+      answer = await api('POST', path, body);
       clearError();
     } catch (e) {
       showError(e.message);
+      return;
+    }
+    // A rollback or a redeploy made a new deploy: its page.
+    if ((action === 'rollback' || action === 'redeploy') && answer && answer.id) {
+      location.hash = '#deploy=' + encodeURIComponent(answer.id);
       return;
     }
     refresh();
@@ -206,24 +255,46 @@
 
   function deployRows(deploys) {
     return deploys.map((d) => el('tr', { 'data-deploy': d.id },
-      el('td', {}, deployLink(d.id)),
+      el('td', {}, deployLink(d.id, true)),
       el('td', {}, d.application),
       el('td', {}, d.environment),
       el('td', {}, d.version + (d.dry_run ? ' (dry run)' : '')),
       statusCell(d.status),
       el('td', {}, d.phase),
       el('td', {}, d.waiting_for || ''),
+      el('td', {}, since(d.created_at), ' by ' + d.submitted_by),
+      el('td', {}, d.duration_ms === null || d.duration_ms === undefined ? '' : duration(d.duration_ms)),
       el('td', {}, d.executor_id || ''),
-      el('td', { class: 'actions' }, ...actionButtons(d))));
+      el('td', { class: 'actions' }, ...actionButtons(d, true))));
+  }
+
+  /** One row per application and environment: what runs there, since when, by whom. */
+  function appRows(apps) {
+    const rows = [];
+    for (const a of apps) {
+      for (const environment of a.environments || []) {
+        const live = (a.live || {})[environment];
+        rows.push(el('tr', { 'data-app': a.application, 'data-environment': environment },
+          el('td', {}, a.application),
+          el('td', {}, environment),
+          el('td', { class: 'live' }, live ? live.version : '—'),
+          el('td', {}, live ? since(live.finished_at) : ''),
+          el('td', {}, live && live.submitted_by ? live.submitted_by : ''),
+          el('td', {}, live ? deployLink(live.deploy_id, true) : ''),
+          el('td', { class: 'actions' }, rollbackButton(a, environment))));
+      }
+    }
+    return rows;
   }
 
   async function showOverview() {
-    const [queues, workers, activity, recent] = await Promise.all([
+    const [apps, queues, workers, activity] = await Promise.all([
+      api('GET', '/apps'),
       api('GET', '/queues'),
       api('GET', '/workers'),
       api('GET', '/activity'),
-      api('GET', '/deploys?limit=25'),
     ]);
+    replaceRows($('apps'), appRows(apps), 7);
     replaceRows($('queues'), queues.map((q) => el('tr', { 'data-queue': q.name },
       el('td', {}, el('code', {}, q.name)),
       el('td', {}, q.kind),
@@ -241,8 +312,7 @@
       el('td', {}, (w.queues || []).join(', ')),
       el('td', {}, w.version),
       el('td', { class: 'actions' }, ...workerButtons(w)))), 9);
-    replaceRows($('activity'), deployRows(activity), 9);
-    replaceRows($('recent'), deployRows(recent), 9);
+    replaceRows($('activity'), deployRows(activity), 11);
   }
 
   // ---- a deploy's page -------------------------------------------------------------------
@@ -253,8 +323,22 @@
       ['Status', el('span', { class: 'status ' + statusClass(d.status) }, d.status)],
       ['Phase', d.phase], ['Waiting for', d.waiting_for || '—'], ['Queue', d.queue + ' (' + d.route_kind + ')'],
       ['Executor', d.executor_id || '—'], ['Dry run', d.dry_run ? 'yes' : 'no'],
-      ['Submitted', d.created_at + ' by ' + d.submitted_by], ['Updated', d.updated_at],
+      ['Submitted', el('span', {}, since(d.created_at), ' by ' + d.submitted_by)], ['Updated', d.updated_at],
     ];
+    if (d.duration_ms !== null && d.duration_ms !== undefined) rows.push(['Duration', duration(d.duration_ms)]);
+    if (d.redeploy_of) {
+      rows.push(['Origin', el('span', {}, (d.redeploy_kind || 'redeploy') + ' of ', deployLink(d.redeploy_of, true))]);
+    }
+    // What an approver decides on: each artifact with where it comes from and its sha256,
+    // and the version it would replace.
+    for (const a of d.artifacts || []) {
+      rows.push(['Artifact ' + a.name, el('span', { class: 'artifact' },
+        a.type + ' ' + a.version + ' from ', el('code', {}, a.url), ', sha256 ', el('code', { class: 'sha256' }, a.sha256))]);
+    }
+    if (d.deployed_now) rows.push(['Live there now', d.deployed_now]);
+    for (const [key, value] of Object.entries(d.overrides || {})) {
+      rows.push(['Overrides deploy.' + key, el('code', {}, JSON.stringify(value))]);
+    }
     if (d.error) rows.push(['Error', d.error]);
     const out = [];
     for (const [name, value] of rows) out.push(el('dt', {}, name), el('dd', {}, value));
@@ -475,8 +559,10 @@
     drawTimeline(d);
     replaceRows($('targets'), (d.targets || []).map((t) => {
       const running = runningStepOf(t.name, d);
+      // A target the deploy ended before reaching was never started, not pending.
+      const status = t.status === 'pending' && TERMINAL.includes(d.status) ? 'not started' : t.status;
       return el('tr', { 'data-target': t.name },
-        el('td', {}, t.name), statusCell(t.status),
+        el('td', {}, t.name), statusCell(status),
         el('td', {}, running ? el('span', { class: 'running-step' }, running.name.slice(t.name.length + 1).trim() + ', running for ',
           el('span', { class: 'elapsed', 'data-since': running.started_at }, duration(Date.now() - Date.parse(running.started_at)))) : ''),
         el('td', {}, t.detail || ''));

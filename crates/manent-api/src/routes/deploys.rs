@@ -235,12 +235,16 @@ fn fill_actions(caller: &Caller, deploy: &mut DeployStatus) {
     {
         actions.extend([DeployAction::Approve, DeployAction::Reject]);
     }
+    let may_deploy = caller.may(Action::Deploy, application);
     if matches!(
         deploy.status,
         WorkflowStatus::Enqueued | WorkflowStatus::Pending
-    ) && caller.may(Action::Deploy, application)
+    ) && may_deploy
     {
         actions.push(DeployAction::Cancel);
+    }
+    if deploy.status.is_terminal() && may_deploy {
+        actions.push(DeployAction::Redeploy);
     }
     deploy.actions = actions;
 }

@@ -65,11 +65,13 @@ async fn list_applications(
     axum::Extension(caller): axum::Extension<Caller>,
 ) -> Result<Json<Vec<ApplicationView>>, AppError> {
     let visible = |application: &str| caller.may(Action::Read, Some(application));
-    Ok(Json(
-        views::applications_live(&state.client, &state.config, &visible)
-            .await?
-            .to_wire(),
-    ))
+    let mut apps = views::applications_live(&state.client, &state.config, &visible)
+        .await?
+        .to_wire();
+    for app in &mut apps {
+        app.can_deploy = caller.may(Action::Deploy, Some(&app.application));
+    }
+    Ok(Json(apps))
 }
 
 /// `{tenant}/{app}/environments/{environment}` of an environment's routes.

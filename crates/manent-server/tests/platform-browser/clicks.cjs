@@ -1,6 +1,7 @@
 // Drives the Platform page in Debian's headless chromium for crates/manent-server/tests/platform.rs:
 // as an approver it clicks Approve, Reject and (on a running deploy's page) Cancel, answering
-// the page's prompts; as a viewer it looks for buttons. Every wait is for a selector or a
+// the page's prompts, then Rollback on what runs where and Redeploy on the rollback's page;
+// as a viewer it looks for buttons. Every wait is for a selector or a
 // condition of the page, never a fixed time. Prints one JSON object of what it saw on stdout;
 // the Rust test checks through the API that each click took effect.
 //
@@ -75,15 +76,40 @@ async function main() {
 
     await approver.locator('#deploy-actions button[data-action="cancel"]').click();
     await approver.locator('#deploy-facts .status.CANCELLED').waitFor();
-    await approver.locator('#deploy-actions button').first().waitFor({ state: 'detached' });
+    await approver.locator('#deploy-actions button[data-action="cancel"]').waitFor({ state: 'detached' });
     await shot(approver, '4-running-deploy-cancelled');
+
+    // What runs where: acme/released runs 2; Rollback makes a new deploy and shows its page.
+    await approver.goto(cfg.base + '#');
+    const released = approver.locator('#apps tr[data-app="acme/released"][data-environment="prod"]');
+    await released.locator('td.live', { hasText: '2' }).waitFor();
+    await released.locator('button[data-action="rollback"]').click();
+    await approver.locator('#deploy-facts dd', { hasText: 'rollback of' }).waitFor();
+    seen.rolled_back = await approver.locator('#deploy-id').textContent();
+    await approver.locator('#deploy-facts .status.SUCCESS').waitFor();
+    await shot(approver, '7-rollback-deploy');
+    // Its page offers Redeploy once it ended; the click shows the new deploy's page.
+    await approver.locator('#deploy-actions button[data-action="redeploy"]').click();
+    await approver.waitForFunction(
+      (before) => {
+        const node = document.querySelector('#deploy-id');
+        return node && node.textContent && node.textContent !== before;
+      },
+      seen.rolled_back,
+      { timeout: WAIT_MS },
+    );
+    await approver.locator('#deploy-facts dd', { hasText: 'redeploy of' }).waitFor();
+    seen.redeployed = await approver.locator('#deploy-id').textContent();
+    await shot(approver, '8-redeploy');
 
     // A viewer: the same deploys, one still waiting for approval, and no button anywhere.
     const viewer = await (await browser.newContext({ viewport: { width: 1280, height: 900 } })).newPage();
     viewer.setDefaultTimeout(WAIT_MS);
     await viewer.goto(cfg.base + '#token=' + cfg.viewer);
     await viewer.locator('#activity tr[data-deploy="' + cfg.waiting + '"]', { hasText: 'waiting_approval' }).waitFor();
+    await viewer.locator('#apps tr[data-app="acme/released"]').waitFor();
     seen.viewer_overview_buttons = await viewer.locator('main button').count();
+    seen.viewer_rollback_buttons = await viewer.locator('#apps button').count();
     await shot(viewer, '5-viewer-overview');
     await viewer.goto(cfg.base + '#deploy=' + cfg.waiting);
     await viewer.locator('#deploy-id', { hasText: cfg.waiting }).waitFor();
