@@ -337,6 +337,35 @@ pub fn prune_releases_script(releases: &manent_model::Releases) -> String {
     )
 }
 
+/// The shell script that links `deploy.shared` into a release: for each path, the release's
+/// own copy (if any) is replaced by a symbolic link to the same path under `shared`. A
+/// directory (`log/`) is made in `shared` if missing; a file must exist there (it is the
+/// target's own, written once), else the script fails naming it. Idempotent.
+pub fn link_shared_script(release: &str, shared: &str, paths: &[String]) -> String {
+    let q = manent_ssh::shell_quote;
+    let mut script = format!("set -e\nrelease={}\nshared={}\n", q(release), q(shared));
+    for path in paths {
+        let is_dir = path.ends_with('/');
+        let path = path.trim_end_matches('/');
+        let p = q(path);
+        if is_dir {
+            script.push_str(&format!("mkdir -p -- \"$shared\"/{p}\n"));
+        } else {
+            script.push_str(&format!(
+                "if [ ! -e \"$shared\"/{p} ]; then echo \"shared file $shared/\"{p}\" is \
+                 missing: create it on the target\" >&2; exit 1; fi\n"
+            ));
+        }
+        script.push_str(&format!(
+            "mkdir -p -- \"$(dirname -- \"$release\"/{p})\"\n\
+             rm -rf -- \"$release\"/{p}\n\
+             ln -s -- \"$shared\"/{p} \"$release\"/{p}\n"
+        ));
+    }
+    script.push_str(&format!("echo \"linked {} shared path(s)\"\n", paths.len()));
+    script
+}
+
 /// Whether `target` still holds this deploy's release: every artifact at `<dest>/<name>`
 /// with its sha256 (a fast rollback reactivates it in place).
 pub async fn release_in_place(
@@ -547,6 +576,53 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    #[test]
+    fn shared_paths_are_linked_into_the_release_and_a_missing_shared_file_is_named() {
+        let root = tempfile::tempdir().unwrap();
+        let (release, shared) = (root.path().join("releases/1.0"), root.path().join("shared"));
+        std::fs::create_dir_all(release.join("log")).unwrap();
+        std::fs::write(release.join("log/old.log"), "the release's own").unwrap();
+        std::fs::create_dir_all(shared.join("config")).unwrap();
+        std::fs::write(shared.join("config/database.yml"), "db: shared").unwrap();
+        let paths = vec!["log/".to_string(), "config/database.yml".to_string()];
+        let run = |paths: &[String]| {
+            let script = link_shared_script(
+                &release.display().to_string(),
+                &shared.display().to_string(),
+                paths,
+            );
+            std::process::Command::new("sh")
+                .args(["-c", &script])
+                .output()
+                .expect("run sh")
+        };
+        for attempt in 1..=2 {
+            let out = run(&paths);
+            assert!(out.status.success(), "attempt {attempt} links: {out:?}");
+        }
+        assert_eq!(
+            std::fs::read_link(release.join("log")).unwrap(),
+            shared.join("log"),
+            "the release's log/ is the shared one"
+        );
+        assert!(shared.join("log").is_dir(), "a shared directory is made");
+        assert_eq!(
+            std::fs::read_to_string(release.join("config/database.yml")).unwrap(),
+            "db: shared",
+            "the release reads the shared file"
+        );
+        let out = run(&["secrets/key".to_string()]);
+        assert!(
+            !out.status.success(),
+            "a missing shared file fails the step"
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("secrets/key")
+                && String::from_utf8_lossy(&out.stderr).contains("missing"),
+            "and says which: {out:?}"
+        );
     }
 
     #[test]

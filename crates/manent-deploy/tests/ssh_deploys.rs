@@ -644,7 +644,19 @@ async fn a_target_whose_activate_switched_then_failed_is_rolled_back_with_its_pl
 async fn keep_releases_leaves_the_newest_release_directories_and_the_live_one_on_each_target() {
     let site = Site::new(Db::Sqlite, TWO_TARGETS_TWO_REGIONS).await;
     site.write_environment(&site.hosts.known_hosts, "all", "");
-    site.edit_environment("deploy:\n", "deploy:\n  keep_releases: 2\n");
+    let base = path_str(&site.base);
+    site.edit_environment(
+        "deploy:\n",
+        &format!(
+            "deploy:\n  keep_releases: 2\n  shared: {{dir: {}, paths: [log/, app.conf]}}\n",
+            q(format!("{base}/{{target}}/.shared"))
+        ),
+    );
+    for i in 0..2 {
+        // The target's own configuration, written once on it.
+        std::fs::create_dir_all(site.root(i).join(".shared")).unwrap();
+        std::fs::write(site.root(i).join(".shared/app.conf"), "port: 8080\n").unwrap();
+    }
     let worker = site.worker(&executor_id("w1")).await;
     let releases = |i: usize| -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(site.root(i))
@@ -665,9 +677,23 @@ async fn keep_releases_leaves_the_newest_release_directories_and_the_live_one_on
     for i in 0..2 {
         assert_eq!(
             releases(i),
-            ["current", "v2", "v3"],
-            "after v3, {} keeps v3 (live) and v2 (what a rollback returns to); v1 is gone",
+            [".shared", "current", "v2", "v3"],
+            "after v3, {} keeps v3 (live) and v2 (what a rollback returns to); v1 is gone, \
+             the hidden shared directory stays",
             target_name(i)
+        );
+        let v3 = site.root(i).join("v3");
+        assert_eq!(
+            std::fs::read_to_string(v3.join("app.conf")).unwrap(),
+            "port: 8080\n",
+            "the release reads the target's shared configuration"
+        );
+        assert!(
+            std::fs::symlink_metadata(v3.join("log"))
+                .unwrap()
+                .is_symlink()
+                && site.root(i).join(".shared/log").is_dir(),
+            "the release's log/ is a link to the shared one"
         );
     }
     // v1 again: its directory is made anew and is the live one; of the others, the newest stays.
@@ -678,7 +704,7 @@ async fn keep_releases_leaves_the_newest_release_directories_and_the_live_one_on
         let name = target_name(i);
         assert_eq!(
             releases(i),
-            ["current", "v1", "v3"],
+            [".shared", "current", "v1", "v3"],
             "{name} after v1 again"
         );
         assert_eq!(current_of(site.root(i)), Some(PathBuf::from("v1")));

@@ -45,6 +45,9 @@ pub struct EffectiveDescriptor {
     /// upload. Left out when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reuse_releases: bool,
+    /// `deploy.shared` (see [`EffectiveDescriptor::shared_for`]). Absent when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<crate::SharedPaths>,
     /// The targets.
     pub targets: Vec<Target>,
     /// How to reach the targets.
@@ -118,6 +121,7 @@ impl EffectiveDescriptor {
             params,
             keep_releases: env.deploy.keep_releases,
             reuse_releases: false,
+            shared: env.deploy.shared.clone(),
             targets: env.targets.clone(),
             ssh: env.ssh.clone(),
             rollout: env.rollout.clone(),
@@ -167,6 +171,15 @@ impl EffectiveDescriptor {
                 ),
             ));
         }
+        if self.shared.is_some() && self.plugin != DEFAULT_PLUGIN {
+            return Err(refuse(
+                "deploy.plugin",
+                format!(
+                    "the environment shares paths between releases (deploy.shared), which only \
+                     the {DEFAULT_PLUGIN} plugin links; deploy with {DEFAULT_PLUGIN}"
+                ),
+            ));
+        }
         if self.keep_releases.is_some() {
             if self.plugin != DEFAULT_PLUGIN {
                 return Err(refuse(
@@ -210,6 +223,19 @@ impl EffectiveDescriptor {
                 &self.environment,
             )
         })
+    }
+
+    /// `deploy.shared` on `target`: its directory expanded, and the paths, if set.
+    pub fn shared_for(&self, target: &Target) -> Option<(String, Vec<String>)> {
+        let shared = self.shared.as_ref()?;
+        let dir = expand_dest(
+            &shared.dir,
+            &self.version,
+            &target.name,
+            &self.application,
+            &self.environment,
+        );
+        Some((dir, shared.paths.clone()))
     }
 
     /// Where `deploy.keep_releases` prunes on `target`, if the environment keeps releases.
@@ -561,6 +587,54 @@ overrides: [plugin, dest, activate, commands, params]
         assert!(
             flat_env.contains("prod.yml") && flat_env.contains("deploy.keep_releases"),
             "the environment file is refused naming the file and the key: {flat_env}"
+        );
+    }
+
+    #[test]
+    fn shared_paths_stay_inside_a_release_and_out_of_the_pruned_directories() {
+        let check = |shared: &str, expected: Option<&str>| {
+            let text = format!(
+                "targets: [{{name: a, host: a}}]\ndeploy:\n  dest: /srv/web/releases/{{version}}\n  \
+                 keep_releases: 3\n  shared: {shared}\n"
+            );
+            let found = parse_environment(&text, "prod.yml", "ml/trainer", "prod").err();
+            match (found, expected) {
+                (None, None) => {}
+                (Some(e), Some(expected)) => {
+                    let e = e.to_string();
+                    assert!(e.contains(expected), "{shared}: {e}");
+                }
+                (found, expected) => panic!("{shared}: {found:?}, expected {expected:?}"),
+            }
+        };
+        check(
+            "{dir: /srv/web/shared, paths: [log/, config/database.yml]}",
+            None,
+        );
+        check("{dir: /srv/web/releases/.shared, paths: [log/]}", None);
+        check(
+            "{dir: /srv/web/releases/shared, paths: [log/]}",
+            Some("deploy.shared.dir"),
+        );
+        check(
+            "{dir: /srv/web/releases, paths: [log/]}",
+            Some("deploy.shared.dir"),
+        );
+        check(
+            "{dir: \"/srv/{version}/shared\", paths: [log/]}",
+            Some("{version}"),
+        );
+        check(
+            "{dir: /srv/web/shared, paths: [../etc]}",
+            Some("deploy.shared.paths[0]"),
+        );
+        check(
+            "{dir: /srv/web/shared, paths: [/etc/passwd]}",
+            Some("deploy.shared.paths[0]"),
+        );
+        check(
+            "{dir: /srv/web/shared, paths: []}",
+            Some("deploy.shared.paths"),
         );
     }
 

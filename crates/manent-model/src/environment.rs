@@ -210,6 +210,21 @@ pub struct DeploySettings {
     /// after a successful activate, newest first, the live one always among them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_releases: Option<u32>,
+    /// `remote-copy`: paths every release shares, kept in `dir` and linked into each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<SharedPaths>,
+}
+
+/// `deploy.shared`: what each release links to instead of holding its own (logs, uploads,
+/// a configuration written once on the target).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SharedPaths {
+    /// Where they are kept on each target (`{target}`, `{application}`, `{environment}`).
+    pub dir: String,
+    /// Paths relative to a release: `log/` (a trailing `/`: a directory, made if missing)
+    /// or `config/database.yml` (a file, which must exist in `dir`).
+    pub paths: Vec<String>,
 }
 
 impl Default for DeploySettings {
@@ -221,6 +236,7 @@ impl Default for DeploySettings {
             commands: Vec::new(),
             params: None,
             keep_releases: None,
+            shared: None,
         }
     }
 }
@@ -784,6 +800,9 @@ fn validate_deploy(doc: &mut Document<'_>, deploy: &DeploySettings) {
         deploy.activate.as_deref(),
         &deploy.commands,
     );
+    if let Some(shared) = &deploy.shared {
+        validate_shared(doc, deploy, shared);
+    }
     if let Some(keep) = deploy.keep_releases {
         if keep == 0 {
             doc.issue(
@@ -805,6 +824,85 @@ fn validate_deploy(doc: &mut Document<'_>, deploy: &DeploySettings) {
         {
             doc.issue("deploy.keep_releases", KEEP_RELEASES_NEEDS_VERSION_DIR);
         }
+    }
+}
+
+/// `deploy.shared`: the remote-copy plugin's, a `dir` with known placeholders (never
+/// `{version}`: it outlives releases) outside the releases `keep_releases` prunes, and
+/// relative paths that stay inside a release.
+fn validate_shared(doc: &mut Document<'_>, deploy: &DeploySettings, shared: &SharedPaths) {
+    if deploy.plugin != DEFAULT_PLUGIN {
+        doc.issue(
+            "deploy.shared",
+            format!(
+                "applies to the {DEFAULT_PLUGIN} plugin only (this environment's is `{}`); \
+                 remove it",
+                deploy.plugin
+            ),
+        );
+    }
+    if shared.dir.trim().is_empty() {
+        doc.issue(
+            "deploy.shared.dir",
+            "is empty; write the directory on the targets that keeps the shared paths",
+        );
+    } else if let Err(e) =
+        rules::placeholders(&shared.dir, &["target", "application", "environment"])
+    {
+        doc.issue(
+            "deploy.shared.dir",
+            format!("{e} (not {{version}}: it is shared by every version)"),
+        );
+    } else if let Some(root) = deploy
+        .dest
+        .as_deref()
+        .and_then(crate::effective::releases_root)
+        && deploy.keep_releases.is_some()
+        && pruned_with_releases(&shared.dir, &root)
+    {
+        doc.issue(
+            "deploy.shared.dir",
+            format!(
+                "is among the release directories of {root}, which keep_releases removes; \
+                 keep it beside them (e.g. {root}/../shared) or hidden ({root}/.shared)"
+            ),
+        );
+    }
+    if shared.paths.is_empty() {
+        doc.issue(
+            "deploy.shared.paths",
+            "is empty; list the paths each release shares, or remove deploy.shared",
+        );
+    }
+    for (i, path) in shared.paths.iter().enumerate() {
+        let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+        if path.starts_with('/')
+            || parts
+                .iter()
+                .any(|p| p.is_empty() || *p == "." || *p == "..")
+            || path.contains(['\n', '\0'])
+        {
+            doc.issue(
+                format!("deploy.shared.paths[{i}]"),
+                format!(
+                    "`{path}` must be a path inside a release: relative, without `.`, `..` or \
+                     empty parts (`log/`, `config/database.yml`)"
+                ),
+            );
+        }
+    }
+}
+
+/// Whether `keep_releases`' pruning of `root` could remove `dir`: `root` itself, or a
+/// directory under it whose first part is not hidden (pruning leaves hidden entries alone).
+fn pruned_with_releases(dir: &str, root: &str) -> bool {
+    let dir = dir.trim_end_matches('/');
+    match dir.strip_prefix(root) {
+        Some("") => true,
+        Some(rest) => rest
+            .strip_prefix('/')
+            .is_some_and(|inside| !inside.starts_with('.')),
+        None => false,
     }
 }
 

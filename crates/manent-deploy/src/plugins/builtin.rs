@@ -174,6 +174,17 @@ async fn deploy_target(
                     .await?;
                 lines.push(format!("uploaded {remote}"));
             }
+            if let Some((shared, paths)) = eff.shared_for(target) {
+                let step = format!("{name}: link shared");
+                let release = eff.dest_for(target).unwrap_or_default();
+                let script = targets::link_shared_script(&release, &shared, &paths);
+                let linked: String = ctx
+                    .step_with(&step, shown_running(), || async {
+                        run_script(ctx, &step, pool, eff, target, &script, &env).await
+                    })
+                    .await?;
+                lines.push(linked);
+            }
             // From here the target may run the new version, even if `activate` then
             // fails half-way: a rollback must include it.
             switched = true;
@@ -248,10 +259,7 @@ async fn prune_releases(
     let script = targets::prune_releases_script(releases);
     let pruned: Result<String, WorkflowError> = ctx
         .step_with(&step, shown_running(), || async {
-            let output = ctx.output(&step);
-            let result = targets::run(pool, eff, target, &script, &[], &output).await;
-            output.finish().await;
-            result
+            run_script(ctx, &step, pool, eff, target, &script, &[]).await
         })
         .await;
     match pruned {
@@ -275,8 +283,22 @@ async fn run_printing(
     env: &[(String, String)],
 ) -> Result<String, TargetError> {
     let command = eff.command_for(command, target, manent_ssh::shell_quote);
+    run_script(ctx, step, pool, eff, target, &command, env).await
+}
+
+/// Runs `script` on `target` as written (manent's own, placeholders already in place), its
+/// output kept line by line under the step's name.
+async fn run_script(
+    ctx: &WorkflowContext,
+    step: &str,
+    pool: &ConnectionPool,
+    eff: &EffectiveDescriptor,
+    target: &Target,
+    script: &str,
+    env: &[(String, String)],
+) -> Result<String, TargetError> {
     let output = ctx.output(step);
-    let result = targets::run(pool, eff, target, &command, env, &output).await;
+    let result = targets::run(pool, eff, target, script, env, &output).await;
     output.finish().await;
     result
 }
