@@ -143,6 +143,24 @@ async fn a_scoped_token_sees_nothing_of_another_tenant() {
         .filter_map(|a| a["application"].as_str())
         .collect();
     assert_eq!(apps, ["ml/app"], "apps lists only the token's applications");
+    // A page's cursor: another tenant's deploy answers as a deploy that does not exist.
+    for before in [web_id.as_str(), "no-such-deploy"] {
+        let (status, body) = api
+            .get(&format!("/api/v1/deploys?before={before}"), Some(&viewer))
+            .await;
+        assert_eq!(
+            (status, field(&body)),
+            (StatusCode::BAD_REQUEST, "before"),
+            "before={before}: refused alike, naming the field: {body}"
+        );
+    }
+    let (status, body) = api
+        .get(&format!("/api/v1/deploys?before={ml_id}"), Some(&viewer))
+        .await;
+    assert!(
+        status == StatusCode::OK && ids(&body).is_empty(),
+        "the page after its own tenant's only deploy is empty: {body}"
+    );
     let (_, tenants) = api.get("/api/v1/tenants", Some(&viewer)).await;
     let tenants: Vec<&str> = tenants
         .as_array()

@@ -109,6 +109,10 @@ enum Command {
         /// At most this many, newest first.
         #[arg(long, default_value_t = 50)]
         limit: u32,
+        /// Only deploys submitted before this one (its id or a unique prefix): the next page
+        /// after a full one, whose last id `manent` prints on stderr.
+        #[arg(long)]
+        before: Option<String>,
     },
     /// Cancels a deploy.
     Cancel {
@@ -168,6 +172,9 @@ enum Command {
         /// At most this many, newest first.
         #[arg(long, default_value_t = 50)]
         limit: u32,
+        /// Only deploys submitted before this one (its id or a unique prefix): the next page.
+        #[arg(long)]
+        before: Option<String>,
     },
     /// Deploys an earlier successful version again, with the artifacts (URLs, sha256) its
     /// deploy recorded; by default the version before the one live now. Approvals,
@@ -369,13 +376,18 @@ async fn run(args: Args) -> Result<u8, CliError> {
             environment,
             status,
             limit,
+            before,
         } => {
             let mut query = vec![("limit", limit.to_string())];
             query.extend(application.map(|a| ("application", a)));
             query.extend(environment.map(|e| ("environment", e)));
             query.extend(status.map(|s| ("status", s)));
+            if let Some(before) = before {
+                query.push(("before", resolve_deploy(&api, &before).await?));
+            }
             let list: Answer<Vec<DeployStatus>> = api.get_query("/api/v1/deploys", &query).await?;
             render::print(style, &list, render::deploys);
+            more(style, &list.body, limit, "manent list");
             Ok(0)
         }
         Command::Cancel { id } => {
@@ -477,12 +489,16 @@ async fn run(args: Args) -> Result<u8, CliError> {
             application,
             environment,
             limit,
+            before,
         } => {
             let path = environment_path(&application, &environment, "history")?;
-            let list: Answer<Vec<DeployStatus>> = api
-                .get_query(&path, &[("limit", limit.to_string())])
-                .await?;
+            let mut query = vec![("limit", limit.to_string())];
+            if let Some(before) = before {
+                query.push(("before", resolve_deploy(&api, &before).await?));
+            }
+            let list: Answer<Vec<DeployStatus>> = api.get_query(&path, &query).await?;
             render::print(style, &list, render::history);
+            more(style, &list.body, limit, "manent history");
             Ok(0)
         }
         Command::Rollback {
@@ -554,6 +570,19 @@ fn fit() -> Fit {
         Some(columns) if columns > 0 => Fit::Columns(columns),
         _ if std::io::stdout().is_terminal() => Fit::Terminal,
         _ => Fit::Unlimited,
+    }
+}
+
+/// After a full page of deploys shown to people, the cursor of the next one, on stderr so
+/// that stdout stays the table.
+fn more(style: &Style, page: &[DeployStatus], limit: u32, command: &str) {
+    if !style.is_document()
+        && style.format != Format::Name
+        && page.len() == limit as usize
+        && let Some(last) = page.last()
+    {
+        // The whole id: a prefix is looked for among the 1,000 newest deploys only.
+        eprintln!("more: {command} ... --before {}", last.id);
     }
 }
 

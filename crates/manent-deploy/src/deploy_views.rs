@@ -632,6 +632,8 @@ pub struct ListFilter {
     pub environment: Option<String>,
     pub status: Option<String>,
     pub limit: Option<i64>,
+    /// Only deploys submitted before this one (the last of the previous page).
+    pub before: Option<String>,
 }
 
 /// The newest deploys matching `filter` whose application `visible` admits (a scoped
@@ -672,6 +674,7 @@ pub async fn list(
                 name: Some(DEPLOY_WORKFLOW.into()),
                 partition_key: partition_key.clone(),
                 partition_prefix: partition_prefix.clone(),
+                before_id: filter.before.clone(),
                 limit: Some(page),
                 offset: Some(n * page),
                 ..Default::default()
@@ -875,11 +878,13 @@ pub async fn history(
     application: &str,
     environment: &str,
     limit: Option<i64>,
+    before: Option<&str>,
 ) -> Result<Vec<DeployStatus>, EngineError> {
     let records = client
         .list(&WorkflowFilter {
             name: Some(DEPLOY_WORKFLOW.into()),
             partition_key: Some(manent_model::partition_key(application, environment)),
+            before_id: before.map(str::to_string),
             limit: Some(limit.unwrap_or(50).clamp(1, 1000)),
             ..Default::default()
         })

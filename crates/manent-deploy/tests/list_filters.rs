@@ -1,7 +1,8 @@
 //! A filtered deploy list finds what it asks for however many other deploys are newer, on
 //! both backends: an application's deploys (every environment, or one) come from the
 //! partition index, and a filter the store cannot answer (an environment alone) reads page
-//! after page of the newest until its page is full.
+//! after page of the newest until its page is full. `before` pages through them all, once
+//! each.
 
 mod common;
 
@@ -34,6 +35,7 @@ async fn listed(client: &Client, application: Option<&str>, environment: Option<
             environment: environment.map(str::to_string),
             status: None,
             limit: Some(50),
+            before: None,
         },
         &|_| true,
     )
@@ -83,5 +85,43 @@ async fn a_filtered_list_finds_an_applications_deploys_behind_thousands_of_newer
         listed(&client, None, None).await,
         50,
         "without a filter, the newest page"
+    );
+
+    // Paging with the cursor: every deploy of shop/busy once, newest first, page after page.
+    let mut seen: Vec<String> = Vec::new();
+    let mut before: Option<String> = None;
+    loop {
+        let page = deploy_views::list(
+            &client,
+            &ListFilter {
+                application: Some("shop/busy".into()),
+                limit: Some(1000),
+                before: before.clone(),
+                ..Default::default()
+            },
+            &|_| true,
+        )
+        .await
+        .expect("a page");
+        let Some(last) = page.last() else { break };
+        before = Some(last.id.clone());
+        seen.extend(page.into_iter().map(|d| d.id));
+    }
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        (seen.len(), unique.len()),
+        (3000, 3000),
+        "three full pages and an empty one: each deploy of shop/busy exactly once"
+    );
+    let history = deploy_views::history(&client, "shop/busy", "prod", Some(10), Some(&seen[2994]))
+        .await
+        .expect("history");
+    let after: Vec<&str> = history.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(
+        after,
+        seen[2995..].iter().map(String::as_str).collect::<Vec<_>>(),
+        "history pages with the same cursor: the five deploys older than the one given"
     );
 }

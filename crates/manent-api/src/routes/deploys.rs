@@ -169,6 +169,26 @@ fn submit_error(e: SubmitError) -> AppError {
     }
 }
 
+/// A page's cursor (`before`): a deploy the caller may see. Unknown and another tenant's
+/// answer alike, naming the field.
+pub(super) async fn check_cursor(
+    state: &AppState,
+    caller: &Caller,
+    before: &str,
+) -> Result<(), AppError> {
+    match visible_deploy(state, caller, before).await {
+        Ok(_) => Ok(()),
+        Err(AppError::NotFound(_)) => Err(AppError::bad_request(
+            "before",
+            format!(
+                "no deploy `{before}`: give the id of the last deploy of the previous page \
+                 (whole)"
+            ),
+        )),
+        Err(other) => Err(other),
+    }
+}
+
 /// The deploy `id` if the caller may see it. Another tenant's deploy answers 404 like a
 /// deploy that does not exist: a scoped token learns nothing of what it may not read.
 async fn visible_deploy(
@@ -190,10 +210,11 @@ async fn visible_deploy(
         ("environment" = Option<String>, Query, description = "Only this environment.", example = "prod"),
         ("status" = Option<manent_contract::StatusFilter>, Query, description = "Only this status: ENQUEUED, PENDING, SUCCESS, ERROR or CANCELLED (any case). Another value is a 400."),
         ("limit" = Option<i64>, Query, description = "At most this many deploys; clamped to 1..1000."),
+        ("before" = Option<String>, Query, description = "Only deploys submitted before this one (the last of the previous page): the next page."),
     ),
     responses(
         (status = 200, description = "The deploys the token may see (steps empty).", body = Vec<DeployStatus>),
-        (status = 400, description = "An unknown status, or a query string that cannot be read.", body = ErrorBody),
+        (status = 400, description = "An unknown status, a `before` that names no deploy the token may see, or a query string that cannot be read.", body = ErrorBody),
     ))]
 async fn list_deploys(
     State(state): State<AppState>,
@@ -201,6 +222,9 @@ async fn list_deploys(
     Query(filter): Query<ListFilter>,
 ) -> Result<Json<Vec<DeployStatus>>, AppError> {
     let visible = |application: &str| caller.may(Action::Read, Some(application));
+    if let Some(before) = &filter.before {
+        check_cursor(&state, &caller, before).await?;
+    }
     let mut deploys = deploy_views::list(&state.client, &filter, &visible)
         .await?
         .to_wire();

@@ -112,6 +112,7 @@ fn visible_environment(
 #[derive(serde::Deserialize)]
 struct HistoryQuery {
     limit: Option<i64>,
+    before: Option<String>,
 }
 
 /// One environment's deploys, newest first.
@@ -120,10 +121,11 @@ struct HistoryQuery {
     params(
         EnvironmentPath,
         ("limit" = Option<i64>, Query, description = "At most this many deploys; clamped to 1..1000."),
+        ("before" = Option<String>, Query, description = "Only deploys submitted before this one (the last of the previous page): the next page."),
     ),
     responses(
         (status = 200, description = "Its deploys, all statuses, dry runs included.", body = Vec<DeployStatus>),
-        (status = 400, description = "The query string cannot be read.", body = ErrorBody),
+        (status = 400, description = "The query string cannot be read, or `before` names no deploy of this environment.", body = ErrorBody),
         (status = 404, description = "An application the token may not see.", body = ErrorBody),
     ))]
 async fn environment_history(
@@ -133,10 +135,19 @@ async fn environment_history(
     Query(query): Query<HistoryQuery>,
 ) -> Result<Json<Vec<DeployStatus>>, AppError> {
     let (application, environment) = visible_environment(&caller, path)?;
+    if let Some(before) = &query.before {
+        super::deploys::check_cursor(&state, &caller, before).await?;
+    }
     Ok(Json(
-        deploy_views::history(&state.client, &application, &environment, query.limit)
-            .await?
-            .to_wire(),
+        deploy_views::history(
+            &state.client,
+            &application,
+            &environment,
+            query.limit,
+            query.before.as_deref(),
+        )
+        .await?
+        .to_wire(),
     ))
 }
 

@@ -446,6 +446,9 @@ pub struct WorkflowFilter {
     /// Partitions whose key starts with this (`<application>/`: every environment of one
     /// application), read as a range of the partition index.
     pub partition_prefix: Option<String>,
+    /// Only workflows enqueued before the one with this id (the next page after it); none
+    /// when no workflow has that id.
+    pub before_id: Option<String>,
     pub limit: Option<i64>,
     /// How many of the newest matches to pass over (paging).
     pub offset: Option<i64>,

@@ -509,6 +509,18 @@ fn the_list_query_filters_on_what_was_asked_only_with_placeholders_in_order() {
          ORDER BY created_seq DESC LIMIT $4 OFFSET $5",
         &["q", "e", "p"],
     );
+    check(
+        WorkflowFilter {
+            name: Some("deploy".into()),
+            partition_key: Some("shop/prod".into()),
+            before_id: Some("d-41".into()),
+            ..Default::default()
+        },
+        " WHERE name = $1 AND partition_key = $2 AND created_seq < \
+         (SELECT created_seq FROM manent_workflows WHERE id = $3) \
+         ORDER BY created_seq DESC LIMIT $4 OFFSET $5",
+        &["deploy", "shop/prod", "d-41"],
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -613,6 +625,21 @@ async fn status_reads_use_their_indexes(db: manent_testkit::Db) {
         assert!(
             plan.contains("manent_workflows_partition") && !reads_the_whole_table(&plan),
             "{by_application:?} ({mode}) must read a range of the partition index; plan:\n{plan}"
+        );
+    }
+    // The next page of one partition's history: the same index, from the cursor down.
+    let next_page = WorkflowFilter {
+        name: Some("w".into()),
+        partition_key: Some("p7".into()),
+        before_id: Some("wf-7-3".into()),
+        ..Default::default()
+    };
+    let (sql, values) = list_sql(&next_page);
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    for (mode, plan) in plans(&store, &sql, &values, &[100, 0]).await {
+        assert!(
+            plan.contains("manent_workflows_partition") && !reads_the_whole_table(&plan),
+            "{next_page:?} ({mode}) must read the partition index from the cursor; plan:\n{plan}"
         );
     }
     let by_partition = [

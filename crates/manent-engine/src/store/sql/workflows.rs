@@ -77,6 +77,12 @@ pub(super) fn list_sql(f: &WorkflowFilter) -> (String, Vec<String>) {
         ("partition_key", "=", f.partition_key.as_deref()),
         ("partition_key", ">=", f.partition_prefix.as_deref()),
         ("partition_key", "<", upper.as_deref()),
+        // A cursor: the enqueue order of the workflow named, read by primary key.
+        (
+            "created_seq",
+            "< (SELECT created_seq FROM manent_workflows WHERE id =",
+            f.before_id.as_deref(),
+        ),
     ];
     let mut sql = String::from(concat!("SELECT ", wf_cols!(), " FROM manent_workflows"));
     let mut values = Vec::new();
@@ -84,7 +90,11 @@ pub(super) fn list_sql(f: &WorkflowFilter) -> (String, Vec<String>) {
         if let Some(value) = value {
             values.push(value.to_string());
             let keyword = if values.len() == 1 { "WHERE" } else { "AND" };
-            sql.push_str(&format!(" {keyword} {column} {op} ${}", values.len()));
+            let close = if op.starts_with("< (") { ")" } else { "" };
+            sql.push_str(&format!(
+                " {keyword} {column} {op} ${}{close}",
+                values.len()
+            ));
         }
     }
     sql.push_str(&format!(
