@@ -794,7 +794,10 @@ async fn decided(
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let now: Answer<DeployStatus> = api.get(&deploy_path(id, "")).await?;
-        let moved = now.body.approvals.len() > before.approvals.len()
+        // The decision is counted, and what the deploy waits for says so (`2 of 3`, or
+        // nothing once the last approval is in): never the count from before it.
+        let moved = (now.body.approvals.len() > before.approvals.len()
+            && now.body.waiting_for != before.waiting_for)
             || now.body.phase != before.phase
             || now.body.status != before.status;
         if moved || tokio::time::Instant::now() >= deadline {

@@ -124,6 +124,12 @@ async fn a_deploy_waiting_for_approval_survives_kill_9_of_every_process_and_proc
         ["approved alice"],
         "approve prints the state after the approval, not before: {approved}"
     );
+    assert!(
+        approved["waiting_for"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("approval: 1 of 2")),
+        "and what it still waits for counts the approval: {approved}"
+    );
     let (code, again) = site.cli_stderr(&alice, &["approve", &id]);
     assert!(
         code == 2 && again.contains("alice already approved"),
@@ -153,6 +159,12 @@ async fn a_deploy_waiting_for_approval_survives_kill_9_of_every_process_and_proc
     );
     let (code, approved) = decide(&site, &bob, "approve", &id, &[]);
     assert_eq!(code, 0, "bob approves: {approved}");
+    assert!(
+        !approved["waiting_for"]
+            .as_str()
+            .is_some_and(|w| w.contains("of 2")),
+        "after the last approval the printout no longer says it waits for one: {approved}"
+    );
     let done = site.wait_status(&token, &id, "SUCCESS").await;
     assert_eq!(
         approvers(&done),
