@@ -176,12 +176,31 @@ fn verified() -> &'static Mutex<HashMap<PathBuf, (FileIdentity, String)>> {
     VERIFIED.get_or_init(Default::default)
 }
 
+/// The most files [`verified`] remembers: a worker that runs for months forgets the
+/// artifacts of ended deploys ([`forget_dir`]); this bounds it whatever happens.
+const MAX_VERIFIED: usize = 4096;
+
 fn remember(path: &Path, meta: &std::fs::Metadata, sha256: &str) {
     if let Ok(mut map) = verified().lock() {
+        if map.len() >= MAX_VERIFIED {
+            // Files that are gone first; then, still full, everything: it is only a cache.
+            map.retain(|path, _| path.exists());
+            if map.len() >= MAX_VERIFIED {
+                map.clear();
+            }
+        }
         map.insert(
             path.to_path_buf(),
             (FileIdentity::of(meta), sha256.to_string()),
         );
+    }
+}
+
+/// Forgets what this process verified under `dir`: a deploy's work directory, removed
+/// when the deploy ended.
+pub fn forget_dir(dir: &Path) {
+    if let Ok(mut map) = verified().lock() {
+        map.retain(|path, _| !path.starts_with(dir));
     }
 }
 
@@ -505,6 +524,41 @@ mod tests {
     fn sources_of(dir: &Path) -> ArtifactSources {
         let root = std::fs::canonicalize(dir).unwrap();
         ArtifactSources::parse(&[format!("file://{}/", root.display())]).unwrap()
+    }
+
+    #[test]
+    fn what_was_verified_is_forgotten_with_its_work_directory_and_stays_bounded() {
+        let root = tempfile::tempdir().unwrap();
+        let file = |dir: &str| {
+            let path = root.path().join(dir).join("app.tar");
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, dir).unwrap();
+            let meta = std::fs::metadata(&path).unwrap();
+            (path, meta)
+        };
+        let (ended, ended_meta) = file("deploy-ended");
+        let (running, running_meta) = file("deploy-running");
+        remember(&ended, &ended_meta, "aa");
+        remember(&running, &running_meta, "bb");
+        forget_dir(&root.path().join("deploy-ended"));
+        assert_eq!(
+            known_sha256(&ended, &ended_meta),
+            None,
+            "forgotten with its directory"
+        );
+        assert_eq!(
+            known_sha256(&running, &running_meta).as_deref(),
+            Some("bb"),
+            "another deploy's file is still known"
+        );
+        // Past the bound, files that are gone go first.
+        for i in 0..MAX_VERIFIED {
+            remember(&root.path().join(format!("gone-{i}")), &running_meta, "cc");
+        }
+        assert!(
+            verified().lock().unwrap().len() <= MAX_VERIFIED,
+            "the cache never holds more than {MAX_VERIFIED} files"
+        );
     }
 
     #[tokio::test]

@@ -101,6 +101,7 @@ pub fn spawn_sweeper(client: Client, workdir: PathBuf, executor_id: String) {
 }
 
 async fn remove(dir: PathBuf) {
+    crate::artifacts::forget_dir(&dir);
     match tokio::fs::remove_dir_all(&dir).await {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -88,6 +88,7 @@ async fn removing_when_ended<T>(
         Err(WorkflowError::Fenced | WorkflowError::Moved { .. } | WorkflowError::Store(_))
     );
     if !goes_on {
+        artifacts::forget_dir(dir);
         match tokio::fs::remove_dir_all(dir).await {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
