@@ -624,8 +624,8 @@ async fn tenants_and_applications_come_from_the_environments_source() {
     assert_eq!(
         apps,
         serde_json::json!([
-            {"application": "acme/api", "tenant": "acme", "environments": ["staging"], "live": {}},
-            {"application": "acme/web", "tenant": "acme", "environments": ["prod"], "live": {}},
+            {"application": "acme/api", "tenant": "acme", "environments": ["staging"], "live": {}, "can_deploy": false},
+            {"application": "acme/web", "tenant": "acme", "environments": ["prod"], "live": {}, "can_deploy": false},
         ]),
         "each <tenant>/<app>/<env>.yml is an environment; other files are not; nothing is live          before a successful deploy"
     );
