@@ -170,7 +170,7 @@ fn submit_error(e: SubmitError) -> AppError {
 }
 
 /// A page's cursor (`before`): a deploy the caller may see. Unknown and another tenant's
-/// answer alike, naming the field.
+/// answer alike: 404, naming the field.
 pub(super) async fn check_cursor(
     state: &AppState,
     caller: &Caller,
@@ -178,15 +178,17 @@ pub(super) async fn check_cursor(
 ) -> Result<(), AppError> {
     match visible_deploy(state, caller, before).await {
         Ok(_) => Ok(()),
-        Err(AppError::NotFound(_)) => Err(AppError::bad_request(
-            "before",
-            format!(
-                "no deploy `{before}`: give the id of the last deploy of the previous page \
-                 (whole)"
-            ),
-        )),
+        Err(AppError::NotFound(_)) => Err(AppError::NotFound(format!(
+            "before: no deploy `{before}`: give the whole id of the last deploy of the \
+             previous page"
+        ))),
         Err(other) => Err(other),
     }
+}
+
+/// An empty `before=` is no cursor.
+pub(super) fn cursor(before: &Option<String>) -> Option<&str> {
+    before.as_deref().filter(|b| !b.is_empty())
 }
 
 /// The deploy `id` if the caller may see it. Another tenant's deploy answers 404 like a
@@ -214,7 +216,8 @@ async fn visible_deploy(
     ),
     responses(
         (status = 200, description = "The deploys the token may see (steps empty).", body = Vec<DeployStatus>),
-        (status = 400, description = "An unknown status, a `before` that names no deploy the token may see, or a query string that cannot be read.", body = ErrorBody),
+        (status = 400, description = "An unknown status, or a query string that cannot be read.", body = ErrorBody),
+        (status = 404, description = "`before` names no deploy the token may see.", body = ErrorBody),
     ))]
 async fn list_deploys(
     State(state): State<AppState>,
@@ -222,6 +225,10 @@ async fn list_deploys(
     Query(filter): Query<ListFilter>,
 ) -> Result<Json<Vec<DeployStatus>>, AppError> {
     let visible = |application: &str| caller.may(Action::Read, Some(application));
+    let filter = ListFilter {
+        before: cursor(&filter.before).map(str::to_string),
+        ..filter
+    };
     if let Some(before) = &filter.before {
         check_cursor(&state, &caller, before).await?;
     }

@@ -125,8 +125,8 @@ struct HistoryQuery {
     ),
     responses(
         (status = 200, description = "Its deploys, all statuses, dry runs included.", body = Vec<DeployStatus>),
-        (status = 400, description = "The query string cannot be read, or `before` names no deploy of this environment.", body = ErrorBody),
-        (status = 404, description = "An application the token may not see.", body = ErrorBody),
+        (status = 400, description = "The query string cannot be read.", body = ErrorBody),
+        (status = 404, description = "An application the token may not see, or a `before` that names no deploy it may see.", body = ErrorBody),
     ))]
 async fn environment_history(
     State(state): State<AppState>,
@@ -135,7 +135,8 @@ async fn environment_history(
     Query(query): Query<HistoryQuery>,
 ) -> Result<Json<Vec<DeployStatus>>, AppError> {
     let (application, environment) = visible_environment(&caller, path)?;
-    if let Some(before) = &query.before {
+    let before = super::deploys::cursor(&query.before);
+    if let Some(before) = before {
         super::deploys::check_cursor(&state, &caller, before).await?;
     }
     Ok(Json(
@@ -144,7 +145,7 @@ async fn environment_history(
             &application,
             &environment,
             query.limit,
-            query.before.as_deref(),
+            before,
         )
         .await?
         .to_wire(),
