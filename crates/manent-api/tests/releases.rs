@@ -133,8 +133,9 @@ async fn a_rollback_deploys_the_recorded_artifacts_of_the_version_before_the_liv
     );
     assert_eq!(
         live(&api, &ci).await,
-        json!({"version": "1.0", "deploy_id": rollback, "finished_at": again["finished_at"]}),
-        "1.0 is live again, through the rollback's deploy"
+        json!({"version": "1.0", "deploy_id": rollback, "finished_at": again["finished_at"],
+               "submitted_by": "ci"}),
+        "1.0 is live again, through the rollback's deploy, submitted by the caller"
     );
 
     let (status, history) = api.get(HISTORY, Some(&ci)).await;
