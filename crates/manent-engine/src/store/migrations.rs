@@ -343,6 +343,21 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX manent_output_at ON manent_output (at)",
         ],
     },
+    Migration {
+        version: 13,
+        // Indexes only: older binaries read and write the tables as before.
+        compatible_from: Some(9),
+        name: "the failed and the cancelled, newest first, however long the history",
+        // `manent list --status ERROR` read the whole history to find the few failed
+        // deploys among a million successes (bench/history). Partial: an entry is written
+        // once, when a workflow ends so, and never moves.
+        statements: &[
+            "CREATE INDEX manent_workflows_failed ON manent_workflows (created_seq) \
+             WHERE status = 'ERROR'",
+            "CREATE INDEX manent_workflows_cancelled ON manent_workflows (created_seq) \
+             WHERE status = 'CANCELLED'",
+        ],
+    },
 ];
 
 /// The version a fully migrated schema has.
@@ -402,7 +417,8 @@ mod tests {
             9 80a1dd186d723e4e58e9d6eb5dbe5d6402359fc8ebda0420abf2b8dd513b14e4
             10 209fbad30f8890ae1595028507c7e40c7344dcb598412d292ca4a47545e92c33
             11 35eede3303ce805020700980e85c51748f1d98a8202bc9004ab434e6b7d0403c
-            12 79f63b23d148f32c59bfa44cbde8bb96ad111f2a3c037d0f9086bc4a348df791"#]]
+            12 79f63b23d148f32c59bfa44cbde8bb96ad111f2a3c037d0f9086bc4a348df791
+            13 1520db3511c29cc602f71dfb33ad3b67336796c99ece75067865ec83f21b161f"#]]
         .assert_eq(&sums.join("\n"));
     }
 

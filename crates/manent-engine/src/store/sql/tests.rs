@@ -484,9 +484,9 @@ fn the_list_query_filters_on_what_was_asked_only_with_placeholders_in_order() {
             limit: Some(100),
             ..Default::default()
         },
-        " WHERE status = $1 AND name = $2 AND partition_key = $3 \
-         ORDER BY created_seq DESC LIMIT $4 OFFSET $5",
-        &["SUCCESS", "deploy", "shop/prod"],
+        " WHERE status = 'SUCCESS' AND name = $1 AND partition_key = $2 \
+         ORDER BY created_seq DESC LIMIT $3 OFFSET $4",
+        &["deploy", "shop/prod"],
     );
     check(
         WorkflowFilter {

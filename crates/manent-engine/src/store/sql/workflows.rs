@@ -69,7 +69,6 @@ pub(super) fn list_sql(f: &WorkflowFilter) -> (String, Vec<String>) {
     // partition index on both backends, where LIKE would need a collation to use it.
     let upper = f.partition_prefix.as_deref().and_then(prefix_upper_bound);
     let filters = [
-        ("status", "=", f.status.map(WorkflowStatus::as_str)),
         ("queue_name", "=", f.queue.as_deref()),
         ("name", "=", f.name.as_deref()),
         ("executor_id", "=", f.executor_id.as_deref()),
@@ -85,11 +84,21 @@ pub(super) fn list_sql(f: &WorkflowFilter) -> (String, Vec<String>) {
         ),
     ];
     let mut sql = String::from(concat!("SELECT ", wf_cols!(), " FROM manent_workflows"));
+    // The status is written into the text, not bound: it is one of a closed set
+    // (`WorkflowStatus::as_str`), and only a literal lets the planners use the partial index
+    // of that status (the backlog's, the running work's, the failed and cancelled deploys'),
+    // where a parameter leaves them reading the whole history for a rare status.
+    let mut conditions = 0;
+    if let Some(status) = f.status {
+        sql.push_str(&format!(" WHERE status = '{}'", status.as_str()));
+        conditions += 1;
+    }
     let mut values = Vec::new();
     for (column, op, value) in filters {
         if let Some(value) = value {
             values.push(value.to_string());
-            let keyword = if values.len() == 1 { "WHERE" } else { "AND" };
+            conditions += 1;
+            let keyword = if conditions == 1 { "WHERE" } else { "AND" };
             let close = if op.starts_with("< (") { ")" } else { "" };
             sql.push_str(&format!(
                 " {keyword} {column} {op} ${}{close}",
