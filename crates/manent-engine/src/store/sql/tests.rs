@@ -511,6 +511,15 @@ fn the_list_query_filters_on_what_was_asked_only_with_placeholders_in_order() {
     );
     check(
         WorkflowFilter {
+            status: Some(WorkflowStatus::Pending),
+            name: Some("deploy".into()),
+            ..Default::default()
+        },
+        " WHERE status = 'PENDING' AND name = $1 ORDER BY created_seq + 0 DESC LIMIT $2 OFFSET $3",
+        &["deploy"],
+    );
+    check(
+        WorkflowFilter {
             name: Some("deploy".into()),
             partition_key: Some("shop/prod".into()),
             before_id: Some("d-41".into()),

@@ -106,8 +106,27 @@ pub(super) fn list_sql(f: &WorkflowFilter) -> (String, Vec<String>) {
             ));
         }
     }
+    // The queued or running workflows of the whole history (`manent activity`): few, in the
+    // partial index of their status. Ordered by `created_seq` itself, SQLite (without
+    // statistics) would rather walk the whole history newest first to avoid sorting them; an
+    // expression cannot come from an index, so the partial index is read and its few rows
+    // sorted. A narrower filter keeps its own index's order.
+    let few = matches!(
+        f.status,
+        Some(WorkflowStatus::Enqueued | WorkflowStatus::Pending)
+    ) && f.queue.is_none()
+        && f.executor_id.is_none()
+        && f.parent_id.is_none()
+        && f.partition_key.is_none()
+        && f.partition_prefix.is_none()
+        && f.before_id.is_none();
+    let order = if few {
+        "created_seq + 0"
+    } else {
+        "created_seq"
+    };
     sql.push_str(&format!(
-        " ORDER BY created_seq DESC LIMIT ${} OFFSET ${}",
+        " ORDER BY {order} DESC LIMIT ${} OFFSET ${}",
         values.len() + 1,
         values.len() + 2
     ));
