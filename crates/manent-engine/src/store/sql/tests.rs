@@ -7,6 +7,7 @@ use super::claims::pg_claim_begin;
 use super::migrate::LEGACY_MIGRATIONS_TABLE;
 use super::workflows::QUEUE_DEPTHS_SQL;
 use super::workflows::json_list;
+use super::workflows::list_merged_sql;
 use super::workflows::list_sql;
 use super::workflows::next_seq;
 use super::*;
@@ -634,6 +635,30 @@ async fn status_reads_use_their_indexes(db: manent_testkit::Db) {
         assert!(
             plan.contains("manent_workflows_partition") && !reads_the_whole_table(&plan),
             "{by_application:?} ({mode}) must read a range of the partition index; plan:\n{plan}"
+        );
+    }
+    // The same, merged partition by partition: each arm in the partition index's order, only
+    // the arms' few rows sorted.
+    let (sql, values) = list_merged_sql(
+        &WorkflowFilter {
+            limit: Some(100),
+            ..by_application.clone()
+        },
+        &["p7".to_string(), "p70".to_string()],
+    );
+    assert!(
+        sql.matches(" UNION ALL ").count() == 1
+            && sql.contains("partition_key = $2")
+            && sql.contains("partition_key = $4")
+            && sql.ends_with("LIMIT $5 OFFSET $6"),
+        "two arms, each with its own placeholders: {sql}"
+    );
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    assert_eq!(values, ["w", "p7", "w", "p70"]);
+    for (mode, plan) in plans(&store, &sql, &values, &[100, 0]).await {
+        assert!(
+            plan.contains("manent_workflows_partition") && !reads_the_whole_table(&plan),
+            "a merged list ({mode}) reads each partition from its index; plan:\n{plan}"
         );
     }
     // The next page of one partition's history: the same index, from the cursor down.

@@ -65,6 +65,11 @@ pub(super) fn enqueue_chunk_rows(is_pg: bool) -> usize {
 /// first to find one application's deploys. Returns the text and the filters' values,
 /// bound in order before the limit and the offset.
 pub(super) fn list_sql(f: &WorkflowFilter) -> (String, Vec<String>) {
+    list_sql_from(f, 0)
+}
+
+/// [`list_sql`] with its placeholders numbered after `before` others.
+fn list_sql_from(f: &WorkflowFilter, before: usize) -> (String, Vec<String>) {
     // A prefix is the range [prefix, prefix with its last character raised): a range of the
     // partition index on both backends, where LIKE would need a collation to use it.
     let upper = f.partition_prefix.as_deref().and_then(prefix_upper_bound);
@@ -102,7 +107,7 @@ pub(super) fn list_sql(f: &WorkflowFilter) -> (String, Vec<String>) {
             let close = if op.starts_with("< (") { ")" } else { "" };
             sql.push_str(&format!(
                 " {keyword} {column} {op} ${}{close}",
-                values.len()
+                before + values.len()
             ));
         }
     }
@@ -127,9 +132,67 @@ pub(super) fn list_sql(f: &WorkflowFilter) -> (String, Vec<String>) {
     };
     sql.push_str(&format!(
         " ORDER BY {order} DESC LIMIT ${} OFFSET ${}",
+        before + values.len() + 1,
+        before + values.len() + 2
+    ));
+    (sql, values)
+}
+
+/// The most partitions under one prefix a list merges one by one ([`list_merged_sql`]);
+/// past it, the prefix is read as one range of the partition index and sorted.
+pub(super) const MAX_MERGED_PARTITIONS: usize = 32;
+
+/// The partitions whose key starts with `prefix` (at most [`MAX_MERGED_PARTITIONS`] + 1),
+/// found by seeking the partition index once per partition, not by reading its entries.
+pub(super) const PARTITIONS_IN_RANGE_SQL: &str = "WITH RECURSIVE parts(k) AS ( \
+     SELECT (SELECT MIN(partition_key) FROM manent_workflows \
+             WHERE partition_key >= $1 AND partition_key < $2) \
+     UNION ALL \
+     SELECT (SELECT MIN(partition_key) FROM manent_workflows \
+             WHERE partition_key > parts.k AND partition_key < $2) \
+     FROM parts WHERE parts.k IS NOT NULL) \
+     SELECT k FROM parts WHERE k IS NOT NULL LIMIT 33";
+
+/// The list of `f` (which names a prefix) over `partitions`: each partition's newest
+/// `limit + offset` rows read in order from the partition index, merged. Read as one range,
+/// the whole application's history would be sorted to find its newest page (228 ms at
+/// 1,000,000 deploys on SQLite, bench/history).
+pub(super) fn list_merged_sql(f: &WorkflowFilter, partitions: &[String]) -> (String, Vec<String>) {
+    let each = f
+        .limit
+        .unwrap_or(1000)
+        .saturating_add(f.offset.unwrap_or(0))
+        .max(0);
+    let mut values = Vec::new();
+    let mut arms = Vec::new();
+    for partition in partitions {
+        let one = WorkflowFilter {
+            partition_key: Some(partition.clone()),
+            partition_prefix: None,
+            limit: None,
+            offset: None,
+            ..f.clone()
+        };
+        let (arm, arm_values) = list_sql_from(&one, values.len());
+        // The arm's own limit is a number: the page and what it passes over.
+        let arm = arm.split(" LIMIT $").next().unwrap_or_default().to_string();
+        values.extend(arm_values);
+        arms.push(format!(
+            "SELECT * FROM ({} LIMIT {each}) AS p{}",
+            arm.replacen(concat!("SELECT ", wf_cols!()), "SELECT *", 1),
+            arms.len()
+        ));
+    }
+    let sql = format!(
+        concat!(
+            "SELECT ",
+            wf_cols!(),
+            " FROM ({}) AS merged ORDER BY created_seq DESC LIMIT ${} OFFSET ${}"
+        ),
+        arms.join(" UNION ALL "),
         values.len() + 1,
         values.len() + 2
-    ));
+    );
     (sql, values)
 }
 
@@ -387,7 +450,26 @@ impl SqlStore {
         &self,
         f: &WorkflowFilter,
     ) -> Result<Vec<WorkflowRecord>, StoreError> {
-        let (sql, values) = list_sql(f);
+        let (sql, values) = match f.partition_prefix.as_deref() {
+            Some(prefix) => {
+                let upper =
+                    prefix_upper_bound(prefix).unwrap_or_else(|| format!("{prefix}\u{10FFFF}"));
+                let partitions: Vec<String> = with_pool!(self, pool => sqlx::query_scalar(PARTITIONS_IN_RANGE_SQL)
+                    .bind(prefix)
+                    .bind(&upper)
+                    .fetch_all(pool)
+                    .await)?;
+                if partitions.is_empty() {
+                    return Ok(Vec::new());
+                }
+                if partitions.len() <= MAX_MERGED_PARTITIONS {
+                    list_merged_sql(f, &partitions)
+                } else {
+                    list_sql(f)
+                }
+            }
+            None => list_sql(f),
+        };
         let rows: Vec<WorkflowRow> = with_pool!(self, pool => {
             let mut query = sqlx::query_as(&sql);
             for value in &values {
