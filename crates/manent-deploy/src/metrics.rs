@@ -123,7 +123,6 @@ impl Cumulative {
             self.claims_read_to,
             until,
             |w| client.workflows_started_between(w),
-            |(at, _)| *at,
             |(_, ms)| latency.observe(seconds(ms)),
         )
         .await?;
@@ -132,7 +131,6 @@ impl Cumulative {
             self.steps_read_to,
             until,
             |w| client.steps_finished_between(w),
-            |(at, _)| *at,
             |(_, ms)| duration.observe(seconds(ms)),
         )
         .await?;
@@ -141,7 +139,6 @@ impl Cumulative {
             self.ends_read_to,
             until,
             |w| client.workflows_finished_between(DEPLOY_WORKFLOW, w),
-            |(at, _)| *at,
             |(_, status)| {
                 ended.get_or_create(&status_labels(status)).inc();
             },
@@ -151,19 +148,18 @@ impl Cumulative {
     }
 }
 
-/// Counts the rows of `(after, until]` (read by `read`, oldest first, each at `time_of`),
+/// Counts the rows of `(after, until]` (read by `read`, oldest first, each with its time),
 /// page by page; returns how far it read. A full page stops before the time of its last
 /// row, so that rows sharing that time are read together by the next page; a page all of
 /// one time is taken whole.
-async fn read_between<R, Fut>(
+async fn read_between<T, Fut>(
     after: i64,
     until: i64,
     read: impl Fn(TimeWindow) -> Fut,
-    time_of: impl Fn(&R) -> i64,
-    mut count: impl FnMut(R),
+    mut count: impl FnMut((i64, T)),
 ) -> Result<i64, EngineError>
 where
-    Fut: std::future::Future<Output = Result<Vec<R>, EngineError>>,
+    Fut: std::future::Future<Output = Result<Vec<(i64, T)>, EngineError>>,
 {
     let mut after = after;
     for _ in 0..PAGES {
@@ -178,7 +174,7 @@ where
         .await?;
         let full = i64::try_from(rows.len()).unwrap_or(i64::MAX) >= PAGE;
         let (first, last) = match (rows.first(), rows.last()) {
-            (Some(first), Some(last)) => (time_of(first), time_of(last)),
+            (Some(first), Some(last)) => (first.0, last.0),
             _ => return Ok(until),
         };
         if !full {
@@ -187,7 +183,7 @@ where
         }
         let upto = if first == last { last } else { last - 1 };
         rows.into_iter()
-            .filter(|r| time_of(r) <= upto)
+            .filter(|(at, _)| *at <= upto)
             .for_each(&mut count);
         after = upto;
     }
@@ -319,16 +315,16 @@ mod tests {
             after,
             until,
             |w| {
-                let page: Vec<i64> = rows
+                let page: Vec<(i64, ())> = rows
                     .iter()
                     .copied()
                     .filter(|at| *at > w.after_ms && *at <= w.until_ms)
                     .take(usize::try_from(w.limit).unwrap())
+                    .map(|at| (at, ()))
                     .collect();
                 async move { Ok(page) }
             },
-            |at| *at,
-            |at| counted.push(at),
+            |(at, ())| counted.push(at),
         )
         .await
         .unwrap();

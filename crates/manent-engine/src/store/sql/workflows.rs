@@ -65,52 +65,7 @@ pub(super) fn enqueue_chunk_rows(is_pg: bool) -> usize {
 /// first to find one application's deploys. Returns the text and the filters' values,
 /// bound in order before the limit and the offset.
 pub(super) fn list_sql(f: &WorkflowFilter) -> (String, Vec<String>) {
-    list_sql_from(f, 0)
-}
-
-/// [`list_sql`] with its placeholders numbered after `before` others.
-fn list_sql_from(f: &WorkflowFilter, before: usize) -> (String, Vec<String>) {
-    // A prefix is the range [prefix, prefix with its last character raised): a range of the
-    // partition index on both backends, where LIKE would need a collation to use it.
-    let upper = f.partition_prefix.as_deref().and_then(prefix_upper_bound);
-    let filters = [
-        ("queue_name", "=", f.queue.as_deref()),
-        ("name", "=", f.name.as_deref()),
-        ("executor_id", "=", f.executor_id.as_deref()),
-        ("parent_id", "=", f.parent_id.as_deref()),
-        ("partition_key", "=", f.partition_key.as_deref()),
-        ("partition_key", ">=", f.partition_prefix.as_deref()),
-        ("partition_key", "<", upper.as_deref()),
-        // A cursor: the enqueue order of the workflow named, read by primary key.
-        (
-            "created_seq",
-            "< (SELECT created_seq FROM manent_workflows WHERE id =",
-            f.before_id.as_deref(),
-        ),
-    ];
-    let mut sql = String::from(concat!("SELECT ", wf_cols!(), " FROM manent_workflows"));
-    // The status is written into the text, not bound: it is one of a closed set
-    // (`WorkflowStatus::as_str`), and only a literal lets the planners use the partial index
-    // of that status (the backlog's, the running work's, the failed and cancelled deploys'),
-    // where a parameter leaves them reading the whole history for a rare status.
-    let mut conditions = 0;
-    if let Some(status) = f.status {
-        sql.push_str(&format!(" WHERE status = '{}'", status.as_str()));
-        conditions += 1;
-    }
-    let mut values = Vec::new();
-    for (column, op, value) in filters {
-        if let Some(value) = value {
-            values.push(value.to_string());
-            conditions += 1;
-            let keyword = if conditions == 1 { "WHERE" } else { "AND" };
-            let close = if op.starts_with("< (") { ")" } else { "" };
-            sql.push_str(&format!(
-                " {keyword} {column} {op} ${}{close}",
-                before + values.len()
-            ));
-        }
-    }
+    let (conditions, values) = list_where(f, 0);
     // The queued or running workflows of the whole history (`manent activity`): few, in the
     // partial index of their status. Ordered by `created_seq` itself, SQLite (without
     // statistics) would rather walk the whole history newest first to avoid sorting them; an
@@ -130,12 +85,62 @@ fn list_sql_from(f: &WorkflowFilter, before: usize) -> (String, Vec<String>) {
     } else {
         "created_seq"
     };
-    sql.push_str(&format!(
-        " ORDER BY {order} DESC LIMIT ${} OFFSET ${}",
-        before + values.len() + 1,
-        before + values.len() + 2
-    ));
+    let sql = format!(
+        concat!(
+            "SELECT ",
+            wf_cols!(),
+            " FROM manent_workflows{} ORDER BY {} DESC LIMIT ${} OFFSET ${}"
+        ),
+        conditions,
+        order,
+        values.len() + 1,
+        values.len() + 2
+    );
     (sql, values)
+}
+
+/// The `WHERE` of `f` (empty without filters) and the values it binds, its placeholders
+/// numbered after `before` others.
+fn list_where(f: &WorkflowFilter, before: usize) -> (String, Vec<String>) {
+    // A prefix is the range [prefix, prefix with its last character raised): a range of the
+    // partition index on both backends, where LIKE would need a collation to use it.
+    let upper = f.partition_prefix.as_deref().and_then(prefix_upper_bound);
+    let filters = [
+        ("queue_name", "=", f.queue.as_deref()),
+        ("name", "=", f.name.as_deref()),
+        ("executor_id", "=", f.executor_id.as_deref()),
+        ("parent_id", "=", f.parent_id.as_deref()),
+        ("partition_key", "=", f.partition_key.as_deref()),
+        ("partition_key", ">=", f.partition_prefix.as_deref()),
+        ("partition_key", "<", upper.as_deref()),
+        // A cursor: the enqueue order of the workflow named, read by primary key.
+        (
+            "created_seq",
+            "< (SELECT created_seq FROM manent_workflows WHERE id =",
+            f.before_id.as_deref(),
+        ),
+    ];
+    // The status is written into the text, not bound: it is one of a closed set
+    // (`WorkflowStatus::as_str`), and only a literal lets the planners use the partial index
+    // of that status (the backlog's, the running work's, the failed and cancelled deploys'),
+    // where a parameter leaves them reading the whole history for a rare status.
+    let mut conditions: Vec<String> = f
+        .status
+        .map(|status| format!("status = '{}'", status.as_str()))
+        .into_iter()
+        .collect();
+    let mut values = Vec::new();
+    for (column, op, value) in filters {
+        if let Some(value) = value {
+            values.push(value.to_string());
+            let close = if op.starts_with("< (") { ")" } else { "" };
+            conditions.push(format!("{column} {op} ${}{close}", before + values.len()));
+        }
+    }
+    if conditions.is_empty() {
+        return (String::new(), values);
+    }
+    (format!(" WHERE {}", conditions.join(" AND ")), values)
 }
 
 /// The most partitions under one prefix a list merges one by one ([`list_merged_sql`]);
@@ -169,17 +174,14 @@ pub(super) fn list_merged_sql(f: &WorkflowFilter, partitions: &[String]) -> (Str
         let one = WorkflowFilter {
             partition_key: Some(partition.clone()),
             partition_prefix: None,
-            limit: None,
-            offset: None,
             ..f.clone()
         };
-        let (arm, arm_values) = list_sql_from(&one, values.len());
-        // The arm's own limit is a number: the page and what it passes over.
-        let arm = arm.split(" LIMIT $").next().unwrap_or_default().to_string();
+        let (conditions, arm_values) = list_where(&one, values.len());
         values.extend(arm_values);
+        // Each arm's own limit is a number: the page and what it passes over.
         arms.push(format!(
-            "SELECT * FROM ({} LIMIT {each}) AS p{}",
-            arm.replacen(concat!("SELECT ", wf_cols!()), "SELECT *", 1),
+            "SELECT * FROM (SELECT * FROM manent_workflows{conditions} \
+             ORDER BY created_seq DESC LIMIT {each}) AS p{}",
             arms.len()
         ));
     }
