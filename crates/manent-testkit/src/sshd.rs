@@ -1,6 +1,8 @@
 //! Real OpenSSH servers for tests: `SshHosts::start(n)` runs one `sshd` per loopback address
 //! (127.0.0.2, 127.0.0.3, …), each a "host" with its own host key, port and scratch
 //! directory, plus a client key they all accept and a `known_hosts` file that lists them.
+//! `SshHosts::start_fleet(n, …)` reaches fleet sizes (hundreds of hosts) with one `sshd` per
+//! 16 addresses, the most one OpenSSH server listens on; its hosts share that server's key.
 //! Everything lives in a temporary directory; the servers are killed on drop.
 //!
 //! Requires Debian's `openssh-server` (`/usr/sbin/sshd`, or `MANENT_TEST_SSHD`) and
@@ -18,19 +20,24 @@ use std::{
 
 /// How long one sshd may take to accept connections.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
-/// Attempts per host when the port picked turns out to be taken by the time sshd binds it.
+/// Attempts per sshd when a port picked turns out to be taken by the time sshd binds it.
 const START_ATTEMPTS: usize = 5;
+/// Addresses one sshd listens on in `start_fleet`: OpenSSH's `MAX_LISTEN_SOCKS`.
+const ADDRESSES_PER_SSHD: usize = 16;
+/// Hosts one harness may start: 127.0.0.2 … onwards, 250 addresses per third octet.
+const MAX_HOSTS: usize = 1000;
 
 /// One sshd, listening on `addr:port`.
 pub struct SshHost {
-    /// `127.0.0.N`, N ≥ 2.
+    /// `127.0.K.N`, 2 ≤ N ≤ 251 (host i is `127.0.(i / 250).(i % 250 + 2)`: 127.0.0.2 first).
     pub addr: String,
     pub port: u16,
     /// A per-host scratch directory (exists, empty at start), e.g. a deploy destination.
     pub root_dir: PathBuf,
     /// The host's public key as a `known_hosts` key field: `ssh-ed25519 AAAA…`.
     pub host_key: String,
-    /// sshd's log (its stderr), worth reading when a test fails.
+    /// sshd's log (its stderr), worth reading when a test fails; shared by the hosts of one
+    /// sshd in `start_fleet`.
     pub log: PathBuf,
 }
 
@@ -101,16 +108,26 @@ fn free_port(addr: Ipv4Addr) -> u16 {
         .port()
 }
 
+/// The address of host `index`: 127.0.0.2 … 127.0.0.251, then 127.0.1.2 …
+fn host_addr(index: usize) -> Ipv4Addr {
+    let third = u8::try_from(index / 250).expect("at most MAX_HOSTS hosts");
+    let fourth = u8::try_from(index % 250 + 2).expect("below 252");
+    Ipv4Addr::new(127, 0, third, fourth)
+}
+
 fn write_config(
-    host_dir: &Path,
-    addr: Ipv4Addr,
-    port: u16,
+    sshd_dir: &Path,
+    listen: &[(Ipv4Addr, u16)],
     authorized_keys: &Path,
     extra: &str,
 ) -> PathBuf {
-    let config = host_dir.join("sshd_config");
+    let config = sshd_dir.join("sshd_config");
+    let listen: String = listen
+        .iter()
+        .map(|(addr, port)| format!("ListenAddress {addr}:{port}\n"))
+        .collect();
     let text = format!(
-        "ListenAddress {addr}:{port}\n\
+        "{listen}\
          HostKey {host_key}\n\
          PidFile {pid}\n\
          AuthorizedKeysFile {authorized_keys}\n\
@@ -125,8 +142,8 @@ fn write_config(
          Subsystem sftp internal-sftp\n\
          LogLevel VERBOSE\n\
          {extra}\n",
-        host_key = host_dir.join("ssh_host_ed25519_key").display(),
-        pid = host_dir.join("sshd.pid").display(),
+        host_key = sshd_dir.join("ssh_host_ed25519_key").display(),
+        pid = sshd_dir.join("sshd.pid").display(),
         authorized_keys = authorized_keys.display(),
     );
     fs::write(&config, text).expect("write sshd_config");
@@ -140,10 +157,18 @@ impl SshHosts {
         SshHosts::start_with_config(n, "").await
     }
 
+    /// `n` hosts (up to 1,000) for fleet-size benchmarks: one sshd per 16 consecutive
+    /// addresses, each address its own host (port, scratch directory, `known_hosts` line);
+    /// the hosts of one sshd share its host key. Every connection still gets its own sshd
+    /// session process, as on separate machines. `login` as in [`SshHosts::start_as`].
+    pub async fn start_fleet(n: usize, login: Option<&str>) -> SshHosts {
+        SshHosts::start_full(n, "", login, ADDRESSES_PER_SSHD).await
+    }
+
     /// Like `start`, with `extra` appended to every host's `sshd_config` (for example
     /// `SetEnv PATH=/somewhere` or `MaxSessions 2`).
     pub async fn start_with_config(n: usize, extra: &str) -> SshHosts {
-        SshHosts::start_full(n, extra, None).await
+        SshHosts::start_full(n, extra, None, 1).await
     }
 
     /// Like `start`, but the client logs in as the existing account `login` instead of the
@@ -154,13 +179,14 @@ impl SshHosts {
     /// account must reach are opened to it: `authorized_keys` readable, each host's
     /// `root_dir` owned by it.
     pub async fn start_as(n: usize, login: &str) -> SshHosts {
-        SshHosts::start_full(n, "", Some(login)).await
+        SshHosts::start_full(n, "", Some(login), 1).await
     }
 
-    async fn start_full(n: usize, extra: &str, login: Option<&str>) -> SshHosts {
+    /// `n` hosts served by sshd processes of `per_sshd` addresses each.
+    async fn start_full(n: usize, extra: &str, login: Option<&str>, per_sshd: usize) -> SshHosts {
         assert!(
-            (1..=200).contains(&n),
-            "between 1 and 200 hosts, asked for {n}"
+            (1..=MAX_HOSTS).contains(&n),
+            "between 1 and {MAX_HOSTS} hosts, asked for {n}"
         );
         let sshd = sshd_path();
         assert!(
@@ -190,33 +216,41 @@ impl SshHosts {
             children: Vec::new(),
             dir,
         };
-        for i in 0..n {
-            let octet = u8::try_from(i + 2).expect("at most 200 hosts");
-            let addr = Ipv4Addr::new(127, 0, 0, octet);
-            let host_dir = hosts.dir.path().join(format!("host{}", i + 1));
-            let root_dir = host_dir.join("root");
-            fs::create_dir_all(&root_dir).expect("create the host's directories");
-            if let Some(login) = login {
-                open_to(
-                    login,
-                    hosts.dir.path(),
-                    &host_dir,
-                    &root_dir,
-                    &authorized_keys,
-                );
+        for first in (0..n).step_by(per_sshd) {
+            let indices: Vec<usize> = (first..n.min(first + per_sshd)).collect();
+            let sshd_dir = hosts.dir.path().join(format!("sshd{}", first + 1));
+            fs::create_dir_all(&sshd_dir).expect("create the sshd's directory");
+            let mut roots = Vec::new();
+            for &i in &indices {
+                let host_dir = hosts.dir.path().join(format!("host{}", i + 1));
+                let root_dir = host_dir.join("root");
+                fs::create_dir_all(&root_dir).expect("create the host's directories");
+                if let Some(login) = login {
+                    open_to(
+                        login,
+                        hosts.dir.path(),
+                        &host_dir,
+                        &root_dir,
+                        &authorized_keys,
+                    );
+                }
+                roots.push(root_dir);
             }
-            let host_key = keygen(&host_dir.join("ssh_host_ed25519_key"));
-            let log = host_dir.join("sshd.log");
-            let (child, port) =
-                start_one(&sshd, &host_dir, addr, &authorized_keys, &log, extra).await;
+            let host_key = keygen(&sshd_dir.join("ssh_host_ed25519_key"));
+            let log = sshd_dir.join("sshd.log");
+            let addrs: Vec<Ipv4Addr> = indices.iter().map(|&i| host_addr(i)).collect();
+            let (child, ports) =
+                start_one(&sshd, &sshd_dir, &addrs, &authorized_keys, &log, extra).await;
             hosts.children.push(child);
-            hosts.hosts.push(SshHost {
-                addr: addr.to_string(),
-                port,
-                root_dir,
-                host_key,
-                log,
-            });
+            for ((addr, port), root_dir) in addrs.into_iter().zip(ports).zip(roots) {
+                hosts.hosts.push(SshHost {
+                    addr: addr.to_string(),
+                    port,
+                    root_dir,
+                    host_key: host_key.clone(),
+                    log: log.clone(),
+                });
+            }
         }
         let all = hosts.known_hosts_lines(|_, key| Some(key.to_string()));
         fs::write(&hosts.known_hosts, all).expect("write known_hosts");
@@ -266,8 +300,10 @@ impl SshHosts {
 
     /// The logs of every sshd, for a failing test's message.
     pub fn logs(&self) -> String {
+        let mut seen = std::collections::HashSet::new();
         self.hosts
             .iter()
+            .filter(|h| seen.insert(&h.log))
             .map(|h| {
                 let log = fs::read_to_string(&h.log).unwrap_or_default();
                 format!("--- sshd {}:{} ---\n{log}", h.addr, h.port)
@@ -303,19 +339,20 @@ fn open_to(login: &str, top: &Path, host_dir: &Path, root_dir: &Path, authorized
     );
 }
 
-/// Starts one sshd on a free port of `addr`; picks another port if that one was taken.
+/// Starts one sshd listening on a free port of each of `addrs` (ports in that order); picks
+/// others if one was taken.
 async fn start_one(
     sshd: &Path,
-    host_dir: &Path,
-    addr: Ipv4Addr,
+    sshd_dir: &Path,
+    addrs: &[Ipv4Addr],
     authorized_keys: &Path,
     log: &Path,
     extra: &str,
-) -> (Child, u16) {
+) -> (Child, Vec<u16>) {
     let mut last_log = String::new();
     for _ in 0..START_ATTEMPTS {
-        let port = free_port(addr);
-        let config = write_config(host_dir, addr, port, authorized_keys, extra);
+        let listen: Vec<(Ipv4Addr, u16)> = addrs.iter().map(|&a| (a, free_port(a))).collect();
+        let config = write_config(sshd_dir, &listen, authorized_keys, extra);
         let log_file = fs::File::create(log).expect("create the sshd log");
         let mut child = Command::new(sshd)
             .args(["-D", "-e", "-f"])
@@ -327,14 +364,21 @@ async fn start_one(
             .process_group(0)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", sshd.display()));
-        if wait_until_listening(&mut child, addr, port).await {
-            return (child, port);
+        let mut listening = true;
+        for &(addr, port) in &listen {
+            if !wait_until_listening(&mut child, addr, port).await {
+                listening = false;
+                break;
+            }
+        }
+        if listening {
+            return (child, listen.into_iter().map(|(_, port)| port).collect());
         }
         let _ = child.kill();
         let _ = child.wait();
         last_log = fs::read_to_string(log).unwrap_or_default();
     }
-    panic!("sshd did not start on {addr} after {START_ATTEMPTS} attempts; its log:\n{last_log}");
+    panic!("sshd did not start on {addrs:?} after {START_ATTEMPTS} attempts; its log:\n{last_log}");
 }
 
 /// Polls a TCP connect to `addr:port` (sshd accepting is the event waited for); false if
