@@ -75,7 +75,8 @@ enum Admin {
         #[arg(long)]
         dry_run: bool,
         /// Then rewrites a SQLite file to give the freed space back (VACUUM: the file is
-        /// locked meanwhile, and needs as much free disk again). No effect on PostgreSQL.
+        /// locked meanwhile, and needs as much free disk again). On PostgreSQL every
+        /// prune already ends with a plain VACUUM of manent's tables; this adds nothing.
         #[arg(long)]
         vacuum: bool,
         /// `table` (default) or `json`.

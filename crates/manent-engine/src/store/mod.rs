@@ -856,7 +856,8 @@ pub trait Store: Send + Sync + 'static {
     /// Gives the space freed by removals back to the file system where the backend does
     /// it on request: SQLite's incremental vacuum, or with `full` a `VACUUM` that rewrites
     /// the file (and makes a file created before incremental vacuum use it from then on).
-    /// PostgreSQL's autovacuum does it by itself.
+    /// PostgreSQL: a plain `VACUUM (SKIP_LOCKED)` of the tables deploys churn, which makes
+    /// their dead rows' space reusable even where autovacuum is off or behind.
     async fn reclaim_space(&self, full: bool) -> Result<(), StoreError>;
 
     // --- wake-ups ---

@@ -94,6 +94,10 @@ impl UnsyncedCommit {
     }
 }
 
+/// The size (bytes) the WAL is cut back to after a checkpoint (`PRAGMA journal_size_limit`):
+/// what SQLite's automatic checkpoint lets it reach (1,000 pages of 4 KiB) and a little more.
+pub(crate) const WAL_SIZE_LIMIT: i64 = 4 * 1024 * 1024 + 512 * 1024;
+
 pub(crate) async fn connect(url: &str) -> Result<Pools, sqlx::Error> {
     let options = SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
@@ -156,7 +160,12 @@ pub(crate) async fn connect(url: &str) -> Result<Pools, sqlx::Error> {
         .connect_with(
             options
                 .clone()
-                .auto_vacuum(sqlx::sqlite::SqliteAutoVacuum::Incremental),
+                .auto_vacuum(sqlx::sqlite::SqliteAutoVacuum::Incremental)
+                // SQLite reuses its WAL file rather than shrinking it: one long read (a
+                // large export, a stalled reader) that held checkpoints back would leave a
+                // WAL of that size for the file's lifetime. With a limit, the writer cuts
+                // the WAL back to it each time it starts the log over after a checkpoint.
+                .pragma("journal_size_limit", WAL_SIZE_LIMIT.to_string()),
         )
         .await?;
     let read = SqlitePoolOptions::new()

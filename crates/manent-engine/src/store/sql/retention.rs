@@ -160,6 +160,16 @@ impl SqlStore {
     }
 
     pub(super) async fn reclaim_space(&self, full: bool) -> Result<(), StoreError> {
+        if let Pool::Postgres(pool) = &self.pool {
+            // Autovacuum does this where it is on and keeps up; a cluster with it off (some
+            // are, for bulk loads) or behind on these small, churning tables would grow
+            // without bound, every update of a deploy's row leaving a dead one. A plain
+            // VACUUM takes no lock writers wait for; SKIP_LOCKED passes over a table
+            // another worker's (or autovacuum's) VACUUM holds. Simple protocol: VACUUM
+            // cannot run in the implicit transaction of a prepared statement.
+            sqlx::raw_sql(PG_VACUUM).execute(pool).await?;
+            return Ok(());
+        }
         if let Pool::Sqlite { write, .. } = &self.pool {
             if full {
                 // The mode takes effect for a file that had none at the rewrite.
@@ -178,6 +188,11 @@ impl SqlStore {
         Ok(())
     }
 }
+
+/// The tables retention removes from and deploys churn, vacuumed after each retention pass
+/// on PostgreSQL (`Store::reclaim_space`).
+const PG_VACUUM: &str = "VACUUM (SKIP_LOCKED) manent_workflows, manent_steps, manent_events, \
+     manent_output, manent_messages, manent_audit";
 
 /// `$from, $from+1, …`: `count` placeholders.
 fn placeholders(from: usize, count: usize) -> String {

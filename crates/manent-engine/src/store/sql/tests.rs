@@ -85,6 +85,70 @@ async fn a_claim_on_sqlite_leaves_the_writer_synced_for_every_later_write() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_wal_grown_behind_a_long_read_is_cut_back_after_the_next_checkpoint() {
+    let test = manent_testkit::TestDb::new(manent_testkit::Db::Sqlite).await;
+    let store = SqlStore::connect(&test.url).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    let Pool::Sqlite { write, read, .. } = &store.pool else {
+        unreachable!("a SQLite store")
+    };
+    let limit = crate::store::sqlite::WAL_SIZE_LIMIT;
+    let wal = test.dir.path().join(format!(
+        "{}-wal",
+        test.url
+            .trim_start_matches("sqlite://")
+            .rsplit('/')
+            .next()
+            .unwrap()
+    ));
+    let wal_size = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0) as i64;
+    sqlx::query("CREATE TABLE scratch (b BLOB)")
+        .execute(write)
+        .await
+        .expect("create a scratch table");
+    // A reader holds its snapshot: no checkpoint can complete, the WAL only grows.
+    let mut reader = read.acquire().await.expect("a reader");
+    sqlx::query("BEGIN")
+        .execute(&mut *reader)
+        .await
+        .expect("begin");
+    sqlx::query("SELECT count(*) FROM manent_workflows")
+        .execute(&mut *reader)
+        .await
+        .expect("read a snapshot");
+    for _ in 0..80 {
+        sqlx::query("INSERT INTO scratch VALUES (randomblob(200000))")
+            .execute(write)
+            .await
+            .expect("write");
+    }
+    let grown = wal_size();
+    assert!(
+        grown > 2 * limit,
+        "the WAL grew past the limit behind the reader ({grown} bytes)"
+    );
+    sqlx::query("COMMIT")
+        .execute(&mut *reader)
+        .await
+        .expect("end the read");
+    drop(reader);
+    // The next commit checkpoints (the WAL is past 1,000 pages and nobody reads), the one
+    // after starts the log over, and cuts the file back.
+    for _ in 0..2 {
+        sqlx::query("DELETE FROM scratch WHERE rowid = (SELECT min(rowid) FROM scratch)")
+            .execute(write)
+            .await
+            .expect("write after the read");
+    }
+    let after = wal_size();
+    assert!(
+        after <= limit,
+        "the WAL is cut back to journal_size_limit ({limit} bytes) once restarted, not kept at \
+         {grown}: {after} bytes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_sqlite_file_gives_the_pages_retention_empties_back_to_the_file_system() {
     let test = manent_testkit::TestDb::new(manent_testkit::Db::Sqlite).await;
     let store = SqlStore::connect(&test.url).await.expect("connect");
@@ -128,6 +192,55 @@ async fn a_new_sqlite_file_gives_the_pages_retention_empties_back_to_the_file_sy
         pragma("freelist_count").await,
         0,
         "the incremental vacuum gave every free page back"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reclaim_on_postgresql_vacuums_the_tables_deploys_churn() {
+    let test = manent_testkit::TestDb::new(manent_testkit::Db::Postgres).await;
+    let store = SqlStore::connect(&test.url).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    let Pool::Postgres(pool) = &store.pool else {
+        unreachable!("a PostgreSQL store")
+    };
+    let now = crate::now_ms();
+    for n in 0..3 {
+        store
+            .enqueue(&queued(format!("w{n}"), String::new(), now))
+            .await
+            .expect("enqueue");
+    }
+    sqlx::query("DELETE FROM manent_workflows WHERE id = 'w0'")
+        .execute(pool)
+        .await
+        .expect("remove one");
+    store.reclaim_space(false).await.expect("reclaim");
+    // VACUUM records the live rows it counted in pg_class as it ends (no statistics
+    // collector in between): -1 there would mean the table was never vacuumed.
+    for table in [
+        "manent_workflows",
+        "manent_steps",
+        "manent_events",
+        "manent_audit",
+    ] {
+        let counted: f32 = sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE relname = $1")
+            .bind(table)
+            .fetch_one(pool)
+            .await
+            .expect("read pg_class");
+        assert!(
+            counted >= 0.0,
+            "{table} was vacuumed by the reclaim ({counted})"
+        );
+    }
+    let workflows: f32 =
+        sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE relname = 'manent_workflows'")
+            .fetch_one(pool)
+            .await
+            .expect("read pg_class");
+    assert_eq!(
+        workflows, 2.0,
+        "the vacuum counted the two live workflows, not the removed one"
     );
 }
 
