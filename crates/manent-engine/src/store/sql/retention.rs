@@ -183,6 +183,13 @@ impl SqlStore {
                 sqlx::query("PRAGMA incremental_vacuum")
                     .execute(write)
                     .await?;
+                // The file shrinks when a checkpoint has copied every page of the log back;
+                // the automatic one waits for 1,000 pages, which a quiet installation may not
+                // write for days. A passive checkpoint waits for no reader and blocks no
+                // writer: where a reader holds it back, the next pass finishes it.
+                sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                    .execute(write)
+                    .await?;
             }
         }
         Ok(())

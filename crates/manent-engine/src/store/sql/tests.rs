@@ -193,6 +193,14 @@ async fn a_new_sqlite_file_gives_the_pages_retention_empties_back_to_the_file_sy
         0,
         "the incremental vacuum gave every free page back"
     );
+    let file = test.url.trim_start_matches("sqlite://");
+    let on_disk = std::fs::metadata(file).expect("the database file").len() as i64;
+    let pages = pragma("page_count").await * pragma("page_size").await;
+    assert_eq!(
+        on_disk, pages,
+        "the file on disk holds exactly its pages: a checkpoint copied the log back and cut \
+         the file to them"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
