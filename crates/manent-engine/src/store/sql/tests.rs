@@ -93,34 +93,19 @@ async fn a_sqlite_wal_grown_behind_a_long_read_is_cut_back_after_the_next_checkp
         unreachable!("a SQLite store")
     };
     let limit = crate::store::sqlite::WAL_SIZE_LIMIT;
-    let wal = test.dir.path().join(format!(
-        "{}-wal",
-        test.url
-            .trim_start_matches("sqlite://")
-            .rsplit('/')
-            .next()
-            .unwrap()
-    ));
+    let wal = format!("{}-wal", test.url.trim_start_matches("sqlite://"));
     let wal_size = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0) as i64;
-    sqlx::query("CREATE TABLE scratch (b BLOB)")
-        .execute(write)
-        .await
-        .expect("create a scratch table");
+    let write_sql = |sql: &'static str| async move {
+        sqlx::query(sql).execute(write).await.expect(sql);
+    };
+    write_sql("CREATE TABLE scratch (b BLOB)").await;
     // A reader holds its snapshot: no checkpoint can complete, the WAL only grows.
     let mut reader = read.acquire().await.expect("a reader");
-    sqlx::query("BEGIN")
-        .execute(&mut *reader)
-        .await
-        .expect("begin");
-    sqlx::query("SELECT count(*) FROM manent_workflows")
-        .execute(&mut *reader)
-        .await
-        .expect("read a snapshot");
+    for sql in ["BEGIN", "SELECT count(*) FROM manent_workflows"] {
+        sqlx::query(sql).execute(&mut *reader).await.expect(sql);
+    }
     for _ in 0..80 {
-        sqlx::query("INSERT INTO scratch VALUES (randomblob(200000))")
-            .execute(write)
-            .await
-            .expect("write");
+        write_sql("INSERT INTO scratch VALUES (randomblob(200000))").await;
     }
     let grown = wal_size();
     assert!(
@@ -135,10 +120,7 @@ async fn a_sqlite_wal_grown_behind_a_long_read_is_cut_back_after_the_next_checkp
     // The next commit checkpoints (the WAL is past 1,000 pages and nobody reads), the one
     // after starts the log over, and cuts the file back.
     for _ in 0..2 {
-        sqlx::query("DELETE FROM scratch WHERE rowid = (SELECT min(rowid) FROM scratch)")
-            .execute(write)
-            .await
-            .expect("write after the read");
+        write_sql("DELETE FROM scratch WHERE rowid = (SELECT min(rowid) FROM scratch)").await;
     }
     let after = wal_size();
     assert!(
