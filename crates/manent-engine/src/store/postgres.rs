@@ -62,6 +62,18 @@ pub(crate) async fn connect(url: &str) -> Result<(PgPool, PgConnectOptions), sql
                 Ok(())
             })
         })
+        // A connection keeps the largest buffers any statement needed (a bulk enqueue of
+        // 1,000 deploys writes megabytes) until it closes, and a busy pool's connections
+        // each meet such a statement in turn: an API's memory grew by a megabyte a
+        // connection over a long run (bench/README.md, the soak). Back to the default
+        // 8 KiB when the connection returns to the pool (for one that never grew, at most a
+        // reallocation of a few KiB: nothing beside the round trip it follows).
+        .after_release(|conn, _meta| {
+            Box::pin(async move {
+                conn.shrink_buffers();
+                Ok(true)
+            })
+        })
         .connect_with(options.clone())
         .await?;
     Ok((pool, options))
