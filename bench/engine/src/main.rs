@@ -864,6 +864,11 @@ fn result_line(
     )
 }
 
+/// With `--features jemalloc`, manent-server's allocator; the system's otherwise.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = parse_args()?;

@@ -19,6 +19,12 @@ use tokio::signal::unix::{SignalKind, signal};
 
 mod listener;
 
+/// jemalloc for every allocation of the process, SQLite's included: a worker that runs for
+/// months holds what it uses, not what its busiest moment took (docs/scaling-and-recovery.md,
+/// "Memory"; the choice and its measurements in the workspace Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "manent-server",
