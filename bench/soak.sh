@@ -3,20 +3,23 @@
 # 20,000) through one `manent-server serve` on SQLite, and through one `manent-server api` and
 # two `manent-server worker` processes on PostgreSQL, submitted in batches of 500 over 20
 # environments, with retention on and sped up (what ended 10 s ago goes, a pass every 5 s).
-# After the first tenth, at 55 % and at the end, once the deploys submitted so far have ended
-# and retention has passed over them, it samples every manent process's RSS, open files and
-# threads, the database's size (SQLite: its files and pages; PostgreSQL: each table's size and
-# dead rows) and the work directories left, and prints them with the ratio end / first (goal: RSS within 1.1x, open files and threads flat, no work directory left, the
-# database flat once retention applies). Both samples are taken in the same state (idle,
-# history pruned to what `keep_last` keeps), so what grows between them is what 18,000 more
-# deploys left behind. The machine's load is printed beside them. Informational: exits 0
-# unless something could not run.
+# After the first tenth, then SOAK_SAMPLES more times at even steps to the end (default 2: at
+# 55 % and at the end), once the deploys submitted so far have ended and retention has passed
+# over them, it samples every manent process's RSS, open files, sockets (counted apart: a pool
+# opens connections up to its bound under load) and threads, the database's size (SQLite: its
+# files and pages; PostgreSQL: each table's size and dead rows) and the work directories left,
+# and prints them with the ratio end / first and the highest after the first (goal: RSS within
+# 1.1x, open files and threads flat, no work directory left, the database flat once retention
+# applies). Every sample is taken in the same state (idle, history pruned to what `keep_last`
+# keeps), so what grows between them is what the deploys between left behind. The machine's
+# load is printed beside them. Informational: exits 0 unless something could not run.
 #
 # usage: bench/soak.sh [--bin DIR] [--backend sqlite|postgres|both]
 #        DIR holds manent-server and manent; default target/release, built with
 #        `cargo build --release --bin manent-server --bin manent`. PostgreSQL: a fresh
 #        database through SOAK_POSTGRES (default postgres://postgres@127.0.0.1:5432/postgres),
 #        dropped at the end. MALLOC_ARENA_MAX and other allocator settings pass through.
+#        SOAK_DEPLOYS=60000 SOAK_SAMPLES=6 samples every 9,000 after the first 6,000.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,11 +36,12 @@ while (($#)); do
             esac
             shift 2
             ;;
-        -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument $1 (--help)" >&2; exit 2 ;;
     esac
 done
 deploys=${SOAK_DEPLOYS:-20000}
+extra_samples=${SOAK_SAMPLES:-2}
 admin_url=${SOAK_POSTGRES:-postgres://postgres@127.0.0.1:5432/postgres}
 batch=500
 environments=20
@@ -88,7 +92,9 @@ sample() {
     local name pid
     for entry in "${procs[@]}"; do
         name=${entry%%=*} pid=${entry#*=}
-        echo "proc $name $(awk '/^VmRSS/ {print $2}' "/proc/$pid/status") $(ls "/proc/$pid/fd" | wc -l) $(awk '/^Threads/ {print $2}' "/proc/$pid/status")"
+        # Open files apart from sockets, then sockets: a connection pool opens connections
+        # under load up to its bound, files should not grow at all.
+        echo "proc $name $(awk '/^VmRSS/ {print $2}' "/proc/$pid/status") $(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 ! -lname 'socket:*' | wc -l) $(awk '/^Threads/ {print $2}' "/proc/$pid/status") $(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 -lname 'socket:*' | wc -l)"
     done
     echo "site $(db_bytes "$1") $(find "$dir"/work* -mindepth 2 -maxdepth 2 -type d 2>/dev/null | wc -l) $(cut -d' ' -f1-3 /proc/loadavg)"
     if [ "$1" = sqlite ]; then
@@ -181,52 +187,58 @@ YAML
     export MANENT_TOKEN
 
     submitted=0
-    local start first middle last elapsed
+    local start elapsed at samples=() points=()
     start=$(date +%s)
-    submit_until $((deploys / 10))
-    first=$(sample "$backend")
-    # A middle sample tells growth that levels off (caches filling) from growth that does not.
-    submit_until $((deploys * 11 / 20 / batch * batch))
-    middle=$(sample "$backend")
-    submit_until "$deploys"
-    last=$(sample "$backend")
+    # The first sample after a tenth, then SOAK_SAMPLES more at even steps to the end (whole
+    # batches): the ones between tell growth that levels off (caches filling) from growth
+    # that does not.
+    points=($((deploys / 10)))
+    for k in $(seq 1 "$extra_samples"); do
+        at=$((deploys / 10 + (deploys - deploys / 10) * k / extra_samples))
+        [ "$k" -eq "$extra_samples" ] || at=$((at / batch * batch))
+        points+=("$at")
+    done
+    for at in "${points[@]}"; do
+        submit_until "$at"
+        samples+=("$(printf 'at %s\n%s' "$at" "$(sample "$backend")")")
+    done
     elapsed=$(($(date +%s) - start))
 
     echo
     echo "### $backend: $deploys deploys in $elapsed s (samples after retention's passes; load 1/5/15 min in the last column)"
     echo
-    python3 - "$deploys" <<PY
+    python3 - "$(printf '%s\n@@\n' "${samples[@]}")" <<'PY'
 import sys
-first = """$first""".splitlines()
-middle = """$middle""".splitlines()
-last = """$last""".splitlines()
-n = int(sys.argv[1])
-m = n * 11 // 20 // $batch * $batch
+blocks = [b.strip().splitlines() for b in sys.argv[1].split("@@") if b.strip()]
+at = [int(b[0].split()[1]) for b in blocks]
 def verdict(ok): return "PASS" if ok else "FAIL"
-print("| process | RSS at %d (KiB) | at %d | at %d | end / first | open files | threads |" % (n // 10, m, n))
-print("| --- | ---: | ---: | ---: | ---: | --- | --- |")
+def procs(b): return [l.split() for l in b if l.startswith("proc ")]
+print("| process | " + " | ".join(f"RSS at {n:,} (KiB)" if i == 0 else f"at {n:,}" for i, n in enumerate(at))
+      + " | end / first | open files | sockets | threads |")
+print("| --- |" + " ---: |" * (len(at) + 1) + " --- | --- | --- |")
 goals = []
-for a, c, b in zip(first, middle, last):
-    a, c, b = a.split(), c.split(), b.split()
-    if a[0] != "proc":
-        continue
-    name, (r0, f0, t0), (r1, f1, t1) = a[1], map(int, a[2:5]), map(int, b[2:5])
-    rm = int(c[2])
-    print(f"| {name} | {r0:,} | {rm:,} | {r1:,} | {r1 / r0:.2f}x | {f0} -> {f1} | {t0} -> {t1} |")
-    goals.append(f"- {name}: RSS {r1 / r0:.2f}x ({verdict(r1 <= 1.1 * r0)} <= 1.1x), open files "
+for rows in zip(*map(procs, blocks)):
+    name = rows[0][1]
+    rss = [int(r[2]) for r in rows]
+    (f0, t0, s0), (f1, t1, s1) = map(int, rows[0][3:6]), map(int, rows[-1][3:6])
+    print(f"| {name} | " + " | ".join(f"{r:,}" for r in rss)
+          + f" | {rss[-1] / rss[0]:.2f}x | {f0} -> {f1} | {s0} -> {s1} | {t0} -> {t1} |")
+    goals.append(f"- {name}: RSS {rss[-1] / rss[0]:.2f}x ({verdict(rss[-1] <= 1.1 * rss[0])} <= 1.1x), "
+                 f"highest after the first {max(rss[1:]) / rss[0]:.2f}x, open files "
                  f"{verdict(f1 <= f0 + 2)} flat, threads {verdict(t1 <= t0 + 2)} flat")
-site = lambda lines: next(l for l in lines if l.startswith("site ")).split()
-s0, s1 = site(first), site(last)
-db0, db1, work = int(s0[1]), int(s1[1]), int(s1[2])
+site = lambda b: next(l for l in b if l.startswith("site ")).split()
+s0, s1 = site(blocks[0]), site(blocks[-1])
+sizes = [int(site(b)[1]) for b in blocks]
+db0, db1, work = sizes[0], sizes[-1], int(s1[2])
 print()
-print(f"database {db0:,} -> {db1:,} bytes ({db1 / db0:.2f}x, {verdict(db1 <= 1.25 * db0)} flat once "
-      f"retention applies); work directories left {work} ({verdict(work == 0)}); "
-      f"load {' '.join(s0[3:6])} -> {' '.join(s1[3:6])}")
+print(f"database {' -> '.join(f'{x:,}' for x in sizes)} bytes ({db1 / db0:.2f}x, highest {max(sizes) / db0:.2f}x, "
+      f"{verdict(db1 <= 1.25 * db0)} flat once retention applies); work directories left {work} "
+      f"({verdict(work == 0)}); load {' '.join(s0[3:6])} -> {' '.join(s1[3:6])}")
 for kind in ("files", "rows"):
-    for label, lines in ((n // 10, first), (m, middle), (n, last)):
-        found = [l for l in lines if l.startswith(kind + " ")]
+    for n, b in zip(at, blocks):
+        found = [l for l in b if l.startswith(kind + " ")]
         if found:
-            print(f"{kind} at {label}: {found[0][len(kind) + 1:]}")
+            print(f"{kind} at {n}: {found[0][len(kind) + 1:]}")
 print()
 print("\n".join(goals))
 PY
