@@ -150,7 +150,7 @@ impl SqlStore {
                 marks.join(", ")
             );
             let rows: Vec<(String, String, String, i64)> = with_pool!(self, pool => {
-                let mut query = sqlx::query_as(&sql);
+                let mut query = sqlx::query_as(&sql).persistent(super::ONE_OFF);
                 for id in chunk {
                     query = query.bind(id);
                 }

@@ -112,6 +112,14 @@ macro_rules! step_cols {
     };
 }
 
+/// `persistent(ONE_OFF)` on a statement whose text changes with a count (an `IN` list of
+/// a chunk's ids, a multi-row `INSERT`): prepared for the one execution, then closed. Each
+/// connection otherwise caches up to 100 prepared statements, and those texts are many (one
+/// per chunk length, up to 200 or 500): every connection of a worker's pool slowly filled
+/// its cache with large ones, a worker's memory grew by 5 MB over 54,000 deploys
+/// (bench/README.md, the soak) and each PostgreSQL backend kept them too.
+const ONE_OFF: bool = false;
+
 mod claims;
 mod executors;
 mod messages;

@@ -173,7 +173,7 @@ impl SqlStore {
             .collect();
         sql.push_str(&rows.join(", "));
         with_writer!(self, pool => {
-            let mut query = sqlx::query(&sql);
+            let mut query = sqlx::query(&sql).persistent(super::ONE_OFF);
             for l in lines {
                 query = query
                     .bind(workflow_id)

@@ -14,7 +14,9 @@ const FINISHED: &str = "('SUCCESS', 'ERROR', 'CANCELLED')";
 macro_rules! select_ids {
     ($tx:ident, $chunk:expr, $sql:literal, $rest:expr) => {{
         let sql = format!($sql, placeholders(1, $chunk.len()), $rest);
-        let mut q = sqlx::query_scalar::<_, String>(&sql);
+        // One text per chunk length: not kept in the connection's statement cache
+        // (`ONE_OFF`, mod.rs).
+        let mut q = sqlx::query_scalar::<_, String>(&sql).persistent(super::ONE_OFF);
         for id in $chunk {
             q = q.bind(id);
         }
@@ -87,7 +89,7 @@ impl SqlStore {
                     ("manent_workflows", "id"),
                 ] {
                     let sql = format!("DELETE FROM {table} WHERE {column} IN ({list})");
-                    let mut q = sqlx::query(&sql);
+                    let mut q = sqlx::query(&sql).persistent(super::ONE_OFF);
                     for id in chunk {
                         q = q.bind(id);
                     }

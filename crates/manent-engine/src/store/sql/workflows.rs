@@ -365,7 +365,7 @@ impl SqlStore {
                      workflow_version) VALUES {} ON CONFLICT DO NOTHING RETURNING id",
                     values.join(", ")
                 );
-                let mut query = sqlx::query_scalar::<_, String>(&sql);
+                let mut query = sqlx::query_scalar::<_, String>(&sql).persistent(super::ONE_OFF);
                 for wf in chunk {
                     query = query
                         .bind(wf.id.clone())
