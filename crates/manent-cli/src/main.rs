@@ -3,15 +3,16 @@
 //! or bad input, 3 server unreachable or token refused, 4 not allowed (docs/cli.md).
 
 mod client;
+mod commands;
 mod render;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{CommandFactory, Parser, Subcommand};
 use manent_contract::{
-    ApplicationView, AuditEntry, AuditQuery, BatchEntry, DecisionBody, DeployLogs, DeployOutput,
-    DeployStatus, QueueView, Recovered, Resubmitted, RollbackBody, ScheduleDeleted, ScheduleView,
-    Submitted, SubmittedStatus, TenantView, WhoAmI, WorkerView, WorkflowStatus,
+    ApplicationView, AuditQuery, BatchEntry, DeployLogs, DeployOutput, DeployStatus, QueueView,
+    Resubmitted, RollbackBody, ScheduleView, Submitted, TenantView, WhoAmI, WorkerView,
+    WorkflowStatus,
 };
 use serde_json::Value;
 
@@ -309,68 +310,16 @@ async fn run(args: Args) -> Result<u8, CliError> {
         now: chrono::Utc::now(),
     };
     let style = &style;
+    let api = &api;
     match args.command {
         Command::Deploy {
             file,
             wait,
             dry_run,
-        } => {
-            if file.len() > 1 {
-                return deploy_many(&api, &file, wait, dry_run, style).await;
-            }
-            let file = &file[0];
-            let text = read_descriptor(file)?;
-            let created = api.submit(&text, file, dry_run).await?;
-            // A recurring schedule has no single deploy to wait for: `manent schedules` shows it.
-            if !wait || created.body.status == SubmittedStatus::Scheduled {
-                render::print(style, &created, render::submitted);
-                return Ok(0);
-            }
-            let status = follow(&api, &created.body.id, style).await?;
-            render::print(style, &status, render::status);
-            Ok(exit_code_of(&status))
-        }
-        Command::Status { id, watch } => {
-            let id = resolve_deploy(&api, &id).await?;
-            let status: Answer<DeployStatus> = if watch {
-                follow(&api, &id, style).await?
-            } else {
-                api.get(&deploy_path(&id, "")).await?
-            };
-            render::print(style, &status, render::status);
-            Ok(0)
-        }
-        Command::Wait { id } => {
-            let id = resolve_deploy(&api, &id).await?;
-            let status = follow(&api, &id, style).await?;
-            render::print(style, &status, render::status);
-            Ok(exit_code_of(&status))
-        }
-        Command::Logs { id, follow: false } => {
-            let id = resolve_deploy(&api, &id).await?;
-            let logs: Answer<DeployLogs> = api.get(&deploy_path(&id, "/logs")).await?;
-            render::print(style, &logs, render::logs);
-            Ok(0)
-        }
-        Command::Logs { id, follow: true } => {
-            let id = resolve_deploy(&api, &id).await?;
-            let logs: Answer<DeployLogs> = api.get(&deploy_path(&id, "/logs")).await?;
-            // With -o json: one JSON document per line (the logs, then each output
-            // line), so a reader can parse as it goes; with -o yaml, one YAML document each.
-            if style.is_document() {
-                render::print_line(&render::document(style, &logs.json));
-            } else {
-                render::print(style, &logs, render::logs);
-            }
-            let after = logs.body.output_seq;
-            // For people, what `logs` shows besides the output (steps, recoveries, targets,
-            // where the deploy stands) is printed as it changes, each line once.
-            let mut seen: std::collections::HashSet<String> =
-                logs.body.lines.iter().cloned().collect();
-            let log = (!style.is_document()).then_some(&mut seen);
-            follow_from(&api, &id, style, after, Lines::Stdout, log).await?;
-            Ok(0)
-        }
+        } => commands::deploy(api, &file, wait, dry_run, style).await,
+        Command::Status { id, watch } => commands::status(api, &id, watch, style).await,
+        Command::Wait { id } => commands::wait(api, &id, style).await,
+        Command::Logs { id, follow } => commands::logs(api, &id, follow, style).await,
         Command::List {
             application,
             environment,
@@ -378,129 +327,65 @@ async fn run(args: Args) -> Result<u8, CliError> {
             limit,
             before,
         } => {
-            let mut query = vec![("limit", limit.to_string())];
-            query.extend(application.map(|a| ("application", a)));
-            query.extend(environment.map(|e| ("environment", e)));
-            query.extend(status.map(|s| ("status", s)));
-            if let Some(before) = before {
-                query.push(("before", resolve_deploy(&api, &before).await?));
-            }
-            let list: Answer<Vec<DeployStatus>> = api.get_query("/api/v1/deploys", &query).await?;
-            render::print(style, &list, render::deploys);
-            more(style, &list.body, limit, "manent list");
-            Ok(0)
+            let filter = commands::ListFilter {
+                application,
+                environment,
+                status,
+                before,
+            };
+            commands::list(api, filter, limit, style).await
         }
-        Command::Cancel { id } => {
-            let id = resolve_deploy(&api, &id).await?;
-            let out: Answer<Submitted> = api.post(&deploy_path(&id, "/cancel"), &()).await?;
-            render::print(style, &out, render::submitted);
-            Ok(0)
-        }
+        Command::Cancel { id } => commands::cancel(api, &id, style).await,
         Command::Approve { id, comment } => {
-            let id = resolve_deploy(&api, &id).await?;
-            let body = DecisionBody { reason: comment };
-            let before: Answer<DeployStatus> =
-                api.post(&deploy_path(&id, "/approve"), &body).await?;
-            let after = decided(&api, &id, &before.body).await?;
-            render::print(style, &after, render::status);
-            Ok(0)
+            commands::decide(api, &id, "/approve", comment, style).await
         }
         Command::Reject { id, reason } => {
-            let id = resolve_deploy(&api, &id).await?;
-            let body = DecisionBody { reason };
-            let before: Answer<DeployStatus> =
-                api.post(&deploy_path(&id, "/reject"), &body).await?;
-            let after = decided(&api, &id, &before.body).await?;
-            render::print(style, &after, render::status);
-            Ok(0)
+            commands::decide(api, &id, "/reject", reason, style).await
         }
         Command::Queues => {
-            let queues: Answer<Vec<QueueView>> = api.get("/api/v1/queues").await?;
-            render::print(style, &queues, render::queues);
-            Ok(0)
+            commands::show::<Vec<QueueView>, _>(api, "/api/v1/queues", style, render::queues).await
         }
         Command::Workers => {
-            let workers: Answer<Vec<WorkerView>> = api.get("/api/v1/workers").await?;
-            render::print(style, &workers, render::workers);
-            Ok(0)
+            commands::show::<Vec<WorkerView>, _>(api, "/api/v1/workers", style, render::workers)
+                .await
         }
         Command::Whoami => {
-            let me: Answer<WhoAmI> = api.get("/api/v1/whoami").await?;
-            render::print(style, &me, render::whoami);
-            Ok(0)
+            commands::show::<WhoAmI, _>(api, "/api/v1/whoami", style, render::whoami).await
         }
         Command::Activity => {
-            let activity: Answer<Vec<DeployStatus>> = api.get("/api/v1/activity").await?;
-            render::print(style, &activity, render::activity);
-            Ok(0)
+            commands::show::<Vec<DeployStatus>, _>(api, "/api/v1/activity", style, render::activity)
+                .await
         }
         Command::Recover { executor, force } => {
-            let query = if force { "?force=true" } else { "" };
-            let out: Answer<Recovered> = api
-                .post(
-                    &format!(
-                        "/api/v1/executors/{}/recover{query}",
-                        client::segment(&executor)
-                    ),
-                    &(),
-                )
-                .await?;
-            render::print(style, &out, render::recovered);
-            Ok(0)
+            commands::recover(api, &executor, force, style).await
         }
         Command::Tenants => {
-            let list: Answer<Vec<TenantView>> = api.get("/api/v1/tenants").await?;
-            render::print(style, &list, render::tenants);
-            Ok(0)
+            commands::show::<Vec<TenantView>, _>(api, "/api/v1/tenants", style, render::tenants)
+                .await
         }
         Command::Apps => {
-            let list: Answer<Vec<ApplicationView>> = api.get("/api/v1/apps").await?;
-            render::print(style, &list, render::applications);
-            Ok(0)
+            let path = "/api/v1/apps";
+            commands::show::<Vec<ApplicationView>, _>(api, path, style, render::applications).await
         }
         Command::Schedules => {
-            let list: Answer<Vec<ScheduleView>> = api.get("/api/v1/schedules").await?;
-            render::print(style, &list, render::schedules);
-            Ok(0)
+            let path = "/api/v1/schedules";
+            commands::show::<Vec<ScheduleView>, _>(api, path, style, render::schedules).await
         }
         Command::Schedule(ScheduleCommand::Pause { id }) => {
-            let id = resolve_schedule(&api, &id).await?;
-            let out: Answer<ScheduleView> = api
-                .post(
-                    &format!("/api/v1/schedules/{}/pause", client::segment(&id)),
-                    &(),
-                )
-                .await?;
-            render::print(style, &out, render::schedule);
-            Ok(0)
+            commands::schedule_action(api, &id, "pause", style).await
         }
         Command::Schedule(ScheduleCommand::Resume { id }) => {
-            let id = resolve_schedule(&api, &id).await?;
-            let out: Answer<ScheduleView> = api
-                .post(
-                    &format!("/api/v1/schedules/{}/resume", client::segment(&id)),
-                    &(),
-                )
-                .await?;
-            render::print(style, &out, render::schedule);
-            Ok(0)
+            commands::schedule_action(api, &id, "resume", style).await
+        }
+        Command::Schedule(ScheduleCommand::Delete { id }) => {
+            commands::schedule_delete(api, &id, style).await
         }
         Command::History {
             application,
             environment,
             limit,
             before,
-        } => {
-            let path = environment_path(&application, &environment, "history")?;
-            let mut query = vec![("limit", limit.to_string())];
-            if let Some(before) = before {
-                query.push(("before", resolve_deploy(&api, &before).await?));
-            }
-            let list: Answer<Vec<DeployStatus>> = api.get_query(&path, &query).await?;
-            render::print(style, &list, render::history);
-            more(style, &list.body, limit, "manent history");
-            Ok(0)
-        }
+        } => commands::history(api, (&application, &environment), limit, before, style).await,
         Command::Rollback {
             application,
             environment,
@@ -510,24 +395,16 @@ async fn run(args: Args) -> Result<u8, CliError> {
         } => {
             let path = environment_path(&application, &environment, "rollback")?;
             let created: Answer<Resubmitted> = api.post(&path, &RollbackBody { to, fast }).await?;
-            resubmitted(&api, created, wait, style).await
+            resubmitted(api, created, wait, style).await
         }
         Command::Redeploy { id, wait } => {
-            let id = resolve_deploy(&api, &id).await?;
+            let id = resolve_deploy(api, &id).await?;
             let created: Answer<Resubmitted> =
                 api.post(&deploy_path(&id, "/redeploy"), &()).await?;
-            resubmitted(&api, created, wait, style).await
+            resubmitted(api, created, wait, style).await
         }
         Command::Completion { .. } | Command::Validate { .. } => {
             unreachable!("handled before the client is built")
-        }
-        Command::Schedule(ScheduleCommand::Delete { id }) => {
-            let id = resolve_schedule(&api, &id).await?;
-            let out: Answer<ScheduleDeleted> = api
-                .delete(&format!("/api/v1/schedules/{}", client::segment(&id)))
-                .await?;
-            render::print(style, &out, render::schedule_deleted);
-            Ok(0)
         }
         Command::Audit {
             limit,
@@ -545,16 +422,7 @@ async fn run(args: Args) -> Result<u8, CliError> {
                 action,
                 before,
             };
-            let entries: Answer<Vec<AuditEntry>> = api.get_query("/api/v1/audit", &query).await?;
-            render::print(style, &entries, render::audit);
-            // The cursor of the next page, on stderr so that stdout stays the table.
-            if !style.is_document()
-                && entries.body.len() == limit as usize
-                && let Some(last) = entries.body.last()
-            {
-                eprintln!("more: manent audit ... --before {}", last.seq);
-            }
-            Ok(0)
+            commands::audit(api, &query, limit, style).await
         }
     }
 }

@@ -183,13 +183,19 @@ impl Names for Recovered {
     }
 }
 
-/// Prints `answer` ([`shown`]).
+/// Prints `answer` ([`shown`]), its relative times counted from the moment it is printed:
+/// a command that followed a deploy for minutes prints its final state against the clock of
+/// then, not of its start (a step that finished would read "in 5s").
 pub fn print<T: Borrow<B>, B: ?Sized + Names>(
     style: &Style,
     answer: &Answer<T>,
     human: impl Fn(&Style, &B) -> String,
 ) {
-    print_line(&shown(style, answer, human));
+    let style = Style {
+        now: Utc::now(),
+        ..*style
+    };
+    print_line(&shown(&style, answer, human));
 }
 
 /// `answer` as printed: its JSON as the server sent it (`-o json`), the same as YAML, its
@@ -666,10 +672,14 @@ pub fn resubmitted(style: &Style, r: &Resubmitted) -> String {
 }
 
 pub fn recovered(_: &Style, r: &Recovered) -> String {
-    format!(
-        "recovered: {}",
-        serde_json::Value::from(r.recovered.clone())
-    )
+    match r.recovered.len() {
+        0 => "recovered: no deploy (none was pending on that executor)".to_owned(),
+        n => format!(
+            "recovered {n} deploy{}: {}",
+            if n == 1 { "" } else { "s" },
+            r.recovered.join(", ")
+        ),
+    }
 }
 
 /// The audit trail, newest first.
