@@ -370,8 +370,14 @@ fn table<T>(
             cell.max(header.len())
         })
         .collect();
+    let mut least = least;
     let mut kept = headers.len();
     if let (true, Some(width)) = (fit, width) {
+        while kept > 1 && least[..kept].iter().sum::<usize>() + 3 * (kept - 1) > usize::from(width)
+        {
+            kept -= 1;
+        }
+        fold_into_status(&headers, &mut rows, &mut least, kept);
         while kept > 1 && least[..kept].iter().sum::<usize>() + 3 * (kept - 1) > usize::from(width)
         {
             kept -= 1;
@@ -408,6 +414,45 @@ fn table<T>(
         }
     }
     t.trim_fmt()
+}
+
+/// Columns whose news must survive a narrow terminal: when one is left out, a cell of it
+/// that says something is told in the status cell instead (`SUCCESS (dry run)`, `SUCCESS
+/// (rollback)`), so a dry run never reads as a plain success at 80 columns.
+const FOLDED_INTO_STATUS: &[(&str, fn(&str) -> Option<String>)] = &[
+    ("DRY_RUN", |cell| {
+        (cell == "true").then(|| "dry run".to_owned())
+    }),
+    ("ORIGIN", |cell| {
+        // `rollback of <id>` / `redeploy of <id>`: the kind is what the status needs.
+        (cell != "-").then(|| cell.split_whitespace().next().unwrap_or(cell).to_owned())
+    }),
+];
+
+/// Tells the news of the left-out columns (`kept` and after) in the status cell, and widens
+/// the status column's floor so that what it now says is never cut.
+fn fold_into_status(
+    headers: &[String],
+    rows: &mut [Vec<String>],
+    least: &mut [usize],
+    kept: usize,
+) {
+    let Some(status) = headers[..kept].iter().position(|h| h == "STATUS") else {
+        return;
+    };
+    for row in rows.iter_mut() {
+        let news: Vec<String> = FOLDED_INTO_STATUS
+            .iter()
+            .filter_map(|(header, said)| {
+                let column = headers.iter().position(|h| h == header)?;
+                (column >= kept).then(|| row.get(column).and_then(|c| said(c)))?
+            })
+            .collect();
+        if !news.is_empty() {
+            row[status] = format!("{} ({})", row[status], news.join(", "));
+            least[status] = least[status].max(row[status].chars().count());
+        }
+    }
 }
 
 pub fn submitted(style: &Style, s: &Submitted) -> String {

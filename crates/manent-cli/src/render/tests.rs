@@ -547,3 +547,35 @@ fn apps_show_what_runs_where() {
             without environments: acme/new"#]],
     );
 }
+
+#[test]
+fn a_dry_run_and_a_rollback_stay_visible_in_the_status_cell_when_their_column_must_go() {
+    let mut dry = deploy();
+    dry["dry_run"] = json!(true);
+    let mut rollback = deploy();
+    rollback["id"] = json!("77aa0b12");
+    rollback["redeploy_kind"] = json!("rollback");
+    rollback["redeploy_of"] = json!("3f2a9c71");
+    let list: Answer<Vec<DeployStatus>> = answer(json!([dry, rollback]));
+    let mut narrow = style();
+    narrow.fit = Fit::Columns(80);
+    let listed = deploys(&narrow, &list.body);
+    assert!(
+        !listed.lines().next().unwrap_or("").contains("DRY_RUN"),
+        "at 80 columns the DRY_RUN column is left out (else this test proves nothing)\n{listed}"
+    );
+    assert!(
+        listed.contains("SUCCESS (dry run)"),
+        "a dry run reads as one at 80 columns\n{listed}"
+    );
+    let history = history(&narrow, &list.body);
+    assert!(
+        history.contains("SUCCESS (rollback)"),
+        "a rollback reads as one at 80 columns\n{history}"
+    );
+    let wide = deploys(&style(), &list.body);
+    assert!(
+        !wide.contains("(dry run)"),
+        "with room for every column the status cell says only the status\n{wide}"
+    );
+}
