@@ -419,7 +419,7 @@ fn table<T>(
 /// Columns whose news must survive a narrow terminal: when one is left out, a cell of it
 /// that says something is told in the status cell instead (`SUCCESS (dry run)`, `SUCCESS
 /// (rollback)`), so a dry run never reads as a plain success at 80 columns.
-const FOLDED_INTO_STATUS: &[(&str, fn(&str) -> Option<String>)] = &[
+const FOLDED_INTO_STATUS: &[(&str, CellNews)] = &[
     ("DRY_RUN", |cell| {
         (cell == "true").then(|| "dry run".to_owned())
     }),
@@ -428,6 +428,9 @@ const FOLDED_INTO_STATUS: &[(&str, fn(&str) -> Option<String>)] = &[
         (cell != "-").then(|| cell.split_whitespace().next().unwrap_or(cell).to_owned())
     }),
 ];
+
+/// What a left-out column's cell has to say in the status cell, if anything.
+type CellNews = fn(&str) -> Option<String>;
 
 /// Tells the news of the left-out columns (`kept` and after) in the status cell, and widens
 /// the status column's floor so that what it now says is never cut.
