@@ -810,6 +810,7 @@ pub fn workers(style: &Style, workers: &[WorkerView]) -> String {
             "heartbeat_at",
             "running",
             "stale",
+            "version",
         ],
         |w| {
             vec![
@@ -820,6 +821,7 @@ pub fn workers(style: &Style, workers: &[WorkerView]) -> String {
                 style.time(Some(&w.heartbeat_at)),
                 w.running.cell(),
                 w.stale.cell(),
+                w.version.cell(),
             ]
         },
     )

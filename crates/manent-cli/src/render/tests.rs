@@ -239,9 +239,9 @@ fn workers_show_their_state_and_staleness() {
     check(
         workers(&style(), &answer.body),
         expect![[r#"
-            EXECUTOR_ID   HOST   REGION   STATE         HEARTBEAT_AT   RUNNING   STALE
-            worker-1      h1     -        running       10m ago        2         false
-            worker-2      h2     eu       hibernating   1h ago         0         true"#]],
+            EXECUTOR_ID   HOST   REGION   STATE         HEARTBEAT_AT   RUNNING   STALE   VERSION
+            worker-1      h1     -        running       10m ago        2         false   0.1.0
+            worker-2      h2     eu       hibernating   1h ago         0         true    0.2.0"#]],
     );
 }
 
