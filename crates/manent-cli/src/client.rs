@@ -170,10 +170,7 @@ impl ApiClient {
         }
         // An error answer that is not the error body (a proxy's page) is told by its status.
         let message = match serde_json::from_value::<ErrorBody>(body) {
-            Ok(ErrorBody { error }) => match error.field {
-                Some(field) => format!("{field}: {}", error.message),
-                None => error.message,
-            },
+            Ok(ErrorBody { error }) => with_field(error.field.as_deref(), error.message),
             Err(_) => format!("HTTP {status}"),
         };
         Err(match status.as_u16() {
@@ -265,9 +262,50 @@ impl ApiClient {
     }
 }
 
+/// An error's message led by the field it names, once: a server message that already
+/// names it (`schedule.cron: …`, a file's `d.yml:3: schedule.cron: …`) is not prefixed again.
+fn with_field(field: Option<&str>, message: String) -> String {
+    match field {
+        Some(field)
+            if !message.starts_with(&format!("{field}:"))
+                && !message.contains(&format!(": {field}:")) =>
+        {
+            format!("{field}: {message}")
+        }
+        _ => message,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::segment;
+    use super::{segment, with_field};
+
+    #[test]
+    fn an_error_names_its_field_once() {
+        let check = |field: Option<&str>, message: &str, want: &str| {
+            assert_eq!(
+                with_field(field, message.to_owned()),
+                want,
+                "{field:?} {message:?}"
+            )
+        };
+        check(
+            Some("schedule.cron"),
+            "`x` is not a cron expression",
+            "schedule.cron: `x` is not a cron expression",
+        );
+        check(
+            Some("schedule.cron"),
+            "schedule.cron: too frequent",
+            "schedule.cron: too frequent",
+        );
+        check(
+            Some("schedule.cron"),
+            "d.yml:3: schedule.cron: bad",
+            "d.yml:3: schedule.cron: bad",
+        );
+        check(None, "no field", "no field");
+    }
 
     #[test]
     fn an_id_is_encoded_as_one_path_segment() {
