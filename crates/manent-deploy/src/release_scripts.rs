@@ -133,22 +133,18 @@ pub fn link_shared(
         script.push_str(&format!("if [ -L {d} ]; then refuse_link {d}; fi\n"));
     }
     script.push_str("if [ -L \"$shared\" ]; then refuse_link \"$shared\"; fi\n");
+    let refuse_if_linked = |dir: &str, path: &str| {
+        let p = q(path);
+        format!("if [ -L \"${dir}\"/{p} ]; then refuse_link \"${dir}/\"{p}; fi\n")
+    };
     for path in paths {
-        let is_dir = path.ends_with('/');
-        let mut above = parents(path);
-        if is_dir {
-            above.push(path.trim_end_matches('/').to_string());
+        for parent in parents(path) {
+            script.push_str(&refuse_if_linked("release", &parent));
+            script.push_str(&refuse_if_linked("shared", &parent));
         }
-        for parent in above {
-            let p = q(&parent);
-            if !is_dir || parent != path.trim_end_matches('/') {
-                script.push_str(&format!(
-                    "if [ -L \"$release\"/{p} ]; then refuse_link \"$release/\"{p}; fi\n"
-                ));
-            }
-            script.push_str(&format!(
-                "if [ -L \"$shared\"/{p} ]; then refuse_link \"$shared/\"{p}; fi\n"
-            ));
+        // The release's own `log` is replaced by a link; the shared one is linked to.
+        if path.ends_with('/') {
+            script.push_str(&refuse_if_linked("shared", path.trim_end_matches('/')));
         }
     }
     for path in paths {
