@@ -258,17 +258,30 @@ pub fn print_line(text: &str) {
 /// Text from the server, made safe for a terminal. Much of it comes from targets (command
 /// output, error messages), so a control character other than newline and tab is shown
 /// escaped (`\u{1b}`): a target cannot move the cursor, rewrite earlier lines, retitle the
-/// window or ring the bell of whoever reads `manent logs`.
+/// window or ring the bell of whoever reads `manent logs`. So is an invisible or
+/// direction-changing character ([`is_invisible_format`]): a line cannot read backwards
+/// (U+202E), hide a word or break where no newline is (docs/security.md, "Terminal safety").
 pub fn terminal_safe(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
-        if c.is_control() && c != '\n' && c != '\t' {
+        if (c.is_control() && c != '\n' && c != '\t') || is_invisible_format(c) {
             out.extend(c.escape_unicode());
         } else {
             out.push(c);
         }
     }
     out
+}
+
+/// The characters that change how a line reads without showing themselves: the
+/// bidirectional embeddings, overrides, isolates and marks, the zero-width ones, the line
+/// and paragraph separators (U+2028, U+2029, which some terminals and viewers break on),
+/// the invisible operators, the interlinear annotations and the tag characters.
+fn is_invisible_format(c: char) -> bool {
+    matches!(c,
+        '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}'
+        | '\u{E0000}'..='\u{E007F}')
 }
 
 /// A cell of a table: anything shown as text, made safe for a terminal.

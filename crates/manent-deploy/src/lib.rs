@@ -14,6 +14,7 @@ pub mod notifications;
 pub mod plugins;
 pub mod printed;
 pub mod queues;
+pub mod release_scripts;
 pub mod request;
 pub mod retention;
 pub mod schedules;

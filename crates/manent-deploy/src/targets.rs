@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::artifacts::{ArtifactError, LocalArtifact};
 use crate::printed::Printed;
+use crate::release_scripts;
 use crate::secrets::{SecretError, Secrets};
 
 /// Why an operation on one target failed. Its text is recorded and shown, so every field
@@ -53,6 +54,19 @@ pub enum TargetError {
     Check(String),
     #[error("timed out after {0:?}")]
     TimedOut(Duration),
+    /// A fast rollback found a release it cannot vouch for (docs/cli.md, "Releases").
+    #[error(
+        "{found} is in the release directory {dest} and manent did not write it: a fast \
+         rollback reactivates only a release that holds what manent wrote there (its \
+         artifacts, its shared links); remove it on the target, or remove the release \
+         directory (the rollback then uploads the release again), and roll back again"
+    )]
+    ReleaseAltered { dest: String, found: String },
+    #[error(
+        "{0} is a symbolic link where a directory is expected; nothing was done through it: \
+         make it a directory on the target"
+    )]
+    LinkedDirectory(String),
     #[error("artifact {0} is missing from the work directory after its fetch")]
     ArtifactMissing(String),
     #[error(transparent)]
@@ -77,6 +91,8 @@ impl TargetError {
             TargetError::NoDest
             | TargetError::NoSpace { .. }
             | TargetError::ArtifactMissing(_)
+            | TargetError::ReleaseAltered { .. }
+            | TargetError::LinkedDirectory(_)
             | TargetError::Secret(_) => false,
         }
     }
@@ -305,6 +321,18 @@ pub async fn upload(
     let dest = eff.dest_for(target).ok_or(TargetError::NoDest)?;
     let remote = format!("{}/{}", dest.trim_end_matches('/'), artifact.name);
     let conn = connection(pool, eff, target).await?;
+    // Never written through a link where the release's directory belongs: a release
+    // directory made a link to `/etc` would otherwise receive the artifact there.
+    let directories = release_scripts::release_directories(eff, target);
+    let checked = conn
+        .exec(&release_scripts::refuse_linked(&directories), &[])
+        .await
+        .map_err(transport)?;
+    if checked.status == release_scripts::RELEASE_LINKED {
+        return Err(TargetError::LinkedDirectory(
+            checked.stdout.trim_end_matches('\n').to_string(),
+        ));
+    }
     // The `.part` is verified against the artifact's sha256 before the rename, so a bad
     // copy never lands under the real name.
     conn.put_file_verified(&artifact.path, &remote, &artifact.sha256)
@@ -316,58 +344,11 @@ pub async fn upload(
     Ok(remote)
 }
 
-/// The shell script that prunes a target's release directories (`deploy.keep_releases`):
-/// in `root`, the current release is touched (so that it counts as the newest), then every
-/// directory past the newest `keep` (the current one always among them) is removed; one
-/// line says which (`removed: 1.1 1.2`, `removed: none`). Symbolic links, files and hidden entries are never touched: a
-/// `current` link or a `shared` directory beside the releases stays.
-pub fn prune_releases_script(releases: &manent_model::Releases) -> String {
-    let root = manent_ssh::shell_quote(&releases.root);
-    let current = manent_ssh::shell_quote(&releases.current);
-    let keep = releases.keep;
-    format!(
-        "cd -- {root} || exit 1\n\
-         if [ -d {current} ]; then touch -c -- {current}; fi\n\
-         removed=$(n=0; ls -1t | while IFS= read -r r; do\n\
-         \x20 if [ ! -d \"$r\" ] || [ -L \"$r\" ] || [ \"$r\" = {current} ]; then continue; fi\n\
-         \x20 n=$((n + 1))\n\
-         \x20 if [ \"$n\" -ge {keep} ]; then rm -rf -- \"./$r\" && printf ' %s' \"$r\"; fi\n\
-         done)\n\
-         echo \"removed:${{removed:- none}}\"\n"
-    )
-}
-
-/// The shell script that links `deploy.shared` into a release: for each path, the release's
-/// own copy (if any) is replaced by a symbolic link to the same path under `shared`. A
-/// directory (`log/`) is made in `shared` if missing; a file must exist there (it is the
-/// target's own, written once), else the script fails naming it. Idempotent.
-pub fn link_shared_script(release: &str, shared: &str, paths: &[String]) -> String {
-    let q = manent_ssh::shell_quote;
-    let mut script = format!("set -e\nrelease={}\nshared={}\n", q(release), q(shared));
-    for path in paths {
-        let is_dir = path.ends_with('/');
-        let path = path.trim_end_matches('/');
-        let p = q(path);
-        if is_dir {
-            script.push_str(&format!("mkdir -p -- \"$shared\"/{p}\n"));
-        } else {
-            script.push_str(&format!(
-                "if [ ! -e \"$shared\"/{p} ]; then echo \"shared file $shared/\"{p}\" is \
-                 missing: create it on the target\" >&2; exit 1; fi\n"
-            ));
-        }
-        script.push_str(&format!(
-            "mkdir -p -- \"$(dirname -- \"$release\"/{p})\"\n\
-             rm -rf -- \"$release\"/{p}\n\
-             ln -s -- \"$shared\"/{p} \"$release\"/{p}\n"
-        ));
-    }
-    script.push_str(&format!("echo \"linked {} shared path(s)\"\n", paths.len()));
-    script
-}
-
 /// Whether `target` still holds this deploy's release: every artifact at `<dest>/<name>`
-/// with its sha256 (a fast rollback reactivates it in place).
+/// with its sha256 (a fast rollback reactivates it in place). A release that holds
+/// anything else manent did not write there ([`release_scripts::release_check`]) is refused: a fast
+/// rollback vouches for every file it makes live again, and an upload would leave that
+/// file in place (docs/cli.md, "Releases: rollback and redeploy").
 pub async fn release_in_place(
     pool: &ConnectionPool,
     eff: &EffectiveDescriptor,
@@ -375,6 +356,57 @@ pub async fn release_in_place(
 ) -> Result<bool, TargetError> {
     let dest = eff.dest_for(target).ok_or(TargetError::NoDest)?;
     let conn = connection(pool, eff, target).await?;
+    let names: Vec<&str> = eff.artifact_names().collect();
+    let shared = eff
+        .shared_for(target)
+        .map(|(_, paths)| paths)
+        .unwrap_or_default();
+    let script = release_scripts::release_check(
+        &release_scripts::release_directories(eff, target),
+        &dest,
+        &names,
+        &shared,
+    );
+    let checked = conn
+        .exec(&script, &[])
+        .await
+        .map_err(|e| TargetError::Transport(e.to_string()))?;
+    let named = || {
+        let found = checked.stdout.strip_suffix('\n').unwrap_or(&checked.stdout);
+        let found = found.strip_prefix("./").map_or_else(
+            || found.to_string(),
+            |inside| format!("{}/{inside}", dest.trim_end_matches('/')),
+        );
+        // A name may hold a newline or another control character: shown escaped.
+        found
+            .chars()
+            .flat_map(|c| {
+                let escaped: Vec<char> = if c.is_control() {
+                    c.escape_default().collect()
+                } else {
+                    vec![c]
+                };
+                escaped
+            })
+            .collect::<String>()
+    };
+    match checked.status {
+        0 => {}
+        release_scripts::RELEASE_ALTERED => {
+            return Err(TargetError::ReleaseAltered {
+                found: named(),
+                dest,
+            });
+        }
+        release_scripts::RELEASE_LINKED => return Err(TargetError::LinkedDirectory(named())),
+        status => {
+            return Err(TargetError::Exited {
+                command: format!("the check of the release in {dest}"),
+                status,
+                stderr: checked.stderr.trim_end().to_string(),
+            });
+        }
+    }
     for artifact in &eff.artifacts {
         let remote = format!("{}/{}", dest.trim_end_matches('/'), artifact.name);
         let held = conn
@@ -553,126 +585,6 @@ fn transport(error: TransportError) -> TargetError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Runs the prune script in `root` with `sh`, as a target's shell would.
-    fn prune(root: &std::path::Path, current: &str, keep: u32) -> String {
-        let script = prune_releases_script(&manent_model::Releases {
-            root: root.display().to_string(),
-            current: current.into(),
-            keep,
-        });
-        let out = std::process::Command::new("sh")
-            .args(["-c", &script])
-            .output()
-            .expect("run sh");
-        assert!(out.status.success(), "the script runs: {out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn entries(root: &std::path::Path) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(root)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    }
-
-    #[test]
-    fn shared_paths_are_linked_into_the_release_and_a_missing_shared_file_is_named() {
-        let root = tempfile::tempdir().unwrap();
-        let (release, shared) = (root.path().join("releases/1.0"), root.path().join("shared"));
-        std::fs::create_dir_all(release.join("log")).unwrap();
-        std::fs::write(release.join("log/old.log"), "the release's own").unwrap();
-        std::fs::create_dir_all(shared.join("config")).unwrap();
-        std::fs::write(shared.join("config/database.yml"), "db: shared").unwrap();
-        let paths = vec!["log/".to_string(), "config/database.yml".to_string()];
-        let run = |paths: &[String]| {
-            let script = link_shared_script(
-                &release.display().to_string(),
-                &shared.display().to_string(),
-                paths,
-            );
-            std::process::Command::new("sh")
-                .args(["-c", &script])
-                .output()
-                .expect("run sh")
-        };
-        for attempt in 1..=2 {
-            let out = run(&paths);
-            assert!(out.status.success(), "attempt {attempt} links: {out:?}");
-        }
-        assert_eq!(
-            std::fs::read_link(release.join("log")).unwrap(),
-            shared.join("log"),
-            "the release's log/ is the shared one"
-        );
-        assert!(shared.join("log").is_dir(), "a shared directory is made");
-        assert_eq!(
-            std::fs::read_to_string(release.join("config/database.yml")).unwrap(),
-            "db: shared",
-            "the release reads the shared file"
-        );
-        let out = run(&["secrets/key".to_string()]);
-        assert!(
-            !out.status.success(),
-            "a missing shared file fails the step"
-        );
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("secrets/key")
-                && String::from_utf8_lossy(&out.stderr).contains("missing"),
-            "and says which: {out:?}"
-        );
-    }
-
-    #[test]
-    fn pruning_keeps_the_newest_releases_and_the_live_one() {
-        let root = tempfile::tempdir().unwrap();
-        let at = |name: &str, age_secs: u64| {
-            let dir = root.path().join(name);
-            std::fs::create_dir_all(&dir).unwrap();
-            let then = std::time::SystemTime::now() - std::time::Duration::from_secs(age_secs);
-            std::fs::File::open(&dir)
-                .unwrap()
-                .set_modified(then)
-                .unwrap();
-        };
-        // 1.0 is the oldest directory but the one just made live again (a rollback).
-        at("1.0", 500);
-        at("1.1", 400);
-        at("1.2", 300);
-        at("1.3", 200);
-        at("two words; rm -rf *", 100);
-        at(".hidden", 600);
-        std::os::unix::fs::symlink(root.path().join("1.1"), root.path().join("current")).unwrap();
-        std::fs::write(root.path().join("notes.txt"), "kept").unwrap();
-        let removed = prune(root.path(), "1.0", 3);
-        assert_eq!(
-            entries(root.path()),
-            [
-                ".hidden",
-                "1.0",
-                "1.3",
-                "current",
-                "notes.txt",
-                "two words; rm -rf *"
-            ],
-            "the live release and the two newest others stay; links, files and hidden \
-             entries are never touched (removed: {removed})"
-        );
-        assert_eq!(removed, "removed: 1.2 1.1\n", "each removal is named");
-        assert_eq!(
-            prune(root.path(), "1.0", 3),
-            "removed: none\n",
-            "pruning again removes nothing"
-        );
-        prune(root.path(), "1.0", 1);
-        assert_eq!(
-            entries(root.path()),
-            [".hidden", "1.0", "current", "notes.txt"],
-            "keep_releases: 1 keeps the live release alone"
-        );
-    }
 
     #[tokio::test]
     async fn a_failed_http_check_says_why_the_request_could_not_be_sent() {

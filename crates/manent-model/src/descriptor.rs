@@ -279,7 +279,12 @@ fn validate_overrides(doc: &mut Document<'_>, deploy: &DeployOverrides) {
     }
 }
 
-/// Ansible's magic variables: set by a deploy, they would change what a play runs on.
+/// The variables ansible itself sets for a play (its "special variables" other than
+/// `ansible_*`, which are refused as a prefix): set by a deploy as an extra variable, one
+/// would change what a play runs on (`hostvars`, `groups`, `play_hosts`), where it reads
+/// from (`playbook_dir`, `role_path`), what a task leaves out (`omit`) or what `vars[...]`
+/// and `environment` answer. Play keywords (`port`, `timeout`, `name`) are not variables
+/// and stay allowed (docs/security.md, "What a deployer can make a target run").
 const ANSIBLE_MAGIC_VARIABLES: &[&str] = &[
     "hostvars",
     "groups",
@@ -289,8 +294,14 @@ const ANSIBLE_MAGIC_VARIABLES: &[&str] = &[
     "inventory_dir",
     "inventory_file",
     "playbook_dir",
+    "play_hosts",
+    "role_name",
+    "role_names",
     "role_path",
+    "role_uuid",
     "omit",
+    "vars",
+    "environment",
 ];
 
 /// Why a deploy may not set the param `key`: the `ansible_*` connection, privilege and
@@ -308,8 +319,8 @@ fn reserved_param(key: &str) -> Option<String> {
         )
     } else if ANSIBLE_MAGIC_VARIABLES.contains(&lower.as_str()) {
         Some(format!(
-            "`{key}` is one of ansible's magic variables (what a play runs on); a deploy may \
-             not set it; rename it"
+            "`{key}` is one of the variables ansible sets for a play (what it runs on, where \
+             it reads from); a deploy may not set it; rename it"
         ))
     } else {
         None
@@ -594,7 +605,22 @@ mod tests {
             expect![[r#"
                 d.yml:10: deploy.params.Ansible_Host: variables named ansible_* choose how and where ansible connects, which user it becomes and which interpreter it runs; a deploy may not set them (an environment file may); remove it
                 d.yml:10: deploy.params.ansible_connection: variables named ansible_* choose how and where ansible connects, which user it becomes and which interpreter it runs; a deploy may not set them (an environment file may); remove it
-                d.yml:10: deploy.params.hostvars: `hostvars` is one of ansible's magic variables (what a play runs on); a deploy may not set it; rename it"#]],
+                d.yml:10: deploy.params.hostvars: `hostvars` is one of the variables ansible sets for a play (what it runs on, where it reads from); a deploy may not set it; rename it"#]],
+        );
+    }
+
+    #[test]
+    fn a_deploy_may_not_set_the_variables_ansible_sets_for_a_play_but_may_use_keyword_names() {
+        check(
+            &yaml(
+                "deploy:\n  params: {play_hosts: [web1], Vars: {}, environment: prod, role_path: /x, \
+                 port: 8080, timeout: 5, name: shop}\n",
+            ),
+            expect![[r#"
+                d.yml:10: deploy.params.Vars: `Vars` is one of the variables ansible sets for a play (what it runs on, where it reads from); a deploy may not set it; rename it
+                d.yml:10: deploy.params.environment: `environment` is one of the variables ansible sets for a play (what it runs on, where it reads from); a deploy may not set it; rename it
+                d.yml:10: deploy.params.play_hosts: `play_hosts` is one of the variables ansible sets for a play (what it runs on, where it reads from); a deploy may not set it; rename it
+                d.yml:10: deploy.params.role_path: `role_path` is one of the variables ansible sets for a play (what it runs on, where it reads from); a deploy may not set it; rename it"#]],
         );
     }
 

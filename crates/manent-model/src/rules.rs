@@ -61,10 +61,20 @@ fn refuse_invisible(value: &str) -> Result<(), String> {
     }
 }
 
-/// A version may be expanded into paths (`{version}` in `dest`): no `/`, `\`, `..`, spaces.
+/// A version may be expanded into paths (`{version}` in `dest`): no `/`, `\`, `..`, spaces,
+/// and no leading `.`: as a release directory `.` is the releases directory itself and
+/// `.shared` a hidden one beside the releases (docs/environments.md, "Release
+/// directories"), which `keep_releases` and `shared` must never take for a release.
 pub(crate) fn version(value: &str) -> Result<(), String> {
     if value.is_empty() {
         return Err("is empty; write the artifact's version, e.g. \"1.4.2\"".to_owned());
+    }
+    if value.starts_with('.') {
+        return Err(
+            "starts with `.`: as a release directory ({version} in dest) it would be hidden \
+             or the releases directory itself; start it with a letter or digit, e.g. \"1.4.2\""
+                .to_owned(),
+        );
     }
     if value.contains(['/', '\\']) || value.contains("..") {
         return Err("can be expanded into paths ({version}): remove `/`, `\\` and `..`".to_owned());
@@ -444,6 +454,38 @@ mod tests {
             Err("contains U+200B, an invisible or direction-changing character; remove it"),
         );
         check(version, "1.4.2+build.7", Ok(()));
+        for working in [
+            "1",
+            "v2.0.0-rc.1",
+            "2026.12.05_1",
+            "1.0.",
+            "a.b",
+            "-1",
+            "1~beta",
+        ] {
+            check(version, working, Ok(()));
+        }
+        let leading_dot = "starts with `.`: as a release directory ({version} in dest) it would \
+             be hidden or the releases directory itself; start it with a letter or digit, e.g. \
+             \"1.4.2\"";
+        for hidden in [".", ".shared", ".1.0", "..."] {
+            check(version, hidden, Err(leading_dot));
+        }
+        check(
+            version,
+            "1\n.shared",
+            Err("contains a space or a control character; remove it"),
+        );
+        check(
+            version,
+            "1\0",
+            Err("contains a space or a control character; remove it"),
+        );
+        check(
+            version,
+            "",
+            Err("is empty; write the artifact's version, e.g. \"1.4.2\""),
+        );
         check(
             version,
             "1/2",

@@ -277,6 +277,46 @@ fn control_characters_from_targets_are_shown_escaped() {
     );
 }
 
+/// Each character a target or a deployer may send that changes how a line reads, and how
+/// `manent` shows it; ordinary text, accents and combining marks included, is kept.
+#[test]
+fn invisible_and_direction_changing_characters_are_shown_escaped() {
+    let cases = [
+        ("app\u{202E}gpj.exe", "app\\u{202e}gpj.exe"),
+        (
+            "a\u{202A}b\u{202B}c\u{202C}d\u{202D}e",
+            "a\\u{202a}b\\u{202b}c\\u{202c}d\\u{202d}e",
+        ),
+        (
+            "x\u{2066}y\u{2067}z\u{2068}w\u{2069}",
+            "x\\u{2066}y\\u{2067}z\\u{2068}w\\u{2069}",
+        ),
+        (
+            "l\u{200E}r\u{200F}a\u{061C}",
+            "l\\u{200e}r\\u{200f}a\\u{61c}",
+        ),
+        (
+            "line\u{2028}para\u{2029}end",
+            "line\\u{2028}para\\u{2029}end",
+        ),
+        (
+            "zero\u{200B}width\u{200D}joiner\u{FEFF}",
+            "zero\\u{200b}width\\u{200d}joiner\\u{feff}",
+        ),
+        ("word\u{2060}joiner\u{180E}", "word\\u{2060}joiner\\u{180e}"),
+        ("tag\u{E0041}\u{E007F}", "tag\\u{e0041}\\u{e007f}"),
+        ("next\u{85}line", "next\\u{85}line"),
+        ("café déjà vu – ok ✓", "café déjà vu – ok ✓"),
+        ("cafe\u{301} 日本語 עברית", "cafe\u{301} 日本語 עברית"),
+    ];
+    let shown: Vec<String> = cases.iter().map(|(raw, _)| terminal_safe(raw)).collect();
+    let expected: Vec<&str> = cases.iter().map(|(_, want)| *want).collect();
+    assert_eq!(
+        shown, expected,
+        "each invisible or direction-changing character is escaped, other text kept"
+    );
+}
+
 #[test]
 fn a_rollback_says_what_it_came_from() {
     let mut rolled = deploy();

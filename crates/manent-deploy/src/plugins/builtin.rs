@@ -13,6 +13,7 @@ use manent_ssh::ConnectionPool;
 use super::{PassContext, Plugin};
 use crate::{
     artifacts::{self, ArtifactError, LocalArtifact},
+    release_scripts,
     request::{EventKey, publish},
     targets::{self, RollbackResult, TargetError, TargetOutcome, TargetState},
 };
@@ -177,7 +178,8 @@ async fn deploy_target(
             if let Some((shared, paths)) = eff.shared_for(target) {
                 let step = format!("{name}: link shared");
                 let release = eff.dest_for(target).unwrap_or_default();
-                let script = targets::link_shared_script(&release, &shared, &paths);
+                let directories = release_scripts::release_directories(eff, target);
+                let script = release_scripts::link_shared(&directories, &release, &shared, &paths);
                 let linked: String = ctx
                     .step_with(&step, shown_running(), || async {
                         run_script(ctx, &step, pool, eff, target, &script, &env).await
@@ -256,7 +258,7 @@ async fn prune_releases(
     releases: &manent_model::Releases,
 ) -> Result<String, WorkflowError> {
     let step = format!("{}: prune releases", target.name);
-    let script = targets::prune_releases_script(releases);
+    let script = release_scripts::prune_releases(releases);
     let pruned: Result<String, WorkflowError> = ctx
         .step_with(&step, shown_running(), || async {
             run_script(ctx, &step, pool, eff, target, &script, &[]).await
