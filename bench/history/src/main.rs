@@ -239,7 +239,44 @@ async fn run(args: &Args, backend: Backend, size: u64) -> Result<Vec<Measured>> 
         .unwrap_or_default()
         .to_string();
     let one = ids.first().cloned().unwrap_or_default();
-    let views = [
+    let views = views(&fiftieth, &one);
+    let mut measured = Vec::new();
+    for view in &views {
+        let mut ms = Vec::with_capacity(args.samples);
+        for n in 0..args.samples + 3 {
+            let at = Instant::now();
+            get(&http, &base_url, &token, &view.path).await?;
+            if n >= 3 {
+                ms.push(at.elapsed().as_secs_f64() * 1000.0);
+            }
+        }
+        ms.sort_by(f64::total_cmp);
+        let rank = |q: f64| ms[((q * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
+        measured.push(Measured {
+            backend,
+            size,
+            view: view.name,
+            p50: rank(0.5),
+            p95: rank(0.95),
+        });
+        eprintln!(
+            "   {:<34} p50 {:>8.2} ms  p95 {:>8.2} ms",
+            view.name,
+            rank(0.5),
+            rank(0.95)
+        );
+    }
+    server.abort();
+    drop(client);
+    drop(store);
+    drop_database(args, &url).await?;
+    Ok(measured)
+}
+
+/// The views measured, in the order they are reported: `fiftieth` is the cursor of the
+/// list's second page, `one` a deploy of the first batch.
+fn views(fiftieth: &str, one: &str) -> [View; 14] {
+    [
         View {
             name: "list",
             path: "/api/v1/deploys?limit=50".into(),
@@ -296,38 +333,7 @@ async fn run(args: &Args, backend: Backend, size: u64) -> Result<Vec<Measured>> 
             name: "audit",
             path: "/api/v1/audit?limit=50".into(),
         },
-    ];
-    let mut measured = Vec::new();
-    for view in &views {
-        let mut ms = Vec::with_capacity(args.samples);
-        for n in 0..args.samples + 3 {
-            let at = Instant::now();
-            get(&http, &base_url, &token, &view.path).await?;
-            if n >= 3 {
-                ms.push(at.elapsed().as_secs_f64() * 1000.0);
-            }
-        }
-        ms.sort_by(f64::total_cmp);
-        let rank = |q: f64| ms[((q * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
-        measured.push(Measured {
-            backend,
-            size,
-            view: view.name,
-            p50: rank(0.5),
-            p95: rank(0.95),
-        });
-        eprintln!(
-            "   {:<34} p50 {:>8.2} ms  p95 {:>8.2} ms",
-            view.name,
-            rank(0.5),
-            rank(0.95)
-        );
-    }
-    server.abort();
-    drop(client);
-    drop(store);
-    drop_database(args, &url).await?;
-    Ok(measured)
+    ]
 }
 
 async fn get(

@@ -184,250 +184,269 @@ async fn every_route_answers_each_role_and_scope_as_the_security_model_says() {
     let site = Site::new().await;
     for (n, who) in everyone().into_iter().enumerate() {
         let token = site.token(who, n).await;
-
-        // Platform-wide reads: every token.
-        for uri in [
-            "/api/v1/deploys",
-            "/api/v1/activity",
-            "/api/v1/schedules",
-            "/api/v1/apps",
-            "/api/v1/tenants",
-            "/api/v1/queues",
-            "/api/v1/workers",
-        ] {
-            check(
-                site.call("GET", uri, &token, "").await,
-                StatusCode::OK,
-                who,
-                uri,
-            );
-        }
-
+        check_platform_reads(&site, who, &token).await;
         for app in [OWN, OTHER] {
-            // Submission: the parsed application decides.
-            let before = site.api.deploy_count().await;
-            let expected = if who.may_deploy() && who.sees(app) {
-                StatusCode::CREATED
-            } else {
-                StatusCode::FORBIDDEN
-            };
-            let got = site
-                .call("POST", "/api/v1/deploys", &token, &site.descriptor(app))
-                .await;
-            check(got, expected, who, &format!("submitting {app}"));
-            if expected != StatusCode::CREATED {
-                assert_eq!(
-                    site.api.deploy_count().await,
-                    before,
-                    "a refused submission of {app} by {who:?} enqueues nothing"
-                );
-            }
-
-            // A bulk submission: every parsed application decides, and a batch holding
-            // one the caller may not deploy enqueues none of them.
-            for apps in [vec![app], vec![OWN, OTHER]] {
-                let before = site.api.deploy_count().await;
-                let allowed = who.may_deploy() && apps.iter().all(|a| who.sees(a));
-                let expected = if allowed {
-                    StatusCode::CREATED
-                } else {
-                    StatusCode::FORBIDDEN
-                };
-                let entries: Vec<Value> = apps
-                    .iter()
-                    .map(|a| serde_json::json!({"descriptor": site.descriptor(a)}))
-                    .collect();
-                let body = serde_json::json!({ "deploys": entries }).to_string();
-                let got = site
-                    .call("POST", "/api/v1/deploys/batch", &token, &body)
-                    .await;
-                check(got, expected, who, &format!("submitting {apps:?} at once"));
-                let added = if allowed { apps.len() } else { 0 };
-                assert_eq!(
-                    site.api.deploy_count().await,
-                    before + added,
-                    "a batch of {apps:?} by {who:?} enqueues all of it or nothing"
-                );
-            }
-
-            // Reads of one deploy.
-            let id = site.deploy(app).await;
-            let read = on_recorded(who, app, true, StatusCode::OK);
-            for uri in [
-                format!("/api/v1/deploys/{id}"),
-                format!("/api/v1/deploys/{id}/logs"),
-                format!("/api/v1/deploys/{id}/output"),
-            ] {
-                check(site.call("GET", &uri, &token, "").await, read, who, &uri);
-            }
-
-            // An environment's history: read by any token in scope.
-            let (tenant, name) = app.split_once('/').unwrap();
-            let environment = format!("/api/v1/apps/{tenant}/{name}/environments/prod");
-            let uri = format!("{environment}/history");
-            check(site.call("GET", &uri, &token, "").await, read, who, &uri);
-
-            // Redeploy submits a deploy; a rollback finds no success (no worker runs here),
-            // so an allowed caller meets 409. Refused ones enqueue nothing.
-            let before = site.api.deploy_count().await;
-            let uri = format!("/api/v1/deploys/{id}/redeploy");
-            let expected = on_recorded(who, app, who.may_deploy(), StatusCode::CREATED);
-            check(
-                site.call("POST", &uri, &token, "").await,
-                expected,
-                who,
-                &uri,
-            );
-            let uri = format!("{environment}/rollback");
-            let rollback = on_recorded(who, app, who.may_deploy(), StatusCode::CONFLICT);
-            check(
-                site.call("POST", &uri, &token, "").await,
-                rollback,
-                who,
-                &uri,
-            );
-            if expected != StatusCode::CREATED {
-                assert_eq!(
-                    site.api.deploy_count().await,
-                    before,
-                    "a refused redeploy or rollback by {who:?} enqueues nothing"
-                );
-            }
-
-            // Approve and reject: the deploy waits for nothing, so an allowed caller meets 409.
-            for verb in ["approve", "reject"] {
-                let uri = format!("/api/v1/deploys/{id}/{verb}");
-                let expected = on_recorded(who, app, who.may_approve(), StatusCode::CONFLICT);
-                check(
-                    site.call("POST", &uri, &token, "").await,
-                    expected,
-                    who,
-                    &uri,
-                );
-            }
-
-            // Cancel changes the deploy: refused ones must leave it as it was.
-            let uri = format!("/api/v1/deploys/{id}/cancel");
-            let before = site.state_of(&format!("/api/v1/deploys/{id}")).await["status"].clone();
-            let expected = on_recorded(who, app, who.may_deploy(), StatusCode::OK);
-            check(
-                site.call("POST", &uri, &token, "").await,
-                expected,
-                who,
-                &uri,
-            );
-            let after = site.state_of(&format!("/api/v1/deploys/{id}")).await["status"].clone();
-            if expected == StatusCode::OK {
-                assert_eq!(after, "CANCELLED", "an allowed cancel cancels");
-            } else {
-                assert_eq!(after, before, "a refused cancel by {who:?} changes nothing");
-            }
-
-            // Schedules: read by any token in scope; pause, resume and delete by deployers.
-            let schedule = site.schedule(app).await;
-            let uri = format!("/api/v1/schedules/{schedule}");
-            let read = on_recorded(who, app, true, StatusCode::OK);
-            check(site.call("GET", &uri, &token, "").await, read, who, &uri);
-            for (method, action) in [("POST", "pause"), ("POST", "resume"), ("DELETE", "")] {
-                let target = if action.is_empty() {
-                    uri.clone()
-                } else {
-                    format!("{uri}/{action}")
-                };
-                let before = site.state_of(&uri).await;
-                let expected = on_recorded(who, app, who.may_deploy(), StatusCode::OK);
-                check(
-                    site.call(method, &target, &token, "").await,
-                    expected,
-                    who,
-                    &target,
-                );
-                if expected != StatusCode::OK {
-                    assert_eq!(
-                        site.state_of(&uri).await,
-                        before,
-                        "a refused {method} {target} by {who:?} changes nothing"
-                    );
-                }
-            }
+            check_submissions(&site, who, &token, app).await;
+            check_one_deploy(&site, who, &token, app).await;
+            check_schedules(&site, who, &token, app).await;
         }
-
-        // Administration: unscoped admins only.
-        let admin_only = |allowed: StatusCode| {
-            if who.may_administer() {
-                allowed
-            } else {
-                StatusCode::FORBIDDEN
-            }
-        };
-        check(
-            site.call("GET", "/api/v1/tokens", &token, "").await,
-            admin_only(StatusCode::OK),
-            who,
-            "listing tokens",
-        );
-        check(
-            site.call("GET", "/api/v1/audit", &token, "").await,
-            admin_only(StatusCode::OK),
-            who,
-            "reading the audit trail",
-        );
-        check(
-            site.call("GET", "/api/v1/whoami", &token, "").await,
-            StatusCode::OK,
-            who,
-            "asking who it is",
-        );
-        let new_name = format!("made-by-{n}");
-        let body = format!("{{\"name\": \"{new_name}\", \"role\": \"viewer\"}}");
-        check(
-            site.call("POST", "/api/v1/tokens", &token, &body).await,
-            admin_only(StatusCode::CREATED),
-            who,
-            "creating a token",
-        );
-        let (_, listed) = site.api.get("/api/v1/tokens", Some(&site.root)).await;
-        let exists = listed.to_string().contains(&new_name);
-        assert_eq!(
-            exists,
-            who.may_administer(),
-            "a token exists only if an unscoped admin created it"
-        );
-        let victim = format!("victim-{n}");
-        let victim_secret =
-            auth::create_token(&site.api.client.records(), &victim, Role::Viewer, None)
-                .await
-                .expect("create the token to revoke");
-        check(
-            site.call("DELETE", &format!("/api/v1/tokens/{victim}"), &token, "")
-                .await,
-            admin_only(StatusCode::OK),
-            who,
-            "revoking a token",
-        );
-        let (status, _) = site.api.get("/api/v1/deploys", Some(&victim_secret)).await;
-        let expected = if who.may_administer() {
-            StatusCode::UNAUTHORIZED
-        } else {
-            StatusCode::OK
-        };
-        assert_eq!(
-            status, expected,
-            "the token works again only if the revoke by {who:?} was refused"
-        );
-        // An unknown executor: an admin is authorised and told it does not exist.
-        check(
-            site.call("POST", "/api/v1/executors/nobody/recover", &token, "")
-                .await,
-            admin_only(StatusCode::NOT_FOUND),
-            who,
-            "recovering an executor",
-        );
+        check_administration(&site, who, &token, n).await;
     }
     let uncovered = site.uncovered();
     assert!(
         uncovered.is_empty(),
         "every documented /api/v1 operation has its cells in this matrix; add them for: \
          {uncovered:?}"
+    );
+}
+
+/// The cells of the platform-wide reads.
+async fn check_platform_reads(site: &Site, who: Who, token: &str) {
+    // Platform-wide reads: every token.
+    for uri in [
+        "/api/v1/deploys",
+        "/api/v1/activity",
+        "/api/v1/schedules",
+        "/api/v1/apps",
+        "/api/v1/tenants",
+        "/api/v1/queues",
+        "/api/v1/workers",
+    ] {
+        check(
+            site.call("GET", uri, token, "").await,
+            StatusCode::OK,
+            who,
+            uri,
+        );
+    }
+}
+
+/// The cells of a single and a bulk submission of `app`.
+async fn check_submissions(site: &Site, who: Who, token: &str, app: &str) {
+    // Submission: the parsed application decides.
+    let before = site.api.deploy_count().await;
+    let expected = if who.may_deploy() && who.sees(app) {
+        StatusCode::CREATED
+    } else {
+        StatusCode::FORBIDDEN
+    };
+    let got = site
+        .call("POST", "/api/v1/deploys", token, &site.descriptor(app))
+        .await;
+    check(got, expected, who, &format!("submitting {app}"));
+    if expected != StatusCode::CREATED {
+        assert_eq!(
+            site.api.deploy_count().await,
+            before,
+            "a refused submission of {app} by {who:?} enqueues nothing"
+        );
+    }
+
+    // A bulk submission: every parsed application decides, and a batch holding
+    // one the caller may not deploy enqueues none of them.
+    for apps in [vec![app], vec![OWN, OTHER]] {
+        let before = site.api.deploy_count().await;
+        let allowed = who.may_deploy() && apps.iter().all(|a| who.sees(a));
+        let expected = if allowed {
+            StatusCode::CREATED
+        } else {
+            StatusCode::FORBIDDEN
+        };
+        let entries: Vec<Value> = apps
+            .iter()
+            .map(|a| serde_json::json!({"descriptor": site.descriptor(a)}))
+            .collect();
+        let body = serde_json::json!({ "deploys": entries }).to_string();
+        let got = site
+            .call("POST", "/api/v1/deploys/batch", token, &body)
+            .await;
+        check(got, expected, who, &format!("submitting {apps:?} at once"));
+        let added = if allowed { apps.len() } else { 0 };
+        assert_eq!(
+            site.api.deploy_count().await,
+            before + added,
+            "a batch of {apps:?} by {who:?} enqueues all of it or nothing"
+        );
+    }
+}
+
+/// The cells of one deploy of `app`: its reads, its environment's history, redeploy and
+/// rollback, approve and reject, and cancel.
+async fn check_one_deploy(site: &Site, who: Who, token: &str, app: &str) {
+    // Reads of one deploy.
+    let id = site.deploy(app).await;
+    let read = on_recorded(who, app, true, StatusCode::OK);
+    for uri in [
+        format!("/api/v1/deploys/{id}"),
+        format!("/api/v1/deploys/{id}/logs"),
+        format!("/api/v1/deploys/{id}/output"),
+    ] {
+        check(site.call("GET", &uri, token, "").await, read, who, &uri);
+    }
+
+    // An environment's history: read by any token in scope.
+    let (tenant, name) = app.split_once('/').unwrap();
+    let environment = format!("/api/v1/apps/{tenant}/{name}/environments/prod");
+    let uri = format!("{environment}/history");
+    check(site.call("GET", &uri, token, "").await, read, who, &uri);
+
+    // Redeploy submits a deploy; a rollback finds no success (no worker runs here),
+    // so an allowed caller meets 409. Refused ones enqueue nothing.
+    let before = site.api.deploy_count().await;
+    let uri = format!("/api/v1/deploys/{id}/redeploy");
+    let expected = on_recorded(who, app, who.may_deploy(), StatusCode::CREATED);
+    check(
+        site.call("POST", &uri, token, "").await,
+        expected,
+        who,
+        &uri,
+    );
+    let uri = format!("{environment}/rollback");
+    let rollback = on_recorded(who, app, who.may_deploy(), StatusCode::CONFLICT);
+    check(
+        site.call("POST", &uri, token, "").await,
+        rollback,
+        who,
+        &uri,
+    );
+    if expected != StatusCode::CREATED {
+        assert_eq!(
+            site.api.deploy_count().await,
+            before,
+            "a refused redeploy or rollback by {who:?} enqueues nothing"
+        );
+    }
+
+    // Approve and reject: the deploy waits for nothing, so an allowed caller meets 409.
+    for verb in ["approve", "reject"] {
+        let uri = format!("/api/v1/deploys/{id}/{verb}");
+        let expected = on_recorded(who, app, who.may_approve(), StatusCode::CONFLICT);
+        check(
+            site.call("POST", &uri, token, "").await,
+            expected,
+            who,
+            &uri,
+        );
+    }
+
+    // Cancel changes the deploy: refused ones must leave it as it was.
+    let uri = format!("/api/v1/deploys/{id}/cancel");
+    let before = site.state_of(&format!("/api/v1/deploys/{id}")).await["status"].clone();
+    let expected = on_recorded(who, app, who.may_deploy(), StatusCode::OK);
+    check(
+        site.call("POST", &uri, token, "").await,
+        expected,
+        who,
+        &uri,
+    );
+    let after = site.state_of(&format!("/api/v1/deploys/{id}")).await["status"].clone();
+    if expected == StatusCode::OK {
+        assert_eq!(after, "CANCELLED", "an allowed cancel cancels");
+    } else {
+        assert_eq!(after, before, "a refused cancel by {who:?} changes nothing");
+    }
+}
+
+/// The cells of a schedule of `app`.
+async fn check_schedules(site: &Site, who: Who, token: &str, app: &str) {
+    // Schedules: read by any token in scope; pause, resume and delete by deployers.
+    let schedule = site.schedule(app).await;
+    let uri = format!("/api/v1/schedules/{schedule}");
+    let read = on_recorded(who, app, true, StatusCode::OK);
+    check(site.call("GET", &uri, token, "").await, read, who, &uri);
+    for (method, action) in [("POST", "pause"), ("POST", "resume"), ("DELETE", "")] {
+        let target = if action.is_empty() {
+            uri.clone()
+        } else {
+            format!("{uri}/{action}")
+        };
+        let before = site.state_of(&uri).await;
+        let expected = on_recorded(who, app, who.may_deploy(), StatusCode::OK);
+        check(
+            site.call(method, &target, token, "").await,
+            expected,
+            who,
+            &target,
+        );
+        if expected != StatusCode::OK {
+            assert_eq!(
+                site.state_of(&uri).await,
+                before,
+                "a refused {method} {target} by {who:?} changes nothing"
+            );
+        }
+    }
+}
+
+/// The cells of administration: unscoped admins only. `n` makes the token names unique.
+async fn check_administration(site: &Site, who: Who, token: &str, n: usize) {
+    let admin_only = |allowed: StatusCode| {
+        if who.may_administer() {
+            allowed
+        } else {
+            StatusCode::FORBIDDEN
+        }
+    };
+    check(
+        site.call("GET", "/api/v1/tokens", token, "").await,
+        admin_only(StatusCode::OK),
+        who,
+        "listing tokens",
+    );
+    check(
+        site.call("GET", "/api/v1/audit", token, "").await,
+        admin_only(StatusCode::OK),
+        who,
+        "reading the audit trail",
+    );
+    check(
+        site.call("GET", "/api/v1/whoami", token, "").await,
+        StatusCode::OK,
+        who,
+        "asking who it is",
+    );
+    let new_name = format!("made-by-{n}");
+    let body = format!("{{\"name\": \"{new_name}\", \"role\": \"viewer\"}}");
+    check(
+        site.call("POST", "/api/v1/tokens", token, &body).await,
+        admin_only(StatusCode::CREATED),
+        who,
+        "creating a token",
+    );
+    let (_, listed) = site.api.get("/api/v1/tokens", Some(&site.root)).await;
+    let exists = listed.to_string().contains(&new_name);
+    assert_eq!(
+        exists,
+        who.may_administer(),
+        "a token exists only if an unscoped admin created it"
+    );
+    let victim = format!("victim-{n}");
+    let victim_secret = auth::create_token(&site.api.client.records(), &victim, Role::Viewer, None)
+        .await
+        .expect("create the token to revoke");
+    check(
+        site.call("DELETE", &format!("/api/v1/tokens/{victim}"), token, "")
+            .await,
+        admin_only(StatusCode::OK),
+        who,
+        "revoking a token",
+    );
+    let (status, _) = site.api.get("/api/v1/deploys", Some(&victim_secret)).await;
+    let expected = if who.may_administer() {
+        StatusCode::UNAUTHORIZED
+    } else {
+        StatusCode::OK
+    };
+    assert_eq!(
+        status, expected,
+        "the token works again only if the revoke by {who:?} was refused"
+    );
+    // An unknown executor: an admin is authorised and told it does not exist.
+    check(
+        site.call("POST", "/api/v1/executors/nobody/recover", token, "")
+            .await,
+        admin_only(StatusCode::NOT_FOUND),
+        who,
+        "recovering an executor",
     );
 }

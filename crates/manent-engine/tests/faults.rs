@@ -758,43 +758,7 @@ async fn partitioned(takeover: Takeover) {
 
     ns.heal();
     append(&procs.ledger.0, "healed");
-    match takeover {
-        Takeover::SameId => {
-            let status = wait_exit(&mut procs.children.0[a], WAIT).await;
-            procs.note_exit(a);
-            assert!(
-                !status.success(),
-                "the healed worker, its id taken, exits non-zero: {status}"
-            );
-            let stderr = procs.stderr(a);
-            assert!(
-                stderr.contains("taken over") && stderr.contains(&format!("pid {pid_b}")),
-                "it says its id was taken over and by whom; stderr:\n{stderr}"
-            );
-        }
-        Takeover::Recovery => {
-            eventually("the healed worker renews its lease", WAIT, || async {
-                procs
-                    .output(a)
-                    .contains("executor lease renewed again")
-                    .then_some(())
-            })
-            .await;
-            assert!(
-                procs.alive(a),
-                "the healed worker keeps its id (nobody took it) and lives on"
-            );
-            // It is back: the work it starts from now on would show. Stop it
-            // cleanly, which drains whatever it holds, before reading the ledger.
-            signal(&procs.children.0[a], "TERM");
-            let status = wait_exit(&mut procs.children.0[a], WAIT).await;
-            procs.note_exit(a);
-            assert!(
-                status.success(),
-                "the healed worker stops cleanly: {status}"
-            );
-        }
-    }
+    the_healed_worker_ends_as_its_takeover_says(&takeover, &mut procs, a, pid_b).await;
 
     let r = procs.replay(limits);
     let violations = check_records(&client, &all, STEPS, &procs.ledger.steps()).await;
@@ -845,6 +809,54 @@ async fn partitioned(takeover: Takeover) {
         r.drops,
         started.elapsed().as_secs_f64()
     );
+}
+
+/// Healed, the partitioned worker `a` exits non-zero naming the newcomer `pid_b` if its
+/// id was taken over, or renews its lease and lives on (then is stopped cleanly) if
+/// only its work was recovered.
+async fn the_healed_worker_ends_as_its_takeover_says(
+    takeover: &Takeover,
+    procs: &mut Procs,
+    a: usize,
+    pid_b: u32,
+) {
+    match takeover {
+        Takeover::SameId => {
+            let status = wait_exit(&mut procs.children.0[a], WAIT).await;
+            procs.note_exit(a);
+            assert!(
+                !status.success(),
+                "the healed worker, its id taken, exits non-zero: {status}"
+            );
+            let stderr = procs.stderr(a);
+            assert!(
+                stderr.contains("taken over") && stderr.contains(&format!("pid {pid_b}")),
+                "it says its id was taken over and by whom; stderr:\n{stderr}"
+            );
+        }
+        Takeover::Recovery => {
+            eventually("the healed worker renews its lease", WAIT, || async {
+                procs
+                    .output(a)
+                    .contains("executor lease renewed again")
+                    .then_some(())
+            })
+            .await;
+            assert!(
+                procs.alive(a),
+                "the healed worker keeps its id (nobody took it) and lives on"
+            );
+            // It is back: the work it starts from now on would show. Stop it
+            // cleanly, which drains whatever it holds, before reading the ledger.
+            signal(&procs.children.0[a], "TERM");
+            let status = wait_exit(&mut procs.children.0[a], WAIT).await;
+            procs.note_exit(a);
+            assert!(
+                status.success(),
+                "the healed worker stops cleanly: {status}"
+            );
+        }
+    }
 }
 
 /// The partition strikes while the worker is inside a transaction (a claim

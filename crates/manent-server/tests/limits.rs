@@ -179,35 +179,7 @@ async fn limits_count_over_every_queue_and_are_reached_but_never_exceeded(db: Db
         (started(&site) >= 5).then_some(())
     })
     .await;
-    let (_, queues) = site.cli(&token, &["queues"]);
-    let queues = queues.as_array().cloned().unwrap_or_default();
-    assert!(
-        queues.iter().all(|q| q["name"] != "manent.gate"),
-        "the gate queue is internal and never shown: {queues:?}"
-    );
-    let default = queues.iter().find(|q| q["name"] == "default").unwrap();
-    let use_of = |q: &Value, key: &str| {
-        q["limits"]
-            .as_array()
-            .and_then(|l| l.iter().find(|l| l["key"] == key))
-            .cloned()
-            .unwrap_or_else(|| panic!("{key} missing from {q}"))
-    };
-    let global = use_of(default, "dbos.global_concurrency");
-    assert_eq!(
-        (global["limit"].as_i64(), global["in_use"].as_i64()),
-        (Some(5), Some(5)),
-        "manent queues shows the global limit and its use over all deploy queues: {global}"
-    );
-    let per_worker = use_of(default, "dbos.concurrency");
-    assert_eq!(
-        (
-            per_worker["limit"].as_i64(),
-            per_worker["by"]["w1"].as_i64()
-        ),
-        (Some(3), Some(3)),
-        "manent queues shows the per-worker limit and w1's use: {per_worker}"
-    );
+    queues_show_the_limits_and_their_use(&site, &token);
     std::fs::write(site.dir.join("release-1"), "").unwrap();
 
     // Phase 2: the routed queue (2 at most) and one environment, acme/shared/prod,
@@ -275,5 +247,39 @@ async fn limits_count_over_every_queue_and_are_reached_but_never_exceeded(db: Db
         shared.len(),
         2,
         "acme/shared/prod ran once on gpu and once on default, one after the other:\n{text}"
+    );
+}
+
+/// `manent queues` while phase 1 holds its 5 slots: the global limit and its use over all
+/// deploy queues, the per-worker limit and w1's use, and no internal queue.
+fn queues_show_the_limits_and_their_use(site: &Site, token: &str) {
+    let (_, queues) = site.cli(token, &["queues"]);
+    let queues = queues.as_array().cloned().unwrap_or_default();
+    assert!(
+        queues.iter().all(|q| q["name"] != "manent.gate"),
+        "the gate queue is internal and never shown: {queues:?}"
+    );
+    let default = queues.iter().find(|q| q["name"] == "default").unwrap();
+    let use_of = |q: &Value, key: &str| {
+        q["limits"]
+            .as_array()
+            .and_then(|l| l.iter().find(|l| l["key"] == key))
+            .cloned()
+            .unwrap_or_else(|| panic!("{key} missing from {q}"))
+    };
+    let global = use_of(default, "dbos.global_concurrency");
+    assert_eq!(
+        (global["limit"].as_i64(), global["in_use"].as_i64()),
+        (Some(5), Some(5)),
+        "manent queues shows the global limit and its use over all deploy queues: {global}"
+    );
+    let per_worker = use_of(default, "dbos.concurrency");
+    assert_eq!(
+        (
+            per_worker["limit"].as_i64(),
+            per_worker["by"]["w1"].as_i64()
+        ),
+        (Some(3), Some(3)),
+        "manent queues shows the per-worker limit and w1's use: {per_worker}"
     );
 }

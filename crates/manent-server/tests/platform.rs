@@ -464,6 +464,14 @@ async fn approve_reject_and_cancel_clicked_in_a_real_browser_take_effect_and_a_v
         "the deploy no one clicked still waits: {waiting}"
     );
 
+    the_page_showed_the_running_step_and_no_button_to_a_viewer(&seen);
+    the_rollback_and_redeploy_clicks_took_effect(&site, &token, &seen).await;
+}
+
+/// What the browser driver saw on the page (`seen`): the running step and its growing
+/// elapsed time, one output pane per target, no button for a viewer, each click's
+/// question, no API error and every screenshot.
+fn the_page_showed_the_running_step_and_no_button_to_a_viewer(seen: &Value) {
     assert!(
         seen["running_step"]
             .as_str()
@@ -500,11 +508,14 @@ async fn approve_reject_and_cancel_clicked_in_a_real_browser_take_effect_and_a_v
     );
     let shots = seen["screenshots"].as_array().map_or(0, Vec::len);
     assert_eq!(shots, 8, "every screenshot was kept: {seen}");
+}
 
+/// The Rollback and Redeploy clicks the driver reported in `seen` made the deploys they say.
+async fn the_rollback_and_redeploy_clicks_took_effect(site: &Site, token: &str, seen: &Value) {
     // The Rollback click made a rollback of acme/released to 1, and the page went to it; the
     // Redeploy click on its page deployed that rollback's descriptor again.
     let rolled_back = seen["rolled_back"].as_str().unwrap_or_default().to_string();
-    let rollback = site.wait_status(&token, &rolled_back, "SUCCESS").await;
+    let rollback = site.wait_status(token, &rolled_back, "SUCCESS").await;
     assert_eq!(
         (
             &rollback["redeploy_kind"],
@@ -519,7 +530,7 @@ async fn approve_reject_and_cancel_clicked_in_a_real_browser_take_effect_and_a_v
         "the Rollback click rolled acme/released back to 1 as carol: {rollback}"
     );
     let redeployed = seen["redeployed"].as_str().unwrap_or_default().to_string();
-    let redeploy = site.wait_status(&token, &redeployed, "SUCCESS").await;
+    let redeploy = site.wait_status(token, &redeployed, "SUCCESS").await;
     assert_eq!(
         (&redeploy["redeploy_kind"], &redeploy["redeploy_of"]),
         (&Value::from("redeploy"), &Value::from(rolled_back.as_str())),

@@ -7,7 +7,7 @@
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use manent_testkit::eventually;
@@ -198,6 +198,29 @@ async fn the_readme_quickstart_deploys_the_demo_from_a_fresh_copy_of_examples() 
     )
     .output()
     .expect("run the second block");
+    the_second_block_rolled_back_as_written(&out);
+    nothing_lands_outside_examples_and_no_work_directory_is_left(&checkout, &state, &executor);
+
+    // SIGTERM to the block's process group, as Ctrl-C in the user's terminal would do.
+    server.signal("TERM");
+    let log = eventually("the server drains and stops on SIGTERM", WAIT, || {
+        let log_path = log_path.clone();
+        async move {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            log.contains("worker stopped").then_some(log)
+        }
+    })
+    .await;
+    drop(server);
+    assert!(
+        !log.contains('\x1b'),
+        "a log written to a file carries no colour codes:\n{log}"
+    );
+}
+
+/// The README's second block succeeded, showed the new version's output and the rollback,
+/// and left 1.0 live in dev with 1.1 on the targets from before.
+fn the_second_block_rolled_back_as_written(out: &Output) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -231,12 +254,19 @@ async fn the_readme_quickstart_deploys_the_demo_from_a_fresh_copy_of_examples() 
         Some("hello again\n"),
         "1.1 reached the targets before the rollback"
     );
+}
 
+/// Paths are relative to manent.yml and the deploy's work directory under `state` is gone.
+fn nothing_lands_outside_examples_and_no_work_directory_is_left(
+    checkout: &Path,
+    state: &Path,
+    executor: &str,
+) {
     // Paths are relative to manent.yml: the server (run from the checkout) and the token
     // command (run from examples/) share examples/manent.db, and nothing lands in the
     // shell's working directory; the liveness locks live beside the database.
     let examples = checkout.join("examples");
-    let in_checkout: Vec<String> = std::fs::read_dir(&checkout)
+    let in_checkout: Vec<String> = std::fs::read_dir(checkout)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
@@ -254,7 +284,7 @@ async fn the_readme_quickstart_deploys_the_demo_from_a_fresh_copy_of_examples() 
         "the liveness lock files are beside the database"
     );
     // The deploy's work directory is removed before its outcome is recorded.
-    let workdir = state.join("manent/work").join(&executor);
+    let workdir = state.join("manent/work").join(executor);
     let left: Vec<_> = std::fs::read_dir(&workdir)
         .map(|dir| dir.map(|e| e.unwrap().path()).collect())
         .unwrap_or_default();
@@ -262,22 +292,6 @@ async fn the_readme_quickstart_deploys_the_demo_from_a_fresh_copy_of_examples() 
         left.is_empty(),
         "the work directory {} keeps nothing once the deploy ended: {left:?}",
         workdir.display()
-    );
-
-    // SIGTERM to the block's process group, as Ctrl-C in the user's terminal would do.
-    server.signal("TERM");
-    let log = eventually("the server drains and stops on SIGTERM", WAIT, || {
-        let log_path = log_path.clone();
-        async move {
-            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-            log.contains("worker stopped").then_some(log)
-        }
-    })
-    .await;
-    drop(server);
-    assert!(
-        !log.contains('\x1b'),
-        "a log written to a file carries no colour codes:\n{log}"
     );
 }
 

@@ -52,7 +52,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use sqlx::Connection;
 
 mod verify;
-use verify::verify;
+use verify::{Report, verify};
 
 const QUEUE: &str = "chaos";
 const WORKFLOW: &str = "chaos";
@@ -470,6 +470,41 @@ struct Workers {
 }
 
 impl Workers {
+    /// The run's workers, none started yet, writing to `ledger` and logging under `dir`.
+    fn new(o: &Options, db: &RunDb, dir: &Path, ledger: &Path) -> Result<Workers> {
+        Ok(Workers {
+            exe: std::env::current_exe()?,
+            dir: dir.to_path_buf(),
+            url: db.url.clone(),
+            ledger: ledger.to_path_buf(),
+            options: o.clone(),
+            slots: (0..o.workers).map(|_| None).collect(),
+            restarts: Vec::new(),
+            violations: Vec::new(),
+            db_faults: db.cluster.is_some(),
+            refused_starts: 0,
+            far: db
+                .partition
+                .as_ref()
+                .map(|(ns, far)| (ns.name.clone(), far.clone())),
+        })
+    }
+
+    /// Starts again the killed workers whose restart is due at `now`.
+    fn start_due(&mut self, now: Instant) -> Result<()> {
+        let due: Vec<usize> = self
+            .restarts
+            .iter()
+            .filter(|(_, at)| *at <= now)
+            .map(|(slot, _)| *slot)
+            .collect();
+        self.restarts.retain(|(_, at)| *at > now);
+        for slot in due {
+            self.start(slot)?;
+        }
+        Ok(())
+    }
+
     fn id(slot: usize) -> String {
         format!("manent-{slot}")
     }
@@ -681,6 +716,164 @@ fn start_database(cluster: &manent_testkit::PgCluster) -> Result<()> {
         .map_err(|_| anyhow::anyhow!("could not start the private PostgreSQL cluster again"))
 }
 
+/// The faults of a run: when each strikes next, the ones in progress and how many
+/// struck, drawn from the run's seed in the order the run's loop meets them.
+struct Faults {
+    started: Instant,
+    rng: StdRng,
+    counts: Counts,
+    next_partition: Instant,
+    /// When worker 0's link is healed, while it is cut.
+    healed_at: Option<Instant>,
+    next_kill: Instant,
+    next_freeze: Instant,
+    /// The frozen worker: its slot, pid and when it is continued.
+    frozen: Option<(usize, u32, Instant)>,
+}
+
+impl Faults {
+    /// Heals worker 0's link once its cut is over, or cuts it when a cut is due.
+    fn partition(&mut self, ns: &manent_testkit::NetNs, now: Instant, o: &Options) {
+        match self.healed_at {
+            Some(at) if now >= at => {
+                ns.heal();
+                self.healed_at = None;
+                self.next_partition = now + o.partition_every;
+                println!(
+                    "  {:>5.1}s: worker 0's link healed",
+                    self.started.elapsed().as_secs_f64()
+                );
+            }
+            None if now >= self.next_partition => {
+                let (length, long) = partition_length(&mut self.rng, &mut self.counts);
+                ns.cut();
+                self.healed_at = Some(now + length);
+                println!(
+                    "  {:>5.1}s: worker 0 cut off from PostgreSQL for {} ms{}",
+                    self.started.elapsed().as_secs_f64(),
+                    length.as_millis(),
+                    if long { ", past stale_after" } else { "" }
+                );
+            }
+            _ => {}
+        }
+    }
+
+    /// Continues the frozen worker once its freeze is over, or freezes one at random when
+    /// a freeze is due.
+    fn freeze(&mut self, workers: &mut Workers, now: Instant, o: &Options) -> Result<()> {
+        match self.frozen {
+            Some((_, pid, until)) if now >= until => {
+                workers.thaw(pid);
+                self.frozen = None;
+                self.next_freeze = now + o.freeze_every;
+            }
+            None if !o.freeze_every.is_zero() && now >= self.next_freeze => {
+                let alive: Vec<usize> = (0..o.workers)
+                    .filter(|s| workers.slots[*s].is_some())
+                    .collect();
+                if !alive.is_empty() {
+                    let slot = alive[self.rng.random_range(0..alive.len())];
+                    let (length, long) = freeze_length(&mut self.rng, &mut self.counts);
+                    let pid = workers.freeze(slot)?;
+                    self.frozen = Some((slot, pid, now + length));
+                    println!(
+                        "  {:>5.1}s: worker {slot} frozen for {} ms{}",
+                        self.started.elapsed().as_secs_f64(),
+                        length.as_millis(),
+                        if long { ", past stale_after" } else { "" }
+                    );
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Kills a worker at random (never the frozen one) when a kill is due, and schedules
+    /// its restart.
+    fn kill(&mut self, workers: &mut Workers, now: Instant, o: &Options) -> Result<()> {
+        if now >= self.next_kill {
+            self.next_kill = now + o.kill_every;
+            // Never the frozen one: it is continued, then maybe killed another time.
+            let alive: Vec<usize> = (0..o.workers)
+                .filter(|s| {
+                    workers.slots[*s].is_some() && self.frozen.is_none_or(|(f, ..)| f != *s)
+                })
+                .collect();
+            if !alive.is_empty() {
+                let slot = alive[self.rng.random_range(0..alive.len())];
+                workers.kill(slot)?;
+                self.counts.kills += 1;
+                // Mostly an immediate restart under the same id (it resumes its own
+                // work at once); sometimes a restart only after stale_after, so
+                // that the other workers' automatic recovery takes its work first.
+                let delay = if self.rng.random_bool(0.25) {
+                    self.counts.delayed_restarts += 1;
+                    Duration::from_millis(STALE_MS + 1000)
+                } else {
+                    Duration::ZERO
+                };
+                workers.restarts.push((slot, now + delay));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Prints what the run did and saw, and the violations; true if there were none.
+fn summarise(
+    o: &Options,
+    elapsed: Duration,
+    counts: &Counts,
+    refused_starts: usize,
+    report: &Report,
+    violations: &[String],
+) -> bool {
+    println!(
+        "chaos: {} workflows ({} succeeded) in {:.1}s = {:.1} wf/s; {} kills ({} restarted late); \
+         {} database restarts ({} past the fence window, {} worker starts refused meanwhile); \
+         {} partitions of worker 0 ({} past stale_after); {} freezes ({} past stale_after, \
+         {} bodies taken over while frozen); \
+         {} step bodies run for {} steps: {} reruns of interrupted steps ({} by runs fenced while alive, \
+         {} stopped mid-body)",
+        o.workflows,
+        report.succeeded,
+        elapsed.as_secs_f64(),
+        report.succeeded as f64 / elapsed.as_secs_f64(),
+        counts.kills,
+        counts.delayed_restarts,
+        counts.db_restarts,
+        counts.db_long_outages,
+        refused_starts,
+        counts.partitions,
+        counts.long_partitions,
+        counts.freezes,
+        counts.long_freezes,
+        report.superseded,
+        report.bodies,
+        o.workflows * o.steps,
+        report.reruns,
+        report.fenced_live,
+        report.dropped,
+    );
+    println!(
+        "chaos: max concurrency seen: {} overall (limit {GLOBAL_LIMIT}), {} per partition (limit {PARTITION_LIMIT}), \
+         {} per worker process (limit {WORKER_LIMIT})",
+        report.max_total, report.max_partition, report.max_worker
+    );
+    if violations.is_empty() {
+        println!("chaos: OK");
+        true
+    } else {
+        println!("chaos: {} VIOLATIONS", violations.len());
+        for v in violations.iter().take(30) {
+            println!("  - {v}");
+        }
+        false
+    }
+}
+
 async fn parent(o: Options) -> Result<bool> {
     let dir = tempfile::Builder::new().prefix("manent-chaos-").tempdir()?;
     let db = RunDb::create(&o, dir.path()).await?;
@@ -710,22 +903,7 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
     );
     let client = Client::new(store::open(&db.url).await?);
     let ledger = dir.join("ledger");
-    let mut workers = Workers {
-        exe: std::env::current_exe()?,
-        dir: dir.to_path_buf(),
-        url: db.url.clone(),
-        ledger: ledger.clone(),
-        options: o.clone(),
-        slots: (0..o.workers).map(|_| None).collect(),
-        restarts: Vec::new(),
-        violations: Vec::new(),
-        db_faults: db.cluster.is_some(),
-        refused_starts: 0,
-        far: db
-            .partition
-            .as_ref()
-            .map(|(ns, far)| (ns.name.clone(), far.clone())),
-    };
+    let mut workers = Workers::new(o, db, dir, &ledger)?;
     for slot in 0..o.workers {
         workers.start(slot)?;
     }
@@ -741,23 +919,25 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
             .await?;
     }
 
-    let mut rng = StdRng::seed_from_u64(o.seed);
-    let mut counts = Counts {
-        kills: 0,
-        freezes: 0,
-        long_freezes: 0,
-        delayed_restarts: 0,
-        db_restarts: 0,
-        db_long_outages: 0,
-        partitions: 0,
-        long_partitions: 0,
+    let mut faults = Faults {
+        started,
+        rng: StdRng::seed_from_u64(o.seed),
+        counts: Counts {
+            kills: 0,
+            freezes: 0,
+            long_freezes: 0,
+            delayed_restarts: 0,
+            db_restarts: 0,
+            db_long_outages: 0,
+            partitions: 0,
+            long_partitions: 0,
+        },
+        next_partition: started + o.partition_every,
+        healed_at: None,
+        next_kill: started + o.kill_every,
+        next_freeze: started + o.freeze_every,
+        frozen: None,
     };
-    let mut next_partition = started + o.partition_every;
-    let mut healed_at: Option<Instant> = None;
-    let mut next_kill = started + o.kill_every;
-    let mut next_freeze = started + o.freeze_every;
-    // The frozen worker: its slot, pid and when it is continued.
-    let mut frozen: Option<(usize, u32, Instant)> = None;
     let mut next_db_restart = started + o.restart_db_every;
     let mut outage: Option<Outage> = None;
     let deadline = started + o.timeout;
@@ -793,110 +973,33 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
             println!(
                 "  {:>5.1}s: {open} workflows open, {} kills",
                 started.elapsed().as_secs_f64(),
-                counts.kills
+                faults.counts.kills
             );
         }
-        // Restarts that are due.
-        let due: Vec<usize> = workers
-            .restarts
-            .iter()
-            .filter(|(_, at)| *at <= now)
-            .map(|(slot, _)| *slot)
-            .collect();
-        workers.restarts.retain(|(_, at)| *at > now);
-        for slot in due {
-            workers.start(slot)?;
-        }
+        workers.start_due(now)?;
         workers.check_unexpected_exits()?;
         if let Some((ns, _)) = &db.partition {
-            match healed_at {
-                Some(at) if now >= at => {
-                    ns.heal();
-                    healed_at = None;
-                    next_partition = now + o.partition_every;
-                    println!(
-                        "  {:>5.1}s: worker 0's link healed",
-                        started.elapsed().as_secs_f64()
-                    );
-                }
-                None if now >= next_partition => {
-                    let (length, long) = partition_length(&mut rng, &mut counts);
-                    ns.cut();
-                    healed_at = Some(now + length);
-                    println!(
-                        "  {:>5.1}s: worker 0 cut off from PostgreSQL for {} ms{}",
-                        started.elapsed().as_secs_f64(),
-                        length.as_millis(),
-                        if long { ", past stale_after" } else { "" }
-                    );
-                }
-                _ => {}
-            }
+            faults.partition(ns, now, o);
         }
         if let Some(cluster) = &db.cluster
             && !o.restart_db_every.is_zero()
             && outage.is_none()
             && now >= next_db_restart
         {
-            outage = Some(stop_database(cluster, &mut rng, &mut counts).await?);
+            outage = Some(stop_database(cluster, &mut faults.rng, &mut faults.counts).await?);
         }
-        match frozen {
-            Some((_, pid, until)) if now >= until => {
-                workers.thaw(pid);
-                frozen = None;
-                next_freeze = now + o.freeze_every;
-            }
-            None if !o.freeze_every.is_zero() && now >= next_freeze => {
-                let alive: Vec<usize> = (0..o.workers)
-                    .filter(|s| workers.slots[*s].is_some())
-                    .collect();
-                if !alive.is_empty() {
-                    let slot = alive[rng.random_range(0..alive.len())];
-                    let (length, long) = freeze_length(&mut rng, &mut counts);
-                    let pid = workers.freeze(slot)?;
-                    frozen = Some((slot, pid, now + length));
-                    println!(
-                        "  {:>5.1}s: worker {slot} frozen for {} ms{}",
-                        started.elapsed().as_secs_f64(),
-                        length.as_millis(),
-                        if long { ", past stale_after" } else { "" }
-                    );
-                }
-            }
-            _ => {}
-        }
-        if now >= next_kill {
-            next_kill = now + o.kill_every;
-            // Never the frozen one: it is continued, then maybe killed another time.
-            let alive: Vec<usize> = (0..o.workers)
-                .filter(|s| workers.slots[*s].is_some() && frozen.is_none_or(|(f, ..)| f != *s))
-                .collect();
-            if !alive.is_empty() {
-                let slot = alive[rng.random_range(0..alive.len())];
-                workers.kill(slot)?;
-                counts.kills += 1;
-                // Mostly an immediate restart under the same id (it resumes its own
-                // work at once); sometimes a restart only after stale_after, so
-                // that the other workers' automatic recovery takes its work first.
-                let delay = if rng.random_bool(0.25) {
-                    counts.delayed_restarts += 1;
-                    Duration::from_millis(STALE_MS + 1000)
-                } else {
-                    Duration::ZERO
-                };
-                workers.restarts.push((slot, now + delay));
-            }
-        }
+        faults.freeze(&mut workers, now, o)?;
+        faults.kill(&mut workers, now, o)?;
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let elapsed = started.elapsed();
     if let (Some(cluster), Some(_)) = (&db.cluster, &outage) {
         start_database(cluster)?;
     }
-    if let (Some((ns, _)), Some(_)) = (&db.partition, healed_at) {
+    if let (Some((ns, _)), Some(_)) = (&db.partition, faults.healed_at) {
         ns.heal();
     }
-    if let Some((_, pid, _)) = frozen {
+    if let Some((_, pid, _)) = faults.frozen {
         workers.thaw(pid);
     }
     workers.stop_all().await;
@@ -906,46 +1009,12 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
     }
 
     let report = verify(o, &client, &ledger, &mut violations).await?;
-    println!(
-        "chaos: {} workflows ({} succeeded) in {:.1}s = {:.1} wf/s; {} kills ({} restarted late); \
-         {} database restarts ({} past the fence window, {} worker starts refused meanwhile); \
-         {} partitions of worker 0 ({} past stale_after); {} freezes ({} past stale_after, \
-         {} bodies taken over while frozen); \
-         {} step bodies run for {} steps: {} reruns of interrupted steps ({} by runs fenced while alive, \
-         {} stopped mid-body)",
-        o.workflows,
-        report.succeeded,
-        elapsed.as_secs_f64(),
-        report.succeeded as f64 / elapsed.as_secs_f64(),
-        counts.kills,
-        counts.delayed_restarts,
-        counts.db_restarts,
-        counts.db_long_outages,
+    Ok(summarise(
+        o,
+        elapsed,
+        &faults.counts,
         workers.refused_starts,
-        counts.partitions,
-        counts.long_partitions,
-        counts.freezes,
-        counts.long_freezes,
-        report.superseded,
-        report.bodies,
-        o.workflows * o.steps,
-        report.reruns,
-        report.fenced_live,
-        report.dropped,
-    );
-    println!(
-        "chaos: max concurrency seen: {} overall (limit {GLOBAL_LIMIT}), {} per partition (limit {PARTITION_LIMIT}), \
-         {} per worker process (limit {WORKER_LIMIT})",
-        report.max_total, report.max_partition, report.max_worker
-    );
-    if violations.is_empty() {
-        println!("chaos: OK");
-        Ok(true)
-    } else {
-        println!("chaos: {} VIOLATIONS", violations.len());
-        for v in violations.iter().take(30) {
-            println!("  - {v}");
-        }
-        Ok(false)
-    }
+        &report,
+        &violations,
+    ))
 }

@@ -82,6 +82,9 @@ fn parse_line(line: &str) -> Option<((String, usize), StepLine)> {
     ))
 }
 
+/// The ledger's lines of each step body, by workflow and step, in ledger order.
+type ByStep = BTreeMap<(String, usize), Vec<StepLine>>;
+
 pub(crate) async fn verify(
     o: &Options,
     client: &Client,
@@ -90,14 +93,25 @@ pub(crate) async fn verify(
 ) -> Result<Report> {
     let mut report = Report::default();
     let text = std::fs::read_to_string(ledger).unwrap_or_default();
+    let (by_step, killed) = check_ledger(&text, &mut report, violations)?;
+    check_outcomes(o, client, &by_step, &killed, &mut report, violations).await?;
+    Ok(report)
+}
 
+/// Checks the ledger alone (limits and overlaps), and returns its lines by step and the
+/// pids of the workers that were killed.
+fn check_ledger(
+    text: &str,
+    report: &mut Report,
+    violations: &mut Vec<String>,
+) -> Result<(ByStep, HashSet<u32>)> {
     // 1. Limits and overlaps, from the begin/done intervals in ledger order. A body of a
     // frozen worker whose step another worker begins is no longer counted as running
     // (it cannot act until continued); it must then end `dropped`, never `done`.
     let mut open: HashMap<u32, Vec<Open>> = HashMap::new();
     let mut per_partition: HashMap<String, usize> = HashMap::new();
     let mut total = 0usize;
-    let mut by_step: BTreeMap<(String, usize), Vec<StepLine>> = BTreeMap::new();
+    let mut by_step: ByStep = BTreeMap::new();
     let mut killed: HashSet<u32> = HashSet::new();
     let mut superseded: HashSet<(u32, String, usize, i64)> = HashSet::new();
     for line in text.lines() {
@@ -200,7 +214,18 @@ pub(crate) async fn verify(
             }
         }
     }
+    Ok((by_step, killed))
+}
 
+/// Checks the store's outcomes and step records against the ledger's lines `by_step`.
+async fn check_outcomes(
+    o: &Options,
+    client: &Client,
+    by_step: &ByStep,
+    killed: &HashSet<u32>,
+    report: &mut Report,
+    violations: &mut Vec<String>,
+) -> Result<()> {
     // 2. Outcomes and step records, against the ledger.
     let all = client
         .list(&WorkflowFilter {
@@ -286,5 +311,5 @@ pub(crate) async fn verify(
             }
         }
     }
-    Ok(report)
+    Ok(())
 }
