@@ -255,25 +255,28 @@ impl Layout {
 }
 
 /// Stops each of the old build's processes (`started`, in `layout`'s order), waits for it
-/// to exit and starts this build's in its place, under the same executor id.
-async fn upgrade(site: &mut Site, layout: Layout, started: &[usize]) {
+/// to exit and starts this build's in its place, under the same executor id; returns
+/// this build's processes, in the same order.
+async fn upgrade(site: &mut Site, layout: Layout, started: &[usize]) -> Vec<usize> {
+    let mut replaced = Vec::new();
     for (&index, &(role, executor)) in started.iter().zip(layout.processes()) {
         signal(&site.children.0[index], layout.stop_signal());
         wait_exit(site.child(index), WAIT).await;
-        site.start_binary(
+        replaced.push(site.start_binary(
             Path::new(common::SERVER),
             role,
             executor,
             &[(BUILD_VARIABLE, NEW)],
-        );
+        ));
     }
     site.wait_api().await;
+    replaced
 }
 
-/// Asserts that the running workers are this build's, as many as `layout` has.
-fn assert_workers_are_this_build(site: &Site, token: &str, layout: Layout) {
-    let (code, workers) = site.cli(token, &["workers"]);
-    assert_eq!(code, 0, "manent workers: {workers}");
+/// Waits until the running workers are this build's worker processes (`started`, the
+/// indexes in `site.children` of this build's processes, in `layout`'s order), each with
+/// this build's version: a worker registers a moment after its start.
+async fn wait_workers_are_this_build(site: &Site, token: &str, layout: Layout, started: &[usize]) {
     let this_build = String::from_utf8(
         std::process::Command::new(common::SERVER)
             .arg("--version")
@@ -283,21 +286,41 @@ fn assert_workers_are_this_build(site: &Site, token: &str, layout: Layout) {
     )
     .unwrap();
     let this_build = this_build.trim().trim_start_matches("manent-server ");
-    let running: Vec<&Value> = workers
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|w| w["state"] == "running")
-        .collect();
-    let want = layout
-        .processes()
+    let mut want: Vec<u32> = started
         .iter()
-        .filter(|(role, _)| *role != "api")
-        .count();
-    assert!(
-        running.len() == want && running.iter().all(|w| w["version"] == this_build),
-        "the {want} running worker(s) are this build ({this_build}) after the upgrade: {workers}"
-    );
+        .zip(layout.processes())
+        .filter(|(_, (role, _))| *role != "api")
+        .map(|(&index, _)| site.children.0[index].id())
+        .collect();
+    want.sort_unstable();
+    let what = format!("the running workers are this build's ({this_build}), pids {want:?}");
+    let last = std::sync::Mutex::new(Value::Null);
+    eventually(&what, WAIT, || async {
+        let (code, workers) = site.cli(token, &["workers"]);
+        assert_eq!(code, 0, "manent workers: {workers}");
+        let running: Vec<&Value> = workers
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|w| w["state"] == "running")
+            .collect();
+        let mut pids: Vec<u32> = running
+            .iter()
+            .filter_map(|w| w["pid"].as_u64().map(|p| p as u32))
+            .collect();
+        pids.sort_unstable();
+        let done = pids == want && running.iter().all(|w| w["version"] == this_build);
+        if !done {
+            // Printed when it changes: a timeout shows where it stopped.
+            let mut seen = last.lock().unwrap();
+            if *seen != workers {
+                eprintln!("manent workers: {workers}");
+                *seen = workers.clone();
+            }
+        }
+        done.then_some(())
+    })
+    .await;
 }
 
 /// The ledger the scenario must leave, sorted: each finished command once, on the build
@@ -346,8 +369,8 @@ async fn upgrade_with_deploys_in_every_state(backend: Db, layout: Layout) {
     site.wait_api().await;
     let d = deploys_in_every_state(&site, &token).await;
 
-    upgrade(&mut site, layout, &started).await;
-    assert_workers_are_this_build(&site, &token, layout);
+    let replaced = upgrade(&mut site, layout, &started).await;
+    wait_workers_are_this_build(&site, &token, layout, &replaced).await;
 
     // Each deploy is as it was: what it waited for has not come yet.
     let after = "after the upgrade";
