@@ -114,7 +114,7 @@ fn write_environments(site: &Site) {
     );
     let approval = "approval: {approvers: [approver], count: 1}\n";
     command_environment(site, "acme/approved", &["t1"], &deploy, approval);
-    let waves = "rollout: {waves: [[t1], [t2]], pause: 30s}\n";
+    let waves = "rollout: {waves: [[t1], [t2]], pause: 60s}\n";
     command_environment(site, "acme/waves", &["t1", "t2"], &deploy, waves);
     command_environment(site, "acme/sched", &["t1"], &deploy, "");
     // Version 2 fails after its command ran, so the target is rolled back: its reactivation
@@ -205,10 +205,10 @@ async fn deploys_in_every_state(site: &Site, token: &str) -> Deploys {
         "the second acme/cmd deploy waits behind the first: {queued_status}"
     );
     // The two deploys waiting for a time come last: the pause and the schedule outlast the
-    // upgrade that follows (it takes a few seconds), so both resume on this build.
+    // upgrade that follows (5–8 s here; a minute leaves room for a loaded machine), so both resume on this build.
     let paused = submit(site, token, "acme/waves", "1", "");
     wait_phase(site, token, &paused, "pause before wave 2").await;
-    let at = (chrono::Utc::now() + chrono::Duration::seconds(30))
+    let at = (chrono::Utc::now() + chrono::Duration::seconds(60))
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let schedule = format!("schedule: {{at: \"{at}\"}}\n");
     let scheduled = submit(site, token, "acme/sched", "1", &schedule);
