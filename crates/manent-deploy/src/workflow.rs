@@ -7,7 +7,7 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use manent_config::{Config, NotificationEvent};
 use manent_engine::{Engine, StepPolicy, WorkflowContext, WorkflowError};
-use manent_model::{EffectiveDescriptor, OnFailure, Target, plan_waves};
+use manent_model::{EffectiveDescriptor, OnFailure, Target, Wave, plan_waves};
 use manent_ssh::{ConnectionPool, SshAuth};
 use serde::{Deserialize, Serialize};
 
@@ -272,34 +272,9 @@ async fn deploy(
     } else {
         request.effective.clone()
     };
-    let eff: EffectiveDescriptor = match effective {
+    let eff = match effective {
         Some(eff) => eff,
-        None => {
-            let source = rt.config.environments_source();
-            let descriptor = request.descriptor.clone();
-            ctx.step_with(
-                "resolve environment",
-                StepPolicy::retry(5, Duration::from_secs(2)),
-                || {
-                    let (source, descriptor) = (source.clone(), descriptor.clone());
-                    async move {
-                        // A file read and a parse: off the async threads.
-                        tokio::task::spawn_blocking(move || {
-                            let env = manent_model::load_environment(
-                                &source,
-                                &descriptor.application,
-                                &descriptor.environment,
-                            )
-                            .map_err(|e| e.to_string())?;
-                            EffectiveDescriptor::build(&descriptor, &env).map_err(|e| e.to_string())
-                        })
-                        .await
-                        .map_err(|e| format!("reading the environment file: {e}"))?
-                    }
-                },
-            )
-            .await?
-        }
+        None => resolve_environment(ctx, rt, &request).await?,
     };
     if request.gated {
         // Approval and dependency waits, then the move to the route's queue: what
@@ -356,30 +331,11 @@ async fn deploy(
             },
         )
         .await?;
-        let mut wave_outcomes = Vec::new();
-        if region_routing {
-            // Each region's targets are deployed by a pass on `<queue>.<region>`,
-            // run by a worker of that region (its network, its SSH).
-            let mut children = Vec::new();
-            let mut regionless = Vec::new();
-            for (region, targets) in wave.passes() {
-                match region {
-                    Some(region) => {
-                        let pass = PassRequest {
-                            effective: eff.clone(),
-                            targets: targets.iter().map(|t| t.name.clone()).collect(),
-                            mode: PassMode::Deploy,
-                        };
-                        children.push(start_pass(ctx, &request.route.queue, &region, pass).await?);
-                    }
-                    None => regionless.extend(targets.into_iter().cloned()),
-                }
-            }
-            wave_outcomes.extend(plugin.deploy_pass(ctx, &pc, &regionless).await?);
-            wave_outcomes.extend(await_passes(ctx, &children).await?);
+        let wave_outcomes = if region_routing {
+            deploy_wave_by_region(ctx, plugin, &pc, &request.route.queue, wave).await?
         } else {
-            wave_outcomes = plugin.deploy_pass(ctx, &pc, &wave.targets).await?;
-        }
+            plugin.deploy_pass(ctx, &pc, &wave.targets).await?
+        };
         for outcome in wave_outcomes {
             if outcome.status == crate::targets::TargetState::Failed && failure.is_none() {
                 failure = Some(format!(
@@ -397,77 +353,19 @@ async fn deploy(
         if let Some(pause) = eff.rollout.pause
             && w + 1 < waves.len()
         {
-            if eff.dry_run && ctx.workflow_version() >= crate::request::DRY_RUNS_DO_NOT_WAIT_VERSION
-            {
-                // Reported, not waited for (version 3, request.rs).
-                let what = format!(
-                    "a deploy would pause {} before wave {}",
-                    humantime::format_duration(pause),
-                    w + 2
-                );
-                let output = ctx.output("dry run");
-                ctx.step(&format!("dry run: pause before wave {}", w + 2), || async {
-                    output.line("progress", &what);
-                    Ok::<_, String>(what.clone())
-                })
-                .await?;
-            } else {
-                phase(ctx, Phase::PauseBeforeWave(w + 2)).await?;
-                ctx.sleep(pause).await?;
-            }
+            pause_before_wave(ctx, &eff, pause, w + 2).await?;
         }
     }
     outcomes.sort_by(|a, b| a.name.cmp(&b.name));
 
     if let Some(reason) = failure {
         // Whether a target was switched back to the previous release (a rollback happened).
-        let mut rolled_back = false;
-        if !eff.dry_run && eff.rollback.on_failure == OnFailure::ReactivatePrevious {
-            phase(ctx, Phase::RollingBack).await?;
-            let previous: Option<EffectiveDescriptor> = ctx
-                .step("find previous version", || async {
-                    crate::history::previous_success(&rt.client, &eff, &deploy_id).await
-                })
-                .await?;
-            let switched: Vec<TargetOutcome> =
-                outcomes.iter().filter(|o| o.switched).cloned().collect();
-            // Something to return to, and a target that had left it.
-            rolled_back = previous.is_some() && !switched.is_empty();
-            if region_routing {
-                let mut children = Vec::new();
-                let mut regionless = Vec::new();
-                for region in distinct_regions(&eff, &switched) {
-                    let mine: Vec<TargetOutcome> = switched
-                        .iter()
-                        .filter(|o| target_region(&eff, &o.name) == region)
-                        .cloned()
-                        .collect();
-                    match region {
-                        Some(region) => {
-                            let pass = PassRequest {
-                                effective: eff.clone(),
-                                targets: mine.iter().map(|o| o.name.clone()).collect(),
-                                mode: PassMode::Rollback {
-                                    previous: previous.clone().map(Box::new),
-                                    outcomes: mine,
-                                },
-                            };
-                            children
-                                .push(start_pass(ctx, &request.route.queue, &region, pass).await?);
-                        }
-                        None => regionless = mine,
-                    }
-                }
-                plugin
-                    .rollback_pass(ctx, &pc, previous.as_ref(), &regionless)
-                    .await?;
-                await_passes(ctx, &children).await?;
+        let rolled_back =
+            if !eff.dry_run && eff.rollback.on_failure == OnFailure::ReactivatePrevious {
+                roll_back(ctx, rt, plugin, &pc, &request, &outcomes).await?
             } else {
-                plugin
-                    .rollback_pass(ctx, &pc, previous.as_ref(), &switched)
-                    .await?;
-            }
-        }
+                false
+            };
         if rolled_back {
             let why = Some(reason.clone());
             notify(rt, NotificationEvent::RolledBack, &request, &deploy_id, why).await;
@@ -492,6 +390,153 @@ async fn deploy(
     }
     phase(ctx, Phase::Done).await?;
     Ok(DeployResult { targets: outcomes })
+}
+
+/// The effective descriptor of a request recorded without one: the environment file read
+/// as the deploy starts (a durable step, so a replay reads the same).
+async fn resolve_environment(
+    ctx: &WorkflowContext,
+    rt: &Runtime,
+    request: &DeployRequest,
+) -> Result<EffectiveDescriptor, WorkflowError> {
+    let source = rt.config.environments_source();
+    let descriptor = request.descriptor.clone();
+    ctx.step_with(
+        "resolve environment",
+        StepPolicy::retry(5, Duration::from_secs(2)),
+        || {
+            let (source, descriptor) = (source.clone(), descriptor.clone());
+            async move {
+                // A file read and a parse: off the async threads.
+                tokio::task::spawn_blocking(move || {
+                    let env = manent_model::load_environment(
+                        &source,
+                        &descriptor.application,
+                        &descriptor.environment,
+                    )
+                    .map_err(|e| e.to_string())?;
+                    EffectiveDescriptor::build(&descriptor, &env).map_err(|e| e.to_string())
+                })
+                .await
+                .map_err(|e| format!("reading the environment file: {e}"))?
+            }
+        },
+    )
+    .await
+}
+
+/// One wave under region routing: each region's targets deployed by a pass on
+/// `<queue>.<region>`, run by a worker of that region (its network, its SSH); targets with
+/// no region by this run.
+async fn deploy_wave_by_region(
+    ctx: &WorkflowContext,
+    plugin: &dyn Plugin,
+    pc: &PassContext<'_>,
+    queue: &str,
+    wave: &Wave,
+) -> Result<Vec<TargetOutcome>, WorkflowError> {
+    let mut children = Vec::new();
+    let mut regionless = Vec::new();
+    for (region, targets) in wave.passes() {
+        match region {
+            Some(region) => {
+                let pass = PassRequest {
+                    effective: pc.eff.clone(),
+                    targets: targets.iter().map(|t| t.name.clone()).collect(),
+                    mode: PassMode::Deploy,
+                };
+                children.push(start_pass(ctx, queue, &region, pass).await?);
+            }
+            None => regionless.extend(targets.into_iter().cloned()),
+        }
+    }
+    let mut outcomes = plugin.deploy_pass(ctx, pc, &regionless).await?;
+    outcomes.extend(await_passes(ctx, &children).await?);
+    Ok(outcomes)
+}
+
+/// The rollout's pause before wave `next` (1-based): slept durably, or in a dry run
+/// reported, not waited for (version 3, request.rs).
+async fn pause_before_wave(
+    ctx: &WorkflowContext,
+    eff: &EffectiveDescriptor,
+    pause: Duration,
+    next: usize,
+) -> Result<(), WorkflowError> {
+    if eff.dry_run && ctx.workflow_version() >= crate::request::DRY_RUNS_DO_NOT_WAIT_VERSION {
+        let what = format!(
+            "a deploy would pause {} before wave {next}",
+            humantime::format_duration(pause),
+        );
+        let output = ctx.output("dry run");
+        ctx.step(&format!("dry run: pause before wave {next}"), || async {
+            output.line("progress", &what);
+            Ok::<_, String>(what.clone())
+        })
+        .await?;
+    } else {
+        phase(ctx, Phase::PauseBeforeWave(next)).await?;
+        ctx.sleep(pause).await?;
+    }
+    Ok(())
+}
+
+/// Puts the targets this deploy switched back on the environment's previous successful
+/// version (`rollback.on_failure: reactivate_previous`); under region routing each region's
+/// by a pass of its own. Whether a target was switched back: something to return to, and a
+/// target that had left it.
+async fn roll_back(
+    ctx: &WorkflowContext,
+    rt: &Runtime,
+    plugin: &dyn Plugin,
+    pc: &PassContext<'_>,
+    request: &DeployRequest,
+    outcomes: &[TargetOutcome],
+) -> Result<bool, WorkflowError> {
+    let eff = pc.eff;
+    phase(ctx, Phase::RollingBack).await?;
+    let previous: Option<EffectiveDescriptor> = ctx
+        .step("find previous version", || async {
+            crate::history::previous_success(&rt.client, eff, pc.deploy_id).await
+        })
+        .await?;
+    let switched: Vec<TargetOutcome> = outcomes.iter().filter(|o| o.switched).cloned().collect();
+    // Something to return to, and a target that had left it.
+    let rolled_back = previous.is_some() && !switched.is_empty();
+    if rt.config.dbos.region_routing {
+        let mut children = Vec::new();
+        let mut regionless = Vec::new();
+        for region in distinct_regions(eff, &switched) {
+            let mine: Vec<TargetOutcome> = switched
+                .iter()
+                .filter(|o| target_region(eff, &o.name) == region)
+                .cloned()
+                .collect();
+            match region {
+                Some(region) => {
+                    let pass = PassRequest {
+                        effective: eff.clone(),
+                        targets: mine.iter().map(|o| o.name.clone()).collect(),
+                        mode: PassMode::Rollback {
+                            previous: previous.clone().map(Box::new),
+                            outcomes: mine,
+                        },
+                    };
+                    children.push(start_pass(ctx, &request.route.queue, &region, pass).await?);
+                }
+                None => regionless = mine,
+            }
+        }
+        plugin
+            .rollback_pass(ctx, pc, previous.as_ref(), &regionless)
+            .await?;
+        await_passes(ctx, &children).await?;
+    } else {
+        plugin
+            .rollback_pass(ctx, pc, previous.as_ref(), &switched)
+            .await?;
+    }
+    Ok(rolled_back)
 }
 
 /// The plugin of the deploy; fails the workflow at once (no retries) when it is unknown or
