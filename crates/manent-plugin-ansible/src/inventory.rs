@@ -69,7 +69,7 @@ fn group_name(value: &str) -> String {
 }
 
 /// `s` as one shell word (ansible splits `ansible_ssh_common_args` like a shell).
-fn sh_quote(s: &str) -> String {
+pub(crate) fn sh_quote(s: &str) -> String {
     if !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "/._-+=:@,".contains(c))

@@ -2,8 +2,10 @@
 //! variables as extra vars, and one `ansible-playbook` run of the artifact (a playbook, or
 //! a `.tar.gz` holding `site.yml` or `playbook.yml`), read back per target from the
 //! `PLAY RECAP`. `plan` and `check` run in check mode and change nothing. ansible-playbook
-//! is `MANENT_ANSIBLE_PLAYBOOK`, else the one on `PATH`.
+//! is `MANENT_ANSIBLE_PLAYBOOK`, else the one on `PATH`. Its `ssh` is this plugin's
+//! `ssh-guard` (`guard`): what a run starts on a target ends with it.
 
+pub mod guard;
 pub mod inventory;
 pub mod recap;
 
@@ -135,6 +137,19 @@ impl AnsiblePlugin {
             std::fs::create_dir_all(work.join(dir))
                 .map_err(|e| Failure::new("failed", format!("{}: {e}", work.display())))?;
         }
+        // An operator's ANSIBLE_SSH_EXECUTABLE is the ssh the guard runs (docs/plugin-protocol.md).
+        let real_ssh = std::env::var_os("ANSIBLE_SSH_EXECUTABLE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("ssh"));
+        let ssh = guard::write_wrapper(work, &real_ssh, &run_key(pass, work)).map_err(|e| {
+            Failure::new(
+                "failed",
+                format!(
+                    "cannot write ansible's ssh wrapper in {}: {e}",
+                    work.display()
+                ),
+            )
+        })?;
         command
             .current_dir(playbook.parent().unwrap_or(work))
             .env("ANSIBLE_HOST_KEY_CHECKING", strict)
@@ -147,13 +162,18 @@ impl AnsiblePlugin {
             .env("ANSIBLE_SSH_CONTROL_PATH_DIR", work.join("cp"))
             // No SSH master left behind once the run is over.
             .env("ANSIBLE_SSH_ARGS", "-o ControlMaster=no")
-            .env("ANSIBLE_PYTHON_INTERPRETER", "auto_silent")
+            .env("ANSIBLE_SSH_EXECUTABLE", &ssh)
             // ansible-core refuses to run under a non-UTF-8 locale.
             .env("LC_ALL", "C.UTF-8")
             .env("LANG", "C.UTF-8")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        // An operator's choice (the plugin's `env`) wins: a target whose login PATH offers
+        // pyenv shims needs a fixed interpreter (docs/plugin-protocol.md).
+        if std::env::var_os("ANSIBLE_PYTHON_INTERPRETER").is_none() {
+            command.env("ANSIBLE_PYTHON_INTERPRETER", "auto_silent");
+        }
         reporter.progress(
             None,
             format!(
@@ -202,6 +222,19 @@ impl AnsiblePlugin {
             stdout,
             stderr,
         })
+    }
+}
+
+/// Who a run is to the guards on its targets (`guard`): the deploy, whichever worker
+/// runs it, so that a run resumed or recovered elsewhere stops what an earlier one left
+/// running; a pass that names no deploy gets its own work directory's name.
+fn run_key(pass: &Pass, work: &Path) -> String {
+    if pass.deploy_id.is_empty() {
+        work.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    } else {
+        pass.deploy_id.clone()
     }
 }
 

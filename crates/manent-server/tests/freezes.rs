@@ -16,17 +16,6 @@ on_both_backends!(
 /// How many lines one full run of the command appends.
 const LINES: usize = 30;
 
-/// `<pid of the command's shell> <n>` lines, in the order they were appended.
-fn ledger_runs(site: &Site) -> Vec<(String, usize)> {
-    site.ledger()
-        .lines()
-        .map(|l| {
-            let (pid, n) = l.split_once(' ').expect("`<pid> <n>` lines");
-            (pid.to_string(), n.parse().expect("a line number"))
-        })
-        .collect()
-}
-
 async fn a_frozen_workers_command_stops_before_its_successor_runs_the_step_again_and_never_overlaps(
     db: Db,
 ) {
@@ -52,33 +41,18 @@ async fn a_frozen_workers_command_stops_before_its_successor_runs_the_step_again
     // Frozen mid-command (outside a transaction, so the others can go on), past
     // stale_after (3 s): w2 recovers the deploy and runs the step again.
     pause_outside_transactions(&site.children.0[first], &site.db.url).await;
-    let frozen_pid = ledger_runs(&site)[0].0.clone();
+    let frozen_pid = common::ledger_runs(&site.ledger())[0].0.clone();
     site.start_with("worker", "w2", &recovering);
     site.wait_status(&token, &id, "SUCCESS").await;
     signal(&site.children.0[first], "CONT");
 
-    let runs = ledger_runs(&site);
-    let first_of_successor = runs
-        .iter()
-        .position(|(pid, _)| *pid != frozen_pid)
-        .unwrap_or_else(|| panic!("the successor ran the command: {runs:?}"));
-    let frozen_lines = runs.iter().filter(|(pid, _)| *pid == frozen_pid).count();
+    // Each line is `<pid of the command's shell> <n>`: one pid per run.
+    let runs = common::ledger_runs(&site.ledger());
     assert!(
-        runs[first_of_successor..]
-            .iter()
-            .all(|(pid, _)| *pid != frozen_pid),
-        "the frozen worker's command wrote its last line before the successor's first: {runs:?}"
+        runs.iter().any(|(pid, _)| *pid == frozen_pid),
+        "the frozen worker's command wrote first: {runs:?}"
     );
-    assert!(
-        frozen_lines < LINES,
-        "the frozen worker's command was stopped, not run to its end: {runs:?}"
-    );
-    let successor: Vec<usize> = runs[first_of_successor..].iter().map(|(_, n)| *n).collect();
-    assert_eq!(
-        successor,
-        (0..LINES).collect::<Vec<_>>(),
-        "the successor ran the step once, from its start to its end: {runs:?}"
-    );
+    common::assert_stopped_then_run_once(&runs, LINES, "a frozen worker's command");
     let (_, status) = site.cli(&token, &["status", &id]);
     assert_eq!(
         status["status"], "SUCCESS",

@@ -5,13 +5,18 @@
 //! The plugin runs confined (the default): a bubblewrap sandbox per pass that sees the
 //! virtualenv (`read_only`), its pass's files and nothing of the worker's; a playbook that
 //! tries every way out finds nothing, and a worker killed mid-pass leaves no process behind.
+//! A pass interrupted on its pool worker (killed, frozen, drained, upgraded) and run again
+//! never runs its task on the target beside the earlier run's (docs/scaling-and-recovery.md,
+//! "Ansible on the targets"), shown from a ledger the target's task appends to.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 
 use common::{Site, WAIT};
-use manent_testkit::{Db, eventually, signal, sshd::SshHosts, wait_exit};
+use manent_testkit::{
+    Db, eventually, pause_outside_transactions, signal, sshd::SshHosts, wait_exit,
+};
 use serde_json::Value;
 
 /// ansible-playbook of the test virtualenv; required in CI, skipped loudly elsewhere.
@@ -601,4 +606,145 @@ fn check_config_says_when_a_confined_plugin_has_no_bwrap_and_what_to_do() {
         !text.contains("warning"),
         "an unconfined plugin needs no bwrap: {text}"
     );
+}
+
+/// How many lines one full run of the ledger's task appends on the target, one each
+/// quarter of a second: ten seconds, longer than a worker takes to come back.
+const LEDGER_LINES: usize = 40;
+
+/// A task on the target (not the worker) that appends `<pid of its shell> <n>` lines.
+const LEDGER_PLAYBOOK: &str = "- hosts: all
+  gather_facts: false
+  tasks:
+    - name: append to the ledger
+      shell: \"i=0; while [ $i -lt 40 ]; do echo \\\"$$ $i\\\" >> {{ ledger }}; i=$((i+1)); sleep 0.25; done\"
+";
+
+/// What stops the pool worker in the middle of the ledger's task, and what runs the pass
+/// again.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Interruption {
+    /// `kill -9`, then a worker under the same id at once (it resumes the deploy).
+    Kill,
+    /// SIGSTOP past `stale_after`; another worker recovers the deploy.
+    Freeze,
+    /// SIGTERM with a drain shorter than the task, then a worker under the same id.
+    Drain,
+    /// An upgrade: a drain, then the "next release" under the same id: the same bytes of
+    /// manent-server and manent-plugin-ansible installed at new paths, the configuration
+    /// naming the new plugin. The guard's record on the target is what one build hands
+    /// to the next.
+    Upgrade,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_killed_with_its_worker_and_resumed_at_once_never_runs_beside_its_earlier_run_on_the_target()
+ {
+    interrupted_pass_never_overlaps(Interruption::Kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_workers_pass_recovered_by_another_worker_never_runs_beside_its_earlier_run_on_the_target()
+ {
+    interrupted_pass_never_overlaps(Interruption::Freeze).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_drained_and_resumed_never_runs_beside_its_earlier_run_on_the_target() {
+    interrupted_pass_never_overlaps(Interruption::Drain).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_resumed_by_the_next_release_never_runs_beside_its_earlier_run_on_the_target() {
+    interrupted_pass_never_overlaps(Interruption::Upgrade).await;
+}
+
+/// Starts the ledger's pass on a pool worker, interrupts it `how` once the task writes on
+/// the target, lets the pass run again to its success, and reads the ledger: the earlier
+/// run's lines all precede the later run's first, and the later run ran the task once,
+/// whole.
+async fn interrupted_pass_never_overlaps(how: Interruption) {
+    let Some((ansible_playbook, plugin, sum, hosts, mut site)) = ansible_site(Db::Sqlite, 1).await
+    else {
+        return;
+    };
+    // A drain shorter than the task: the deploy is left pending, its plugin stopped.
+    let config = |command: &Path| {
+        format!(
+            "{}dbos: {{drain_timeout: 1s}}\n",
+            ansible_plugin(command, &sum, &ansible_playbook, "")
+        )
+    };
+    site.set_config(&config(&plugin));
+    ansible_environment(&site, &hosts, "acme/site", "", "");
+    let ledger = hosts.hosts[0].root_dir.join("ledger");
+    let descriptor = ansible_descriptor(
+        &site,
+        "acme/site",
+        LEDGER_PLAYBOOK,
+        &format!("ledger: \"{}\"", ledger.display()),
+    );
+    let token = site.token();
+    site.start("api", "api");
+    let pool_env = [
+        ("MANENT__DBOS__PLUGINS", "ansible"),
+        (
+            "MANENT_ANSIBLE_PLAYBOOK",
+            ansible_playbook.to_str().unwrap(),
+        ),
+        ("MANENT__RECOVERY__AUTOMATIC", "true"),
+    ];
+    let first = site.start_with("worker", "pool", &pool_env);
+    site.wait_api().await;
+    let (code, v) = site.cli(&token, &["deploy", "-f", descriptor.to_str().unwrap()]);
+    assert_eq!(code, 0, "the deploy is accepted: {v}");
+    let id = v["id"].as_str().expect("a deploy id").to_string();
+    eventually(
+        "the first run's task writes on the target",
+        WAIT,
+        || async { ledger.exists().then_some(()) },
+    )
+    .await;
+
+    match how {
+        Interruption::Kill | Interruption::Drain | Interruption::Upgrade => {
+            signal(
+                &site.children.0[first],
+                if how == Interruption::Kill {
+                    "KILL"
+                } else {
+                    "TERM"
+                },
+            );
+            wait_exit(site.child(first), WAIT).await;
+            if how == Interruption::Upgrade {
+                let release = site.dir.join("release-2");
+                std::fs::create_dir_all(&release).unwrap();
+                for (from, name) in [
+                    (Path::new(common::SERVER), "manent-server"),
+                    (&plugin, "manent-plugin-ansible"),
+                ] {
+                    let to = release.join(name);
+                    std::fs::hard_link(from, &to)
+                        .or_else(|_| std::fs::copy(from, &to).map(|_| ()))
+                        .unwrap();
+                }
+                site.set_config(&config(&release.join("manent-plugin-ansible")));
+                site.start_binary(&release.join("manent-server"), "worker", "pool", &pool_env);
+            } else {
+                site.start_with("worker", "pool", &pool_env);
+            }
+        }
+        Interruption::Freeze => {
+            pause_outside_transactions(&site.children.0[first], &site.db.url).await;
+            site.start_with("worker", "pool-2", &pool_env);
+        }
+    }
+    wait_success(&site, &hosts, &token, &id).await;
+    if how == Interruption::Freeze {
+        signal(&site.children.0[first], "CONT");
+    }
+
+    let runs = common::ledger_runs(&std::fs::read_to_string(&ledger).unwrap_or_default());
+    common::assert_stopped_then_run_once(&runs, LEDGER_LINES, &format!("{how:?}"));
 }

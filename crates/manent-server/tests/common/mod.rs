@@ -344,3 +344,42 @@ impl Site {
 pub fn ledger_path(site_dir: &Path) -> String {
     site_dir.join("ledger").display().to_string()
 }
+
+/// `<pid> <n>` lines of a ledger that commands append to, in the order they were
+/// appended: `(pid, n)`, one pid per run of a command.
+pub fn ledger_runs(text: &str) -> Vec<(String, usize)> {
+    text.lines()
+        .map(|l| {
+            let (pid, n) = l.split_once(' ').expect("`<pid> <n>` lines");
+            (pid.to_string(), n.parse().expect("a line number"))
+        })
+        .collect()
+}
+
+/// Asserts that `runs` (of [`ledger_runs`]) are an earlier run stopped before its end,
+/// whose lines all precede the first of a later run that wrote its `lines` lines once,
+/// whole: the two never ran at once. `what` names the case in the messages.
+pub fn assert_stopped_then_run_once(runs: &[(String, usize)], lines: usize, what: &str) {
+    let earlier = &runs
+        .first()
+        .unwrap_or_else(|| panic!("{what}: the ledger is empty"))
+        .0;
+    let first_of_later = runs
+        .iter()
+        .position(|(pid, _)| pid != earlier)
+        .unwrap_or_else(|| panic!("{what}: the step ran again: {runs:?}"));
+    assert!(
+        runs[first_of_later..].iter().all(|(pid, _)| pid != earlier),
+        "{what}: the earlier run wrote its last line before the later run's first: {runs:?}"
+    );
+    assert!(
+        first_of_later < lines,
+        "{what}: the earlier run was stopped, not left to its end: {runs:?}"
+    );
+    let later: Vec<usize> = runs[first_of_later..].iter().map(|(_, n)| *n).collect();
+    assert_eq!(
+        later,
+        (0..lines).collect::<Vec<_>>(),
+        "{what}: the later run ran the step once, from its start to its end: {runs:?}"
+    );
+}
