@@ -35,6 +35,13 @@ pub(crate) const LOCK_MIGRATIONS: i64 = 0x4d4e_0000_0003;
 pub(crate) const RENEW_LEASE: &str = "UPDATE manent_executor_leases SET renewed_at = $3, \
      expires_at = $4 WHERE executor_id = $1 AND holder = $2";
 
+/// How long an automatic recovery waits for a workflow row another session holds before it
+/// gives up until its next round (a transient error, logged). A checkpoint or a claim holds
+/// a row for milliseconds; a row held longer belongs to a transaction that is stuck, and the
+/// recovery runs on the worker's one background connection, which its claims, heartbeat and
+/// ticker need too (docs/scaling-and-recovery.md, "Connections").
+pub(crate) const RECOVERY_LOCK_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// How long a session of ours may sit inside a transaction waiting for us
 /// before the server ends it. Our transactions never wait on anything but the
 /// database between their statements, so a session idle in one belongs to a

@@ -321,7 +321,13 @@ impl SqlStore {
                  renewed its heartbeat or its lease for more than {stale_secs}s"
             ))
             .to_string();
-            let rows: Vec<(String, String)> = write_tx!(self, tx => {
+            // A row another session holds for long is left for the next round: this runs on
+            // the worker's one background connection, which its claims need too.
+            let begin = format!(
+                "BEGIN; SET LOCAL lock_timeout = {}",
+                postgres::RECOVERY_LOCK_TIMEOUT.as_millis()
+            );
+            let rows: Vec<(String, String)> = write_tx!(self, pg_begin = begin, tx => {
                 // Re-checked in the UPDATE: an executor that came back since is left alone.
                 let rows: Vec<(String, String)> = sqlx::query_as(
                 "UPDATE manent_workflows SET status = 'ENQUEUED', executor_id = NULL, generation = generation + 1, \
