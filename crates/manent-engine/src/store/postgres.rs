@@ -225,15 +225,15 @@ impl Session {
         options: &PgConnectOptions,
         bus: broadcast::Sender<Wakeup>,
     ) -> Result<Self, sqlx::Error> {
-        // A pool of one only to open the connection again when it is lost; the listener
-        // keeps it checked out, so it is never idle there.
+        // A pool of one only to open the connection (again): the listener keeps it checked
+        // out, and one it lets go of is closed, never handed out again with our locks.
         let pool = pool_options(options, 1, None)
             .max_lifetime(None)
+            .after_release(|_conn, _meta| Box::pin(async { Ok(false) }))
             .connect_lazy_with(options.clone());
-        let mut listener = PgListener::connect_with(&pool).await?;
-        listener.listen(CHANNEL).await?;
+        let listener = open_listener(&pool).await?;
         let (commands, queued) = mpsc::unbounded_channel();
-        let task = tokio::spawn(session_loop(listener, queued, bus));
+        let task = tokio::spawn(session_loop(pool, listener, queued, bus));
         Ok(Self { commands, task })
     }
 
@@ -303,25 +303,42 @@ impl Drop for SessionLock {
 }
 
 /// Serves the session's commands and forwards its notifications until aborted. A lost
-/// connection is opened again by the listener (LISTEN again); the server released the locks
-/// with the old one, so they are taken again. What was missed meanwhile is caught by the
-/// fallback poll.
+/// connection (an error from the listener or from a command) is replaced by a new one that
+/// listens again and takes the locks again: the server released them with the old one.
+/// What was missed meanwhile is caught by the fallback poll.
 async fn session_loop(
+    pool: PgPool,
     mut listener: PgListener,
     mut commands: mpsc::UnboundedReceiver<Command>,
     bus: broadcast::Sender<Wakeup>,
 ) {
     // The executor ids this session holds the lock of (one, in a worker).
     let mut locked: Vec<String> = Vec::new();
-    let mut relock = false;
+    let mut lost = false;
     loop {
-        if relock {
-            relock = !take_locks_again(&mut listener, &mut locked).await;
+        if lost {
+            match open_listener(&pool).await {
+                Ok(fresh) => {
+                    // The old connection is closed as it is dropped (the pool keeps none).
+                    listener = fresh;
+                    lost = !take_locks_again(&mut listener, &mut locked).await;
+                    if !lost {
+                        tracing::info!(
+                            "the session's connection is open again: listening, executor locks taken again"
+                        );
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot open the session's connection again yet; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+            continue;
         }
         tokio::select! {
             biased;
             command = commands.recv() => match command {
-                Some(command) => serve(&mut listener, command, &mut locked).await,
+                Some(command) => lost = !serve(&mut listener, command, &mut locked).await,
                 None => return,
             },
             // Cancel-safe: a notification arriving while a command runs is buffered and
@@ -333,20 +350,26 @@ async fn session_loop(
                     }
                 }
                 Ok(None) => {
-                    tracing::warn!("the notification connection was lost; listening again on a new one");
-                    relock = !locked.is_empty();
+                    tracing::warn!("the session's connection was lost (LISTEN, executor lock); opening a new one");
+                    lost = true;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "notification listener lost its connection; retrying");
-                    relock = !locked.is_empty();
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    tracing::warn!(error = %e, "the session's connection failed (LISTEN, executor lock); opening a new one");
+                    lost = true;
                 }
             },
         }
     }
 }
 
-async fn serve(listener: &mut PgListener, command: Command, locked: &mut Vec<String>) {
+async fn open_listener(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(CHANNEL).await?;
+    Ok(listener)
+}
+
+/// Runs one command; `false` if its statement failed (the connection is then replaced).
+async fn serve(listener: &mut PgListener, command: Command, locked: &mut Vec<String>) -> bool {
     match command {
         Command::Lock { executor_id, reply } => {
             // Locks are counted per session: a second engine of this process asking for an
@@ -359,7 +382,9 @@ async fn serve(listener: &mut PgListener, command: Command, locked: &mut Vec<Str
             if matches!(taken, Ok(true)) {
                 locked.push(executor_id);
             }
+            let failed = taken.is_err();
             let _ = reply.send(taken);
+            !failed
         }
         Command::Unlock { executor_id } => {
             if let Some(at) = locked.iter().position(|id| *id == executor_id) {
@@ -372,8 +397,10 @@ async fn serve(listener: &mut PgListener, command: Command, locked: &mut Vec<Str
                 // A lost connection released it anyway.
                 if let Err(e) = unlocked {
                     tracing::debug!(error = %e, executor_id, "releasing the executor lock failed");
+                    return false;
                 }
             }
+            true
         }
         Command::Renew {
             executor_id,
@@ -390,7 +417,9 @@ async fn serve(listener: &mut PgListener, command: Command, locked: &mut Vec<Str
                 .execute(&mut *listener)
                 .await
                 .map(|r| r.rows_affected());
+            let failed = renewed.is_err();
             let _ = reply.send(renewed);
+            !failed
         }
     }
 }
