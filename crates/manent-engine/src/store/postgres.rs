@@ -308,24 +308,23 @@ impl Drop for SessionLock {
 /// What was missed meanwhile is caught by the fallback poll.
 async fn session_loop(
     pool: PgPool,
-    mut listener: PgListener,
+    listener: PgListener,
     mut commands: mpsc::UnboundedReceiver<Command>,
     bus: broadcast::Sender<Wakeup>,
 ) {
     // The executor ids this session holds the lock of (one, in a worker).
     let mut locked: Vec<String> = Vec::new();
-    let mut lost = false;
+    // `None` once the connection was lost, until a new one listens and holds the locks.
+    let mut current = Some(listener);
     loop {
-        if lost {
+        let Some(listener) = current.as_mut() else {
             match open_listener(&pool).await {
-                Ok(fresh) => {
-                    // The old connection is closed as it is dropped (the pool keeps none).
-                    listener = fresh;
-                    lost = !take_locks_again(&mut listener, &mut locked).await;
-                    if !lost {
+                Ok(mut fresh) => {
+                    if take_locks_again(&mut fresh, &mut locked).await {
                         tracing::info!(
-                            "the session's connection is open again: listening, executor locks taken again"
+                            "the session's connection is open again: listening, executor locks held"
                         );
+                        current = Some(fresh);
                     }
                 }
                 Err(e) => {
@@ -334,11 +333,11 @@ async fn session_loop(
                 }
             }
             continue;
-        }
-        tokio::select! {
+        };
+        let lost = tokio::select! {
             biased;
             command = commands.recv() => match command {
-                Some(command) => lost = !serve(&mut listener, command, &mut locked).await,
+                Some(command) => !serve(listener, command, &mut locked).await,
                 None => return,
             },
             // Cancel-safe: a notification arriving while a command runs is buffered and
@@ -348,16 +347,22 @@ async fn session_loop(
                     if let Some(wakeup) = decode(notification.payload()) {
                         let _ = bus.send(wakeup);
                     }
+                    false
                 }
                 Ok(None) => {
                     tracing::warn!("the session's connection was lost (LISTEN, executor lock); opening a new one");
-                    lost = true;
+                    true
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "the session's connection failed (LISTEN, executor lock); opening a new one");
-                    lost = true;
+                    true
                 }
             },
+        };
+        if lost {
+            // Gone before the new one is asked for: the pool holds one connection, and
+            // closes the one it gets back.
+            current = None;
         }
     }
 }
@@ -787,6 +792,76 @@ mod tests {
                 .expect("the pool's next write runs, not refused as inside an aborted block"),
             "the next borrower's write commits"
         );
+    }
+
+    /// The pid of the session's connection holding an advisory lock, if any.
+    async fn lock_holder(observer: &PgPool) -> Option<i32> {
+        sqlx::query_scalar(
+            "SELECT a.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = 'session-under-test'",
+        )
+        .fetch_optional(observer)
+        .await
+        .expect("read pg_locks")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_whose_connection_is_cut_listens_and_holds_its_executor_lock_again() {
+        let test = TestDb::new(Db::Postgres).await;
+        let options = PgConnectOptions::from_str(&test.url)
+            .expect("the test URL")
+            .application_name("session-under-test");
+        let bus = broadcast::channel(64).0;
+        let session = Session::start(&options, bus.clone())
+            .await
+            .expect("start the session");
+        let proof = session.lock("x").await.expect("ask for the lock");
+        assert!(
+            matches!(proof, Liveness::Acquired(_)),
+            "a free lock is taken: {proof:?}"
+        );
+        let again = session.lock("x").await.expect("ask for the lock again");
+        assert!(
+            matches!(again, Liveness::HeldElsewhere),
+            "an id this session holds is held for anyone else in the process: {again:?}"
+        );
+        let observer = PgPool::connect(&test.url)
+            .await
+            .expect("connect an observer");
+        let first = lock_holder(&observer)
+            .await
+            .expect("the session holds the lock");
+        sqlx::query("SELECT pg_terminate_backend($1)")
+            .bind(first)
+            .execute(&observer)
+            .await
+            .expect("cut the session's connection");
+        manent_testkit::eventually(
+            "the lock is held again, on a new connection",
+            WAIT,
+            || async { lock_holder(&observer).await.filter(|pid| *pid != first) },
+        )
+        .await;
+        let heard = tokio::sync::Mutex::new(bus.subscribe());
+        manent_testkit::eventually("wake-ups are heard again", WAIT, || async {
+            sqlx::query("SELECT pg_notify($1, 'q:probe')")
+                .bind(CHANNEL)
+                .execute(&observer)
+                .await
+                .expect("notify");
+            let mut probe = None;
+            let mut heard = heard.lock().await;
+            while let Ok(wakeup) = heard.try_recv() {
+                probe = probe.or((wakeup == Wakeup::Queue("probe".into())).then_some(()));
+            }
+            probe
+        })
+        .await;
+        drop(proof);
+        manent_testkit::eventually("the dropped proof releases the lock", WAIT, || async {
+            lock_holder(&observer).await.is_none().then_some(())
+        })
+        .await;
     }
 
     #[test]
