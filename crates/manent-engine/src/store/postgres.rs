@@ -384,11 +384,15 @@ async fn serve(listener: &mut PgListener, command: Command, locked: &mut Vec<Str
             } else {
                 try_lock(listener, &executor_id).await
             };
-            if matches!(taken, Ok(true)) {
-                locked.push(executor_id);
-            }
             let failed = taken.is_err();
-            let _ = reply.send(taken);
+            let acquired = matches!(taken, Ok(true));
+            if acquired {
+                locked.push(executor_id.clone());
+            }
+            if reply.send(taken).is_err() && acquired {
+                // Nobody waits for the proof any more (the caller was dropped): let go.
+                return Box::pin(serve(listener, Command::Unlock { executor_id }, locked)).await;
+            }
             !failed
         }
         Command::Unlock { executor_id } => {
