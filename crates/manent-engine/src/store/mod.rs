@@ -74,10 +74,12 @@ pub struct Connections {
     pub application_name: String,
 }
 
+/// What [`open`] holds (tests, benchmarks): a pool of 24, as before pools were sized by
+/// role; `manent-server` sizes each role's (docs/scaling-and-recovery.md, "Connections").
 impl Default for Connections {
     fn default() -> Self {
         Connections {
-            max: 10,
+            max: 24,
             idle_timeout: Duration::from_secs(30),
             listen: true,
             application_name: "manent".into(),
