@@ -140,9 +140,23 @@ pub struct LocalArtifact {
     pub size: u64,
 }
 
-/// Where a deploy keeps its artifacts on this worker.
+/// Where a deploy (or a region's pass) keeps its files on this worker: its artifacts
+/// ([`artifacts_dir`], [`previous_dir`]) and its plugin's working directory, each in a
+/// directory of its own (docs/scaling-and-recovery.md, "Work directories").
 pub fn deploy_dir(workdir: &Path, deploy_id: &str) -> PathBuf {
     workdir.join(deploy_id.replace(['/', '\\'], "_"))
+}
+
+/// Where a deploy keeps its verified artifacts, in its [`deploy_dir`]: a directory no plugin
+/// writes (a confined plugin sees it read-only).
+pub fn artifacts_dir(deploy_dir: &Path) -> PathBuf {
+    deploy_dir.join("artifacts")
+}
+
+/// Where a rollback keeps the artifacts of the version it restores, beside
+/// [`artifacts_dir`] and as private.
+pub fn previous_dir(deploy_dir: &Path) -> PathBuf {
+    deploy_dir.join("previous")
 }
 
 /// What identifies a file's content without reading it: a file whose identity is
@@ -154,6 +168,10 @@ struct FileIdentity {
     size: u64,
     mtime: i64,
     mtime_nsec: i64,
+    /// Set by the kernel at every change, content or metadata: unlike mtime, no user can
+    /// set it back.
+    ctime: i64,
+    ctime_nsec: i64,
 }
 
 impl FileIdentity {
@@ -164,6 +182,8 @@ impl FileIdentity {
             size: meta.size(),
             mtime: meta.mtime(),
             mtime_nsec: meta.mtime_nsec(),
+            ctime: meta.ctime(),
+            ctime_nsec: meta.ctime_nsec(),
         }
     }
 }
@@ -214,8 +234,15 @@ fn known_sha256(path: &Path, meta: &std::fs::Metadata) -> Option<String> {
 /// Makes sure `artifact` is in `dir` with the right sha256: does nothing when
 /// it already is, downloads (again) otherwise. A mismatch is an error and
 /// leaves no file behind under the artifact's name. A file this process already
-/// verified and that has not changed since (same inode, size and mtime) is not
+/// verified and that has not changed since (same inode, size, mtime and ctime) is not
 /// hashed again; on another machine, or after any change, it is.
+///
+/// `dir` is a directory no plugin writes ([`artifacts_dir`], bound read-only into a
+/// sandbox); still, nothing found there is trusted (docs/security.md, "What the worker never
+/// trusts"): `dir` is made without following a link, a copy is reused only if it is a
+/// regular file (not a link) whose sha256 is the descriptor's, anything else under the
+/// artifact's name is removed (never followed) and fetched again, and the download is
+/// written to a new file of its own (`create_new`, `O_NOFOLLOW`) moved into place.
 ///
 /// The URL is checked against the sources serving `application` again here, on the
 /// worker: a `file://` path after its symlinks are resolved, an `http(s)://` URL at every
@@ -228,32 +255,6 @@ pub async fn ensure_local(
 ) -> Result<LocalArtifact, ArtifactError> {
     let path = dir.join(&artifact.name);
     let expected = artifact.sha256.to_ascii_lowercase();
-    if let Ok(meta) = tokio::fs::metadata(&path).await
-        && meta.is_file()
-    {
-        let actual = match known_sha256(&path, &meta) {
-            Some(known) => Some(known),
-            None => tokio::task::spawn_blocking({
-                let path = path.clone();
-                move || manent_ssh::sha256_file(&path)
-            })
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .flatten(),
-        };
-        if let Some(actual) = actual
-            && actual == expected
-        {
-            remember(&path, &meta, &actual);
-            return Ok(LocalArtifact {
-                name: artifact.name.clone(),
-                path,
-                sha256: actual,
-                size: meta.len(),
-            });
-        }
-    }
     create_private_dir(dir)
         .await
         .map_err(|error| ArtifactError::WorkDir {
@@ -261,8 +262,16 @@ pub async fn ensure_local(
             path: dir.to_path_buf(),
             error,
         })?;
-    let part = dir.join(format!("{}.part", artifact.name));
-    let (actual, size) = match download(artifact, application, &part, sources).await {
+    if let Some(local) = reuse(artifact, &path, &expected).await? {
+        return Ok(local);
+    }
+    let part = dir.join(format!(
+        "{}.{}-{}.part",
+        artifact.name,
+        std::process::id(),
+        NEXT_PART.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let (actual, size, meta) = match download(artifact, application, &part, sources).await {
         Ok(done) => done,
         Err(e) => {
             // Nothing half-fetched stays behind: a retry starts afresh, and a refused or
@@ -279,6 +288,7 @@ pub async fn ensure_local(
             expected,
         });
     }
+    // A rename replaces whatever is at `path` (a link included) and follows nothing.
     tokio::fs::rename(&part, &path)
         .await
         .map_err(|error| ArtifactError::WorkDir {
@@ -286,9 +296,7 @@ pub async fn ensure_local(
             path: part.clone(),
             error,
         })?;
-    if let Ok(meta) = tokio::fs::metadata(&path).await {
-        remember(&path, &meta, &actual);
-    }
+    remember(&path, &meta, &actual);
     Ok(LocalArtifact {
         name: artifact.name.clone(),
         path,
@@ -297,29 +305,103 @@ pub async fn ensure_local(
     })
 }
 
-/// Creates `dir` and its missing parents readable by this user only (0700): artifacts may
-/// carry configuration and credentials of the application.
-async fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    let dir = dir.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
+/// Numbers each download of this process: two branches fetching the same artifact at once
+/// (the upload steps of a resumed deploy) never write the same `.part`.
+static NEXT_PART: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The copy at `path` if it is a regular file with the `expected` sha256, opened without
+/// following a link and hashed from what was opened. Anything else there (a link, a
+/// directory, a file with other bytes) is removed without following links, and `None` says
+/// to fetch it again.
+async fn reuse(
+    artifact: &Artifact,
+    path: &Path,
+    expected: &str,
+) -> Result<Option<LocalArtifact>, ArtifactError> {
+    let opened = blocking({
+        let path = path.to_path_buf();
+        move || -> std::io::Result<Option<(std::fs::Metadata, String)>> {
+            let Some(mut file) = manent_plugin::files::open_regular(&path)? else {
+                return Ok(None);
+            };
+            let meta = file.metadata()?;
+            let sha256 = match known_sha256(&path, &meta) {
+                Some(known) => known,
+                None => {
+                    let mut hasher = Sha256::new();
+                    std::io::copy(&mut file, &mut hasher)?;
+                    hex::encode(hasher.finalize())
+                }
+            };
+            Ok(Some((meta, sha256)))
+        }
     })
-    .await
-    .map_err(std::io::Error::other)?
+    .await;
+    match opened {
+        Ok(Some((meta, actual))) if actual == expected => {
+            remember(path, &meta, &actual);
+            return Ok(Some(LocalArtifact {
+                name: artifact.name.clone(),
+                path: path.to_path_buf(),
+                sha256: actual,
+                size: meta.len(),
+            }));
+        }
+        Ok(_) => {}
+        // Unreadable: removed and fetched again, as a wrong copy is.
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot read a kept artifact; fetching it again")
+        }
+    }
+    let removed = blocking({
+        let path = path.to_path_buf();
+        move || manent_plugin::files::remove(&path)
+    })
+    .await;
+    removed.map_err(|error| ArtifactError::WorkDir {
+        action: "remove what is not the artifact at",
+        path: path.to_path_buf(),
+        error,
+    })?;
+    Ok(None)
 }
 
-/// Streams `artifact`'s URL to `dest`, hashing as it goes, reading only from the sources
-/// serving `application`, and at most `sources.max_bytes()` bytes.
+/// Makes `dir` readable by this user only (0700): artifacts may carry configuration and
+/// credentials of the application. Its parent (the deploy's directory) is created as an
+/// ordinary path; `dir` itself without following a link: a deploy that began under an older
+/// worker kept its artifacts where its plugin could write, and the plugin may have left a
+/// link at this name.
+async fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    match (dir.parent(), dir.file_name()) {
+        (Some(parent), Some(name)) => private_dir(parent, Path::new(name)).await,
+        _ => private_dir(dir, Path::new("")).await,
+    }
+}
+
+/// [`manent_plugin::files::private_dir`], off the async threads.
+pub(crate) async fn private_dir(base: &Path, relative: &Path) -> std::io::Result<()> {
+    let (base, relative) = (base.to_path_buf(), relative.to_path_buf());
+    blocking(move || manent_plugin::files::private_dir(&base, &relative)).await
+}
+
+/// `f`, a file system call, on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(std::io::Error::other)?
+}
+
+/// Streams `artifact`'s URL to `dest`, a file it creates (never through a link), hashing as
+/// it goes, reading only from the sources serving `application`, and at most
+/// `sources.max_bytes()` bytes. Returns the sha256, the size and what `dest` is once written.
 async fn download(
     artifact: &Artifact,
     application: &str,
     dest: &Path,
     sources: &ArtifactSources,
-) -> Result<(String, u64), ArtifactError> {
+) -> Result<(String, u64, std::fs::Metadata), ArtifactError> {
     let url = artifact.url.as_str();
     let parsed = sources
         .check(application, url)
@@ -346,7 +428,14 @@ async fn download(
         url: url.to_string(),
         limit,
     };
-    let mut out = tokio::fs::File::create(dest).await.map_err(write_error)?;
+    let mut out =
+        tokio::fs::File::from_std(manent_plugin::files::create_new(dest).map_err(|error| {
+            ArtifactError::WorkDir {
+                action: "create",
+                path: dest.to_path_buf(),
+                error,
+            }
+        })?);
     let mut hasher = Sha256::new();
     let mut size = 0u64;
     if parsed.scheme() == "file" {
@@ -402,7 +491,15 @@ async fn download(
             path: dest.to_path_buf(),
             error,
         })?;
-    Ok((hex::encode(hasher.finalize()), size))
+    let meta = out
+        .metadata()
+        .await
+        .map_err(|error| ArtifactError::WorkDir {
+            action: "stat",
+            path: dest.to_path_buf(),
+            error,
+        })?;
+    Ok((hex::encode(hasher.finalize()), size, meta))
 }
 
 /// GETs `start` and follows redirects (at most 10) itself, each only to a URL under a
@@ -506,6 +603,19 @@ fn http_client() -> reqwest::Result<reqwest::Client> {
 #[cfg(test)]
 const APP: &str = "acme/web";
 
+/// The `.part` files in `dir`.
+#[cfg(test)]
+fn parts(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|name| name.ends_with(".part"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -603,7 +713,79 @@ mod tests {
             !other.join("app.tar").exists(),
             "nothing under the artifact's name after a mismatch"
         );
-        assert!(!other.join("app.tar.part").exists(), "no partial file left");
+        assert_eq!(parts(&other), Vec::<String>::new(), "no partial file left");
+    }
+
+    /// What a plugin or a local command may leave where an earlier attempt kept its copy:
+    /// each is replaced by a verified fetch, and nothing is written through a link.
+    #[tokio::test]
+    async fn a_retry_replaces_links_and_directories_left_in_place_of_a_copy_and_writes_nothing_outside()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let sources = sources_of(dir.path());
+        let src = dir.path().join("src.tar");
+        std::fs::write(&src, b"release").unwrap();
+        let a = artifact(
+            format!("file://{}", src.display()),
+            &hex::encode(Sha256::digest(b"release")),
+        );
+        // Acme's environment file (with the artifact's very bytes: a link to it would pass
+        // a check of content alone) and a directory outside.
+        let acme = dir.path().join("prod.yml");
+        std::fs::write(&acme, b"release").unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        let untouched = |step: &str| {
+            assert_eq!(
+                std::fs::read(&acme).unwrap(),
+                b"release",
+                "{step}: acme's file is untouched"
+            );
+            assert_eq!(
+                std::fs::read_dir(&outside).unwrap().count(),
+                0,
+                "{step}: nothing is written in the directory outside"
+            );
+        };
+        let work = dir.path().join("deploy/artifacts");
+        let path = work.join("app.tar");
+        let plants: [(&str, &dyn Fn()); 4] = [
+            ("a link in place of the copy", &|| {
+                std::fs::remove_file(&path).unwrap();
+                std::os::unix::fs::symlink(&acme, &path).unwrap();
+            }),
+            ("the copy gone, its .part a link", &|| {
+                std::fs::remove_file(&path).unwrap();
+                std::os::unix::fs::symlink(&acme, work.join("app.tar.part")).unwrap();
+            }),
+            ("a directory in place of the copy", &|| {
+                std::fs::remove_file(&path).unwrap();
+                std::fs::create_dir(&path).unwrap();
+                std::os::unix::fs::symlink(&outside, path.join("escape")).unwrap();
+            }),
+            ("the artifacts directory a link", &|| {
+                std::fs::remove_dir_all(&work).unwrap();
+                std::os::unix::fs::symlink(&outside, &work).unwrap();
+            }),
+        ];
+        ensure_local(&a, APP, &work, &sources).await.expect("fetch");
+        for (step, plant) in plants {
+            plant();
+            let again = ensure_local(&a, APP, &work, &sources)
+                .await
+                .unwrap_or_else(|e| panic!("{step}: fetched again: {e}"));
+            let meta = std::fs::symlink_metadata(&again.path).unwrap();
+            assert!(
+                meta.is_file() && std::fs::symlink_metadata(&work).unwrap().is_dir(),
+                "{step}: the copy is a regular file in a real directory: {meta:?}"
+            );
+            assert_eq!(
+                std::fs::read(&again.path).unwrap(),
+                b"release",
+                "{step}: the copy has the artifact's bytes"
+            );
+            untouched(step);
+        }
     }
 
     #[tokio::test]
@@ -939,7 +1121,7 @@ mod source_tests {
                 "{url}: the error names the artifact and the limit: {message}"
             );
             assert!(
-                !work.join("app.tar.part").exists() && !work.join("app.tar").exists(),
+                parts(&work).is_empty() && !work.join("app.tar").exists(),
                 "{url}: nothing of the download is left behind"
             );
         }

@@ -102,6 +102,8 @@ pub fn spawn_sweeper(client: Client, workdir: PathBuf, executor_id: String) {
 
 async fn remove(dir: PathBuf) {
     crate::artifacts::forget_dir(&dir);
+    // A plugin wrote in there: std's `remove_dir_all` removes the links it finds (and `dir`
+    // itself if it is one) and follows none (docs/security.md, "What the worker never trusts").
     match tokio::fs::remove_dir_all(&dir).await {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

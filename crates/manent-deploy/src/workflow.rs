@@ -299,7 +299,7 @@ async fn deploy(
     let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
     let local = if request.fast {
         // Fetched (and verified) only by a target that needs an upload.
-        not_fetched(&eff, &dir)
+        not_fetched(&eff, &artifacts::artifacts_dir(&dir))
     } else {
         fetch_all(ctx, &eff, &dir, &rt.artifact_sources).await?
     };
@@ -614,13 +614,15 @@ fn distinct_regions(eff: &EffectiveDescriptor, outcomes: &[TargetOutcome]) -> Ve
     regions
 }
 
-/// Fetches and verifies every artifact into `dir`, one durable step each.
+/// Fetches and verifies every artifact into the artifacts directory of `dir` (the deploy's
+/// directory), one durable step each.
 async fn fetch_all(
     ctx: &WorkflowContext,
     eff: &EffectiveDescriptor,
     dir: &std::path::Path,
     sources: &manent_config::ArtifactSources,
 ) -> Result<Vec<LocalArtifact>, WorkflowError> {
+    let dir = &artifacts::artifacts_dir(dir);
     let mut local = Vec::new();
     for artifact in &eff.artifacts {
         let fetched: LocalArtifact = ctx

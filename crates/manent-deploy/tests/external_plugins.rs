@@ -443,3 +443,99 @@ async fn a_plugin_that_keeps_crashing_fails_the_deploy_with_its_exit_and_stderr(
     );
     worker.stop().await;
 }
+
+/// Whether `bwrap` can be run here: required in CI (scripts/test installs bubblewrap), a
+/// loud skip elsewhere.
+fn bwrap_available() -> bool {
+    if manent_plugin::sandbox::locate_bwrap(std::path::Path::new("bwrap")).is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "bwrap is not on the PATH: scripts/test installs bubblewrap; CI must run the sandbox \
+         tests"
+    );
+    eprintln!("\n*** SKIPPED: this test needs bwrap (apt-get install bubblewrap) ***\n");
+    false
+}
+
+/// Issue 43: a confined plugin plants links to another environment's file and to a
+/// directory outside wherever the worker writes or once wrote in a deploy's directory, then
+/// dies as if killed. The retry verifies the artifacts again and makes the plugin's `HOME`
+/// without following a link; the end of the deploy removes its directory without following
+/// one either. The other environment's file and the directory outside stay as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_a_confined_plugin_plants_before_dying_are_never_followed_on_the_retry_or_cleanup() {
+    if !bwrap_available() {
+        return;
+    }
+    let mut site = Site::new().await;
+    site.external = "bwrap: bwrap".into();
+    // Acme's environment file, the target of the attack, and an empty directory.
+    let acme = site.db.path("environments/acme/web/prod.yml");
+    let before = std::fs::read(&acme).unwrap();
+    let outside = site.db.path("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let sum = manent_plugin::host::file_sha256(&test_plugin()).unwrap();
+    let (config, worker) = site.worker(&sum, true).await;
+    let done = site
+        .deploy_with(
+            &config,
+            &worker,
+            false,
+            &format!(
+                "deploy: {{params: {{mode: plant, outside_file: \"{}\", outside_dir: \"{}\"}}}}\n",
+                acme.display(),
+                outside.display()
+            ),
+        )
+        .await;
+    assert_eq!(
+        done.status,
+        WorkflowStatus::Success,
+        "the retry deploys: {done:?}"
+    );
+    assert_eq!(
+        pass_step(&done),
+        ("SUCCESS".to_string(), 2),
+        "the first process died, the second deployed: {done:?}"
+    );
+    let artifact = manent_plugin::host::file_sha256(&site.db.path("site.yml")).unwrap();
+    for target in &done.targets {
+        let detail = target.detail.clone().unwrap_or_default();
+        assert!(
+            detail.contains(&format!("site.yml={artifact}")),
+            "{}: the retry's process reads the verified artifact: {detail}",
+            target.name
+        );
+        assert!(
+            detail.contains("beside-artifacts=0") && !detail.contains("planted=0"),
+            "{}: the plugin planted links in its working directory, none beside the \
+             artifacts (read-only in its sandbox): {detail}",
+            target.name
+        );
+    }
+    assert_eq!(
+        std::fs::read(&acme).unwrap(),
+        before,
+        "acme's environment file is untouched"
+    );
+    let entries: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        entries.is_empty(),
+        "nothing was made in the directory outside: {entries:?}"
+    );
+    let deploy_dir = manent_deploy::artifacts::deploy_dir(
+        &manent_deploy::workflow::work_directory(&config),
+        &done.id,
+    );
+    assert!(
+        std::fs::symlink_metadata(&deploy_dir).is_err(),
+        "the deploy's directory, links and all, is gone: {}",
+        deploy_dir.display()
+    );
+    worker.stop().await;
+}

@@ -467,7 +467,7 @@ async fn a_deploy_resumed_on_another_worker_fetches_and_verifies_the_artifact_ag
     let a_id = a.engine.executor_id().to_string();
     let a_dir = artifacts::deploy_dir(&a.workdir, &id);
     assert!(
-        a_dir.join("app.bin").exists(),
+        artifacts::artifacts_dir(&a_dir).join("app.bin").exists(),
         "worker A fetched the artifact before uploading it to t1"
     );
     let report = a.engine.shutdown(Duration::ZERO).await;

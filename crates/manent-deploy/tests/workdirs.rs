@@ -1,7 +1,8 @@
 //! A worker's sweep of its work directory, on both backends: what a killed process, a
 //! recovery elsewhere or a hand-back left goes once its deploy has ended or another worker
 //! holds it; a deploy queued or pending under this worker keeps its directory, and an entry
-//! that names no deploy is left alone.
+//! that names no deploy is left alone. A link a plugin left inside goes, what it points to
+//! stays.
 
 use manent_deploy::workdirs;
 use manent_engine::{
@@ -73,6 +74,16 @@ async fn a_sweep_removes_the_directories_of_ended_and_foreign_deploys_and_keeps_
         std::fs::create_dir_all(workdir.join(name).join("sub")).expect("make a directory");
         std::fs::write(workdir.join(name).join("sub/app.tar.gz.part"), b"x").expect("a file");
     }
+    // What a plugin may leave in its working directory: links to a file and a directory
+    // outside. The sweep removes the links, never what they point to.
+    let outside = test.path("outside");
+    std::fs::create_dir_all(outside.join("dir")).expect("a directory outside");
+    std::fs::write(outside.join("dir/kept"), b"kept").expect("a file in it");
+    std::fs::write(outside.join("prod.yml"), b"acme").expect("a file outside");
+    let work = workdir.join(&ended).join("work");
+    std::fs::create_dir_all(&work).expect("the plugin's working directory");
+    std::os::unix::fs::symlink(outside.join("prod.yml"), work.join("prod.yml")).expect("link");
+    std::os::unix::fs::symlink(outside.join("dir"), work.join("dir")).expect("link");
 
     let sweep = workdirs::sweep(&client, &workdir, "me")
         .await
@@ -109,4 +120,12 @@ async fn a_sweep_removes_the_directories_of_ended_and_foreign_deploys_and_keeps_
             "{name}'s directory is there: {present}"
         );
     }
+    assert_eq!(
+        (
+            std::fs::read(outside.join("prod.yml")).ok(),
+            std::fs::read(outside.join("dir/kept")).ok()
+        ),
+        (Some(b"acme".to_vec()), Some(b"kept".to_vec())),
+        "the files the removed links pointed to are untouched"
+    );
 }

@@ -342,12 +342,20 @@ impl ExternalPlugin {
                 actual,
             });
         }
-        let (home, tmp) = match confined {
-            Some((_, scope)) => (scope.home(), scope.tmp()),
-            None => (self.private_dir.join("home"), self.private_dir.join("tmp")),
+        let (base, home, tmp) = match confined {
+            Some((_, scope)) => (scope.work_dir.as_path(), scope.home(), scope.tmp()),
+            None => (
+                self.private_dir.as_path(),
+                self.private_dir.join("home"),
+                self.private_dir.join("tmp"),
+            ),
         };
+        // The pass's working directory is the plugin's to write: a process of an earlier
+        // attempt may have left a link where `HOME` goes (docs/security.md, "What the worker
+        // never trusts").
         for dir in [&home, &tmp] {
-            std::fs::create_dir_all(dir)
+            let relative = dir.strip_prefix(base).unwrap_or(dir);
+            crate::files::private_dir(base, relative)
                 .map_err(|e| start_error(format!("cannot create {}: {e}", dir.display())))?;
         }
         let mut command = match confined {

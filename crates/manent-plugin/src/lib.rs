@@ -4,6 +4,7 @@
 //! ([`serve`]). This crate is the only one that knows the wire format; see
 //! `docs/plugin-protocol.md`.
 
+pub mod files;
 pub mod host;
 pub mod protocol;
 pub mod sandbox;

@@ -1,7 +1,8 @@
 //! What an external plugin process may see (docs/security.md, "Plugins"): its own
 //! environment (nothing of the worker's but what the operator lists) and, when confined,
 //! a bubblewrap (`bwrap`) sandbox holding the system read-only, its pass's working
-//! directory read-write, and its pass's SSH key, `known_hosts` and secret files read-only.
+//! directory read-write, and its pass's artifacts, SSH key, `known_hosts` and secret files
+//! read-only.
 
 use std::path::{Path, PathBuf};
 
@@ -55,11 +56,14 @@ pub struct Bwrap {
 }
 
 /// What one pass adds to its process's view: its working directory (read-write; the
-/// private `HOME` and `TMPDIR` are inside it) and the files of its environment it reads.
+/// private `HOME` and `TMPDIR` are inside it) and the files it reads: its artifacts and its
+/// environment's files. Nothing the worker creates, verifies or reuses lies in `work_dir`
+/// (docs/security.md, "What the worker never trusts").
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PassScope {
     pub work_dir: PathBuf,
-    /// The environment's SSH key, `known_hosts` and secret files.
+    /// The directories of the pass's verified artifacts (kept where only the worker
+    /// writes), the environment's SSH key, `known_hosts` and secret files.
     pub read_only: Vec<PathBuf>,
 }
 

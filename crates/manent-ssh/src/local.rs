@@ -99,11 +99,13 @@ fn put_file_atomic(
         }
         _ => {}
     }
+    // A new file, never one reached through a link left at that name: something other than
+    // manent (a command of the deploy) may have written the destination's directory.
     let mut out = OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(mode)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(&part)
         .map_err(err(format!("cannot create {}", part.display())))?;
     // Streams (copy_file_range / sendfile on Linux), never the whole file in memory.

@@ -85,6 +85,8 @@ async fn deploy_target(
         sources,
         ..
     } = *pass;
+    // The deploy's verified copies, where no plugin writes.
+    let dir = &artifacts::artifacts_dir(dir);
     let key = EventKey::target(&target.name);
     let name = &target.name;
     publish(

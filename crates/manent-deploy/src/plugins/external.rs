@@ -2,7 +2,7 @@
 //! calling the plugin, then the plugin's `check` and manent's own checks per target. The
 //! plugin's steps are idempotent, so a pass interrupted by a crash is simply run again.
 
-use std::{sync::Arc, time::Duration};
+use std::{path::Path, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -15,7 +15,7 @@ use manent_plugin::{
 
 use super::{PassContext, Plugin, absolute, builtin::run_checks, ensure_all};
 use crate::{
-    artifacts::LocalArtifact,
+    artifacts::{self, ArtifactError, LocalArtifact},
     printed::Progress,
     request::{EventKey, publish},
     secrets::Secrets,
@@ -63,17 +63,20 @@ impl External {
             // What the plugin says is masked of the environment's secrets wherever it goes:
             // the deploy's output, the step's error and result, the server's log.
             let secrets = Secrets::read(pass.eff).await.map_err(PassError::Secret)?;
-            // After a recovery on another machine the artifacts may be missing here.
-            let (source, artifacts) = match previous {
-                Some(prev) => (
-                    prev,
-                    ensure_all(prev, &pass.dir.join("previous"), pass.sources).await,
-                ),
-                None => (pass.eff, ensure_all(pass.eff, pass.dir, pass.sources).await),
+            // After a recovery on another machine the artifacts may be missing here; on a
+            // retry they are verified again, whatever the last attempt's process did.
+            let kept = match previous {
+                Some(_) => artifacts::previous_dir(pass.dir),
+                None => artifacts::artifacts_dir(pass.dir),
             };
-            let artifacts = artifacts.map_err(PassError::Artifacts)?;
+            let source = previous.unwrap_or(pass.eff);
+            let artifacts = ensure_all(source, &kept, pass.sources)
+                .await
+                .map_err(PassError::Artifacts)?;
             let request = build_pass(pass, targets, source, previous, &artifacts);
-            let scope = pass_scope(pass);
+            let scope = pass_scope(pass, &kept)
+                .await
+                .map_err(PassError::Artifacts)?;
             // The plugin's progress lines, as they come: `manent logs -f` shows them.
             let output = ctx.output(&name);
             let progress = Progress::new(secrets.masker(), self.host.name(), &output);
@@ -131,11 +134,28 @@ impl PassError {
     }
 }
 
-/// What a confined plugin's sandbox holds for this pass besides the system: the deploy's
-/// working directory (its artifacts, the plugin's private `HOME` and `TMPDIR`), the
-/// environment's SSH key and `known_hosts`, and its secret files (docs/security.md).
-fn pass_scope(pass: &PassContext<'_>) -> PassScope {
+/// The plugin's working directory in a deploy's directory: the only place a confined plugin
+/// writes. The worker makes nothing there but the plugin's `HOME` and `TMPDIR` (without
+/// following links) and reads nothing from there.
+const WORK_DIR: &str = "work";
+
+/// What a confined plugin's sandbox holds for this pass besides the system: its working
+/// directory (read-write: the plugin's scratch files, private `HOME` and `TMPDIR`); read-only,
+/// the pass's verified artifacts (`kept`, a directory the plugin cannot write), the
+/// environment's SSH key and `known_hosts`, and its secret files (docs/security.md). The
+/// working directory is made here without following a link: a deploy begun under an older
+/// worker had its plugin write the deploy's whole directory.
+async fn pass_scope(pass: &PassContext<'_>, kept: &Path) -> Result<PassScope, ArtifactError> {
+    let work = pass.dir.join(WORK_DIR);
+    artifacts::private_dir(pass.dir, Path::new(WORK_DIR))
+        .await
+        .map_err(|error| ArtifactError::WorkDir {
+            action: "create",
+            path: work.clone(),
+            error,
+        })?;
     let mut read_only = vec![
+        absolute(kept),
         absolute(&pass.auth.key_path),
         absolute(&pass.auth.known_hosts_path),
     ];
@@ -146,10 +166,10 @@ fn pass_scope(pass: &PassContext<'_>) -> PassScope {
             .filter_map(|s| s.file.as_deref())
             .map(absolute),
     );
-    PassScope {
-        work_dir: absolute(pass.dir),
+    Ok(PassScope {
+        work_dir: absolute(&work),
         read_only,
-    }
+    })
 }
 
 /// The pass sent to the plugin (absolute paths: a confined plugin runs elsewhere). `source` is the deploy whose artifacts and variables are

@@ -3,7 +3,8 @@
 //! chosen per pass by `vars.mode`: `crash` exits mid-pass, `garbage` answers a line that is
 //! not JSON, `hang` never answers, `fail`/`retryable` answer the protocol's error, `probe`
 //! reports what the process sees (its variables' names, which of the `:`-separated paths
-//! of `vars.probe` exist) in each target's detail. With `vars.say` (a file), it first says
+//! of `vars.probe` exist) in each target's detail, `plant` plants links where the worker
+//! writes and dies, then reports what it reads ([`plant`]). With `vars.say` (a file), it first says
 //! that file's text: each line as a progress line, all of it in a log line and on its
 //! stderr, and with `mode: fail_saying` in its error. The
 //! environment chooses the handshake: `MANENT_TEST_PLUGIN_NAME` (default `test`),
@@ -95,6 +96,7 @@ impl Handler for TestPlugin {
             Some("retryable") => {
                 return Err(Failure::new("busy", "asked to fail, try again").retryable());
             }
+            Some("plant") => return plant(pass),
             _ => {}
         }
         let dir = pass.vars.get("dir").map(PathBuf::from);
@@ -157,4 +159,88 @@ fn main() {
         eprintln!("test plugin: {e}");
         std::process::exit(1);
     }
+}
+
+/// `mode: plant`, the attack of issue 43: the first process of a pass plants links to
+/// `vars.outside_file` and `vars.outside_dir` wherever the worker writes, or once wrote, in
+/// a deploy's directory (the artifacts and their `.part` files, beside the artifacts it was
+/// given and in its working directory; `HOME`'s `.plugin`; `artifacts`, `previous`, `work`),
+/// then dies as if killed (137), which the worker retries. The process of the retry
+/// reports in each target's detail the sha256 of each artifact it reads, how many links it
+/// planted in all and how many beside the artifacts.
+fn plant(pass: &Pass) -> Result<PassResult, Failure> {
+    let failed = |what: String| Failure::new("failed", what);
+    let cwd = std::env::current_dir().map_err(|e| failed(format!("no working directory: {e}")))?;
+    let marker = cwd.join("planted");
+    if !marker.exists() {
+        let var = |name: &str| {
+            pass.vars
+                .get(name)
+                .map(PathBuf::from)
+                .ok_or_else(|| failed(format!("mode plant needs vars.{name}")))
+        };
+        let (file, dir) = (var("outside_file")?, var("outside_dir")?);
+        let mut places: Vec<(PathBuf, &PathBuf)> = Vec::new();
+        for artifact in &pass.artifacts {
+            let path = PathBuf::from(&artifact.path);
+            let beside = path.parent().map(PathBuf::from).unwrap_or_default();
+            for base in [&beside, &cwd] {
+                places.push((base.join(&artifact.name), &file));
+                places.push((base.join(format!("{}.part", artifact.name)), &file));
+            }
+        }
+        for name in [".plugin", "artifacts", "previous", "work"] {
+            places.push((cwd.join(name), &dir));
+        }
+        let mut planted = Vec::new();
+        for (place, target) in places {
+            let _ = std::fs::remove_dir_all(&place);
+            let _ = std::fs::remove_file(&place);
+            if std::os::unix::fs::symlink(target, &place).is_ok() {
+                planted.push(place.display().to_string());
+            }
+        }
+        std::fs::write(&marker, planted.join("\n"))
+            .map_err(|e| failed(format!("{}: {e}", marker.display())))?;
+        eprintln!(
+            "test plugin: planted {} links, dying as if killed",
+            planted.len()
+        );
+        std::process::exit(137);
+    }
+    let planted = std::fs::read_to_string(&marker).unwrap_or_default();
+    let beside = pass
+        .artifacts
+        .iter()
+        .filter_map(|a| std::path::Path::new(&a.path).parent())
+        .map(|dir| {
+            planted
+                .lines()
+                .filter(|l| l.starts_with(&*dir.to_string_lossy()))
+                .count()
+        })
+        .sum::<usize>();
+    let mut detail: Vec<String> = pass
+        .artifacts
+        .iter()
+        .map(|a| {
+            let sum = manent_plugin::host::file_sha256(std::path::Path::new(&a.path))
+                .unwrap_or_else(|e| format!("unreadable ({e})"));
+            format!("{}={sum}", a.name)
+        })
+        .collect();
+    detail.push(format!("planted={}", planted.lines().count()));
+    detail.push(format!("beside-artifacts={beside}"));
+    let detail = detail.join(" ");
+    Ok(PassResult {
+        targets: pass
+            .targets
+            .iter()
+            .map(|t| TargetResult {
+                name: t.name.clone(),
+                status: TargetStatus::Changed,
+                detail: detail.clone(),
+            })
+            .collect(),
+    })
 }
