@@ -119,88 +119,18 @@ async fn deploy_target(
                 .await?;
             return Ok(lines);
         }
-        let mut lines = Vec::new();
-        if eff.plugin == manent_model::COMMAND_PLUGIN {
-            // The commands are the deploy: once one has started, the target may run the
-            // new version in part, and a rollback must include it.
-            switched = !eff.commands.is_empty();
-            for (i, command) in eff.commands.iter().enumerate() {
-                let step = format!("{name}: command {}", i + 1);
-                let out: String = ctx
-                    .step_with(&step, shown_running(), || async {
-                        if uses_local_copies {
-                            // A missing copy (a replaced machine) is fetched and verified again.
-                            ensure_all(eff, dir, sources).await?;
-                        }
-                        run_printing(ctx, &step, pool, eff, target, command, &env).await
-                    })
-                    .await?;
-                lines.push(format!(
-                    "command {}: ok{}",
-                    i + 1,
-                    if out.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({out})")
-                    }
-                ));
-            }
+        let on = OnTarget {
+            ctx,
+            pass,
+            target,
+            env: &env,
+            dir,
+        };
+        let mut lines = if eff.plugin == manent_model::COMMAND_PLUGIN {
+            on.run_commands(uses_local_copies, &mut switched).await?
         } else {
-            // A fast rollback: a target that still holds the release needs no upload.
-            let in_place = eff.reuse_releases
-                && ctx
-                    .step_with(
-                        &format!("{name}: find release {}", eff.version),
-                        shown_running(),
-                        || async { targets::release_in_place(pool, eff, target).await },
-                    )
-                    .await?;
-            if in_place {
-                lines.push(format!("release {} in place", eff.version));
-            }
-            for a in local.iter().filter(|_| !in_place) {
-                let remote: String = ctx
-                    .step_retrying_if(
-                        &format!("{name}: upload {}", a.name),
-                        StepPolicy::retry(3, Duration::from_secs(1)).recording_start(),
-                        TargetError::is_transient,
-                        || async {
-                            // After a recovery on another machine the artifact may be missing here.
-                            let present = ensure_all(eff, dir, sources).await?;
-                            let artifact = present
-                                .iter()
-                                .find(|p| p.name == a.name)
-                                .ok_or_else(|| TargetError::ArtifactMissing(a.name.clone()))?;
-                            targets::upload(pool, eff, target, artifact).await
-                        },
-                    )
-                    .await?;
-                lines.push(format!("uploaded {remote}"));
-            }
-            if let Some((shared, paths)) = eff.shared_for(target) {
-                let step = format!("{name}: link shared");
-                let release = eff.dest_for(target).unwrap_or_default();
-                let directories = release_scripts::release_directories(eff, target);
-                let script = release_scripts::link_shared(&directories, &release, &shared, &paths);
-                let linked: String = ctx
-                    .step_with(&step, shown_running(), || async {
-                        run_script(ctx, &step, pool, eff, target, &script, &env).await
-                    })
-                    .await?;
-                lines.push(linked);
-            }
-            // From here the target may run the new version, even if `activate` then
-            // fails half-way: a rollback must include it.
-            switched = true;
-            if let Some(activate) = &eff.activate {
-                let step = format!("{name}: activate");
-                ctx.step_with(&step, shown_running(), || async {
-                    run_printing(ctx, &step, pool, eff, target, activate, &env).await
-                })
-                .await?;
-                lines.push("activated".into());
-            }
-        }
+            on.copy_and_activate(&mut switched).await?
+        };
         // No intermediate "checking" event: the target stays "deploying" until its outcome
         // (one checkpoint less per target); a failed check's outcome says it was switched.
         lines.extend(run_checks(ctx, pool, eff, target, &env, "").await?);
@@ -240,6 +170,149 @@ async fn deploy_target(
     };
     publish(ctx, &key, &outcome).await?;
     Ok(outcome)
+}
+
+/// One target's work in a deploy: what the `command` and `remote-copy` plugins run there.
+struct OnTarget<'a> {
+    ctx: &'a WorkflowContext,
+    pass: &'a PassContext<'a>,
+    target: &'a Target,
+    env: &'a [(String, String)],
+    /// The deploy's verified copies, where no plugin writes.
+    dir: &'a std::path::Path,
+}
+
+impl OnTarget<'_> {
+    /// `command`: each of `deploy.commands` a step of its own. `switched` is set once one
+    /// has started.
+    async fn run_commands(
+        &self,
+        uses_local_copies: bool,
+        switched: &mut bool,
+    ) -> Result<Vec<String>, WorkflowError> {
+        let OnTarget {
+            ctx,
+            target,
+            env,
+            dir,
+            ..
+        } = *self;
+        let PassContext {
+            eff, pool, sources, ..
+        } = *self.pass;
+        let name = &target.name;
+        let mut lines = Vec::new();
+        // The commands are the deploy: once one has started, the target may run the
+        // new version in part, and a rollback must include it.
+        *switched = !eff.commands.is_empty();
+        for (i, command) in eff.commands.iter().enumerate() {
+            let step = format!("{name}: command {}", i + 1);
+            let out: String = ctx
+                .step_with(&step, shown_running(), || async {
+                    if uses_local_copies {
+                        // A missing copy (a replaced machine) is fetched and verified again.
+                        ensure_all(eff, dir, sources).await?;
+                    }
+                    run_printing(ctx, &step, pool, eff, target, command, &env).await
+                })
+                .await?;
+            lines.push(format!(
+                "command {}: ok{}",
+                i + 1,
+                if out.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({out})")
+                }
+            ));
+        }
+        Ok(lines)
+    }
+
+    /// `remote-copy`: the artifacts uploaded (or, in a fast rollback, the release found in
+    /// place), shared paths linked, then `activate`. `switched` is set before `activate`.
+    async fn copy_and_activate(&self, switched: &mut bool) -> Result<Vec<String>, WorkflowError> {
+        let OnTarget {
+            ctx,
+            target,
+            env,
+            dir,
+            ..
+        } = *self;
+        let PassContext {
+            eff,
+            pool,
+            sources,
+            local,
+            ..
+        } = *self.pass;
+        let name = &target.name;
+        let mut lines = Vec::new();
+        // A fast rollback: a target that still holds the release needs no upload.
+        let in_place = eff.reuse_releases
+            && ctx
+                .step_with(
+                    &format!("{name}: find release {}", eff.version),
+                    shown_running(),
+                    || async { targets::release_in_place(pool, eff, target).await },
+                )
+                .await?;
+        if in_place {
+            lines.push(format!("release {} in place", eff.version));
+        }
+        for a in local.iter().filter(|_| !in_place) {
+            let remote: String = ctx
+                .step_retrying_if(
+                    &format!("{name}: upload {}", a.name),
+                    StepPolicy::retry(3, Duration::from_secs(1)).recording_start(),
+                    TargetError::is_transient,
+                    || async {
+                        // After a recovery on another machine the artifact may be missing here.
+                        let present = ensure_all(eff, dir, sources).await?;
+                        let artifact = present
+                            .iter()
+                            .find(|p| p.name == a.name)
+                            .ok_or_else(|| TargetError::ArtifactMissing(a.name.clone()))?;
+                        targets::upload(pool, eff, target, artifact).await
+                    },
+                )
+                .await?;
+            lines.push(format!("uploaded {remote}"));
+        }
+        if let Some((shared, paths)) = eff.shared_for(target) {
+            let step = format!("{name}: link shared");
+            // Never an empty release: the script works under it (`rm -rf -- "$release"/…`).
+            let release = eff
+                .dest_for(target)
+                .filter(|dest| !dest.trim().is_empty())
+                .ok_or_else(|| {
+                    WorkflowError::failed(format!(
+                        "target {name}: deploy.shared needs deploy.dest, the release directory \
+                         its paths are linked from; set deploy.dest in the environment file"
+                    ))
+                })?;
+            let directories = release_scripts::release_directories(eff, target);
+            let script = release_scripts::link_shared(&directories, &release, &shared, &paths);
+            let linked: String = ctx
+                .step_with(&step, shown_running(), || async {
+                    run_script(ctx, &step, pool, eff, target, &script, &env).await
+                })
+                .await?;
+            lines.push(linked);
+        }
+        // From here the target may run the new version, even if `activate` then
+        // fails half-way: a rollback must include it.
+        *switched = true;
+        if let Some(activate) = &eff.activate {
+            let step = format!("{name}: activate");
+            ctx.step_with(&step, shown_running(), || async {
+                run_printing(ctx, &step, pool, eff, target, activate, &env).await
+            })
+            .await?;
+            lines.push("activated".into());
+        }
+        Ok(lines)
+    }
 }
 
 /// The policy of a step that works on a target (a command, `activate`, a plan): run once,
