@@ -55,7 +55,9 @@ impl Source {
         Source::from_ip(forwarded.or(peer.map(|ConnectInfo(addr)| addr.ip())))
     }
 
-    fn from_ip(ip: Option<IpAddr>) -> Self {
+    /// The source of a connection from `ip`: IPv4 by address, IPv6 by /64; `unknown`
+    /// without an address.
+    pub fn from_ip(ip: Option<IpAddr>) -> Self {
         Source(ip.map(|ip| match ip {
             IpAddr::V4(_) => ip,
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

@@ -442,17 +442,18 @@ async fn serve(
         };
         let limits = listener::Limits {
             max_connections: listener::fit_to_this_process(config.api.max_connections),
+            max_connections_per_source: config.api.max_connections_per_source,
             header_read_timeout: config.api.header_read_timeout,
         };
         let tls = match config.api_tls_paths() {
             None => {
-                tracing::info!(%addr, max_connections = limits.max_connections, "API listening (HTTP)");
+                tracing::info!(%addr, max_connections = limits.max_connections, max_connections_per_source = limits.max_connections_per_source, "API listening (HTTP)");
                 None
             }
             Some((cert, key)) => {
                 // Read at startup: a bad certificate or key stops the process, naming the file.
                 let tls = tls_config(&cert, &key)?;
-                tracing::info!(%addr, cert = %cert.display(), max_connections = limits.max_connections, "API listening (HTTPS)");
+                tracing::info!(%addr, cert = %cert.display(), max_connections = limits.max_connections, max_connections_per_source = limits.max_connections_per_source, "API listening (HTTPS)");
                 Some(tls)
             }
         };
