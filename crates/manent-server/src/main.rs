@@ -574,6 +574,7 @@ fn tls_config(cert: &Path, key: &Path) -> Result<RustlsConfig> {
             cert.display()
         );
     }
+    warn_if_others_may_read(key);
     let key = PrivateKeyDer::from_pem_file(key).with_context(|| {
         format!(
             "api.tls.key: cannot read a PEM private key from {}",
@@ -589,6 +590,26 @@ fn tls_config(cert: &Path, key: &Path) -> Result<RustlsConfig> {
         .context("api.tls: the key does not match the certificate, or is not supported")?;
     server.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(RustlsConfig::from_config(Arc::new(server)))
+}
+
+/// Warns when the TLS private key is readable by its group or others (docs/security.md,
+/// "TLS"): whoever reads it can impersonate the API. Not refused: a Kubernetes secret
+/// volume is 0644 unless its `defaultMode` says otherwise.
+fn warn_if_others_may_read(key: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(key) {
+        Ok(meta) if meta.permissions().mode() & 0o077 != 0 => tracing::warn!(
+            key = %key.display(),
+            mode = format!("{:o}", meta.permissions().mode() & 0o777),
+            "api.tls.key: the TLS private key {} may be read by other users than its owner; \
+             run `chmod 600 {}` (in Kubernetes, defaultMode: 0400 on the secret's volume)",
+            key.display(),
+            key.display()
+        ),
+        Ok(_) => {}
+        // Reading the key itself says what is wrong with it, next.
+        Err(_) => {}
+    }
 }
 
 /// How often a worker's ticker looks for due schedule ticks.

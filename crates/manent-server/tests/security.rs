@@ -194,6 +194,12 @@ async fn the_cli_verifies_the_https_api_against_a_private_ca_given_with_ca() {
     std::fs::create_dir_all(site.dir.join("tls")).unwrap();
     std::fs::write(site.dir.join("tls/server.pem"), cert).unwrap();
     std::fs::write(site.dir.join("tls/server.key"), key).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        site.dir.join("tls/server.key"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
     let ca_path = site.dir.join("ca.pem");
     std::fs::write(&ca_path, ca).unwrap();
     // Relative paths: resolved against the directory of manent.yml.
@@ -238,6 +244,11 @@ async fn the_cli_verifies_the_https_api_against_a_private_ca_given_with_ca() {
         out.status.code(),
         Some(0),
         "plain HTTP gets nothing from an HTTPS listener"
+    );
+    let log = std::fs::read_to_string(site.dir.join("api-api-1.log")).expect("the API's log");
+    assert!(
+        log.contains("chmod 600") && log.contains("server.key"),
+        "a key others may read (written 0644 here) is warned of, naming it and the fix: {log}"
     );
 }
 
