@@ -37,6 +37,9 @@ pub enum AppError {
     },
     #[error("the database is unavailable: {0}")]
     Unavailable(String),
+    /// A connection beyond the listener's caps (docs/security.md, "The listener").
+    #[error("{0}")]
+    Overloaded(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -57,7 +60,7 @@ impl AppError {
             AppError::NotFound(_) => StatusCode::NOT_FOUND,
             AppError::Conflict(_) => StatusCode::CONFLICT,
             AppError::TooManyFailures { .. } => StatusCode::TOO_MANY_REQUESTS,
-            AppError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            AppError::Unavailable(_) | AppError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -107,7 +110,8 @@ impl From<manent_deploy::views::ApplicationsError> for AppError {
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let status = self.status();
-        if status.is_server_error() {
+        // An overloaded listener's refusals are counted by the listener, not logged each.
+        if status.is_server_error() && !matches!(self, AppError::Overloaded(_)) {
             tracing::error!(error = %self, "request failed");
         }
         let field = match &self {

@@ -60,6 +60,22 @@ pub(crate) async fn require_token(
             Ok(response) => response,
             Err(panic) => handler_panicked(&format!("{method} {path}"), panic.as_ref()),
         };
+        if response.status() == axum::http::StatusCode::FORBIDDEN {
+            // A token hammering routes it may not use is recorded once per window, then
+            // summed up (docs/security.md, "Audit trail"); every 403 is still answered.
+            let throttle = &state.throttle;
+            throttle.start_sweeper(&records);
+            let action = audit::action_of(&method, &template);
+            let token = &caller.token;
+            let (record, ended) =
+                throttle.forbidden(&token.id, &token.name, &action, Instant::now());
+            throttle::write(&records, ended).await;
+            if !record {
+                let reason = "forbidden (summed up in the audit trail)";
+                refusals::note(403, &caller.token.name, method.as_str(), &path, reason);
+                return response;
+            }
+        }
         audit::after_response(&records, Some(caller), &method, &template, &path, response).await
     })
     .await

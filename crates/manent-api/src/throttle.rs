@@ -1,7 +1,9 @@
 //! Failed authentications throttled per source, and summed up in the audit trail
 //! (docs/security.md, "Failed authentications"): a source that fails `failures` times
 //! within a window is answered 429 until the window ends; a valid token is never throttled
-//! (the middleware asks this module only about requests without one).
+//! (the middleware asks this module only about requests without one). A valid token's
+//! 403s on one action are not throttled but recorded once per window and summed up
+//! (docs/security.md, "Audit trail").
 //!
 //! Per API process, in memory, bounded: at most `max_sources` windows are kept, the oldest
 //! closed to make room. A window writes at most three audit entries: its first failure,
@@ -55,7 +57,9 @@ impl Source {
         Source::from_ip(forwarded.or(peer.map(|ConnectInfo(addr)| addr.ip())))
     }
 
-    fn from_ip(ip: Option<IpAddr>) -> Self {
+    /// The source of a connection from `ip`: IPv4 by address, IPv6 by /64; `unknown`
+    /// without an address.
+    pub fn from_ip(ip: Option<IpAddr>) -> Self {
         Source(ip.map(|ip| match ip {
             IpAddr::V4(_) => ip,
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -103,10 +107,29 @@ struct Window {
     throttled: u64,
 }
 
+/// The action of the entry that sums up a token's 403s in a window.
+pub const FORBIDDEN_SUMMARY_ACTION: &str = "auth.forbidden";
+
+/// One token's window of 403s on one action: the first is recorded on its own, the rest
+/// summed up.
+#[derive(Debug)]
+struct ForbiddenWindow {
+    started: Instant,
+    started_ms: i64,
+    token_id: String,
+    token_name: String,
+    action: String,
+    /// Requests answered 403 (the first included).
+    refused: u64,
+}
+
 /// The throttle of one API process.
 pub struct AuthThrottle {
     config: AuthThrottleConfig,
     windows: Mutex<HashMap<Source, Window>>,
+    /// 403s by token id and action: a valid token hammering a route it may not use is
+    /// answered 403 every time, but recorded once per window and summed up at its end.
+    forbidden: Mutex<HashMap<(String, String), ForbiddenWindow>>,
     sweeper: AtomicBool,
 }
 
@@ -115,6 +138,7 @@ impl AuthThrottle {
         AuthThrottle {
             config,
             windows: Mutex::new(HashMap::new()),
+            forbidden: Mutex::new(HashMap::new()),
             sweeper: AtomicBool::new(false),
         }
     }
@@ -188,8 +212,97 @@ impl AuthThrottle {
         (verdict, ended)
     }
 
+    /// Counts a 403 answered to the token `token_id` (named `token_name`) for `action` at
+    /// `now`. Returns whether to record it on its own (the first of its window, or every
+    /// one with throttling off) and the summaries of windows that ended.
+    pub fn forbidden(
+        &self,
+        token_id: &str,
+        token_name: &str,
+        action: &str,
+        now: Instant,
+    ) -> (bool, Vec<AuditRecord>) {
+        let key = (token_id.to_string(), action.to_string());
+        if !self.is_on() {
+            return (true, Vec::new());
+        }
+        let mut ended = Vec::new();
+        let mut windows = self
+            .forbidden
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let expired = |w: &ForbiddenWindow| now.duration_since(w.started) >= self.config.window;
+        if windows.get(&key).is_some_and(expired)
+            && let Some(old) = windows.remove(&key)
+        {
+            ended.extend(self.forbidden_summary(&old));
+        }
+        if !windows.contains_key(&key) && windows.len() >= self.config.max_sources {
+            // Bounded as the failures' windows are: the oldest closes to make room.
+            if let Some(oldest) = windows
+                .iter()
+                .min_by_key(|(_, w)| w.started)
+                .map(|(key, _)| key.clone())
+                && let Some(old) = windows.remove(&oldest)
+            {
+                ended.extend(self.forbidden_summary(&old));
+            }
+        }
+        let window = windows.entry(key).or_insert_with(|| ForbiddenWindow {
+            started: now,
+            started_ms: now_ms(),
+            token_id: token_id.to_string(),
+            token_name: token_name.to_string(),
+            action: action.to_string(),
+            refused: 0,
+        });
+        window.refused += 1;
+        (window.refused == 1, ended)
+    }
+
+    /// The entry of a token's 403s after the first of a window; `None` when there were none.
+    fn forbidden_summary(&self, window: &ForbiddenWindow) -> Option<AuditRecord> {
+        let more = window.refused.checked_sub(1).filter(|&n| n > 0)?;
+        Some(AuditRecord {
+            seq: 0,
+            at_ms: now_ms(),
+            actor: window.token_name.clone(),
+            actor_id: window.token_id.clone(),
+            action: FORBIDDEN_SUMMARY_ACTION.into(),
+            target: window.action.clone(),
+            outcome: 403,
+            detail: format!(
+                "{} requests `{}` by token {} answered 403 in the window from {}: the first \
+                 recorded on its own, {more} more summed up here",
+                window.refused,
+                window.action,
+                window.token_name,
+                manent_deploy::views::rfc3339(window.started_ms),
+            ),
+        })
+    }
+
     /// Removes every window ended by `now` and returns their summaries.
     pub fn take_ended(&self, now: Instant) -> Vec<AuditRecord> {
+        let mut summaries = self.take_ended_failures(now);
+        let mut forbidden = self
+            .forbidden
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let ended: Vec<(String, String)> = forbidden
+            .iter()
+            .filter(|(_, w)| now.duration_since(w.started) >= self.config.window)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in ended {
+            if let Some(window) = forbidden.remove(&key) {
+                summaries.extend(self.forbidden_summary(&window));
+            }
+        }
+        summaries
+    }
+
+    fn take_ended_failures(&self, now: Instant) -> Vec<AuditRecord> {
         let mut windows = self
             .windows
             .lock()
@@ -373,6 +486,53 @@ mod tests {
             t.failure(s, start + Duration::from_secs(61)).0,
             Verdict::Record,
             "a new window starts afresh"
+        );
+    }
+
+    #[test]
+    fn a_token_answered_403_again_and_again_is_recorded_once_then_summed_up() {
+        let t = throttle(3, 10);
+        let start = Instant::now();
+        let recorded: Vec<bool> = (0..50)
+            .map(|_| t.forbidden("id-1", "ci", "deploy.submit", start).0)
+            .collect();
+        assert_eq!(
+            recorded.iter().filter(|r| **r).count(),
+            1,
+            "only the first 403 of the window is recorded on its own: {recorded:?}"
+        );
+        assert!(
+            t.forbidden("id-2", "other", "deploy.submit", start).0,
+            "another token's first 403 is recorded on its own"
+        );
+        assert!(
+            t.forbidden("id-1", "ci", "GET /api/v1/audit", start).0,
+            "the same token's first 403 on another action is recorded on its own"
+        );
+        let summaries = t.take_ended(start + Duration::from_secs(60));
+        let ci: Vec<_> = summaries.iter().filter(|e| e.actor == "ci").collect();
+        assert!(
+            ci.len() == 1
+                && ci[0].action == FORBIDDEN_SUMMARY_ACTION
+                && ci[0].outcome == 403
+                && ci[0].detail.contains("50 requests")
+                && ci[0].detail.contains("49 more"),
+            "one summary counts the window's 403s, naming the token: {summaries:?}"
+        );
+        assert!(
+            t.forbidden(
+                "id-1",
+                "ci",
+                "deploy.submit",
+                start + Duration::from_secs(61)
+            )
+            .0,
+            "a new window records its first 403 again"
+        );
+        assert!(
+            throttle(0, 10).forbidden("id-1", "ci", "x", start).0
+                && throttle(0, 10).forbidden("id-1", "ci", "x", start).0,
+            "with throttling off every 403 is recorded"
         );
     }
 

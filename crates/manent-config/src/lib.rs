@@ -138,6 +138,10 @@ pub struct ApiConfig {
     /// The most connections open at once; one more is closed at once (fitted to the
     /// process's open-file limit at start).
     pub max_connections: usize,
+    /// The most connections open at once from one source (an IPv4 address, an IPv6 /64);
+    /// one more is closed at once, but for the few kept for health probes
+    /// (docs/security.md, "The listener").
+    pub max_connections_per_source: usize,
     /// How long a connection may take to send a request's head, and may stay idle between
     /// requests, before it is closed.
     #[serde(with = "serde_util::duration")]
@@ -195,6 +199,7 @@ impl Default for ApiConfig {
             public_url: None,
             tls: None,
             max_connections: 4096,
+            max_connections_per_source: 128,
             header_read_timeout: Duration::from_secs(30),
             auth_throttle: AuthThrottleConfig::default(),
         }

@@ -152,6 +152,13 @@ impl Validator<'_> {
                 "0 would refuse every connection; write the most clients at once, e.g. 4096",
             );
         }
+        if self.config.api.max_connections_per_source == 0 {
+            self.push(
+                "api.max_connections_per_source",
+                "0 would refuse every connection; write the most connections one client \
+                 address may hold, e.g. 128 (as many as max_connections lifts the cap)",
+            );
+        }
         if self.config.api.header_read_timeout.is_zero() {
             self.push(
                 "api.header_read_timeout",

@@ -267,16 +267,30 @@ pub fn body(hook: &Webhook, entry: &Entry) -> serde_json::Value {
                 NotificationEvent::Cancelled => "was cancelled",
                 NotificationEvent::RolledBack => "failed and was rolled back",
             };
+            // Every value comes from a deployer (a version, an error a command printed):
+            // escaped, so that `<!channel>` or `<https://evil|click>` is shown as text,
+            // never a mention or a link (docs/configuration.md, `notifications`).
             let mut text = format!(
                 "{} {} to {}: deploy {} {what} (by {})",
-                d.application, d.version, d.environment, d.deploy_id, d.submitted_by
+                slack_escape(&d.application),
+                slack_escape(&d.version),
+                slack_escape(&d.environment),
+                slack_escape(&d.deploy_id),
+                slack_escape(&d.submitted_by)
             );
             if let Some(error) = &d.error {
-                text.push_str(&format!(": {error}"));
+                text.push_str(&format!(": {}", slack_escape(error)));
             }
             serde_json::json!({ "text": text })
         }
     }
+}
+
+/// `text` with Slack's control characters escaped (`&`, `<`, `>`), shown as written.
+fn slack_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// `sha256=<hex>`: the HMAC-SHA256 of `body` under `secret`.
@@ -284,6 +298,31 @@ pub fn signature(secret: &[u8], body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes a key of any length");
     mac.update(body);
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// `t=<timestamp>,sha256=<hex>`: the HMAC-SHA256 of `<timestamp>.<body>` under `secret`,
+/// the header a receiver checks to refuse a replayed delivery (docs/configuration.md,
+/// `notifications`).
+pub fn timestamped_signature(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
+    let mut signed = format!("{timestamp}.").into_bytes();
+    signed.extend_from_slice(body);
+    let signature = signature(secret, &signed);
+    format!("t={timestamp},{signature}")
+}
+
+/// Where a webhook is, for logs and errors: its scheme, host and port only. The path and
+/// the query of a webhook's URL are often its secret (a Slack incoming webhook's are).
+fn shown_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) => {
+            let host = parsed.host_str().unwrap_or("?");
+            match parsed.port() {
+                Some(port) => format!("{}://{host}:{port}", parsed.scheme()),
+                None => format!("{}://{host}", parsed.scheme()),
+            }
+        }
+        Err(_) => "(an unreadable URL)".to_string(),
+    }
 }
 
 /// One POST of `entry` to `hook`; the reason it failed, if it did.
@@ -300,10 +339,20 @@ async fn deliver(hook: &Webhook, config: &Config, entry: &Entry, key: &str) -> R
         .header("x-manent-delivery", key);
     if let Some(secret) = hook.secret(config) {
         let secret = read_secret(&secret).await?;
-        request = request.header("x-manent-signature", signature(secret.as_bytes(), &body));
+        let timestamp = now_ms() / 1000;
+        request = request
+            .header("x-manent-signature", signature(secret.as_bytes(), &body))
+            .header("x-manent-timestamp", timestamp)
+            .header(
+                "x-manent-signature-256-timestamped",
+                timestamped_signature(secret.as_bytes(), timestamp, &body),
+            );
     }
     let response = request.body(body).send().await.map_err(|e| {
-        let mut text = e.to_string();
+        // Without the URL, whose path may be the webhook's secret: the log names the
+        // webhook and its host.
+        let e = e.without_url();
+        let mut text = format!("POST to {} failed: {e}", shown_url(&hook.url));
         let mut cause = std::error::Error::source(&e);
         while let Some(c) = cause {
             text.push_str(&format!(": {c}"));
@@ -315,7 +364,7 @@ async fn deliver(hook: &Webhook, config: &Config, entry: &Entry, key: &str) -> R
     if status.is_success() {
         Ok(())
     } else {
-        Err(format!("{} answered {status}", hook.url))
+        Err(format!("{} answered {status}", shown_url(&hook.url)))
     }
 }
 
@@ -360,6 +409,71 @@ mod tests {
             signature(b"Jefe", b"what do ya want for nothing?"),
             "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
+    }
+
+    #[test]
+    fn the_timestamped_signature_signs_the_timestamp_a_dot_and_the_body() {
+        assert_eq!(
+            timestamped_signature(b"Jefe", 1_700_000_000, b"{}"),
+            format!("t=1700000000,{}", signature(b"Jefe", b"1700000000.{}")),
+            "the timestamp is in the signed text, so a replay under a new time fails"
+        );
+        assert_ne!(
+            timestamped_signature(b"Jefe", 1_700_000_001, b"{}"),
+            timestamped_signature(b"Jefe", 1_700_000_000, b"{}")
+                .replace("t=1700000000", "t=1700000001"),
+            "a changed timestamp does not carry the old signature"
+        );
+    }
+
+    #[test]
+    fn a_slack_message_shows_deployer_text_as_text_never_a_mention_or_a_link() {
+        let hook: Webhook = serde_json::from_str(
+            r#"{"name": "chat", "url": "https://hooks.slack.com/services/T/B/s", "format": "slack"}"#,
+        )
+        .expect("a webhook");
+        let entry = Entry {
+            webhook: "chat".into(),
+            event: NotificationEvent::Failed,
+            deploy: Facts {
+                deploy_id: "d-1".into(),
+                application: "web/shop".into(),
+                environment: "prod".into(),
+                version: "<!channel>".into(),
+                submitted_by: "ci & co".into(),
+                error: Some("see <https://evil.example|click>".into()),
+            },
+            at_ms: 0,
+            attempts: 0,
+            next_at_ms: 0,
+            last_error: None,
+        };
+        assert_eq!(
+            body(&hook, &entry)["text"],
+            "web/shop &lt;!channel&gt; to prod: deploy d-1 failed (by ci &amp; co): see \
+             &lt;https://evil.example|click&gt;",
+            "&, < and > of every deployer-provided value are escaped"
+        );
+    }
+
+    #[test]
+    fn a_webhook_is_shown_by_its_host_never_its_path_or_query() {
+        for (url, shown) in [
+            (
+                "https://hooks.slack.com/services/T0/B0/XXXXsecret",
+                "https://hooks.slack.com",
+            ),
+            (
+                "http://10.0.0.5:8080/hook?token=abc",
+                "http://10.0.0.5:8080",
+            ),
+        ] {
+            assert_eq!(
+                shown_url(url),
+                shown,
+                "{url} is shown without its secret part"
+            );
+        }
     }
 
     #[test]

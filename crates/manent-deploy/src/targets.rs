@@ -430,7 +430,7 @@ pub async fn run(
     output: &OutputWriter,
 ) -> Result<String, TargetError> {
     let secrets = Secrets::read(eff).await?;
-    let env = with_secrets(env, &secrets);
+    let env = command_vars(eff, target, env, &secrets);
     let conn = connection(pool, eff, target).await?;
     // Every line as it is printed, secrets masked on the stream before it is cut into
     // lines: `manent logs -f` and the page show it. What a step returns is recorded and
@@ -467,9 +467,31 @@ fn with_causes(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// `env` and the deploy's secrets, the variables a command gets.
-fn with_secrets(env: &[(String, String)], secrets: &Secrets) -> Vec<(String, String)> {
-    env.iter().cloned().chain(secrets.env()).collect()
+/// The variables a command gets: `env` (the `MANENT_*` ones), on a `host: local` target the
+/// worker's variables its environment file lists in `inherit_env` (those the worker has),
+/// and the deploy's secrets. The local transport gives a command nothing else of the
+/// worker's environment but `PATH`, `HOME` and `LANG` (docs/security.md, "What a local
+/// command sees").
+fn command_vars(
+    eff: &EffectiveDescriptor,
+    target: &Target,
+    env: &[(String, String)],
+    secrets: &Secrets,
+) -> Vec<(String, String)> {
+    let inherited = target
+        .is_local()
+        .then(|| {
+            eff.inherit_env
+                .iter()
+                .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
+        })
+        .into_iter()
+        .flatten();
+    env.iter()
+        .cloned()
+        .chain(inherited)
+        .chain(secrets.env())
+        .collect()
 }
 
 /// The dry-run plan of a target: connects, checks paths, space and
@@ -550,7 +572,7 @@ pub async fn check_once(
                 expect_exit,
             } => {
                 let secrets = Secrets::read(eff).await?;
-                let env = with_secrets(env, &secrets);
+                let env = command_vars(eff, target, env, &secrets);
                 let conn = connection(pool, eff, target).await?;
                 // Masked on the stream, then cut, as a deploy's commands.
                 let printed = Printed::new(secrets.masker(), None);

@@ -66,6 +66,11 @@ pub struct EffectiveDescriptor {
     /// Secrets the commands get as variables: where to read them, never their values.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub secrets: std::collections::BTreeMap<String, crate::SecretSource>,
+    /// The environment file's `inherit_env`: the worker's variables a `host: local` command
+    /// gets. Absent from the records of deploys without it, as from those of releases
+    /// before it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inherit_env: crate::InheritEnv,
     /// Plan instead of act.
     pub dry_run: bool,
     /// When to deploy, if scheduled.
@@ -130,6 +135,7 @@ impl EffectiveDescriptor {
             depends_on: merge_dependencies(&env.depends_on, &descriptor.depends_on),
             rollback: env.rollback.clone(),
             secrets: env.secrets.clone(),
+            inherit_env: env.inherit_env.clone(),
             dry_run: descriptor.dry_run,
             schedule: descriptor.schedule.clone(),
         };

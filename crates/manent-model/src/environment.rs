@@ -16,6 +16,9 @@ use crate::source::Document;
 use crate::{CHECK_PLACEHOLDERS, DEFAULT_PLUGIN, DEST_PLACEHOLDERS, rules};
 
 pub(crate) mod load;
+mod variables;
+
+pub use variables::InheritEnv;
 
 /// The environment configuration of one application's environment.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +70,14 @@ pub struct EnvironmentFile {
         skip_serializing_if = "std::collections::BTreeMap::is_empty"
     )]
     pub secrets: std::collections::BTreeMap<String, SecretSource>,
+    /// Variables of the worker process a `host: local` command gets, by name; it gets no
+    /// other (docs/environments.md, `inherit_env`).
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub inherit_env: InheritEnv,
 }
 
 /// Where a secret's value is read, on the worker: exactly one of `file` and `env`.
@@ -689,41 +700,7 @@ fn validate(doc: &mut Document<'_>, env: &EnvironmentFile, own: (&str, &str)) {
             doc.issue(format!("dependents[{i}]"), message);
         }
     }
-    for (name, source) in &env.secrets {
-        let at = format!("secrets.{name}");
-        let valid_name = name
-            .chars()
-            .next()
-            .is_some_and(|c| c == '_' || c.is_ascii_uppercase())
-            && name
-                .chars()
-                .all(|c| c == '_' || c.is_ascii_uppercase() || c.is_ascii_digit());
-        if !valid_name || name.starts_with("MANENT_") {
-            doc.issue(
-                at.clone(),
-                format!(
-                    "`{name}` is not a secret's variable name; use upper-case letters, digits \
-                     and `_`, not starting with a digit or MANENT_"
-                ),
-            );
-        }
-        match (&source.file, &source.env) {
-            (Some(file), None) if file.is_absolute() => {}
-            (Some(file), None) => doc.issue(
-                format!("{at}.file"),
-                format!(
-                    "`{}` is relative; write the absolute path of the file on the worker",
-                    file.display()
-                ),
-            ),
-            (None, Some(var)) if !var.trim().is_empty() => {}
-            _ => doc.issue(
-                at,
-                "write exactly one of file (a path on the worker) or env (a variable of the \
-                 worker process)",
-            ),
-        }
-    }
+    variables::validate(doc, env);
     for (i, key) in env.overrides.iter().flatten().enumerate() {
         if !OVERRIDABLE_KEYS.contains(&key.as_str()) {
             doc.issue(

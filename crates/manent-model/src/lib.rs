@@ -39,8 +39,8 @@ pub use environment::load::{
 };
 pub use environment::{
     Approval, Check, CheckKind, DEFAULT_OVERRIDES, Dependency, DeploySettings, EnvironmentFile,
-    OVERRIDABLE_KEYS, OnFailure, RollbackPolicy, Rollout, SecretSource, SharedPaths, SshSettings,
-    Target, VerifyBy, Waves, parse_environment,
+    InheritEnv, OVERRIDABLE_KEYS, OnFailure, RollbackPolicy, Rollout, SecretSource, SharedPaths,
+    SshSettings, Target, VerifyBy, Waves, parse_environment,
 };
 pub use error::{EnvironmentsSourceUnreadable, Issue, ModelError};
 pub use routing::{

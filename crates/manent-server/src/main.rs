@@ -463,17 +463,18 @@ async fn serve(
         };
         let limits = listener::Limits {
             max_connections: listener::fit_to_this_process(config.api.max_connections),
+            max_connections_per_source: config.api.max_connections_per_source,
             header_read_timeout: config.api.header_read_timeout,
         };
         let tls = match config.api_tls_paths() {
             None => {
-                tracing::info!(%addr, max_connections = limits.max_connections, "API listening (HTTP)");
+                tracing::info!(%addr, max_connections = limits.max_connections, max_connections_per_source = limits.max_connections_per_source, "API listening (HTTP)");
                 None
             }
             Some((cert, key)) => {
                 // Read at startup: a bad certificate or key stops the process, naming the file.
                 let tls = tls_config(&cert, &key)?;
-                tracing::info!(%addr, cert = %cert.display(), max_connections = limits.max_connections, "API listening (HTTPS)");
+                tracing::info!(%addr, cert = %cert.display(), max_connections = limits.max_connections, max_connections_per_source = limits.max_connections_per_source, "API listening (HTTPS)");
                 Some(tls)
             }
         };
@@ -594,6 +595,7 @@ fn tls_config(cert: &Path, key: &Path) -> Result<RustlsConfig> {
             cert.display()
         );
     }
+    warn_if_others_may_read(key);
     let key = PrivateKeyDer::from_pem_file(key).with_context(|| {
         format!(
             "api.tls.key: cannot read a PEM private key from {}",
@@ -609,6 +611,26 @@ fn tls_config(cert: &Path, key: &Path) -> Result<RustlsConfig> {
         .context("api.tls: the key does not match the certificate, or is not supported")?;
     server.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(RustlsConfig::from_config(Arc::new(server)))
+}
+
+/// Warns when the TLS private key is readable by its group or others (docs/security.md,
+/// "TLS"): whoever reads it can impersonate the API. Not refused: a Kubernetes secret
+/// volume is 0644 unless its `defaultMode` says otherwise.
+fn warn_if_others_may_read(key: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(key) {
+        Ok(meta) if meta.permissions().mode() & 0o077 != 0 => tracing::warn!(
+            key = %key.display(),
+            mode = format!("{:o}", meta.permissions().mode() & 0o777),
+            "api.tls.key: the TLS private key {} may be read by other users than its owner; \
+             run `chmod 600 {}` (in Kubernetes, defaultMode: 0400 on the secret's volume)",
+            key.display(),
+            key.display()
+        ),
+        Ok(_) => {}
+        // Reading the key itself says what is wrong with it, next.
+        Err(_) => {}
+    }
 }
 
 /// How often a worker's ticker looks for due schedule ticks.

@@ -168,3 +168,177 @@ async fn a_client_failing_to_authenticate_over_the_listener_is_throttled_and_aud
         "the summary names the source address: {trail}"
     );
 }
+
+/// A connection to the API from the loopback address `from` (any of 127.0.0.0/8: each is a
+/// source of its own for the listener's cap per source).
+async fn connect_from(from: &str, port: u16) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket
+        .bind(format!("{from}:0").parse().expect("a loopback address"))
+        .unwrap_or_else(|e| panic!("bind the source address {from}: {e}"));
+    socket
+        .connect(([127, 0, 0, 1], port).into())
+        .await
+        .unwrap_or_else(|e| panic!("connect from {from}: {e}"))
+}
+
+/// One answer: its status, its head (lower case) and its body.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+/// Sends `GET path` on `socket` (keep-alive: the connection stays open once answered) and
+/// reads the answer (by its `Content-Length`, or to the end); `None` when the server closed
+/// the connection without an answer.
+async fn get(
+    socket: &mut tokio::net::TcpStream,
+    path: &str,
+    token: Option<&str>,
+) -> Option<Answer> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authorization = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: manent\r\n{authorization}\r\n");
+    socket.write_all(request.as_bytes()).await.ok()?;
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&bytes).to_string();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let head = head.to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|n| n.trim().parse::<usize>().ok());
+            if length.is_some_and(|n| body.len() >= n) {
+                let status = head.split_whitespace().nth(1)?.parse().ok()?;
+                return Some(Answer {
+                    status,
+                    head,
+                    body: body.to_string(),
+                });
+            }
+        }
+        let n = socket.read(&mut chunk).await.unwrap_or(0);
+        if n == 0 {
+            return None;
+        }
+        bytes.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// `GET path` over a fresh connection from `from`.
+async fn get_from(from: &str, port: u16, path: &str, token: Option<&str>) -> Option<Answer> {
+    let mut socket = connect_from(from, port).await;
+    get(&mut socket, path, token).await
+}
+
+/// `count` connections from `from`, each served once and kept open: each holds its slot.
+async fn hold(from: &str, port: u16, count: usize) -> Vec<tokio::net::TcpStream> {
+    let mut held = Vec::new();
+    for i in 0..count {
+        let mut socket = connect_from(from, port).await;
+        let answer = get(&mut socket, "/healthz", None).await;
+        assert!(
+            answer
+                .as_ref()
+                .is_some_and(|a| a.status == 200 && !a.head.contains("connection: close")),
+            "connection {i} from {from} is served and kept open: {answer:?}"
+        );
+        held.push(socket);
+    }
+    held
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_source_is_capped_while_others_connect_and_health_probes_are_answered_beyond_every_cap()
+{
+    let mut site = Site::new(Db::Sqlite, &[]).await;
+    let token = site.token();
+    site.start_with(
+        "api",
+        "api-1",
+        &[
+            ("MANENT__API__MAX_CONNECTIONS", "6"),
+            ("MANENT__API__MAX_CONNECTIONS_PER_SOURCE", "3"),
+            // Held connections must not be closed for idleness while the test runs.
+            ("MANENT__API__HEADER_READ_TIMEOUT", "1h"),
+        ],
+    );
+    site.wait_api().await;
+    let port = site.port;
+
+    // 127.0.0.2 takes its whole share.
+    let flood = hold("127.0.0.2", port, 3).await;
+    let refused = get_from("127.0.0.2", port, "/api/v1/whoami", Some(&token)).await;
+    assert!(
+        refused.as_ref().is_some_and(|a| a.status == 503
+            && a.body.contains("api.max_connections_per_source")
+            && a.head.contains("connection: close")),
+        "a fourth connection from the same source is not served, and the answer names the cap: {refused:?}"
+    );
+    let probe = eventually("a health probe from the capped source", WAIT, || async {
+        get_from("127.0.0.2", port, "/healthz", None)
+            .await
+            .filter(|a| a.status == 200)
+    })
+    .await;
+    assert!(
+        probe.head.contains("connection: close"),
+        "the probe's reserved connection is given back after one answer: {probe:?}"
+    );
+    let other = get_from("127.0.0.3", port, "/api/v1/whoami", Some(&token)).await;
+    assert_eq!(
+        other.as_ref().map(|a| a.status),
+        Some(200),
+        "another source is served while the first is capped: {other:?}"
+    );
+
+    // 127.0.0.3 takes the rest of the global cap.
+    let rest = eventually("127.0.0.3's connections all held", WAIT, || async {
+        // The whoami connection above may still be closing: retried until it is gone.
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let mut socket = connect_from("127.0.0.3", port).await;
+            match get(&mut socket, "/healthz", None).await {
+                Some(a) if !a.head.contains("connection: close") => held.push(socket),
+                _ => return None,
+            }
+        }
+        Some(held)
+    })
+    .await;
+    let refused = get_from("127.0.0.4", port, "/api/v1/whoami", Some(&token)).await;
+    assert!(
+        refused.as_ref().is_some_and(|a| a.status == 503
+            && a.body.contains("api.max_connections)")
+            && a.head.contains("connection: close")),
+        "with the global cap reached a new source is not served either: {refused:?}"
+    );
+    for path in ["/healthz", "/readyz"] {
+        eventually(
+            &format!("{path} answered with every cap reached"),
+            WAIT,
+            || async {
+                get_from("127.0.0.4", port, path, None)
+                    .await
+                    .filter(|a| a.status == 200)
+            },
+        )
+        .await;
+    }
+
+    drop((flood, rest));
+    eventually(
+        "the API serves again once the flood closes",
+        WAIT,
+        || async {
+            get_from("127.0.0.2", port, "/api/v1/whoami", Some(&token))
+                .await
+                .filter(|a| a.status == 200)
+        },
+    )
+    .await;
+}

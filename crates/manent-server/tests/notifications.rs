@@ -199,6 +199,18 @@ async fn webhooks_hear_of_starts_ends_approvals_and_cancellations_and_one_that_i
             "every body is signed with the webhook's secret (its file's final newline \
              excluded): {r:?}"
         );
+        let timestamp: i64 = r
+            .header("x-manent-timestamp")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("a delivery carries its time in unix seconds: {r:?}"));
+        assert_eq!(
+            r.header("x-manent-signature-256-timestamped"),
+            Some(
+                manent_deploy::notifications::timestamped_signature(b"s3cret", timestamp, &r.body)
+                    .as_str()
+            ),
+            "the timestamp and the body are signed together, so a replay can be refused: {r:?}"
+        );
     }
     let failed = ops
         .lock()

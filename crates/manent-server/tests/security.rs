@@ -1,7 +1,9 @@
-//! Tokens, the audit trail and HTTPS against real processes: a token revoked with
-//! `manent-server admin token revoke` is refused by the running API at once, the
-//! administration commands never print a secret, and the `manent` CLI verifies an HTTPS
-//! API against a private CA (`--ca`) made for the test.
+//! Tokens, the audit trail, HTTPS and what commands see, against real processes: a token
+//! revoked with `manent-server admin token revoke` is refused by the running API at once,
+//! the administration commands never print a secret, the `manent` CLI verifies an HTTPS
+//! API against a private CA (`--ca`) made for the test (and the server warns of a key
+//! others may read), and a `host: local` command sees none of the worker's variables but
+//! those its environment file lists in `inherit_env`.
 
 mod common;
 
@@ -192,6 +194,12 @@ async fn the_cli_verifies_the_https_api_against_a_private_ca_given_with_ca() {
     std::fs::create_dir_all(site.dir.join("tls")).unwrap();
     std::fs::write(site.dir.join("tls/server.pem"), cert).unwrap();
     std::fs::write(site.dir.join("tls/server.key"), key).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        site.dir.join("tls/server.key"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
     let ca_path = site.dir.join("ca.pem");
     std::fs::write(&ca_path, ca).unwrap();
     // Relative paths: resolved against the directory of manent.yml.
@@ -237,4 +245,56 @@ async fn the_cli_verifies_the_https_api_against_a_private_ca_given_with_ca() {
         Some(0),
         "plain HTTP gets nothing from an HTTPS listener"
     );
+    let log = std::fs::read_to_string(site.dir.join("api-api-1.log")).expect("the API's log");
+    assert!(
+        log.contains("chmod 600") && log.contains("server.key"),
+        "a key others may read (written 0644 here) is warned of, naming it and the fix: {log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_command_sees_none_of_the_workers_variables_but_those_inherit_env_lists() {
+    let mut site = Site::new(Db::Sqlite, &[]).await;
+    let seen = site.dir.join("seen-env");
+    site.write_environment(
+        "acme/web",
+        "prod",
+        &format!(
+            "targets:\n  - {{name: t1, host: local}}\ninherit_env: [PASSED_THROUGH]\n\
+             deploy:\n  plugin: command\n  commands:\n    - {}\n",
+            serde_json::to_string(&format!("env > {}", seen.display())).unwrap()
+        ),
+    );
+    let token = site.token();
+    site.start_with(
+        "serve",
+        "node-1",
+        &[
+            ("WORKER_ONLY_SECRET", "kept-on-the-worker"),
+            ("PASSED_THROUGH", "listed-in-inherit-env"),
+        ],
+    );
+    site.wait_api().await;
+    let descriptor = site.descriptor("1.0");
+    let (code, submitted) = site.cli(&token, &["deploy", "-f", descriptor.to_str().unwrap()]);
+    assert_eq!(code, 0, "submission accepted: {submitted}");
+    let id = submitted["id"].as_str().unwrap().to_string();
+    let done = site.wait_status(&token, &id, "SUCCESS").await;
+    let env = std::fs::read_to_string(&seen)
+        .unwrap_or_else(|e| panic!("the command wrote its environment ({e}): {done}"));
+    assert!(
+        !env.contains("WORKER_ONLY_SECRET") && !env.contains("kept-on-the-worker"),
+        "a variable of the worker not listed in inherit_env stays out: {env}"
+    );
+    assert!(
+        env.lines()
+            .any(|l| l == "PASSED_THROUGH=listed-in-inherit-env"),
+        "a variable listed in inherit_env is passed through: {env}"
+    );
+    for name in ["MANENT_DEPLOY_ID", "MANENT_TARGET", "PATH"] {
+        assert!(
+            env.lines().any(|l| l.starts_with(&format!("{name}="))),
+            "{name} is there as for an SSH command: {env}"
+        );
+    }
 }

@@ -1,5 +1,6 @@
 //! The local transport (`host: local`): the worker's own machine, with the same semantics
-//! as SSH (commands through `sh -c`, uploads as `.part` + fsync + rename).
+//! as SSH (commands through `sh -c` with a cleared environment, uploads as `.part` + fsync +
+//! rename).
 
 use std::{
     fs::{self, File, OpenOptions},
@@ -48,6 +49,10 @@ impl Drop for ProcessGroupGuard {
         }
     }
 }
+
+/// The worker's variables every local command gets, as a login on a target would have
+/// its own; every other variable of the worker is withheld.
+pub const KEPT_VARIABLES: [&str; 3] = ["PATH", "HOME", "LANG"];
 
 /// The worker's own machine. Relative paths are relative to the worker's directory.
 #[derive(Debug, Default, Clone)]
@@ -266,6 +271,15 @@ impl Connection for LocalConnection {
             .arg("manent")
             .arg(command)
             .arg(switch.as_ref().map(|s| s.timeout_arg()).unwrap_or_default())
+            // What an SSH command gets, no more: the worker's own variables (its cloud
+            // credentials, its database URL) stay out (docs/security.md, "What a local
+            // command sees"); the caller adds what the environment file lets through.
+            .env_clear()
+            .envs(
+                KEPT_VARIABLES
+                    .iter()
+                    .filter_map(|name| std::env::var_os(name).map(|value| (name, value))),
+            )
             .envs(env.iter().map(|(k, v)| (k, v)))
             // Held open by this process only: its end (the worker's death) ends the command.
             .stdin(Stdio::piped())

@@ -611,6 +611,7 @@ api:
   listen: "8080"
   public_url: manent.example.com
   max_connections: 0
+  max_connections_per_source: 0
   header_read_timeout: 0s
 dbos:
   region: eu.west
@@ -639,17 +640,18 @@ log:
             manent.yml:5: api.listen: `8080` is not HOST:PORT; write e.g. 127.0.0.1:8080 or 0.0.0.0:8080
             manent.yml:6: api.public_url: `manent.example.com` is not an http:// or https:// URL; write e.g. https://manent.example.com
             manent.yml:7: api.max_connections: 0 would refuse every connection; write the most clients at once, e.g. 4096
-            manent.yml:8: api.header_read_timeout: 0s would close every connection at once; write e.g. 30s
-            manent.yml:10: dbos.region: invalid region name `eu.west`; use letters, digits, '-' and '_' only
-            manent.yml:11: dbos.exclusive: an exclusive worker serves only dbos.queues and dbos.plugins, and both are empty; list its queues or plugins, or remove dbos.exclusive
-            manent.yml:19: plugins.bad name: invalid plugin name `bad name`; use letters, digits, '-' and '_' only
-            manent.yml:20: plugins.bad name.queue: invalid queue name `x y`; use letters, digits, '-' and '_' only
-            manent.yml:16: plugins.salt.queue: queue `shared` is also the queue of plugin `ansible` (plugins.ansible.queue, line 14); give each plugin its own queue
-            manent.yml:24: queues[0].match.applications[0]: application pattern `trainer` is not qualified with the tenant; write e.g. `trainer/*` (all of tenant trainer's applications) or `ml/trainer`
-            manent.yml:24: queues[0].match.applications[3]: empty pattern; remove it
-            manent.yml:18: plugins.gpu-plugin.queue: queue name `gpu` is also a routed queue (queues[0], line 22); give the plugin a queue of its own
-            manent.yml:26: environments.source: empty path; give the directory of the environment configurations
-            manent.yml:28: log.level: `verbose` is not a log level; use one of trace, debug, info, warn, error, off or a filter such as info,manent_engine=debug
+            manent.yml:8: api.max_connections_per_source: 0 would refuse every connection; write the most connections one client address may hold, e.g. 128 (as many as max_connections lifts the cap)
+            manent.yml:9: api.header_read_timeout: 0s would close every connection at once; write e.g. 30s
+            manent.yml:11: dbos.region: invalid region name `eu.west`; use letters, digits, '-' and '_' only
+            manent.yml:12: dbos.exclusive: an exclusive worker serves only dbos.queues and dbos.plugins, and both are empty; list its queues or plugins, or remove dbos.exclusive
+            manent.yml:20: plugins.bad name: invalid plugin name `bad name`; use letters, digits, '-' and '_' only
+            manent.yml:21: plugins.bad name.queue: invalid queue name `x y`; use letters, digits, '-' and '_' only
+            manent.yml:17: plugins.salt.queue: queue `shared` is also the queue of plugin `ansible` (plugins.ansible.queue, line 15); give each plugin its own queue
+            manent.yml:25: queues[0].match.applications[0]: application pattern `trainer` is not qualified with the tenant; write e.g. `trainer/*` (all of tenant trainer's applications) or `ml/trainer`
+            manent.yml:25: queues[0].match.applications[3]: empty pattern; remove it
+            manent.yml:19: plugins.gpu-plugin.queue: queue name `gpu` is also a routed queue (queues[0], line 23); give the plugin a queue of its own
+            manent.yml:27: environments.source: empty path; give the directory of the environment configurations
+            manent.yml:29: log.level: `verbose` is not a log level; use one of trace, debug, info, warn, error, off or a filter such as info,manent_engine=debug
         "#]],
     );
 }

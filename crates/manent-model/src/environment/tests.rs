@@ -273,7 +273,7 @@ fn target_and_other_errors() {
     check(
         "targets: [{name: a, host: a}]\nsshh: {}\n",
         expect![
-            "prod.yml:2: sshh: unknown field `sshh`; remove it or fix its spelling (fields allowed here: targets, ssh, deploy, rollout, checks, approval, depends_on, dependents, rollback, overrides, secrets)"
+            "prod.yml:2: sshh: unknown field `sshh`; remove it or fix its spelling (fields allowed here: targets, ssh, deploy, rollout, checks, approval, depends_on, dependents, rollback, overrides, secrets, inherit_env)"
         ],
     );
     check(
@@ -325,4 +325,32 @@ fn ssh_verify_is_auto_by_default_and_may_be_sftp_or_command() {
             && err.contains("command"),
         "the error names the field and the choices: {err}"
     );
+}
+
+#[test]
+fn inherit_env_names_variables_of_the_worker_once_and_not_a_secret() {
+    let base = "targets: [{name: a, host: local}]\ndeploy: {dest: /srv}\n";
+    let ok = format!("{base}inherit_env: [AWS_PROFILE, http_proxy]\n");
+    let env = parse_environment(&ok, "prod.yml", "ml/trainer", "prod").expect("valid inherit_env");
+    assert_eq!(
+        env.inherit_env,
+        ["AWS_PROFILE", "http_proxy"],
+        "both names are read, as written"
+    );
+    for (bad, fragment) in [
+        ("[\"1X\"]", "not a variable name"),
+        ("[\"A-B\"]", "not a variable name"),
+        ("[MANENT_DEPLOY_ID]", "not a variable name"),
+        ("[A, A]", "listed twice"),
+        ("[K]\nsecrets: {K: {env: K}}", "also a secret"),
+    ] {
+        let text = format!("{base}inherit_env: {bad}\n");
+        let err = parse_environment(&text, "prod.yml", "ml/trainer", "prod")
+            .expect_err(bad)
+            .to_string();
+        assert!(
+            err.contains(fragment) && err.contains("inherit_env["),
+            "{bad}: the error names the entry and why: {err}"
+        );
+    }
 }
