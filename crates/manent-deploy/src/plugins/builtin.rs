@@ -213,7 +213,7 @@ impl OnTarget<'_> {
                         // A missing copy (a replaced machine) is fetched and verified again.
                         ensure_all(eff, dir, sources).await?;
                     }
-                    run_printing(ctx, &step, pool, eff, target, command, &env).await
+                    run_printing(ctx, &step, pool, eff, target, command, env).await
                 })
                 .await?;
             lines.push(format!(
@@ -295,7 +295,7 @@ impl OnTarget<'_> {
             let script = release_scripts::link_shared(&directories, &release, &shared, &paths);
             let linked: String = ctx
                 .step_with(&step, shown_running(), || async {
-                    run_script(ctx, &step, pool, eff, target, &script, &env).await
+                    run_script(ctx, &step, pool, eff, target, &script, env).await
                 })
                 .await?;
             lines.push(linked);
@@ -306,7 +306,7 @@ impl OnTarget<'_> {
         if let Some(activate) = &eff.activate {
             let step = format!("{name}: activate");
             ctx.step_with(&step, shown_running(), || async {
-                run_printing(ctx, &step, pool, eff, target, activate, &env).await
+                run_printing(ctx, &step, pool, eff, target, activate, env).await
             })
             .await?;
             lines.push("activated".into());
