@@ -192,26 +192,7 @@ async fn webhooks_hear_of_starts_ends_approvals_and_cancellations_and_one_that_i
         want.len(),
         "each event once, nothing else: {heard:?}"
     );
-    for r in ops.lock().unwrap().iter() {
-        assert_eq!(
-            r.header("x-manent-signature"),
-            Some(manent_deploy::notifications::signature(b"s3cret", &r.body).as_str()),
-            "every body is signed with the webhook's secret (its file's final newline \
-             excluded): {r:?}"
-        );
-        let timestamp: i64 = r
-            .header("x-manent-timestamp")
-            .and_then(|t| t.parse().ok())
-            .unwrap_or_else(|| panic!("a delivery carries its time in unix seconds: {r:?}"));
-        assert_eq!(
-            r.header("x-manent-signature-256-timestamped"),
-            Some(
-                manent_deploy::notifications::timestamped_signature(b"s3cret", timestamp, &r.body)
-                    .as_str()
-            ),
-            "the timestamp and the body are signed together, so a replay can be refused: {r:?}"
-        );
-    }
+    assert_every_delivery_signed(&ops);
     let failed = ops
         .lock()
         .unwrap()
@@ -251,6 +232,35 @@ async fn webhooks_hear_of_starts_ends_approvals_and_cancellations_and_one_that_i
     );
 
     // The webhook that is down: tried max_attempts times, then kept as failed.
+    assert_down_delivery_kept_as_failed(&site).await;
+}
+
+/// Every delivery to `ops` signed with its secret (`s3cret`), alone and with its timestamp.
+fn assert_every_delivery_signed(ops: &Mutex<Vec<Received>>) {
+    for r in ops.lock().unwrap().iter() {
+        assert_eq!(
+            r.header("x-manent-signature"),
+            Some(manent_deploy::notifications::signature(b"s3cret", &r.body).as_str()),
+            "every body is signed with the webhook's secret (its file's final newline \
+             excluded): {r:?}"
+        );
+        let timestamp: i64 = r
+            .header("x-manent-timestamp")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("a delivery carries its time in unix seconds: {r:?}"));
+        assert_eq!(
+            r.header("x-manent-signature-256-timestamped"),
+            Some(
+                manent_deploy::notifications::timestamped_signature(b"s3cret", timestamp, &r.body)
+                    .as_str()
+            ),
+            "the timestamp and the body are signed together, so a replay can be refused: {r:?}"
+        );
+    }
+}
+
+/// The delivery wanted by the webhook that is down, kept as failed after its two tries.
+async fn assert_down_delivery_kept_as_failed(site: &Site) {
     let client = manent_engine::Client::new(
         manent_engine::store::open(&site.db.url)
             .await
