@@ -231,6 +231,23 @@ fn summary(
         _ if phase_event == Some(Phase::Refused) => Phase::Refused,
         _ => Phase::Done,
     };
+    // Every view of a deploy, lists included, tells its targets as their events recorded
+    // them: a finished deploy's targets are never shown `pending`.
+    let mut targets: Vec<TargetView> = request
+        .effective
+        .as_ref()
+        .map(|e| {
+            e.targets
+                .iter()
+                .map(|t| TargetView {
+                    name: t.name.clone(),
+                    status: TargetState::Pending,
+                    detail: None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    apply_target_events(id, record.status, &mut targets, events);
     Ok(DeployStatus {
         id: record.id.clone(),
         application: d.application.clone(),
@@ -243,20 +260,7 @@ fn summary(
         route_kind: request.route.kind,
         executor_id: record.executor_id.clone(),
         dry_run: request.effective.as_ref().map_or(d.dry_run, |e| e.dry_run),
-        targets: request
-            .effective
-            .as_ref()
-            .map(|e| {
-                e.targets
-                    .iter()
-                    .map(|t| TargetView {
-                        name: t.name.clone(),
-                        status: TargetState::Pending,
-                        detail: None,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
+        targets,
         steps: Vec::new(),
         error: record.error.clone(),
         submitted_by: request.submitted_by.clone(),
@@ -293,6 +297,41 @@ fn summary(
         waves: Vec::new(),
         passes: Vec::new(),
     })
+}
+
+/// Sets each target's state and detail from its recorded `target:<name>` events, in order (a
+/// later event wins); a target an event names that the request does not is added. A cancelled
+/// deploy stopped its commands: what had not finished never will.
+fn apply_target_events<'e>(
+    id: &str,
+    status: WorkflowStatus,
+    targets: &mut Vec<TargetView>,
+    events: impl IntoIterator<Item = &'e EventRecord>,
+) {
+    for e in events {
+        let Some(EventKey::Target(name)) = EventKey::parse(&e.key) else {
+            continue;
+        };
+        let outcome = recorded_target(id, &name, &e.value);
+        match targets.iter_mut().find(|t| t.name == outcome.name) {
+            Some(t) => {
+                t.status = outcome.status;
+                t.detail = outcome.detail;
+            }
+            None => targets.push(TargetView {
+                name: outcome.name,
+                status: outcome.status,
+                detail: outcome.detail,
+            }),
+        }
+    }
+    if status == WorkflowStatus::Cancelled {
+        for t in targets.iter_mut() {
+            if matches!(t.status, TargetState::Pending | TargetState::Deploying) {
+                t.status = TargetState::Cancelled;
+            }
+        }
+    }
 }
 
 /// The summaries of the deploys among `records` whose request can be read (one that
@@ -363,32 +402,13 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
     }
     let passes = timeline::passes(client, id, &view.queue).await?;
     // A pass's own events first: the deploy republishes its targets' outcomes when the
-    // pass ends, and those win.
-    for e in passes.events.iter().chain(&events) {
-        let Some(EventKey::Target(name)) = EventKey::parse(&e.key) else {
-            continue;
-        };
-        let outcome = recorded_target(id, &name, &e.value);
-        match view.targets.iter_mut().find(|t| t.name == outcome.name) {
-            Some(t) => {
-                t.status = outcome.status;
-                t.detail = outcome.detail;
-            }
-            None => view.targets.push(TargetView {
-                name: outcome.name,
-                status: outcome.status,
-                detail: outcome.detail,
-            }),
-        }
-    }
-    // A cancelled deploy stopped its commands: what had not finished never will.
-    if record.status == WorkflowStatus::Cancelled {
-        for t in &mut view.targets {
-            if matches!(t.status, TargetState::Pending | TargetState::Deploying) {
-                t.status = TargetState::Cancelled;
-            }
-        }
-    }
+    // pass ends, and those win (`summary` applied the deploy's; applied again after).
+    apply_target_events(
+        id,
+        record.status,
+        &mut view.targets,
+        passes.events.iter().chain(&events),
+    );
     view.effective = match &request.effective {
         Some(effective) => {
             Some(
@@ -700,14 +720,10 @@ pub async fn list(
     }
     chosen.truncate(wanted);
     let records: Vec<&WorkflowRecord> = chosen.iter().collect();
-    // A running deploy's phase (waiting for approval, a wave) lives in its events: read
-    // for all of them at once.
-    let running: Vec<String> = records
-        .iter()
-        .filter(|r| r.status == WorkflowStatus::Pending)
-        .map(|r| r.id.clone())
-        .collect();
-    let mut events = client.events_of(&running).await?;
+    // A running deploy's phase (waiting for approval, a wave) and every deploy's targets
+    // live in their events: read for all of them at once (one round trip per 500).
+    let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
+    let mut events = client.events_of(&ids).await?;
     summaries(records, &mut events)
 }
 
@@ -889,20 +905,11 @@ pub async fn history(
             ..Default::default()
         })
         .await?;
-    let mut views = Vec::new();
-    for r in &records {
-        let Some(request) = request_of(r) else {
-            continue;
-        };
-        // A running deploy's phase (waiting for approval, a wave) lives in its events.
-        let events = if r.status == WorkflowStatus::Pending {
-            client.events(&r.id).await?
-        } else {
-            Vec::new()
-        };
-        views.push(summary(r, &request, &events)?);
-    }
-    Ok(views)
+    // A running deploy's phase (waiting for approval, a wave) and every deploy's targets
+    // live in their events: read for all of them at once.
+    let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
+    let mut events = client.events_of(&ids).await?;
+    summaries(&records, &mut events)
 }
 
 /// Target `name`'s recorded outcome (event `target:<name>` of deploy `id`). One that

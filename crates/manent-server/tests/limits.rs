@@ -140,7 +140,8 @@ async fn limits_count_over_every_queue_and_are_reached_but_never_exceeded(db: Db
         ))
         .unwrap();
         format!(
-            "targets: [{{name: t1, host: local}}]\ndeploy: {{plugin: command, commands: [{command}]}}\n"
+            "targets: [{{name: t1, host: local}}]\ndeploy: {{plugin: command, commands: [{command}]}}\n\
+             inherit_env: [DBOS__VMID]\n"
         )
     };
     let phase1: Vec<String> = (0..5)

@@ -126,6 +126,21 @@ async fn rollback_puts_the_previous_version_back_and_redeploy_the_named_one(db: 
         ],
         "three deploys, newest first, with their versions: {history}"
     );
+    for view in [history.clone(), site.cli(&token, &["list"]).1] {
+        let targets: Vec<(String, String)> = view
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d["status"] == "SUCCESS")
+            .flat_map(|d| d["targets"].as_array().cloned().unwrap_or_default())
+            .map(|t| (t["name"].to_string(), t["status"].to_string()))
+            .collect();
+        assert!(
+            !targets.is_empty() && targets.iter().all(|(_, status)| status == "\"deployed\""),
+            "a list's JSON tells each target of a successful deploy as deployed, not pending: \
+             {targets:?}"
+        );
+    }
     let (code, text) = site.cli_text(&token, &["history", "acme/web", "prod"]);
     assert_eq!(code, 0, "the history table: {text}");
     for column in ["VERSION", "DURATION", "DRY_RUN", "SUBMITTED_BY"] {

@@ -395,7 +395,8 @@ async fn global_and_per_worker_concurrency_are_never_exceeded(db: Db) {
     site.set_config("dbos: {concurrency: 2, global_concurrency: 3}\n");
     let ledger = common::ledger_path(&site.dir);
     // Each deploy records when it starts and ends, and on which worker ($DBOS__VMID
-    // of the worker process it runs in); it lasts long enough to overlap others.
+    // of the worker process it runs in, passed through by `inherit_env`); it lasts long
+    // enough to overlap others.
     let command = serde_json::to_string(&format!(
         "echo start $DBOS__VMID $MANENT_DEPLOY_ID >> {ledger}; sleep 0.3; echo end $DBOS__VMID $MANENT_DEPLOY_ID >> {ledger}"
     ))
@@ -405,7 +406,7 @@ async fn global_and_per_worker_concurrency_are_never_exceeded(db: Db) {
         site.write_environment(
             application,
             "prod",
-            &format!("targets: [{{name: t1, host: local}}]\ndeploy: {{plugin: command, commands: [{command}]}}\n"),
+            &format!("targets: [{{name: t1, host: local}}]\ndeploy: {{plugin: command, commands: [{command}]}}\ninherit_env: [DBOS__VMID]\n"),
         );
     }
     let token = site.token();

@@ -38,9 +38,12 @@ fn old_server() -> PathBuf {
     path
 }
 
-/// Set in each process's environment and inherited by the commands of its deploys (a
-/// `host: local` command runs as the worker's child), which write it into the ledger.
+/// Set in each process's environment and handed to the commands of its deploys as the
+/// secret [`BUILD_SECRET`] (`{env: …}`, read on the worker that runs the command; both builds
+/// know it, and a `host: local` command no longer inherits the worker's environment), which
+/// they write into the ledger.
 const BUILD_VARIABLE: &str = "UPGRADE_TEST_BUILD";
+const BUILD_SECRET: &str = "UPGRADE_BUILD";
 const OLD: &str = "old";
 const NEW: &str = "new";
 
@@ -50,7 +53,7 @@ const NEW: &str = "new";
 fn ledger_command(site: &Site, event: &str, gated: bool) -> String {
     let ledger = common::ledger_path(&site.dir);
     let line =
-        format!("{event} $MANENT_APPLICATION $MANENT_TARGET $MANENT_VERSION ${BUILD_VARIABLE}");
+        format!("{event} $MANENT_APPLICATION $MANENT_TARGET $MANENT_VERSION ${BUILD_SECRET}");
     let wait = if gated {
         let gate = site.dir.join("gate").display().to_string();
         format!("while [ ! -f {gate} ]; do sleep 0.1; done; ")
@@ -95,7 +98,8 @@ fn command_environment(
         application,
         "prod",
         &format!(
-            "targets: [{}]\ndeploy:\n  plugin: command\n  commands:\n    - {}\n{extra}",
+            "secrets: {{{BUILD_SECRET}: {{env: {BUILD_VARIABLE}}}}}\ntargets: [{}]\n\
+             deploy:\n  plugin: command\n  commands:\n    - {}\n{extra}",
             targets.join(", "),
             serde_json::to_string(command).unwrap()
         ),
