@@ -1,0 +1,534 @@
+//! Tests of artifact fetching: sources, redirects, sha256, size limits, the kept copies
+//! a retry or rollback reuses, and what a plugin may have planted in their place.
+
+use super::*;
+
+/// The application of the deploys of the tests.
+const APP: &str = "acme/web";
+
+/// The `.part` files in `dir`.
+fn parts(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|name| name.ends_with(".part"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn artifact(url: String, sha256: &str) -> Artifact {
+    Artifact {
+        name: "app.tar".into(),
+        artifact_type: "tarball".into(),
+        version: "1".into(),
+        url,
+        sha256: sha256.into(),
+    }
+}
+
+/// Sources admitting everything under `dir`.
+fn sources_of(dir: &Path) -> ArtifactSources {
+    let root = std::fs::canonicalize(dir).unwrap();
+    ArtifactSources::parse(&[format!("file://{}/", root.display())]).unwrap()
+}
+
+#[test]
+fn what_was_verified_is_forgotten_with_its_work_directory_and_stays_bounded() {
+    let root = tempfile::tempdir().unwrap();
+    let file = |dir: &str| {
+        let path = root.path().join(dir).join("app.tar");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, dir).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        (path, meta)
+    };
+    let (ended, ended_meta) = file("deploy-ended");
+    let (running, running_meta) = file("deploy-running");
+    remember(&ended, &ended_meta, "aa");
+    remember(&running, &running_meta, "bb");
+    forget_dir(&root.path().join("deploy-ended"));
+    assert_eq!(
+        known_sha256(&ended, &ended_meta),
+        None,
+        "forgotten with its directory"
+    );
+    assert_eq!(
+        known_sha256(&running, &running_meta).as_deref(),
+        Some("bb"),
+        "another deploy's file is still known"
+    );
+    // Past the bound, files that are gone go first.
+    for i in 0..MAX_VERIFIED {
+        remember(&root.path().join(format!("gone-{i}")), &running_meta, "cc");
+    }
+    assert!(
+        verified().lock().unwrap().len() <= MAX_VERIFIED,
+        "the cache never holds more than {MAX_VERIFIED} files"
+    );
+}
+
+#[tokio::test]
+async fn a_verified_artifact_is_fetched_once_and_a_mismatch_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let sources = sources_of(dir.path());
+    let src = dir.path().join("src.tar");
+    std::fs::write(&src, b"hello").unwrap();
+    let good = hex::encode(Sha256::digest(b"hello"));
+    let work = dir.path().join("work");
+    let a = artifact(format!("file://{}", src.display()), &good);
+    let local = ensure_local(&a, APP, &work, &sources).await.expect("fetch");
+    assert_eq!(std::fs::read(&local.path).unwrap(), b"hello");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&work).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "the work directory is its owner's only");
+    }
+    std::fs::remove_file(&src).unwrap();
+    let again = ensure_local(&a, APP, &work, &sources)
+        .await
+        .expect("present and verified: no fetch needed");
+    assert_eq!(again, local);
+
+    let bad = artifact(
+        format!("file://{}", dir.path().join("src.tar").display()),
+        &"0".repeat(64),
+    );
+    std::fs::write(&src, b"tampered").unwrap();
+    let other = dir.path().join("other");
+    let err = ensure_local(&bad, APP, &other, &sources).await.unwrap_err();
+    assert!(
+        matches!(err, ArtifactError::Mismatch { .. }) && !err.is_transient(),
+        "a wrong sha256 is a mismatch, not retried: {err}"
+    );
+    let tampered = hex::encode(Sha256::digest(b"tampered"));
+    assert!(
+        !err.to_string().contains(&tampered),
+        "a mismatch never tells the fetched file's digest (an oracle for any file a source serves): {err}"
+    );
+    assert!(
+        !other.join("app.tar").exists(),
+        "nothing under the artifact's name after a mismatch"
+    );
+    assert_eq!(parts(&other), Vec::<String>::new(), "no partial file left");
+}
+
+/// What a plugin or a local command may leave where an earlier attempt kept its copy:
+/// each is replaced by a verified fetch, and nothing is written through a link.
+#[tokio::test]
+async fn a_retry_replaces_links_and_directories_left_in_place_of_a_copy_and_writes_nothing_outside()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let sources = sources_of(dir.path());
+    let src = dir.path().join("src.tar");
+    std::fs::write(&src, b"release").unwrap();
+    let a = artifact(
+        format!("file://{}", src.display()),
+        &hex::encode(Sha256::digest(b"release")),
+    );
+    // Acme's environment file (with the artifact's very bytes: a link to it would pass
+    // a check of content alone) and a directory outside.
+    let acme = dir.path().join("prod.yml");
+    std::fs::write(&acme, b"release").unwrap();
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let untouched = |step: &str| {
+        assert_eq!(
+            std::fs::read(&acme).unwrap(),
+            b"release",
+            "{step}: acme's file is untouched"
+        );
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            0,
+            "{step}: nothing is written in the directory outside"
+        );
+    };
+    let work = dir.path().join("deploy/artifacts");
+    let path = work.join("app.tar");
+    let plants: [(&str, &dyn Fn()); 4] = [
+        ("a link in place of the copy", &|| {
+            std::fs::remove_file(&path).unwrap();
+            std::os::unix::fs::symlink(&acme, &path).unwrap();
+        }),
+        ("the copy gone, its .part a link", &|| {
+            std::fs::remove_file(&path).unwrap();
+            std::os::unix::fs::symlink(&acme, work.join("app.tar.part")).unwrap();
+        }),
+        ("a directory in place of the copy", &|| {
+            std::fs::remove_file(&path).unwrap();
+            std::fs::create_dir(&path).unwrap();
+            std::os::unix::fs::symlink(&outside, path.join("escape")).unwrap();
+        }),
+        ("the artifacts directory a link", &|| {
+            std::fs::remove_dir_all(&work).unwrap();
+            std::os::unix::fs::symlink(&outside, &work).unwrap();
+        }),
+    ];
+    ensure_local(&a, APP, &work, &sources).await.expect("fetch");
+    for (step, plant) in plants {
+        plant();
+        let again = ensure_local(&a, APP, &work, &sources)
+            .await
+            .unwrap_or_else(|e| panic!("{step}: fetched again: {e}"));
+        let meta = std::fs::symlink_metadata(&again.path).unwrap();
+        assert!(
+            meta.is_file() && std::fs::symlink_metadata(&work).unwrap().is_dir(),
+            "{step}: the copy is a regular file in a real directory: {meta:?}"
+        );
+        assert_eq!(
+            std::fs::read(&again.path).unwrap(),
+            b"release",
+            "{step}: the copy has the artifact's bytes"
+        );
+        untouched(step);
+    }
+}
+
+#[tokio::test]
+async fn a_local_copy_changed_after_its_verification_is_verified_and_fetched_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let sources = sources_of(dir.path());
+    let src = dir.path().join("src.tar");
+    std::fs::write(&src, b"hello").unwrap();
+    let a = artifact(
+        format!("file://{}", src.display()),
+        &hex::encode(Sha256::digest(b"hello")),
+    );
+    let work = dir.path().join("work");
+    let local = ensure_local(&a, APP, &work, &sources).await.expect("fetch");
+    // Same size, other bytes: only a re-hash can tell.
+    std::fs::write(&local.path, b"jello").unwrap();
+    let again = ensure_local(&a, APP, &work, &sources)
+        .await
+        .expect("fetched again");
+    assert_eq!(
+        std::fs::read(&again.path).unwrap(),
+        b"hello",
+        "the changed copy is not trusted from memory: it is replaced by a verified fetch"
+    );
+}
+
+mod source_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_symlink_out_of_the_source_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let releases = dir.path().join("releases");
+        std::fs::create_dir(&releases).unwrap();
+        let secret = dir.path().join("id_ed25519");
+        std::fs::write(&secret, b"private key").unwrap();
+        std::os::unix::fs::symlink(&secret, releases.join("app.tar")).unwrap();
+        let root = std::fs::canonicalize(&releases).unwrap();
+        let sources = ArtifactSources::parse(&[format!("file://{}/", root.display())]).unwrap();
+        let artifact = Artifact {
+            name: "app.tar".into(),
+            artifact_type: "tarball".into(),
+            version: "1".into(),
+            url: format!("file://{}/app.tar", root.display()),
+            sha256: hex::encode(Sha256::digest(b"private key")),
+        };
+        let work = dir.path().join("work");
+        let err = ensure_local(&artifact, APP, &work, &sources)
+            .await
+            .expect_err("a symlink leading out of the source is refused");
+        assert!(
+            matches!(err, ArtifactError::ResolvesOutside { .. }) && !err.is_transient(),
+            "a symlink out of the sources is refused for good: {err}"
+        );
+        assert!(
+            !work.join("app.tar").exists(),
+            "nothing of the linked file reaches the work directory"
+        );
+    }
+
+    /// A one-route-per-path HTTP/1.1 server on loopback: `/builds/moved` redirects within
+    /// the source, `/builds/app.tar` redirects out of it (to an "internal" endpoint), and
+    /// `/builds/current` and `/internal/secret` answer bodies. Returns its base URL.
+    async fn redirecting_server() -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let routes_base = base.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let base = routes_base.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let line = String::from_utf8_lossy(&request);
+                    let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+                    let response = match path.as_str() {
+                        "/builds/moved" => format!(
+                            "HTTP/1.1 302 Found\r\nLocation: {base}/builds/current\r\n\
+                             Content-Length: 0\r\nConnection: close\r\n\r\n"
+                        ),
+                        "/builds/app.tar" => format!(
+                            "HTTP/1.1 302 Found\r\nLocation: {base}/internal/secret\r\n\
+                             Content-Length: 0\r\nConnection: close\r\n\r\n"
+                        ),
+                        "/builds/current" | "/internal/secret" => {
+                            let body = if path == "/builds/current" {
+                                "release"
+                            } else {
+                                "secret"
+                            };
+                            format!(
+                                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\
+                                 Connection: close\r\n\r\n{body}",
+                                body.len()
+                            )
+                        }
+                        _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\
+                              Connection: close\r\n\r\n"
+                            .to_string(),
+                    };
+                    let _ = socket.write_all(response.as_bytes()).await;
+                });
+            }
+        });
+        base
+    }
+
+    #[tokio::test]
+    async fn a_redirect_is_followed_within_the_sources_and_refused_out_of_them() {
+        let base = redirecting_server().await;
+        let sources = ArtifactSources::parse(&[format!("{base}/builds/")]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let fetch = |path: &str, body: &[u8]| Artifact {
+            name: "app.tar".into(),
+            artifact_type: "tarball".into(),
+            version: "1".into(),
+            url: format!("{base}{path}"),
+            sha256: hex::encode(Sha256::digest(body)),
+        };
+
+        let within = ensure_local(
+            &fetch("/builds/moved", b"release"),
+            APP,
+            &dir.path().join("a"),
+            &sources,
+        )
+        .await
+        .expect("a redirect to another URL under the source is followed");
+        assert_eq!(std::fs::read(&within.path).unwrap(), b"release");
+
+        let work = dir.path().join("b");
+        let err = ensure_local(&fetch("/builds/app.tar", b"secret"), APP, &work, &sources)
+            .await
+            .expect_err("a redirect to an internal endpoint outside the sources is refused");
+        assert!(
+            err.to_string()
+                .contains("which is under none of artifacts.sources"),
+            "the error says the redirect left the sources: {err}"
+        );
+        assert!(
+            !err.is_transient(),
+            "a refused redirect is not retried: {err}"
+        );
+        assert!(
+            !work.join("app.tar").exists(),
+            "nothing of the internal endpoint reaches the work directory"
+        );
+    }
+
+    /// What a [`recording_server`] request carried: its path and `Authorization` header.
+    type Seen = std::sync::Arc<Mutex<Vec<(String, Option<String>)>>>;
+
+    /// An HTTP/1.1 server on loopback answering `answer(path)` (status line and headers
+    /// without the final blank line, then the body), recording what each request carried.
+    async fn recording_server(
+        answer: impl Fn(&str, &str) -> (String, Vec<u8>) + Send + Sync + 'static,
+    ) -> (String, Seen) {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let seen: Seen = Default::default();
+        let answer = std::sync::Arc::new(answer);
+        let (record, server_base) = (seen.clone(), base.clone());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let (record, answer, base) = (record.clone(), answer.clone(), server_base.clone());
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&request).to_string();
+                    let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+                    let authorization = text
+                        .lines()
+                        .find_map(|l| {
+                            let (name, value) = l.split_once(':')?;
+                            name.eq_ignore_ascii_case("authorization")
+                                .then(|| value.trim().to_string())
+                        })
+                        .filter(|v| !v.is_empty());
+                    record.lock().unwrap().push((path.clone(), authorization));
+                    let (head, body) = answer(&base, &path);
+                    let _ = socket.write_all(format!("{head}\r\n\r\n").as_bytes()).await;
+                    // A client that stops reading (the size limit) ends the write: fine.
+                    let _ = socket.write_all(&body).await;
+                });
+            }
+        });
+        (base, seen)
+    }
+
+    fn artifact_at(url: String, body: &[u8]) -> Artifact {
+        Artifact {
+            name: "app.tar".into(),
+            artifact_type: "tarball".into(),
+            version: "1".into(),
+            url,
+            sha256: hex::encode(Sha256::digest(body)),
+        }
+    }
+
+    #[tokio::test]
+    async fn credentials_reach_only_their_own_source_even_across_a_redirect() {
+        let (base, seen) = recording_server(|base, path| match path {
+            "/private/moved" => (
+                format!(
+                    "HTTP/1.1 302 Found\r\nLocation: {base}/public/app.tar\r\n\
+                     Content-Length: 0\r\nConnection: close"
+                ),
+                Vec::new(),
+            ),
+            _ => (
+                "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close".into(),
+                b"release".to_vec(),
+            ),
+        })
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "s3cret\n").unwrap();
+        let file = dir.path().join("manent.yml");
+        std::fs::write(
+            &file,
+            format!(
+                "artifacts:\n  sources:\n    - url: {base}/private/\n      applications: \
+                 [\"acme/*\"]\n      bearer_token_file: token\n    - {base}/public/\n"
+            ),
+        )
+        .unwrap();
+        let sources = manent_config::Config::load(&file, std::iter::empty())
+            .expect("a valid configuration")
+            .artifact_sources();
+        ensure_local(
+            &artifact_at(format!("{base}/private/app.tar"), b"release"),
+            APP,
+            &dir.path().join("a"),
+            &sources,
+        )
+        .await
+        .expect("fetched from the private source with its token");
+        ensure_local(
+            &artifact_at(format!("{base}/private/moved"), b"release"),
+            APP,
+            &dir.path().join("b"),
+            &sources,
+        )
+        .await
+        .expect("fetched through a redirect to the public source");
+        ensure_local(
+            &artifact_at(format!("{base}/public/app.tar"), b"release"),
+            APP,
+            &dir.path().join("c"),
+            &sources,
+        )
+        .await
+        .expect("fetched from the public source");
+        let seen = seen.lock().unwrap().clone();
+        let bearer = Some("Bearer s3cret".to_string());
+        assert_eq!(
+            seen,
+            [
+                ("/private/app.tar".to_string(), bearer.clone()),
+                ("/private/moved".to_string(), bearer),
+                ("/public/app.tar".to_string(), None),
+                ("/public/app.tar".to_string(), None),
+            ],
+            "the token goes to its source only: not along a redirect to another, nor to \
+             another source directly"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_download_over_the_size_limit_stops_there_and_leaves_no_part_file() {
+        // 64 KiB, announced or not: the limit holds on the stream either way.
+        let body = vec![7u8; 64 * 1024];
+        let served = body.clone();
+        let (base, _) = recording_server(move |_, path| {
+            let head = if path == "/builds/announced.tar" {
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close",
+                    served.len()
+                )
+            } else {
+                "HTTP/1.1 200 OK\r\nConnection: close".to_string()
+            };
+            (head, served.clone())
+        })
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let local = std::fs::canonicalize(dir.path()).unwrap().join("releases");
+        std::fs::create_dir(&local).unwrap();
+        std::fs::write(local.join("big.tar"), &body).unwrap();
+        let sources = ArtifactSources::parse(&[
+            format!("{base}/builds/"),
+            format!("file://{}/", local.display()),
+        ])
+        .unwrap()
+        .with_max_bytes(10_000);
+        for url in [
+            format!("{base}/builds/announced.tar"),
+            format!("{base}/builds/streamed.tar"),
+            format!("file://{}/big.tar", local.display()),
+        ] {
+            let work = dir.path().join("work");
+            let err = ensure_local(&artifact_at(url.clone(), &body), APP, &work, &sources)
+                .await
+                .expect_err("an artifact over max_bytes is refused");
+            assert!(
+                matches!(err, ArtifactError::TooLarge { limit: 10_000, .. }) && !err.is_transient(),
+                "{url}: over the limit, for good: {err}"
+            );
+            let message = err.to_string();
+            assert!(
+                message.contains("artifact `app.tar`")
+                    && message.contains("artifacts.max_bytes (10000 bytes)"),
+                "{url}: the error names the artifact and the limit: {message}"
+            );
+            assert!(
+                parts(&work).is_empty() && !work.join("app.tar").exists(),
+                "{url}: nothing of the download is left behind"
+            );
+        }
+        let within = sources.clone().with_max_bytes(body.len() as u64);
+        ensure_local(
+            &artifact_at(format!("{base}/builds/streamed.tar"), &body),
+            APP,
+            &dir.path().join("ok"),
+            &within,
+        )
+        .await
+        .expect("an artifact of exactly max_bytes is fetched");
+    }
+}
