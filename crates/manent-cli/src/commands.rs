@@ -6,15 +6,16 @@
 use std::path::PathBuf;
 
 use manent_contract::{
-    AuditEntry, AuditQuery, DecisionBody, DeployLogs, DeployStatus, Recovered, ScheduleDeleted,
-    ScheduleView, Submitted, SubmittedStatus,
+    AuditEntry, AuditQuery, BatchEntry, DecisionBody, DeployLogs, DeployStatus, Recovered,
+    ScheduleDeleted, ScheduleView, Submitted, SubmittedStatus,
 };
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use crate::{
     Lines, client,
     client::{Answer, ApiClient, CliError},
-    decided, deploy_many, deploy_path, environment_path, exit_code_of, follow, follow_from, more,
+    decided, deploy_path, environment_path, exit_code_of, follow, follow_from, more,
     read_descriptor, render,
     render::{Names, Style},
     resolve_deploy, resolve_schedule,
@@ -42,6 +43,55 @@ pub async fn deploy(
     let status = follow(api, &created.body.id, style).await?;
     render::print(style, &status, render::status);
     Ok(exit_code_of(&status))
+}
+
+/// `manent deploy -f A -f B …`: one bulk submission; with `--wait`, follows each deploy in
+/// turn and exits 0 only if every one succeeded.
+async fn deploy_many(
+    api: &ApiClient,
+    files: &[PathBuf],
+    wait: bool,
+    dry_run: bool,
+    style: &Style,
+) -> Result<u8, CliError> {
+    if files.iter().filter(|f| f.as_os_str() == "-").count() > 1 {
+        return Err(CliError::Usage(
+            "-f -: standard input can be read once; give the other descriptors as files".into(),
+        ));
+    }
+    let mut entries = Vec::with_capacity(files.len());
+    for file in files {
+        entries.push(BatchEntry {
+            descriptor: read_descriptor(file)?,
+            file: Some(file.display().to_string()),
+        });
+    }
+    let created = api.submit_batch(entries, dry_run).await?;
+    if !wait {
+        render::print(style, &created, |style, all: &Vec<Submitted>| {
+            all.iter()
+                .map(|s| render::submitted(style, s))
+                .collect::<Vec<_>>()
+                .join("\n")
+        });
+        return Ok(0);
+    }
+    let mut statuses = Vec::with_capacity(created.body.len());
+    for submitted in &created.body {
+        statuses.push(follow(api, &submitted.id, style).await?);
+    }
+    let code = statuses.iter().map(exit_code_of).max().unwrap_or(0);
+    let all = Answer {
+        json: Value::Array(statuses.iter().map(|s| s.json.clone()).collect()),
+        body: statuses.into_iter().map(|s| s.body).collect::<Vec<_>>(),
+    };
+    render::print(style, &all, |style, all: &Vec<DeployStatus>| {
+        all.iter()
+            .map(|d| render::status(style, d))
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    Ok(code)
 }
 
 /// `manent status ID [--watch]`.

@@ -10,9 +10,8 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{CommandFactory, Parser, Subcommand};
 use manent_contract::{
-    ApplicationView, AuditQuery, BatchEntry, DeployLogs, DeployOutput, DeployStatus, QueueView,
-    Resubmitted, RollbackBody, ScheduleView, Submitted, TenantView, WhoAmI, WorkerView,
-    WorkflowStatus,
+    ApplicationView, AuditQuery, DeployLogs, DeployOutput, DeployStatus, QueueView, Resubmitted,
+    RollbackBody, ScheduleView, TenantView, WhoAmI, WorkerView, WorkflowStatus,
 };
 use serde_json::Value;
 
@@ -500,55 +499,6 @@ fn read_descriptor(file: &std::path::Path) -> Result<String, CliError> {
         std::fs::read_to_string(file)
             .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", file.display())))
     }
-}
-
-/// `manent deploy -f A -f B …`: one bulk submission; with `--wait`, follows each deploy in
-/// turn and exits 0 only if every one succeeded.
-async fn deploy_many(
-    api: &ApiClient,
-    files: &[PathBuf],
-    wait: bool,
-    dry_run: bool,
-    style: &Style,
-) -> Result<u8, CliError> {
-    if files.iter().filter(|f| f.as_os_str() == "-").count() > 1 {
-        return Err(CliError::Usage(
-            "-f -: standard input can be read once; give the other descriptors as files".into(),
-        ));
-    }
-    let mut entries = Vec::with_capacity(files.len());
-    for file in files {
-        entries.push(BatchEntry {
-            descriptor: read_descriptor(file)?,
-            file: Some(file.display().to_string()),
-        });
-    }
-    let created = api.submit_batch(entries, dry_run).await?;
-    if !wait {
-        render::print(style, &created, |style, all: &Vec<Submitted>| {
-            all.iter()
-                .map(|s| render::submitted(style, s))
-                .collect::<Vec<_>>()
-                .join("\n")
-        });
-        return Ok(0);
-    }
-    let mut statuses = Vec::with_capacity(created.body.len());
-    for submitted in &created.body {
-        statuses.push(follow(api, &submitted.id, style).await?);
-    }
-    let code = statuses.iter().map(exit_code_of).max().unwrap_or(0);
-    let all = Answer {
-        json: Value::Array(statuses.iter().map(|s| s.json.clone()).collect()),
-        body: statuses.into_iter().map(|s| s.body).collect::<Vec<_>>(),
-    };
-    render::print(style, &all, |style, all: &Vec<DeployStatus>| {
-        all.iter()
-            .map(|d| render::status(style, d))
-            .collect::<Vec<_>>()
-            .join("\n")
-    });
-    Ok(code)
 }
 
 fn exit_code_of(status: &Answer<DeployStatus>) -> u8 {
