@@ -790,7 +790,7 @@ async fn deploy_once(
             breakdown(&steps, submitted_ms, record.updated_at_ms),
         ))
     } else {
-        let status = manent_deploy::deploy_views::status(client, &submitted.id)
+        let status = manent_deploy::views::deploy_views::status(client, &submitted.id)
             .await
             .ok()
             .flatten();

@@ -393,7 +393,7 @@ pub async fn authenticate(records: &Records, secret: &str) -> Result<Option<Call
 }
 
 fn rfc3339(ms: i64) -> String {
-    manent_deploy::views::rfc3339(ms)
+    manent_deploy::views::platform::rfc3339(ms)
 }
 
 /// The token store as manent-deploy's [`Authority`]: whether the token that created a

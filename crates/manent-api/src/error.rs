@@ -96,9 +96,9 @@ impl From<EngineError> for AppError {
     }
 }
 
-impl From<manent_deploy::views::ApplicationsError> for AppError {
-    fn from(e: manent_deploy::views::ApplicationsError) -> Self {
-        use manent_deploy::views::ApplicationsError;
+impl From<manent_deploy::views::platform::ApplicationsError> for AppError {
+    fn from(e: manent_deploy::views::platform::ApplicationsError) -> Self {
+        use manent_deploy::views::platform::ApplicationsError;
         match e {
             ApplicationsError::Engine(e) => e.into(),
             // The server's own directory: nothing the client can change.

@@ -37,7 +37,7 @@ pub struct AppState {
     /// process keeps across requests (docs/security.md, "Failed authentications").
     pub throttle: Arc<throttle::AuthThrottle>,
     /// This process's cumulative metrics (`/metrics`), counted since it started.
-    pub metrics: Arc<manent_deploy::metrics::Metrics>,
+    pub metrics: Arc<manent_deploy::views::metrics::Metrics>,
 }
 
 impl AppState {
@@ -50,7 +50,7 @@ impl AppState {
             client,
             config,
             throttle,
-            metrics: Arc::new(manent_deploy::metrics::Metrics::new()),
+            metrics: Arc::new(manent_deploy::views::metrics::Metrics::new()),
         }
     }
 }

@@ -198,7 +198,7 @@ impl AuthThrottle {
                          is still served)",
                         window.failures,
                         humantime::format_duration(self.config.window),
-                        manent_deploy::views::rfc3339(
+                        manent_deploy::views::platform::rfc3339(
                             window.started_ms + duration_ms(self.config.window)
                         ),
                     ),
@@ -277,7 +277,7 @@ impl AuthThrottle {
                 window.refused,
                 window.action,
                 window.token_name,
-                manent_deploy::views::rfc3339(window.started_ms),
+                manent_deploy::views::platform::rfc3339(window.started_ms),
             ),
         })
     }
@@ -355,7 +355,7 @@ impl AuthThrottle {
         let mut detail = format!(
             "{} failed authentications from {source} in the window from {}",
             window.failures + window.throttled,
-            manent_deploy::views::rfc3339(window.started_ms),
+            manent_deploy::views::platform::rfc3339(window.started_ms),
         );
         if tripped {
             detail.push_str(&format!(

@@ -6,8 +6,8 @@
 
 use manent_contract as contract;
 use manent_deploy::{
-    deploy_views, history, request::Phase, schedules::ScheduleView, submission, targets, timeline,
-    views,
+    background::schedules::ScheduleView, history, request::Phase, run::targets, submission,
+    views::deploy_views, views::platform, views::timeline,
 };
 use manent_engine::WorkflowStatus;
 use manent_model::{Artifact, Missed, QueueKind};
@@ -124,12 +124,12 @@ impl ToWire for QueueKind {
     }
 }
 
-impl ToWire for views::ShownKind {
+impl ToWire for platform::ShownKind {
     type Wire = contract::QueueKind;
     fn to_wire(self) -> Self::Wire {
         match self {
-            views::ShownKind::Known(kind) => kind.to_wire(),
-            views::ShownKind::Other(text) => contract::QueueKind::Other(text),
+            platform::ShownKind::Known(kind) => kind.to_wire(),
+            platform::ShownKind::Other(text) => contract::QueueKind::Other(text),
         }
     }
 }
@@ -185,14 +185,14 @@ impl ToWire for timeline::PassAction {
     }
 }
 
-impl ToWire for views::WorkerState {
+impl ToWire for platform::WorkerState {
     type Wire = contract::WorkerState;
     fn to_wire(self) -> Self::Wire {
         match self {
-            views::WorkerState::Running => contract::WorkerState::Running,
-            views::WorkerState::Draining => contract::WorkerState::Draining,
-            views::WorkerState::Stopped => contract::WorkerState::Stopped,
-            views::WorkerState::Dead => contract::WorkerState::Dead,
+            platform::WorkerState::Running => contract::WorkerState::Running,
+            platform::WorkerState::Draining => contract::WorkerState::Draining,
+            platform::WorkerState::Stopped => contract::WorkerState::Stopped,
+            platform::WorkerState::Dead => contract::WorkerState::Dead,
         }
     }
 }
@@ -352,7 +352,7 @@ impl ToWire for deploy_views::OutputLine {
     }
 }
 
-impl ToWire for views::WorkerView {
+impl ToWire for platform::WorkerView {
     type Wire = contract::WorkerView;
     fn to_wire(self) -> Self::Wire {
         contract::WorkerView {
@@ -372,7 +372,7 @@ impl ToWire for views::WorkerView {
     }
 }
 
-impl ToWire for views::LimitUse {
+impl ToWire for platform::LimitUse {
     type Wire = contract::LimitUse;
     fn to_wire(self) -> Self::Wire {
         contract::LimitUse {
@@ -385,7 +385,7 @@ impl ToWire for views::LimitUse {
     }
 }
 
-impl ToWire for views::QueueView {
+impl ToWire for platform::QueueView {
     type Wire = contract::QueueView;
     fn to_wire(self) -> Self::Wire {
         contract::QueueView {
@@ -403,7 +403,7 @@ impl ToWire for views::QueueView {
     }
 }
 
-impl ToWire for views::TenantView {
+impl ToWire for platform::TenantView {
     type Wire = contract::TenantView;
     fn to_wire(self) -> Self::Wire {
         contract::TenantView {
@@ -427,7 +427,7 @@ impl ToWire for history::LiveVersion {
     }
 }
 
-impl ToWire for views::ApplicationView {
+impl ToWire for platform::ApplicationView {
     type Wire = contract::ApplicationView;
     fn to_wire(self) -> Self::Wire {
         contract::ApplicationView {

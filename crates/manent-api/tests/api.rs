@@ -796,7 +796,7 @@ async fn a_schedule_that_cannot_be_read_is_listed_with_its_error_keeps_its_tick_
     let records = api.client.records();
     records
         .put(
-            manent_deploy::schedules::SCHEDULE_KIND,
+            manent_deploy::background::schedules::SCHEDULE_KIND,
             "garbled",
             "{\"id\": 42}",
             0,
@@ -805,7 +805,7 @@ async fn a_schedule_that_cannot_be_read_is_listed_with_its_error_keeps_its_tick_
         .unwrap();
     records
         .put(
-            manent_deploy::schedules::TICK_KIND,
+            manent_deploy::background::schedules::TICK_KIND,
             "garbled",
             "{\"last_tick\": 1700000000}",
             0,
@@ -833,12 +833,16 @@ async fn a_schedule_that_cannot_be_read_is_listed_with_its_error_keeps_its_tick_
     );
     assert!(error_of(&body).1.contains("garbled"), "{body}");
 
-    manent_deploy::schedules::tick_once(&api.client, &api.tick_policy(), manent_engine::now_ms())
-        .await
-        .expect("a tick pass goes on past the unreadable schedule");
+    manent_deploy::background::schedules::tick_once(
+        &api.client,
+        &api.tick_policy(),
+        manent_engine::now_ms(),
+    )
+    .await
+    .expect("a tick pass goes on past the unreadable schedule");
     assert!(
         records
-            .get(manent_deploy::schedules::TICK_KIND, "garbled")
+            .get(manent_deploy::background::schedules::TICK_KIND, "garbled")
             .await
             .unwrap()
             .is_some(),
@@ -851,7 +855,10 @@ async fn a_schedule_that_cannot_be_read_is_listed_with_its_error_keeps_its_tick_
     assert_eq!(status, StatusCode::OK, "an admin may delete it: {body}");
     assert!(
         records
-            .get(manent_deploy::schedules::SCHEDULE_KIND, "garbled")
+            .get(
+                manent_deploy::background::schedules::SCHEDULE_KIND,
+                "garbled"
+            )
             .await
             .unwrap()
             .is_none(),
@@ -968,15 +975,18 @@ async fn a_tick_refused_because_its_token_was_revoked_is_shown_with_the_reason_b
     manent_api::auth::revoke(&api.client.records(), "ci")
         .await
         .expect("revoke the token");
-    let schedule = manent_deploy::schedules::get(&api.client, &id)
+    let schedule = manent_deploy::background::schedules::get(&api.client, &id)
         .await
         .unwrap()
         .expect("the schedule is stored");
     let a_minute_on = (schedule.created_at_ms.div_euclid(60_000) + 1) * 60_000 + 5_000;
-    let enqueued =
-        manent_deploy::schedules::tick_once(&api.client, &api.tick_policy(), a_minute_on)
-            .await
-            .expect("a ticker pass");
+    let enqueued = manent_deploy::background::schedules::tick_once(
+        &api.client,
+        &api.tick_policy(),
+        a_minute_on,
+    )
+    .await
+    .expect("a ticker pass");
     assert!(
         enqueued.is_empty(),
         "the tick of a revoked token enqueues nothing: {enqueued:?}"

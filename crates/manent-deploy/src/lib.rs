@@ -1,29 +1,33 @@
-//! manent's deploys on the durable engine: which queues a worker serves,
-//! how a deploy is submitted and routed, the deploy workflow itself, and the
-//! views (JSON shapes of docs/cli.md) that the API and the CLI show.
+//! manent's deploys on the durable engine: which queues a worker serves, how a deploy is
+//! submitted and routed, the deploy workflow itself, and the views (JSON shapes of
+//! docs/cli.md) that the API and the CLI show.
+//!
+//! The crate is organised in rooms, one per capability, each a module folder whose
+//! `mod.rs` is its map; a few records every room shares stay at the top:
+//!
+//! - `request`, `history`: what a deploy records, one environment's past (the leaves).
+//! - `authority`: the token question, answered by manent-api. `queues`: the queues a
+//!   worker serves. `notifications`: the outbox of notification events.
+//! - [`submission`]: parse, check, route and enqueue; rollback, redeploy; approvals.
+//! - [`workflow`]: the deploy workflow and its gate (approvals, dependencies, waits).
+//! - [`run`]: what a deploy does on the worker and its targets: artifacts, secrets and
+//!   masking, printed output, release scripts, target operations, work directories.
+//! - [`plugins`]: the `Plugin` trait, the built-in and the external plugins.
+//! - [`views`]: status, list, logs, timeline, the platform views, `/metrics`.
+//! - [`background`]: what every worker runs beside deploys: schedules, retention.
+//!
+//! `tests/modules.rs` keeps the rooms a DAG.
 
-pub mod approvals;
-pub mod artifacts;
 pub mod authority;
-pub mod deploy_views;
-pub mod gate;
+pub mod background;
 pub mod history;
-pub mod masking;
-pub mod metrics;
 pub mod notifications;
 pub mod plugins;
-pub mod printed;
 pub mod queues;
-pub mod release_scripts;
 pub mod request;
-pub mod retention;
-pub mod schedules;
-pub mod secrets;
+pub mod run;
 pub mod submission;
-pub mod targets;
-pub mod timeline;
 pub mod views;
-pub mod workdirs;
 pub mod workflow;
 
 pub use plugins::{Plugin, Plugins};

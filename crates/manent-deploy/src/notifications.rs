@@ -369,7 +369,7 @@ async fn deliver(hook: &Webhook, config: &Config, entry: &Entry, key: &str) -> R
 }
 
 async fn read_secret(secret: &manent_config::SecretRef) -> Result<String, String> {
-    crate::secrets::read_secret_ref(secret)
+    crate::run::secrets::read_secret_ref(secret)
         .await
         .map_err(|reason| format!("cannot read the webhook's secret ({secret}): {reason}"))
 }

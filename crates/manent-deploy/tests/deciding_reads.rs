@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use manent_deploy::{
     DEPLOY_WORKFLOW,
-    approvals::{Approver, DecideError, decide},
-    deploy_views, gate,
     history::live_version,
+    submission::approvals::{Approver, DecideError, decide},
     submission::rollback_source,
+    views::deploy_views,
+    workflow::gate,
 };
 use manent_engine::{
     Client, Engine, EngineConfig, EnqueueRequest, QueueSpec, WorkflowContext, WorkflowError,

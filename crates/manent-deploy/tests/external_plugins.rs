@@ -9,8 +9,8 @@ use std::{path::PathBuf, time::Duration};
 
 use manent_config::Config;
 use manent_deploy::{
-    deploy_views::{self, DeployStatus},
     submission,
+    views::deploy_views::{self, DeployStatus},
 };
 use manent_engine::{Engine, EngineConfig, WorkflowStatus, store};
 use manent_testkit::{Db, TestDb};
@@ -528,7 +528,7 @@ async fn links_a_confined_plugin_plants_before_dying_are_never_followed_on_the_r
         entries.is_empty(),
         "nothing was made in the directory outside: {entries:?}"
     );
-    let deploy_dir = manent_deploy::artifacts::deploy_dir(
+    let deploy_dir = manent_deploy::run::artifacts::deploy_dir(
         &manent_deploy::workflow::work_directory(&config),
         &done.id,
     );

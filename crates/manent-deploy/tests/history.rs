@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use manent_deploy::{DEPLOY_WORKFLOW, gate::dependency_met};
+use manent_deploy::{DEPLOY_WORKFLOW, workflow::gate::dependency_met};
 use manent_engine::{Engine, EngineConfig, EnqueueRequest, QueueSpec, WorkflowContext, store};
 use manent_model::Dependency;
 use manent_testkit::{Db, TestDb};

@@ -8,7 +8,7 @@ mod common;
 
 use manent_deploy::{
     DEPLOY_WORKFLOW,
-    deploy_views::{self, ListFilter},
+    views::deploy_views::{self, ListFilter},
 };
 use manent_engine::{Client, EnqueueRequest, store};
 use manent_testkit::{Db, TestDb, on_both_backends};

@@ -4,7 +4,19 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Each top-level module of `src/` with the modules it refers to.
+/// Appends the text of every `.rs` file under `dir`, at any depth.
+fn read_all(dir: &std::path::Path, texts: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).expect("read a room of src/") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            read_all(&path, texts);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            texts.push(std::fs::read_to_string(&path).expect("read a source file"));
+        }
+    }
+}
+
+/// Each top-level module (a file or a room) of `src/` with the modules it refers to.
 fn references() -> BTreeMap<String, BTreeSet<String>> {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut modules = BTreeMap::new();
@@ -12,12 +24,10 @@ fn references() -> BTreeMap<String, BTreeSet<String>> {
         let path = entry.unwrap().path();
         let name = path.file_stem().unwrap().to_string_lossy().to_string();
         let text = if path.is_dir() {
-            // A module directory: all its files are that module.
-            std::fs::read_dir(&path)
-                .unwrap()
-                .map(|f| std::fs::read_to_string(f.unwrap().path()).unwrap_or_default())
-                .collect::<Vec<_>>()
-                .join("\n")
+            // A room (module directory): all its files, at any depth, are that module.
+            let mut texts = Vec::new();
+            read_all(&path, &mut texts);
+            texts.join("\n")
         } else {
             std::fs::read_to_string(&path).unwrap()
         };

@@ -7,7 +7,7 @@
 use std::{sync::Arc, time::Duration};
 
 use manent_config::RetentionConfig;
-use manent_deploy::retention::{PruneReport, prune};
+use manent_deploy::background::retention::{PruneReport, prune};
 use manent_engine::{
     AuditRecord, Client, OutputLine, StepRecord, StepStatus, Store, WorkflowStatus,
     WorkflowVersions,

@@ -15,7 +15,7 @@ use std::{
     time::Duration,
 };
 
-use manent_deploy::{artifacts, deploy_views};
+use manent_deploy::{run::artifacts, views::deploy_views};
 use manent_engine::WorkflowStatus;
 use manent_testkit::{Db, process_gone};
 use ssh_site::*;

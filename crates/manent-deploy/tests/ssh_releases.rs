@@ -7,7 +7,7 @@ mod ssh_site;
 
 use std::path::PathBuf;
 
-use manent_deploy::{deploy_views, submission};
+use manent_deploy::{submission, views::deploy_views};
 use manent_engine::{WorkflowRecord, WorkflowStatus};
 use manent_testkit::Db;
 use ssh_site::*;

@@ -15,7 +15,7 @@ use std::{
 
 use manent_deploy::{
     DEPLOY_WORKFLOW,
-    deploy_views::{self, ListFilter},
+    views::deploy_views::{self, ListFilter},
 };
 use manent_engine::{
     Client, Engine, EngineConfig, EnqueueRequest, QueueSpec, WorkflowContext, WorkflowFilter,

@@ -4,7 +4,7 @@
 //! that names no deploy is left alone. A link a plugin left inside goes, what it points to
 //! stays.
 
-use manent_deploy::workdirs;
+use manent_deploy::run::workdirs;
 use manent_engine::{
     Client, EnqueueRequest, WorkflowStatus, WorkflowVersions, now_ms,
     store::{self, ClaimLimits},

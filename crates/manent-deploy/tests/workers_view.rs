@@ -9,8 +9,8 @@ mod common;
 use manent_config::Config;
 use manent_deploy::{
     DEPLOY_WORKFLOW,
-    deploy_views::{self, StepState},
-    views::{self, WorkerState},
+    views::deploy_views::{self, StepState},
+    views::platform::{self, WorkerState},
 };
 use manent_engine::{
     Client, Engine, EngineConfig, EnqueueRequest, ExecutorRecord, ExecutorState, QueueSpec,
@@ -134,7 +134,7 @@ async fn workers_are_live_dead_or_stopped_and_long_gone_ones_are_forgotten(db: D
          longer than forget_after are left out unless they hold a deploy: {shown:?}"
     );
 
-    let metrics = manent_deploy::metrics::Metrics::new()
+    let metrics = manent_deploy::views::metrics::Metrics::new()
         .render(&client, &config, |_| {})
         .await
         .expect("render the metrics");
@@ -265,7 +265,7 @@ async fn a_deploy_no_live_worker_can_replay_waits_and_says_which_version_it_need
         waiting.contains("deploy workflow version 2") && waiting.contains("old (1)"),
         "the deploy says which version it needs and what the live worker runs: {waiting}"
     );
-    let metrics = manent_deploy::metrics::Metrics::new()
+    let metrics = manent_deploy::views::metrics::Metrics::new()
         .render(&client, &config, |_| {})
         .await
         .expect("render the metrics");

@@ -13,7 +13,7 @@ use axum_server::tls_rustls::RustlsConfig;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use manent_api::{AppState, Role, auth};
 use manent_config::{Config, LogFormat};
-use manent_deploy::{Plugins, schedules::Ticker};
+use manent_deploy::{Plugins, background::schedules::Ticker};
 use manent_engine::{Client, Engine, EngineConfig, Records, Store, store};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -246,7 +246,7 @@ async fn prune(
     output: OutputFormat,
 ) -> Result<()> {
     let client = Client::new(store);
-    let report = manent_deploy::retention::prune(
+    let report = manent_deploy::background::retention::prune(
         &client,
         &config.retention,
         manent_engine::now_ms(),
@@ -645,14 +645,14 @@ async fn start_worker(
     let plugins = manent_deploy::register_workflows(&engine, config, authority.clone());
     engine.launch().await.context("the worker did not start")?;
     // After the launch resumed this worker's own deploys: their directories stay.
-    manent_deploy::workdirs::spawn_sweeper(
+    manent_deploy::run::workdirs::spawn_sweeper(
         client.clone(),
         config.worker_workdir(),
         config.effective_executor_id().to_string(),
     );
-    manent_deploy::retention::spawn_pruner(client.clone(), config.retention.clone());
+    manent_deploy::background::retention::spawn_pruner(client.clone(), config.retention.clone());
     manent_deploy::notifications::spawn_sender(client.clone(), Arc::new(config.clone()));
-    let policy = manent_deploy::schedules::TickPolicy {
+    let policy = manent_deploy::background::schedules::TickPolicy {
         config: Arc::new(config.clone()),
         authority,
     };

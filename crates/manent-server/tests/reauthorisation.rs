@@ -9,10 +9,11 @@ use std::sync::Arc;
 use manent_api::auth::{self, NewToken, Role};
 use manent_config::Config;
 use manent_deploy::{
-    Submitter, deploy_views,
+    Submitter,
+    background::schedules::{self, TickPolicy},
     request::{AUTHORISE_AT_START_STEP, Phase},
-    schedules::{self, TickPolicy},
     submission::{self, SubmitError},
+    views::deploy_views,
 };
 use manent_engine::{Client, Engine, EngineConfig, WorkflowStatus, now_ms, store};
 use manent_testkit::{Db, TestDb, eventually, on_both_backends};

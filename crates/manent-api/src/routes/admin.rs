@@ -211,7 +211,7 @@ fn audit_time(text: &str, now_ms: i64) -> Option<i64> {
 fn audit_entry(r: AuditRecord) -> AuditEntry {
     AuditEntry {
         seq: r.seq,
-        at: manent_deploy::views::rfc3339(r.at_ms),
+        at: manent_deploy::views::platform::rfc3339(r.at_ms),
         token: r.actor,
         token_id: r.actor_id,
         action: r.action,

@@ -11,10 +11,10 @@ use manent_contract::{
     Resubmitted, SubmitBatch, Submitted, WorkflowStatus,
 };
 use manent_deploy::{
-    approvals::{self, Approver, DecideError},
-    deploy_views::{self, ListFilter},
     history::OriginKind,
+    submission::approvals::{self, Approver, DecideError},
     submission::{self, ResubmitError, SubmitError},
+    views::deploy_views::{self, ListFilter},
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 

@@ -10,10 +10,10 @@ use manent_contract::{
     ApplicationView, DeployStatus, ErrorBody, Resubmitted, RollbackBody, TenantView,
 };
 use manent_deploy::{
-    deploy_views::{self},
     history::OriginKind,
     submission::{self},
-    views,
+    views::deploy_views::{self},
+    views::platform,
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -45,7 +45,7 @@ async fn list_tenants(
 ) -> Result<Json<Vec<TenantView>>, AppError> {
     // The environments source is a directory tree: read off the async threads.
     let config = state.config.clone();
-    let mut tenants = tokio::task::spawn_blocking(move || views::tenants(&config))
+    let mut tenants = tokio::task::spawn_blocking(move || platform::tenants(&config))
         .await
         .map_err(|e| AppError::Internal(format!("reading the environments source: {e}")))??;
     tenants.retain(|t| caller.may_see_tenant(&t.name));
@@ -65,7 +65,7 @@ async fn list_applications(
     axum::Extension(caller): axum::Extension<Caller>,
 ) -> Result<Json<Vec<ApplicationView>>, AppError> {
     let visible = |application: &str| caller.may(Action::Read, Some(application));
-    let mut apps = views::applications_live(&state.client, &state.config, &visible)
+    let mut apps = platform::applications_live(&state.client, &state.config, &visible)
         .await?
         .to_wire();
     for app in &mut apps {

@@ -5,7 +5,7 @@ use axum::{
     extract::{Path, State},
 };
 use manent_contract::{ErrorBody, ScheduleDeleted, ScheduleView};
-use manent_deploy::schedules;
+use manent_deploy::background::schedules;
 use manent_engine::EngineError;
 use utoipa_axum::{router::OpenApiRouter, routes};
 

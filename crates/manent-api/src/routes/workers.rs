@@ -5,7 +5,7 @@ use axum::{
     extract::{Path, Query, State},
 };
 use manent_contract::{ErrorBody, QueueView, Recovered, WorkerView};
-use manent_deploy::views;
+use manent_deploy::views::platform;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::require;
@@ -28,7 +28,7 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
     responses((status = 200, description = "Every worker that registered, as `manent workers` shows them.", body = Vec<WorkerView>)))]
 async fn list_workers(State(state): State<AppState>) -> Result<Json<Vec<WorkerView>>, AppError> {
     Ok(Json(
-        views::workers(&state.client, &state.config)
+        platform::workers(&state.client, &state.config)
             .await?
             .to_wire(),
     ))
@@ -39,7 +39,9 @@ async fn list_workers(State(state): State<AppState>) -> Result<Json<Vec<WorkerVi
     responses((status = 200, description = "Every queue, as `manent queues` shows them.", body = Vec<QueueView>)))]
 async fn list_queues(State(state): State<AppState>) -> Result<Json<Vec<QueueView>>, AppError> {
     Ok(Json(
-        views::queues(&state.client, &state.config).await?.to_wire(),
+        platform::queues(&state.client, &state.config)
+            .await?
+            .to_wire(),
     ))
 }
 

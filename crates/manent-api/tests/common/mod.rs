@@ -162,8 +162,8 @@ impl Api {
     }
 
     /// What this API's tickers authorise each tick against.
-    pub fn tick_policy(&self) -> manent_deploy::schedules::TickPolicy {
-        manent_deploy::schedules::TickPolicy {
+    pub fn tick_policy(&self) -> manent_deploy::background::schedules::TickPolicy {
+        manent_deploy::background::schedules::TickPolicy {
             config: self.config.clone(),
             authority: self.authority(),
         }
@@ -171,7 +171,7 @@ impl Api {
 
     /// How many deploys exist, whatever their status.
     pub async fn deploy_count(&self) -> usize {
-        manent_deploy::deploy_views::list(&self.client, &Default::default(), &|_| true)
+        manent_deploy::views::deploy_views::list(&self.client, &Default::default(), &|_| true)
             .await
             .expect("list deploys")
             .len()

@@ -12,10 +12,10 @@ use manent_ssh::ConnectionPool;
 
 use super::{PassContext, Plugin};
 use crate::{
-    artifacts::{self, ArtifactError, LocalArtifact},
-    release_scripts,
     request::{EventKey, publish},
-    targets::{self, RollbackResult, TargetError, TargetOutcome, TargetState},
+    run::artifacts::{self, ArtifactError, LocalArtifact},
+    run::release_scripts,
+    run::targets::{self, RollbackResult, TargetError, TargetOutcome, TargetState},
 };
 
 /// `remote-copy` and `command`.

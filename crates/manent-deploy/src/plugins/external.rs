@@ -15,12 +15,12 @@ use manent_plugin::{
 
 use super::{PassContext, Plugin, absolute, builtin::run_checks, ensure_all};
 use crate::{
-    artifacts::{self, ArtifactError, LocalArtifact},
-    printed::Progress,
     request::{EventKey, publish},
-    secrets::Secrets,
-    targets,
-    targets::{RollbackResult, TargetOutcome, TargetState},
+    run::artifacts::{self, ArtifactError, LocalArtifact},
+    run::printed::Progress,
+    run::secrets::Secrets,
+    run::targets,
+    run::targets::{RollbackResult, TargetOutcome, TargetState},
 };
 
 /// Attempts of a pass whose plugin error is retryable (a crash, a timeout, a busy host).
@@ -115,9 +115,9 @@ impl External {
 #[derive(Debug, thiserror::Error)]
 enum PassError {
     #[error(transparent)]
-    Artifacts(crate::artifacts::ArtifactError),
+    Artifacts(crate::run::artifacts::ArtifactError),
     #[error(transparent)]
-    Secret(crate::secrets::SecretError),
+    Secret(crate::run::secrets::SecretError),
     /// The plugin's error (which may quote its stderr), secrets masked.
     #[error("{message}")]
     Plugin { message: String, retryable: bool },

@@ -22,7 +22,7 @@ pub use builtin::BuiltIn;
 pub(crate) use builtin::ensure_all;
 pub use external::External;
 
-use crate::{artifacts::LocalArtifact, targets::TargetOutcome};
+use crate::{run::artifacts::LocalArtifact, run::targets::TargetOutcome};
 
 /// What a plugin gets for a pass: the deploy, its artifacts on this worker, and how to
 /// reach the targets.

@@ -15,9 +15,9 @@ use std::{
 
 use manent_config::Config;
 use manent_deploy::{
-    artifacts,
-    deploy_views::{self, DeployStatus},
+    run::artifacts,
     submission,
+    views::deploy_views::{self, DeployStatus},
 };
 use manent_engine::{Engine, EngineConfig, WorkflowRecord, store};
 use manent_testkit::{Db, TestDb, sshd::SshHosts};

@@ -4,8 +4,8 @@
 
 use manent_model::EffectiveDescriptor;
 
-pub use crate::masking::MASK;
-use crate::masking::Masker;
+pub use crate::run::masking::MASK;
+use crate::run::masking::Masker;
 
 /// Why a secret could not be read on this worker. It names the secret and where it was
 /// looked for, never a value.

@@ -14,7 +14,7 @@ use prometheus_client::{
 };
 use tokio::sync::Mutex;
 
-use crate::{DEPLOY_WORKFLOW, views};
+use crate::{DEPLOY_WORKFLOW, views::platform};
 
 /// A metric's labels, in order.
 type Labels = Vec<(&'static str, String)>;
@@ -246,7 +246,7 @@ async fn gauges(
         Family::<Labels, Gauge>::default(),
         Family::<Labels, Gauge>::default(),
     );
-    for q in views::queues(client, config).await? {
+    for q in platform::queues(client, config).await? {
         let labels = vec![
             ("queue", q.name.clone()),
             ("kind", q.kind.as_str().to_string()),
@@ -269,7 +269,7 @@ async fn gauges(
     let held = Family::<Labels, Gauge>::default();
     let info = Family::<Labels, Gauge>::default();
     let up = Family::<Labels, Gauge>::default();
-    for w in views::workers(client, config).await? {
+    for w in platform::workers(client, config).await? {
         let id = ("executor_id", w.executor_id.clone());
         age.get_or_create(&vec![id.clone(), ("state", w.state.as_str().to_string())])
             .set(w.heartbeat_age_secs);
@@ -277,7 +277,7 @@ async fn gauges(
         info.get_or_create(&vec![id.clone(), ("version", w.version.clone())])
             .set(1);
         up.get_or_create(&vec![id])
-            .set(i64::from(w.state == views::WorkerState::Running));
+            .set(i64::from(w.state == platform::WorkerState::Running));
     }
     registry.register(
         "manent_worker_heartbeat_age_seconds",

@@ -2,6 +2,10 @@
 //! environment file and `manent.yml` (sources, overrides, plugins, dependency cycles),
 //! routed and enqueued; and resubmission of a recorded request (`manent rollback`,
 //! `manent redeploy`). Nothing is stored before every check passed.
+//!
+//! The room also holds `approvals`: an approver's decision on a waiting deploy.
+
+pub mod approvals;
 
 use manent_config::Config;
 use manent_engine::{Client, EngineError, WorkflowStatus, now_ms};
@@ -31,9 +35,9 @@ pub enum SubmittedStatus {
 
 use crate::history::{Origin, OriginKind};
 use crate::{
+    background::schedules,
     history::{ORIGIN_KEY, find_success, request_of, version_of},
     request::{DEPLOY_WORKFLOW, DeployRequest, Submitter},
-    schedules,
 };
 
 /// Why a submission was refused.
@@ -493,13 +497,13 @@ fn invalid(e: ModelError) -> SubmitError {
 type AppEnv = (String, String);
 
 /// Refuses a dependency on another tenant's environment that does not admit this
-/// deploy's application ([`crate::gate::unadmitted_cross_tenant_dependency`]), naming the key.
+/// deploy's application ([`crate::workflow::gate::unadmitted_cross_tenant_dependency`]), naming the key.
 fn refuse_cross_tenant_dependencies(
     config: &Config,
     descriptor: &Descriptor,
     dependencies: &[manent_model::Dependency],
 ) -> Result<(), SubmitError> {
-    match crate::gate::unadmitted_cross_tenant_dependency(
+    match crate::workflow::gate::unadmitted_cross_tenant_dependency(
         &config.environments_source(),
         descriptor,
         dependencies,

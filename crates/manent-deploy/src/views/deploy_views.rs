@@ -15,8 +15,8 @@ use serde::Deserialize;
 use crate::{
     history::{OriginKind, last_success, origin_of, read_request, request_of},
     request::{DEPLOY_WORKFLOW, Decision, DeployRequest, EventKey, Phase, rfc3339},
-    targets::{TargetOutcome, TargetState},
-    timeline::{self, PassView, WaveView},
+    run::targets::{TargetOutcome, TargetState},
+    views::timeline::{self, PassView, WaveView},
 };
 
 /// A deploy as status shows it (docs/cli.md, docs/api.md).
@@ -437,7 +437,7 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
         .chain(events.iter().chain(&passes.events).map(|e| e.updated_at_ms))
         .fold(record.updated_at_ms, i64::max);
     view.updated_at = rfc3339(last_ms);
-    let steps: Vec<StepRecord> = crate::gate::dependency_waits_as_one(
+    let steps: Vec<StepRecord> = crate::workflow::gate::dependency_waits_as_one(
         steps
             .into_iter()
             .chain(passes.steps)
@@ -757,7 +757,7 @@ pub async fn logs(
         ),
     )];
     let passes = timeline::passes(client, id, &view.queue).await?;
-    let steps = crate::gate::dependency_waits_as_one(
+    let steps = crate::workflow::gate::dependency_waits_as_one(
         client
             .steps(id)
             .await?

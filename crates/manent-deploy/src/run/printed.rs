@@ -8,7 +8,7 @@ use std::{collections::BTreeMap, sync::Mutex};
 use manent_engine::OutputWriter;
 use manent_ssh::Stream;
 
-use crate::masking::{MaskStream, Masker};
+use crate::run::masking::{MaskStream, Masker};
 
 /// The end of a failed command's stderr quoted in its error, in bytes.
 pub const STDERR_TAIL: usize = 2_000;

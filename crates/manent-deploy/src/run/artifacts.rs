@@ -581,7 +581,7 @@ async fn read_secret(
     source: &manent_config::ArtifactSource,
     url: &str,
 ) -> Result<String, ArtifactError> {
-    crate::secrets::read_secret_ref(secret)
+    crate::run::secrets::read_secret_ref(secret)
         .await
         .map_err(|reason| ArtifactError::Credentials {
             url: url.to_string(),

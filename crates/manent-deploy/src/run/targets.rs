@@ -10,10 +10,10 @@ use manent_model::{CheckKind, EffectiveDescriptor, Target};
 use manent_ssh::{Address, Connection, ConnectionPool, TransportError};
 use serde::{Deserialize, Serialize};
 
-use crate::artifacts::{ArtifactError, LocalArtifact};
-use crate::printed::Printed;
-use crate::release_scripts;
-use crate::secrets::{SecretError, Secrets};
+use crate::run::artifacts::{ArtifactError, LocalArtifact};
+use crate::run::printed::Printed;
+use crate::run::release_scripts;
+use crate::run::secrets::{SecretError, Secrets};
 
 /// Why an operation on one target failed. Its text is recorded and shown, so every field
 /// that may quote a target's output holds it with the deploy's secrets already masked

@@ -2,6 +2,11 @@
 //! deploy and check each target (`max_parallel` at a time), stop and roll back
 //! on failure. Every line of work is a durable step: a deploy interrupted
 //! anywhere resumes at the step where it stopped.
+//!
+//! The room also holds `gate`: approvals, dependencies and the re-authorisation of
+//! scheduled deploys, the waits before a deploy runs.
+
+pub mod gate;
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
@@ -14,11 +19,11 @@ use serde::{Deserialize, Serialize};
 use crate::request::{AUTHORISE_AT_START_STEP, EventKey, Phase, publish};
 pub use crate::request::{DEPLOY_WORKFLOW, DeployRequest, Submitter, same_token};
 use crate::{
-    artifacts::{self, LocalArtifact},
     authority::Authority,
-    gate::{self, Reauthorised},
     plugins::{PassContext, Plugin, Plugins},
-    targets::TargetOutcome,
+    run::artifacts::{self, LocalArtifact},
+    run::targets::TargetOutcome,
+    workflow::gate::{self, Reauthorised},
 };
 
 /// The final output of a successful deploy.
@@ -121,7 +126,7 @@ pub fn register_workflows(
     ));
     // A run stopped because its deploy is no longer ours (cancelled, recovered elsewhere)
     // never reaches `removing_when_ended`.
-    crate::workdirs::remove_when_taken_away(engine, runtime.workdir.clone());
+    crate::run::workdirs::remove_when_taken_away(engine, runtime.workdir.clone());
     let plugins = runtime.plugins.clone();
     let runtime_for_deploys = runtime.clone();
     engine.register(
@@ -337,7 +342,7 @@ async fn deploy(
             plugin.deploy_pass(ctx, &pc, &wave.targets).await?
         };
         for outcome in wave_outcomes {
-            if outcome.status == crate::targets::TargetState::Failed && failure.is_none() {
+            if outcome.status == crate::run::targets::TargetState::Failed && failure.is_none() {
                 failure = Some(format!(
                     "target {}: {}",
                     outcome.name,

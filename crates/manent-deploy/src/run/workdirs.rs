@@ -13,7 +13,7 @@ use std::{
 
 use manent_engine::{Client, Engine, EngineError, WorkflowStatus};
 
-use crate::artifacts;
+use crate::run::artifacts;
 
 /// How often a worker sweeps its work directory.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(10 * 60);
@@ -101,7 +101,7 @@ pub fn spawn_sweeper(client: Client, workdir: PathBuf, executor_id: String) {
 }
 
 async fn remove(dir: PathBuf) {
-    crate::artifacts::forget_dir(&dir);
+    crate::run::artifacts::forget_dir(&dir);
     // A plugin wrote in there: std's `remove_dir_all` removes the links it finds (and `dir`
     // itself if it is one) and follows none (docs/security.md, "What the worker never trusts").
     match tokio::fs::remove_dir_all(&dir).await {

@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     authority::Authority,
-    gate::{self, Reauthorised},
-    views::rfc3339,
+    views::platform::rfc3339,
+    workflow::gate::{self, Reauthorised},
     workflow::{DeployRequest, Submitter},
 };
 
