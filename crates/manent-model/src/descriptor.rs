@@ -34,6 +34,11 @@ pub struct Descriptor {
     /// Deploys that must have succeeded first, besides those of the environment file.
     #[serde(default, deserialize_with = "nullable")]
     pub depends_on: Vec<Dependency>,
+    /// Why this deploy cannot be undone by running older code (a destructive schema
+    /// migration, say): a rollback to a version deployed before it is refused unless forced
+    /// (docs/environments.md, "The rollback guard").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irreversible: Option<String>,
 }
 
 /// One artifact of a descriptor.

@@ -75,6 +75,10 @@ pub struct EffectiveDescriptor {
     pub dry_run: bool,
     /// When to deploy, if scheduled.
     pub schedule: Option<Schedule>,
+    /// The descriptor's `irreversible` reason. Absent from the records of deploys without
+    /// it, as from those of releases before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irreversible: Option<String>,
 }
 
 impl EffectiveDescriptor {
@@ -138,6 +142,7 @@ impl EffectiveDescriptor {
             inherit_env: env.inherit_env.clone(),
             dry_run: descriptor.dry_run,
             schedule: descriptor.schedule.clone(),
+            irreversible: descriptor.irreversible.clone(),
         };
         effective.depends_on = promotion_safe(
             std::mem::take(&mut effective.depends_on),
