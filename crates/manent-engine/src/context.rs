@@ -390,11 +390,19 @@ impl WorkflowContext {
             const NAME: &str = "manent.sleep";
             let deadline = match self.recorded(index, NAME)? {
                 Some(r) if r.status != StepStatus::Running => return Ok(()),
-                Some(r) => r
-                    .output
-                    .as_deref()
-                    .and_then(|o| o.parse::<i64>().ok())
-                    .unwrap_or(r.started_at_ms),
+                // Every build since the first records the deadline: one that cannot be read
+                // is damage someone must see, never a sleep ended early (STYLE.md, "Nothing fails
+                // silently").
+                Some(r) => match r.output.as_deref().map(str::parse::<i64>) {
+                    Some(Ok(deadline)) => deadline,
+                    _ => {
+                        return Err(WorkflowError::failed(format!(
+                            "the durable sleep at step {index} has no readable deadline \
+                             (recorded {:?}); the workflow stops rather than end the sleep early",
+                            r.output
+                        )));
+                    }
+                },
                 None => {
                     let started = now_ms();
                     let deadline =

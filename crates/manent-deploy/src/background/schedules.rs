@@ -349,10 +349,16 @@ fn decode_schedule(id: &str, value: &str) -> Result<ScheduleRecord, EngineError>
 
 /// A tick state; one that cannot be read is logged and read as no tick yet (ticks
 /// are enqueued under fixed ids, so a tick enqueued again is found, not repeated).
-fn decode_tick_state(id: &str, value: &str) -> TickState {
-    serde_json::from_str(value).unwrap_or_else(|e| {
-        tracing::error!(schedule = %id, error = %e, "a schedule's tick state cannot be read; it is kept and ticks go on from the schedule's start");
-        TickState::default()
+/// A stored tick state, or why it cannot be read. An unreadable one is kept as it is and its
+/// schedule stops ticking, shown with the error: ticking on from the schedule's start
+/// would enqueue ticks already deployed (STYLE.md, "Nothing fails silently").
+fn decode_tick_state(id: &str, value: &str) -> Result<TickState, String> {
+    serde_json::from_str(value).map_err(|e| {
+        tracing::error!(schedule = %id, error = %e, "a schedule's tick state cannot be read; it is kept and the schedule does not tick");
+        format!(
+            "the schedule's tick state cannot be read ({e}); it does not tick until an \
+             operator repairs or deletes the record {TICK_KIND}/{id}"
+        )
     })
 }
 
@@ -365,7 +371,10 @@ async fn put(client: &Client, record: &ScheduleRecord) -> Result<(), EngineError
         .await?)
 }
 
-async fn tick_states(client: &Client) -> Result<HashMap<String, TickState>, EngineError> {
+/// Each stored tick state by schedule id; a schedule that never ticked has none.
+async fn tick_states(
+    client: &Client,
+) -> Result<HashMap<String, Result<TickState, String>>, EngineError> {
     Ok(client
         .records()
         .list(TICK_KIND)
@@ -407,8 +416,17 @@ pub async fn list(client: &Client) -> Result<Vec<ScheduleView>, EngineError> {
     let mut views: Vec<ScheduleView> = readable
         .into_iter()
         .map(|r| {
-            let state = states.get(&r.id).cloned().unwrap_or_default();
-            view(&r, &state, now)
+            match states
+                .get(&r.id)
+                .cloned()
+                .unwrap_or(Ok(TickState::default()))
+            {
+                Ok(state) => view(&r, &state, now),
+                Err(error) => ScheduleView {
+                    error: Some(error),
+                    ..view(&r, &TickState::default(), now)
+                },
+            }
         })
         .collect();
     views.extend(
@@ -450,8 +468,14 @@ pub async fn show(client: &Client, id: &str) -> Result<Option<ScheduleView>, Eng
         .get(TICK_KIND, id)
         .await?
         .map(|v| decode_tick_state(id, &v))
-        .unwrap_or_default();
-    Ok(Some(view(&record, &state, now_ms())))
+        .unwrap_or(Ok(TickState::default()));
+    Ok(Some(match state {
+        Ok(state) => view(&record, &state, now_ms()),
+        Err(error) => ScheduleView {
+            error: Some(error),
+            ..view(&record, &TickState::default(), now_ms())
+        },
+    }))
 }
 
 fn view(r: &ScheduleRecord, state: &TickState, now: i64) -> ScheduleView {
@@ -572,7 +596,14 @@ pub async fn tick_once(
     }
     let mut out = Vec::new();
     for schedule in schedules.iter().filter(|s| !s.paused) {
-        let state = states.get(&schedule.id).cloned().unwrap_or_default();
+        // No tick state: the schedule never ticked. An unreadable one: it does not tick.
+        let Ok(state) = states
+            .get(&schedule.id)
+            .cloned()
+            .unwrap_or(Ok(TickState::default()))
+        else {
+            continue;
+        };
         // One schedule failing (a bad record, a refused enqueue) does not stop the others.
         match tick_schedule(client, policy, schedule, state, now).await {
             Ok(ids) => out.extend(ids),

@@ -298,3 +298,67 @@ async fn tickers_enqueue_each_tick_once_and_respect_pause() {
     );
     assert!(list(&client).await.unwrap().is_empty());
 }
+
+/// A tick state someone stored that cannot be read stops its schedule, shown with the
+/// error; ticking on from the schedule's start would enqueue ticks already deployed.
+#[tokio::test]
+async fn an_unreadable_tick_state_stops_its_schedule_and_is_shown_never_reset() {
+    let db = manent_testkit::TestDb::new(manent_testkit::Db::Sqlite).await;
+    let client = Client::new(manent_engine::store::open(&db.url).await.unwrap());
+    let policy = policy(&db);
+    let sha = "0".repeat(64);
+    let text = format!(
+        "application: acme/web\nenvironment: prod\nartifacts:\n  - {{name: a, type: file, \
+         version: \"1\", url: \"file:///a\", sha256: \"{sha}\"}}\n"
+    );
+    let descriptor = manent_model::parse_descriptor(&text, "d.yml").unwrap();
+    let route: Route = serde_json::from_value(
+        serde_json::json!({"queue": "default", "kind": "default", "plugin": null}),
+    )
+    .unwrap();
+    let s = create(
+        &client,
+        descriptor,
+        None,
+        route,
+        "*/2 * * * * *",
+        "UTC",
+        Missed::RunOnce,
+        &Submitter::named("ci"),
+    )
+    .await
+    .unwrap();
+    client
+        .records()
+        .put(TICK_KIND, &s.id, "{not json", now_ms())
+        .await
+        .unwrap();
+    let ticked = tick_once(&client, &policy, s.created_at_ms + 7_000)
+        .await
+        .unwrap();
+    assert!(
+        ticked.is_empty(),
+        "a schedule whose tick state cannot be read must not tick: {ticked:?}"
+    );
+    let listed = list(&client).await.unwrap();
+    let error = listed[0].error.clone().unwrap_or_default();
+    assert!(
+        error.contains("tick state cannot be read") && error.contains(&s.id),
+        "the list must say why the schedule stopped and name its record: {listed:?}"
+    );
+    let shown = super::show(&client, &s.id).await.unwrap().unwrap();
+    assert!(
+        shown.error.is_some(),
+        "show must carry the same error: {shown:?}"
+    );
+    assert_eq!(
+        client
+            .records()
+            .get(TICK_KIND, &s.id)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("{not json"),
+        "the unreadable record is kept as it is for the operator, never overwritten"
+    );
+}
