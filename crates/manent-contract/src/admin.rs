@@ -111,9 +111,11 @@ pub struct AuditQuery {
     /// Entries at or after this time: RFC 3339 (`2026-12-01T00:00:00Z`) or a duration ago
     /// (`1h`, `7d`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", param(schema_with = time_or_ago))]
     pub since: Option<String>,
     /// Entries before this time: RFC 3339 or a duration ago.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", param(schema_with = time_or_ago))]
     pub until: Option<String>,
     /// The token name (`-`: requests without a valid token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -126,6 +128,39 @@ pub struct AuditQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", param(minimum = 1))]
     pub before: Option<i64>,
+}
+
+/// A duration ago as the audit query takes it: a whole number (at most 9 digits) and one
+/// unit, `ms`, `s`, `m`, `h`, `d` or `w` (`90s`, `1h`, `7d`).
+pub const DURATION_AGO_PATTERN: &str = "^[0-9]{1,9}(ms|s|m|h|d|w)$";
+
+/// The schema of `since` and `until`: an RFC 3339 time, or a duration ago.
+#[cfg(feature = "openapi")]
+fn time_or_ago() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, SchemaFormat, Type};
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime))),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(DURATION_AGO_PATTERN)),
+        )
+        // Empty, as a form sends an unused field: no filter.
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .max_length(Some(0)),
+        )
+        .description(Some(
+            "An RFC 3339 time (`2026-12-01T00:00:00Z`), a duration ago (`1h`, `7d`), or \
+             empty (no filter).",
+        ))
+        .build()
+        .into()
 }
 
 /// The asking token (`GET /api/v1/whoami`).

@@ -172,14 +172,15 @@ fn audit_filter(query: &AuditQuery, now_ms: i64) -> Result<AuditFilter, AppError
     // An empty filter (`?since=&actor=`, as a form sends it) is no filter.
     let time = |field: &'static str, text: &Option<String>| -> Result<Option<i64>, AppError> {
         text.as_deref()
-            .filter(|text| !text.trim().is_empty())
+            .filter(|text| !text.is_empty())
             .map(|text| {
                 audit_time(text, now_ms).ok_or_else(|| {
                     AppError::bad_request(
                         field,
                         format!(
                             "{field} `{text}` is neither an RFC 3339 time \
-                             (`2026-12-01T00:00:00Z`) nor a duration ago (`1h`, `7d`)"
+                             (`2026-12-01T00:00:00Z`) nor a duration ago (a number and one of \
+                             ms, s, m, h, d, w: `1h`, `7d`)"
                         ),
                     )
                 })
@@ -199,12 +200,30 @@ fn audit_filter(query: &AuditQuery, now_ms: i64) -> Result<AuditFilter, AppError
 
 /// An RFC 3339 time, or a duration before `now_ms` (`1h`: an hour ago), in milliseconds.
 fn audit_time(text: &str, now_ms: i64) -> Option<i64> {
-    let text = text.trim();
     if let Ok(at) = chrono::DateTime::parse_from_rfc3339(text) {
         return Some(at.timestamp_millis());
     }
-    let ago = humantime::parse_duration(text).ok()?;
-    Some(now_ms.saturating_sub(i64::try_from(ago.as_millis()).unwrap_or(i64::MAX)))
+    Some(now_ms.saturating_sub(duration_ago_ms(text)?))
+}
+
+/// A duration ago as the OpenAPI document states it (`DURATION_AGO_PATTERN`): a whole
+/// number of at most 9 digits and one unit, in milliseconds.
+fn duration_ago_ms(text: &str) -> Option<i64> {
+    let digits = text.find(|c: char| !c.is_ascii_digit())?;
+    if !(1..=9).contains(&digits) {
+        return None;
+    }
+    let number: i64 = text[..digits].parse().ok()?;
+    let unit_ms: i64 = match &text[digits..] {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        "w" => 604_800_000,
+        _ => return None,
+    };
+    number.checked_mul(unit_ms)
 }
 
 /// One audit entry as the API shows it.
@@ -230,4 +249,42 @@ async fn whoami(axum::Extension(caller): axum::Extension<Caller>) -> Json<WhoAmI
         role: caller.token.role.into(),
         scope: caller.token.on.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::audit_time;
+
+    /// `text` read as an audit time at a fixed now, in milliseconds before now.
+    fn check(text: &str, expected_ago_ms: Option<i64>) {
+        let now = 10_000_000_000_000;
+        assert_eq!(
+            audit_time(text, now).map(|at| now - at),
+            expected_ago_ms,
+            "`{text}` must be read as the OpenAPI document states (DURATION_AGO_PATTERN)"
+        );
+    }
+
+    #[test]
+    fn audit_times_are_exactly_what_the_document_states() {
+        check("90s", Some(90_000));
+        check("1h", Some(3_600_000));
+        check("7d", Some(7 * 86_400_000));
+        check("2w", Some(2 * 604_800_000));
+        check("250ms", Some(250));
+        check("999999999w", Some(999_999_999 * 604_800_000));
+        // Outside the pattern: refused, never guessed.
+        check("1000000000s", None);
+        check(" 1h", None);
+        check("1 h", None);
+        check("1h30m", None);
+        check("h", None);
+        check("1y", None);
+        check("yesterday", None);
+        assert_eq!(
+            audit_time("2026-12-01T00:00:00Z", 0),
+            Some(1_796_083_200_000),
+            "an RFC 3339 time is that instant"
+        );
+    }
 }
