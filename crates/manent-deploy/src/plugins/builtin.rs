@@ -295,7 +295,9 @@ impl OnTarget<'_> {
             let script = release_scripts::link_shared(&directories, &release, &shared, &paths);
             let linked: String = ctx
                 .step_with(&step, shown_running(), || async {
-                    run_script(ctx, &step, pool, eff, target, &script, env).await
+                    run_script(ctx, &step, pool, eff, target, &script, env)
+                        .await
+                        .map_err(TargetError::of_own_script)
                 })
                 .await?;
             lines.push(linked);
@@ -336,7 +338,9 @@ async fn prune_releases(
     let script = release_scripts::prune_releases(releases);
     let pruned: Result<String, WorkflowError> = ctx
         .step_with(&step, shown_running(), || async {
-            run_script(ctx, &step, pool, eff, target, &script, &[]).await
+            run_script(ctx, &step, pool, eff, target, &script, &[])
+                .await
+                .map_err(TargetError::of_own_script)
         })
         .await;
     match pruned {
