@@ -37,10 +37,11 @@ const REFUSE_LINKED_DIRECTORY: &str = "refuse_link() {\n\
 /// The shell script that prunes a target's release directories (`deploy.keep_releases`):
 /// in `root`, the current release is touched (so that it counts as the newest), then every
 /// directory past the newest `keep` (the current one always among them) is removed; one
-/// line says which (`removed: 1.1 1.2`, `removed: none`). Symbolic links, files and hidden
-/// entries are never touched: a `current` link or a `.shared` directory beside the releases
-/// stays. `root` or the current release being a symbolic link fails the step, naming it,
-/// before anything is removed.
+/// line says how many releases are there after it, never the setting, and which went
+/// (`2 releases kept, removed: 1.1 1.2`, `1 release kept, removed: none`). Symbolic links,
+/// files and hidden entries are never touched: a `current` link or a `.shared` directory
+/// beside the releases stays. `root` or the current release being a symbolic link fails
+/// the step, naming it, before anything is removed.
 ///
 /// Names are never read from a listing: they come from the shell's own `*`, one word each
 /// whatever they hold (a newline included), and the newest are found with `test -nt`/`-ot`
@@ -77,7 +78,10 @@ pub fn prune_releases(releases: &manent_model::Releases) -> String {
          for r in \"$@\"; do\n\
          \x20 if rm -rf -- \"./$r\"; then removed=\"$removed $(shown \"$r\")\"; else failed=\"$failed $(shown \"$r\")\"; fi\n\
          done\n\
-         echo \"removed:${{removed:- none}}\"\n\
+         kept=0\n\
+         for r in *; do if [ -d \"./$r\" ] && [ ! -L \"./$r\" ]; then kept=$((kept + 1)); fi; done\n\
+         if [ \"$kept\" = 1 ]; then word=release; else word=releases; fi\n\
+         echo \"$kept $word kept, removed:${{removed:- none}}\"\n\
          if [ -n \"$failed\" ]; then echo \"manent: could not remove the old release(s)$failed in $root\" >&2; exit 1; fi\n",
         // The newest `keep - 1` releases other than the current one stay.
         before = keep.saturating_sub(1),
@@ -607,10 +611,13 @@ mod tests {
             "the live release and the two newest others stay; links, files and hidden \
              entries are never touched (removed: {removed})"
         );
-        assert_eq!(removed, "removed: 1.1 1.2\n", "each removal is named");
+        assert_eq!(
+            removed, "3 releases kept, removed: 1.1 1.2\n",
+            "each removal is named, and the releases there after it counted"
+        );
         assert_eq!(
             prune(root.path(), "1.0", 3),
-            "removed: none\n",
+            "3 releases kept, removed: none\n",
             "pruning again removes nothing"
         );
         prune(root.path(), "1.0", 1);
@@ -618,6 +625,17 @@ mod tests {
             entries(root.path()),
             [".hidden", "1.0", "current", "notes.txt"],
             "keep_releases: 1 keeps the live release alone"
+        );
+    }
+
+    #[test]
+    fn pruning_says_how_many_releases_there_are_not_how_many_may_stay() {
+        let root = tempfile::tempdir().unwrap();
+        dir_aged(root.path(), "1.0", 100);
+        assert_eq!(
+            prune(root.path(), "1.0", 3),
+            "1 release kept, removed: none\n",
+            "one release with keep_releases 3 is one release kept"
         );
     }
 
@@ -642,7 +660,7 @@ mod tests {
             "the old release named with a newline is removed as one directory; .shared stays"
         );
         assert_eq!(
-            removed, "removed: a?.shared\n",
+            removed, "2 releases kept, removed: a?.shared\n",
             "a newline in a removed name is shown as `?`, on the one line"
         );
         assert!(
