@@ -48,6 +48,9 @@ pub struct DeployStatus {
     pub updated_at: String,
     /// While it waits: why.
     pub waiting_for: Option<String>,
+    /// While it waits for a gone worker, `waiting_for` as said to a caller who may recover
+    /// it (an admin): with the `manent recover` command (status only). The API chooses.
+    pub waiting_for_recoverers: Option<String>,
     /// Approvals and a rejection received, in order.
     pub approvals: Vec<ApprovalView>,
     /// The artifacts as submitted: what an approver approves.
@@ -273,6 +276,7 @@ fn summary(
                 .fold(record.updated_at_ms, i64::max),
         ),
         waiting_for,
+        waiting_for_recoverers: None,
         approvals,
         artifacts: d.artifacts.clone(),
         overrides: d
@@ -397,8 +401,9 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
     let request = read_request(&record)?;
     let events = client.events(id).await?;
     let mut view = summary(&record, &request, &events)?;
-    if let Some(reason) = waiting_reason(client, &record).await? {
-        view.waiting_for = Some(reason);
+    if let Some(waiting) = waiting_reason(client, &record).await? {
+        view.waiting_for = Some(waiting.reason);
+        view.waiting_for_recoverers = waiting.to_recoverers;
     }
     let passes = timeline::passes(client, id, &view.queue).await?;
     // A pass's own events first: the deploy republishes its targets' outcomes when the
@@ -506,6 +511,25 @@ fn others<'a>(holders: impl Iterator<Item = &'a str>, own: &str) -> Vec<String> 
         .collect()
 }
 
+/// What a deploy waits for, as `waiting_for` says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Waiting {
+    /// Said to every reader.
+    reason: String,
+    /// Said instead to a reader who may run what it names (`manent recover`, an admin's):
+    /// a hint shown to a caller who would get 403 for it is a dead end.
+    to_recoverers: Option<String>,
+}
+
+impl Waiting {
+    fn to_all(reason: String) -> Self {
+        Waiting {
+            reason,
+            to_recoverers: None,
+        }
+    }
+}
+
 /// Why a queued deploy does not start, or a claimed one does not move, when the
 /// deploy itself does not say (approval and dependency waits do): the deploy that holds
 /// its environment, the queue no live worker serves, or the stopped worker that holds
@@ -513,7 +537,7 @@ fn others<'a>(holders: impl Iterator<Item = &'a str>, own: &str) -> Vec<String> 
 async fn waiting_reason(
     client: &Client,
     record: &WorkflowRecord,
-) -> Result<Option<String>, EngineError> {
+) -> Result<Option<Waiting>, EngineError> {
     let now = now_ms();
     match record.status {
         WorkflowStatus::Enqueued if record.not_before_ms <= now => {
@@ -539,17 +563,17 @@ async fn waiting_reason(
             if live.is_empty() && !live_other_versions.is_empty() {
                 // Never failed, never dropped: it starts once a worker of a build that runs
                 // its version serves the queue (docs/upgrading.md).
-                return Ok(Some(format!(
+                return Ok(Some(Waiting::to_all(format!(
                     "a worker that runs deploy workflow version {} on queue {}: the live ones \
                      run other versions ({}); start a manent release that runs version {}",
                     record.workflow_version,
                     record.queue,
                     live_other_versions.join(", "),
                     record.workflow_version
-                )));
+                ))));
             }
             if live.is_empty() {
-                return Ok(Some(format!(
+                return Ok(Some(Waiting::to_all(format!(
                     "a worker serving queue {}: none is running{}",
                     record.queue,
                     if gone.is_empty() {
@@ -557,7 +581,7 @@ async fn waiting_reason(
                     } else {
                         format!(" (it was served by {})", gone.join(", "))
                     }
-                )));
+                ))));
             }
             let holders = client
                 .list(&WorkflowFilter {
@@ -572,16 +596,21 @@ async fn waiting_reason(
             // waiting for itself.
             let ids = others(holders.iter().map(|h| h.id.as_str()), &record.id);
             if !ids.is_empty() {
-                return Ok(Some(format!(
+                return Ok(Some(Waiting::to_all(format!(
                     "the environment {}: deploy {} runs there (environment_concurrency)",
                     record.partition_key,
                     ids.join(", ")
-                )));
+                ))));
             }
             let running = client.running_counts().await?;
             let queue = client.queues().await?;
             let queue = queue.iter().find(|q| q.name == record.queue);
-            Ok(Some(full_limit(&record.queue, &live, &running, queue)))
+            Ok(Some(Waiting::to_all(full_limit(
+                &record.queue,
+                &live,
+                &running,
+                queue,
+            ))))
         }
         WorkflowStatus::Pending => {
             let Some(executor) = &record.executor_id else {
@@ -598,11 +627,16 @@ async fn waiting_reason(
                 Some(_) => "dead (its lease expired without a recorded stop)",
                 None => "unknown",
             };
-            Ok(Some(format!(
-                "worker {executor}, which holds it, to come back: it is {state}; \
-                 `manent recover --executor {executor}` hands the deploy to another worker \
-                 (or recovery.automatic does)"
-            )))
+            let waiting = |who: &str| {
+                format!(
+                    "worker {executor}, which holds it, to come back: it is {state}; {who} \
+                     hands the deploy to another worker (or recovery.automatic does)"
+                )
+            };
+            Ok(Some(Waiting {
+                reason: waiting("an admin's `manent recover`"),
+                to_recoverers: Some(waiting(&format!("`manent recover --executor {executor}`"))),
+            }))
         }
         _ => Ok(None),
     }
