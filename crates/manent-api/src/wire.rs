@@ -287,7 +287,9 @@ impl ToWire for timeline::PassView {
     }
 }
 
-/// Without `actions`: what the asking token may do is the API's to say (`fill_actions`).
+/// Without `actions`: what the asking token may do is the API's to say (`fill_actions`);
+/// `waiting_for` as said to every reader (`routes::deploys::for_caller` says the
+/// recoverers' to an admin).
 impl ToWire for deploy_views::DeployStatus {
     type Wire = contract::DeployStatus;
     fn to_wire(self) -> Self::Wire {

@@ -542,7 +542,7 @@ pub fn status(style: &Style, d: &DeployStatus) -> String {
         style,
         &d.targets,
         &["target", "status", "detail"],
-        |t| vec![t.name.cell(), t.status.cell(), t.detail.cell()],
+        |t| vec![t.name.cell(), target_status(d, t), t.detail.cell()],
     ));
     out.push_str("\n\n");
     let mut columns = vec!["step", "status", "attempts", "started_at", "finished_at"];
@@ -563,6 +563,16 @@ pub fn status(style: &Style, d: &DeployStatus) -> String {
         cells
     }));
     out
+}
+
+/// A target's state as the page words it too (docs/api.md, "Targets"): one a deploy ended
+/// before reaching is "not started", not pending (it will not start any more).
+fn target_status(d: &DeployStatus, t: &manent_contract::TargetView) -> String {
+    if t.status == manent_contract::TargetState::Pending && d.status.is_terminal() {
+        "not started".to_string()
+    } else {
+        t.status.cell()
+    }
 }
 
 /// `  approved by alice 5m ago (comment)` lines, one per decision.
@@ -589,7 +599,7 @@ pub fn progress_line(d: &DeployStatus) -> String {
     let targets: Vec<String> = d
         .targets
         .iter()
-        .map(|t| format!("{}={}", t.name.cell(), t.status.cell()))
+        .map(|t| format!("{}={}", t.name.cell(), target_status(d, t)))
         .collect();
     let waiting = d
         .waiting_for

@@ -17,6 +17,7 @@ use manent_testkit::{Db, TestDb, on_both_backends};
 
 on_both_backends!(
     retention_removes_old_history_and_keeps_the_newest_successful_deploys_and_everything_in_flight,
+    a_dry_run_counts_exactly_what_the_real_run_then_removes,
 );
 
 const DAY: i64 = 86_400_000;
@@ -140,17 +141,11 @@ async fn output_of(store: &Arc<dyn Store>, id: &str) -> usize {
         .len()
 }
 
-async fn retention_removes_old_history_and_keeps_the_newest_successful_deploys_and_everything_in_flight(
-    db: Db,
-) {
-    let test = TestDb::new(db).await;
-    let store = store::open(&test.url)
-        .await
-        .expect("open the test database");
-    let client = Client::new(store.clone());
+/// Five successful deploys of one environment (s1 with a region pass), a failed one, one
+/// still queued; one successful deploy of another environment; three old audit entries.
+async fn write_history(store: &Arc<dyn Store>) {
+    let store = store.clone();
     let web = "acme/web/prod";
-    // Five successful deploys of one environment (s1 with a region pass), a failed one,
-    // one still queued; one successful deploy of another environment.
     for n in 1..=5 {
         history(
             &store,
@@ -193,6 +188,24 @@ async fn retention_removes_old_history_and_keeps_the_newest_successful_deploys_a
     for at in [THEN, THEN + 1, THEN + 2] {
         audit(&store, at).await;
     }
+}
+
+/// A fresh database on `db` holding [`write_history`]'s history (kept while the first
+/// value lives), its store and a client.
+async fn with_history(db: Db) -> (TestDb, Arc<dyn Store>, Client) {
+    let test = TestDb::new(db).await;
+    let store = store::open(&test.url)
+        .await
+        .expect("open the test database");
+    write_history(&store).await;
+    let client = Client::new(store.clone());
+    (test, store, client)
+}
+
+async fn retention_removes_old_history_and_keeps_the_newest_successful_deploys_and_everything_in_flight(
+    db: Db,
+) {
+    let (_test, store, client) = with_history(db).await;
     let now = THEN + 10 * DAY;
     audit(&store, now).await;
 
@@ -212,13 +225,13 @@ async fn retention_removes_old_history_and_keeps_the_newest_successful_deploys_a
         PruneReport {
             dry_run: true,
             deploys: 4,
-            passes: 0,
-            steps: 0,
+            passes: 1,
+            steps: 5,
             output_lines: 16,
             audit_entries: 3,
         },
-        "a dry run counts s1-s3 and f1, every old line of a finished workflow and the old \
-         audit entries"
+        "a dry run counts s1-s3 and f1 with s1's pass and their steps, every old line of a \
+         finished workflow and the old audit entries: what the real run removes"
     );
     assert!(exists(&client, "s1").await, "a dry run removes nothing");
 
@@ -282,4 +295,45 @@ async fn retention_removes_old_history_and_keeps_the_newest_successful_deploys_a
         again.is_empty(),
         "a second application finds nothing more: {again:?}"
     );
+}
+
+/// `admin prune --dry-run` once said "steps 0" where the real run removed 167: under every
+/// mix of ages, the dry run's figures are the real run's.
+async fn a_dry_run_counts_exactly_what_the_real_run_then_removes(db: Db) {
+    let day = Duration::from_secs(86_400);
+    let cases = [
+        ("everything old", day, day),
+        ("the removed deploys' output is recent", day, 30 * day),
+        (
+            "deploys kept for ever, old output goes",
+            Duration::ZERO,
+            day,
+        ),
+        ("output kept for ever", day, Duration::ZERO),
+    ];
+    for (what, deploys, output) in cases {
+        let (_test, _, client) = with_history(db).await;
+        let retention = RetentionConfig {
+            keep_last: 2,
+            deploys,
+            output,
+            audit: day,
+            batch: 2,
+            ..RetentionConfig::default()
+        };
+        let now = THEN + 10 * DAY;
+        let dry = prune(&client, &retention, now, true)
+            .await
+            .expect("dry run");
+        let real = prune(&client, &retention, now, false).await.expect("prune");
+        assert!(!real.is_empty(), "{what}: the real run removes something");
+        assert_eq!(
+            PruneReport {
+                dry_run: false,
+                ..dry
+            },
+            real,
+            "{what}: the dry run counted what the real run removed"
+        );
+    }
 }

@@ -344,3 +344,64 @@ async fn a_fast_rollback_refuses_a_release_holding_a_file_manent_did_not_write()
     );
     worker.stop().await;
 }
+
+/// A shared file missing on the targets (`deploy.shared.paths` without a trailing `/`):
+/// the dry run finds it on each target, and the deploy fails saying which file on which
+/// target, never quoting manent's own script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_shared_file_is_named_on_each_target_by_the_dry_run_and_the_deploy_without_the_script()
+ {
+    let site = site_sharing(2, &["log/", ".env"]).await;
+    // t2 has its .env; t1 does not.
+    std::fs::create_dir_all(site.root(1).join(".shared")).unwrap();
+    std::fs::write(site.root(1).join(".shared/.env"), "A=1\n").unwrap();
+    let missing = path_str(&site.root(0).join(".shared/.env")).to_string();
+    let worker = site.worker(&executor_id("w1")).await;
+    let v1 = site.artifact("v1");
+    let script_words = ["refuse_link", "mkdir -p", "missing=", "exited with"];
+    let no_script = |what: &str, text: &str| {
+        for word in script_words {
+            assert!(
+                !text.contains(word),
+                "{what} does not quote manent's script ({word}): {text}"
+            );
+        }
+    };
+
+    let (record, status) = site.deploy(&worker, &v1, &v1.sha256, true).await;
+    assert_eq!(
+        record.status,
+        WorkflowStatus::Error,
+        "the dry run fails: a shared file is missing on t1: {status:#?}"
+    );
+    let detail = target(&status, "t1").detail.clone().unwrap_or_default();
+    assert!(
+        detail.contains(&format!("shared file {missing} is missing")),
+        "t1's plan names the missing file: {detail}"
+    );
+    no_script("t1's plan", &detail);
+    let planned = target(&status, "t2").detail.clone().unwrap_or_default();
+    assert!(
+        planned.contains("would link 2 shared path(s)"),
+        "t2, whose .env is there, plans the link: {planned}"
+    );
+
+    let (record, status) = site.deploy(&worker, &v1, &v1.sha256, false).await;
+    assert_eq!(record.status, WorkflowStatus::Error, "{status:#?}");
+    let error = record.error.clone().unwrap_or_default();
+    assert!(
+        error.contains(&format!(
+            "target t1: link shared: shared file {missing} is missing: create it on the target"
+        )),
+        "the deploy's error (also the webhooks') says which file on which target, the \
+         target named once: {error}"
+    );
+    no_script("the deploy's error", &error);
+    let detail = target(&status, "t1").detail.clone().unwrap_or_default();
+    no_script("t1's outcome", &detail);
+    assert!(
+        !site.root(0).join("v1/log").exists(),
+        "nothing was linked on t1 while its shared file is missing"
+    );
+    worker.stop().await;
+}

@@ -172,6 +172,19 @@ impl Client {
         Ok(self.store.delete_workflows(ids).await?)
     }
 
+    /// What [`Client::delete_workflows`] would remove of `ids` now, and how many of those
+    /// output lines are from before `old_output_before` and of finished workflows.
+    pub async fn count_workflows_removal(
+        &self,
+        ids: &[String],
+        old_output_before: Option<i64>,
+    ) -> Result<(crate::Deleted, u64), EngineError> {
+        Ok(self
+            .store
+            .count_workflows_removal(ids, old_output_before)
+            .await?)
+    }
+
     /// Removes (or counts) at most `limit` output lines of finished workflows from before
     /// `before_ms`.
     pub async fn prune_output(

@@ -675,15 +675,26 @@ pub fn parse_environment(
     let Some(value) = doc.syntax() else {
         return Err(ModelError::environment_invalid(file_name, doc.issues));
     };
-    let env = if value.is_null() {
-        EnvironmentFile::default()
-    } else {
-        match doc.typed::<EnvironmentFile>() {
-            Ok(env) => env,
-            Err(issue) => return Err(ModelError::environment_invalid(file_name, vec![issue])),
+    let mut read = if value.is_null() {
+        crate::salvage::Salvaged {
+            value: Some(EnvironmentFile::default()),
+            removed: Vec::new(),
         }
+    } else {
+        // Every unknown key and wrong value, not only the first (docs/cli.md, `validate`).
+        doc.typed_every::<EnvironmentFile>(value)
     };
+    let Some(env) = read.value.take() else {
+        return Err(ModelError::environment_invalid(file_name, doc.issues));
+    };
+    let structural = doc.issues.len();
     validate(&mut doc, &env, (application, environment));
+    let mut at = 0;
+    // A check of a section read past a problem would judge defaults, not what is written.
+    doc.issues.retain(|issue| {
+        at += 1;
+        at <= structural || !read.hides(&issue.field)
+    });
     if doc.issues.is_empty() {
         Ok(env)
     } else {

@@ -28,6 +28,7 @@ mod environment;
 mod error;
 mod routing;
 mod rules;
+mod salvage;
 mod serde_util;
 mod source;
 mod waves;

@@ -101,37 +101,59 @@ impl<'a> Document<'a> {
     /// Deserializes the document into `T`, or returns its first structural problem.
     pub(crate) fn typed<T: DeserializeOwned>(&self) -> Result<T, Issue> {
         let deserializer = yaml_serde::Deserializer::from_str(self.text);
-        match serde_path_to_error::deserialize::<_, T>(deserializer) {
-            Ok(value) => Ok(value),
-            Err(err) => {
-                let path = err.path().to_string();
-                let inner = err.into_inner();
-                let message = yaml::strip_path(
-                    &yaml::strip_location(&inner.to_string(), &inner),
-                    |prefix| path.starts_with(prefix) || prefix.contains(['.', '[']),
-                );
-                // The path names an unknown field already, but not a missing one.
-                let field = match quoted_name(&message, "missing field ") {
-                    Some(name) => child(&path, name),
-                    None => path,
-                };
-                let line = if message.starts_with("missing field ") {
-                    line_of(self.text, &field)
-                } else {
-                    inner
-                        .location()
-                        .map(|l| l.line())
-                        .or_else(|| line_of(self.text, &field))
-                };
-                Err(Issue {
-                    file: self.file.to_owned(),
-                    line,
-                    field,
-                    message: humanize(&message),
-                })
-            }
+        serde_path_to_error::deserialize::<_, T>(deserializer)
+            .map_err(|err| self.structural(err, &|path| path.to_owned()).issue)
+    }
+
+    /// The problem `err` is, located in the text: `written` maps a path of the value that
+    /// was read to where it is written (they differ once parts were taken out of it).
+    pub(crate) fn structural(
+        &self,
+        err: serde_path_to_error::Error<yaml_serde::Error>,
+        written: &dyn Fn(&str) -> String,
+    ) -> Structural {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        let message = yaml::strip_path(
+            &yaml::strip_location(&inner.to_string(), &inner),
+            |prefix| path.starts_with(prefix) || prefix.contains(['.', '[']),
+        );
+        // The path names an unknown field already, but not a missing one.
+        let missing = quoted_name(&message, "missing field ");
+        let read_at = match missing {
+            Some(name) => child(&path, name),
+            None => path,
+        };
+        let field = written(&read_at);
+        let line = if missing.is_some() {
+            line_of(self.text, &field)
+        } else {
+            inner
+                .location()
+                .map(|l| l.line())
+                .or_else(|| line_of(self.text, &field))
+        };
+        Structural {
+            issue: Issue {
+                file: self.file.to_owned(),
+                line,
+                field,
+                message: humanize(&message),
+            },
+            read_at,
+            missing: missing.is_some(),
         }
     }
+}
+
+/// A structural problem ([`Document::structural`]).
+pub(crate) struct Structural {
+    /// As shown: the field where it is written.
+    pub(crate) issue: Issue,
+    /// The field's path in the value that was read.
+    pub(crate) read_at: String,
+    /// The field is missing (its mapping lacks it), rather than wrong.
+    pub(crate) missing: bool,
 }
 
 /// `unknown field `x`, expected …` → `x`.

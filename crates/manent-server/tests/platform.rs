@@ -97,6 +97,16 @@ fn deploy_row<'a>(dom: &'a str, id: &str) -> &'a str {
     &dom[start..end]
 }
 
+/// The page says who is signed in: the token's name and role.
+fn assert_signed_in_as(dom: &str, name: &str, role: &str) {
+    let shown =
+        format!("<span id=\"signed-in\">signed in as <strong>{name}</strong> ({role})</span>");
+    assert!(
+        dom.contains(&shown),
+        "the page names the token {name} and its role {role} as signed in: {dom}"
+    );
+}
+
 /// The error box stays hidden: every API call of the page succeeded.
 fn assert_no_error_shown(dom: &str, page: &str) {
     let at = dom
@@ -140,6 +150,7 @@ async fn the_platform_page_shows_queues_workers_deploys_approvals_and_a_timeline
     let base = format!("http://127.0.0.1:{}/", site.port);
     let overview = dump_dom(&chromium, &site.dir, &format!("{base}#token={token}")).await;
     assert_no_error_shown(&overview, "overview");
+    assert_signed_in_as(&overview, "ci", "admin");
     assert!(
         overview.contains("data-queue=\"default\""),
         "the queues view lists the default queue: {overview}"
@@ -195,6 +206,7 @@ async fn the_platform_page_shows_queues_workers_deploys_approvals_and_a_timeline
     let viewer = site.token_named("eve", "viewer");
     let as_viewer = dump_dom(&chromium, &site.dir, &format!("{base}#token={viewer}")).await;
     assert_no_error_shown(&as_viewer, "overview as a viewer");
+    assert_signed_in_as(&as_viewer, "eve", "viewer");
     let viewer_row = deploy_row(&as_viewer, &waiting);
     assert!(
         viewer_row.contains("waiting_approval") && !viewer_row.contains("data-action"),

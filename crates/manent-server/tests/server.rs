@@ -451,6 +451,21 @@ async fn waiting_for_names_the_deploy_in_the_way_and_the_worker_that_is_gone(db:
         )
         .await;
     assert_eq!(stuck["status"], "PENDING", "{stuck}");
+    // A deployer would get 403 for `manent recover`: it is not offered the command.
+    let deployer = site.token_named("dev", "deployer");
+    let as_deployer = site
+        .wait_until(
+            &deployer,
+            &first,
+            "a deployer reads the gone worker too",
+            |s| s["waiting_for"].as_str().is_some_and(|w| w.contains("w1")),
+        )
+        .await;
+    let said = as_deployer["waiting_for"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("an admin's `manent recover`") && !said.contains("--executor"),
+        "a deployer is told an admin can recover, not given the command: {said}"
+    );
     let orphan = site
         .wait_until(&token, &second, "it says no worker serves its queue", |s| {
             s["waiting_for"]

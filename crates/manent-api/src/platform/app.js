@@ -585,17 +585,32 @@
     return new URLSearchParams(location.hash.slice(1)).get('deploy');
   }
 
+  /** Who the page speaks as: the token's name, role and scope (`GET /whoami`). */
+  function showSignedIn() {
+    const box = $('signed-in');
+    if (!me) {
+      box.replaceChildren();
+      return;
+    }
+    box.replaceChildren('signed in as ', el('strong', {}, me.name),
+      ' (' + me.role + (me.scope ? ', applications ' + me.scope : '') + ')');
+  }
+
   async function refresh() {
     clearTimeout(timer);
     const deploy = currentDeploy();
     $('need-token').hidden = !!token;
+    if (!token || !me) showSignedIn();
     $('overview').hidden = !token || !!deploy;
     $('deploy').hidden = !token || !deploy;
     if (!token) return;
     if (!busy) {
       busy = true;
       try {
-        if (!me) me = await api('GET', '/whoami');
+        if (!me) {
+          me = await api('GET', '/whoami');
+          showSignedIn();
+        }
         if (deploy) await showDeploy(deploy);
         else await showOverview();
         clearError();

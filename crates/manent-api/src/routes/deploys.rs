@@ -201,8 +201,20 @@ async fn visible_deploy(
     deploy_views::status(&state.client, id)
         .await?
         .filter(|deploy| caller.may(Action::Read, Some(&deploy.application)))
-        .map(ToWire::to_wire)
+        .map(|deploy| for_caller(caller, deploy))
         .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))
+}
+
+/// A deploy's status as `caller` reads it: what it waits for names `manent recover` only
+/// to a caller who may run it (an unscoped admin), never as a way out to one it would
+/// answer 403.
+fn for_caller(caller: &Caller, mut deploy: deploy_views::DeployStatus) -> DeployStatus {
+    if let Some(to_recoverers) = deploy.waiting_for_recoverers.take()
+        && caller.may(Action::Administer, None)
+    {
+        deploy.waiting_for = Some(to_recoverers);
+    }
+    deploy.to_wire()
 }
 
 /// List deploys, newest first.
@@ -425,7 +437,7 @@ async fn decide_deploy(
     tracing::info!(deploy = %id, by = %caller.token.name, approve, "approval decision");
     deploy_views::status(&state.client, &id)
         .await?
-        .map(|deploy| Json(deploy.to_wire()))
+        .map(|deploy| Json(for_caller(&caller, deploy)))
         .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))
 }
 

@@ -114,6 +114,32 @@ fn list_is_a_table_of_deploys_with_their_durations() {
 }
 
 #[test]
+fn a_target_an_ended_deploy_never_reached_reads_not_started_as_on_the_page() {
+    let mut failed = deploy();
+    failed["status"] = json!("ERROR");
+    failed["targets"][0]["status"] = json!("pending");
+    let failed: Answer<DeployStatus> = answer(failed);
+    check(
+        progress_line(&failed.body),
+        expect!["3f2a9c71 ERROR phase=done web-1=not started web-2=failed"],
+    );
+    let table = super::status(&style(), &failed.body);
+    assert!(
+        table.contains("web-1    not started"),
+        "the status table says the same: {table}"
+    );
+    let mut running = deploy();
+    running["status"] = json!("PENDING");
+    running["targets"][0]["status"] = json!("pending");
+    let running: Answer<DeployStatus> = answer(running);
+    assert!(
+        progress_line(&running.body).contains("web-1=pending"),
+        "a running deploy's target that has not started yet is pending: {}",
+        progress_line(&running.body)
+    );
+}
+
+#[test]
 fn status_shows_the_deploy_its_decisions_artifacts_targets_and_steps() {
     let status: Answer<DeployStatus> = answer(deploy());
     check(

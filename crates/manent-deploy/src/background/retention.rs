@@ -52,6 +52,10 @@ pub async fn prune(
         dry_run,
         ..PruneReport::default()
     };
+    let output_before = cutoff(now_ms, retention.output);
+    // Dry run: the old output lines of the deploys that would go, which the count of old
+    // output lines below includes and the real run removes with their deploys first.
+    let mut counted_twice = 0;
     if let Some(before) = cutoff(now_ms, retention.deploys) {
         let mut query = PruneQuery {
             name: DEPLOY_WORKFLOW.to_string(),
@@ -60,8 +64,15 @@ pub async fn prune(
             limit: batch,
         };
         if dry_run {
+            // The same choice and the same walk as the real run's, counted.
             query.limit = i64::MAX;
-            report.deploys = client.prunable_workflows(&query).await?.len() as u64;
+            let ids = client.prunable_workflows(&query).await?;
+            let (would, old_output) = client.count_workflows_removal(&ids, output_before).await?;
+            report.deploys = would.workflows;
+            report.passes = would.children;
+            report.steps = would.steps;
+            report.output_lines = would.output_lines;
+            counted_twice = old_output;
         } else {
             loop {
                 let ids = client.prunable_workflows(&query).await?;
@@ -80,11 +91,12 @@ pub async fn prune(
             }
         }
     }
-    if let Some(before) = cutoff(now_ms, retention.output) {
-        report.output_lines += drain(batch, dry_run, |limit| {
+    if let Some(before) = output_before {
+        let old_lines = drain(batch, dry_run, |limit| {
             client.prune_output(before, limit, dry_run)
         })
         .await?;
+        report.output_lines += old_lines.saturating_sub(counted_twice);
     }
     if let Some(before) = cutoff(now_ms, retention.audit) {
         report.audit_entries += drain(batch, dry_run, |limit| {

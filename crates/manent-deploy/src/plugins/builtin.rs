@@ -295,7 +295,9 @@ impl OnTarget<'_> {
             let script = release_scripts::link_shared(&directories, &release, &shared, &paths);
             let linked: String = ctx
                 .step_with(&step, shown_running(), || async {
-                    run_script(ctx, &step, pool, eff, target, &script, env).await
+                    run_script(ctx, &step, pool, eff, target, &script, env)
+                        .await
+                        .map_err(TargetError::of_own_script)
                 })
                 .await?;
             lines.push(linked);
@@ -336,12 +338,15 @@ async fn prune_releases(
     let script = release_scripts::prune_releases(releases);
     let pruned: Result<String, WorkflowError> = ctx
         .step_with(&step, shown_running(), || async {
-            run_script(ctx, &step, pool, eff, target, &script, &[]).await
+            run_script(ctx, &step, pool, eff, target, &script, &[])
+                .await
+                .map_err(TargetError::of_own_script)
         })
         .await;
     match pruned {
-        // `removed: 1.1 1.2` or `removed: none`.
-        Ok(removed) => Ok(format!("{} releases kept, {removed}", releases.keep)),
+        // `2 releases kept, removed: 1.1 1.2`: what is there, counted on the target. A step
+        // recorded by an earlier build said only `removed: …`, shown as it is.
+        Ok(removed) => Ok(removed),
         Err(WorkflowError::Step { message, .. }) => {
             Ok(format!("old releases not removed: {message}"))
         }

@@ -4,21 +4,44 @@
 
 use manent_model::{EffectiveDescriptor, Target};
 
+/// How the scripts below mark a line of their stderr as the sentence that says why they
+/// failed: the worker shows that sentence ([`failure`]), never the script, which is
+/// manent's own and says nothing to the person reading the failure.
+pub(crate) const SAID: &str = "manent: ";
+
+/// Why one of the scripts below failed, from its stderr and exit status: the sentences it
+/// marked ([`SAID`]), else what a command it ran printed (`mkdir: … Permission denied`),
+/// else its exit status.
+pub(crate) fn failure(stderr: &str, status: i32) -> String {
+    let lines = || stderr.lines().map(str::trim).filter(|l| !l.is_empty());
+    let said: Vec<&str> = lines().filter_map(|l| l.strip_prefix(SAID)).collect();
+    if !said.is_empty() {
+        return said.join("; ");
+    }
+    let printed: Vec<&str> = lines().collect();
+    if printed.is_empty() {
+        format!("manent's script on the target exited with {status} without saying why")
+    } else {
+        printed.join("; ")
+    }
+}
+
 /// What the remote scripts below say when a directory they work in is a symbolic link:
 /// they stop before anything is changed or removed through it. `$1` is the path.
 const REFUSE_LINKED_DIRECTORY: &str = "refuse_link() {\n\
-     \x20 printf '%s is a symbolic link where a directory is expected; nothing was changed \
-     through it: make it a directory on the target\\n' \"$1\" >&2\n\
+     \x20 printf 'manent: %s is a symbolic link where a directory is expected; nothing was \
+     changed through it: make it a directory on the target\\n' \"$1\" >&2\n\
      \x20 exit 1\n\
      }\n";
 
 /// The shell script that prunes a target's release directories (`deploy.keep_releases`):
 /// in `root`, the current release is touched (so that it counts as the newest), then every
 /// directory past the newest `keep` (the current one always among them) is removed; one
-/// line says which (`removed: 1.1 1.2`, `removed: none`). Symbolic links, files and hidden
-/// entries are never touched: a `current` link or a `.shared` directory beside the releases
-/// stays. `root` or the current release being a symbolic link fails the step, naming it,
-/// before anything is removed.
+/// line says how many releases are there after it, never the setting, and which went
+/// (`2 releases kept, removed: 1.1 1.2`, `1 release kept, removed: none`). Symbolic links,
+/// files and hidden entries are never touched: a `current` link or a `.shared` directory
+/// beside the releases stays. `root` or the current release being a symbolic link fails
+/// the step, naming it, before anything is removed.
 ///
 /// Names are never read from a listing: they come from the shell's own `*`, one word each
 /// whatever they hold (a newline included), and the newest are found with `test -nt`/`-ot`
@@ -55,8 +78,11 @@ pub fn prune_releases(releases: &manent_model::Releases) -> String {
          for r in \"$@\"; do\n\
          \x20 if rm -rf -- \"./$r\"; then removed=\"$removed $(shown \"$r\")\"; else failed=\"$failed $(shown \"$r\")\"; fi\n\
          done\n\
-         echo \"removed:${{removed:- none}}\"\n\
-         if [ -n \"$failed\" ]; then echo \"could not remove:$failed\" >&2; exit 1; fi\n",
+         kept=0\n\
+         for r in *; do if [ -d \"./$r\" ] && [ ! -L \"./$r\" ]; then kept=$((kept + 1)); fi; done\n\
+         if [ \"$kept\" = 1 ]; then word=release; else word=releases; fi\n\
+         echo \"$kept $word kept, removed:${{removed:- none}}\"\n\
+         if [ -n \"$failed\" ]; then echo \"manent: could not remove the old release(s)$failed in $root\" >&2; exit 1; fi\n",
         // The newest `keep - 1` releases other than the current one stay.
         before = keep.saturating_sub(1),
     )
@@ -109,7 +135,8 @@ fn parents(path: &str) -> Vec<String> {
 /// The shell script that links `deploy.shared` into a release: for each path, the release's
 /// own copy (if any) is replaced by a symbolic link to the same path under `shared`. A
 /// directory (`log/`) is made in `shared` if missing; a file must exist there (it is the
-/// target's own, written once), else the script fails naming it. Idempotent.
+/// target's own, written once), else the script fails naming every missing one before
+/// anything is changed. Idempotent.
 ///
 /// First, before anything is changed: each of `directories` (the release's, from
 /// [`release_directories`]), `shared`, every directory above a shared path in the release
@@ -147,17 +174,13 @@ pub fn link_shared(
             script.push_str(&refuse_if_linked("shared", path.trim_end_matches('/')));
         }
     }
+    script.push_str(&missing_shared_files(paths));
     for path in paths {
         let is_dir = path.ends_with('/');
         let path = path.trim_end_matches('/');
         let p = q(path);
         if is_dir {
             script.push_str(&format!("mkdir -p -- \"$shared\"/{p}\n"));
-        } else {
-            script.push_str(&format!(
-                "if [ ! -e \"$shared\"/{p} ]; then echo \"shared file $shared/\"{p}\" is \
-                 missing: create it on the target\" >&2; exit 1; fi\n"
-            ));
         }
         script.push_str(&format!(
             "mkdir -p -- \"$(dirname -- \"$release\"/{p})\"\n\
@@ -167,6 +190,41 @@ pub fn link_shared(
     }
     script.push_str(&format!("echo \"linked {} shared path(s)\"\n", paths.len()));
     script
+}
+
+/// The shell that fails, naming each one, when a shared file of `paths` (one without a
+/// trailing `/`) is missing under `$shared`: the target's own, written once, which manent
+/// never makes. It changes nothing: [`link_shared`] runs it before anything else, and a dry
+/// run on its own ([`shared_files_check`]).
+fn missing_shared_files(paths: &[String]) -> String {
+    let files: Vec<String> = paths
+        .iter()
+        .filter(|p| !p.ends_with('/'))
+        .map(|p| manent_ssh::shell_quote(p))
+        .collect();
+    if files.is_empty() {
+        return String::new();
+    }
+    let mut script = String::from("missing=0\n");
+    for p in files {
+        script.push_str(&format!(
+            "if [ ! -e \"$shared\"/{p} ]; then printf '{SAID}shared file %s is missing: \
+             create it on the target (deploy.shared.paths)\\n' \"$shared\"/{p} >&2; \
+             missing=1; fi\n"
+        ));
+    }
+    script.push_str("if [ \"$missing\" = 1 ]; then exit 1; fi\n");
+    script
+}
+
+/// The shell script a dry run runs on a target with `deploy.shared`: it fails naming every
+/// shared file of `paths` missing from `shared`, as the deploy's `link shared` step would.
+pub fn shared_files_check(shared: &str, paths: &[String]) -> String {
+    format!(
+        "shared={}\n{}",
+        manent_ssh::shell_quote(shared),
+        missing_shared_files(paths)
+    )
 }
 
 /// The exit status of [`release_check`] when the release holds something manent did
@@ -377,6 +435,78 @@ mod tests {
         );
     }
 
+    #[test]
+    fn every_missing_shared_file_is_named_before_anything_is_linked_and_the_script_is_not_quoted() {
+        let root = tempfile::tempdir().unwrap();
+        let (release, shared) = (root.path().join("1.0"), root.path().join("shared"));
+        std::fs::create_dir_all(release.join("log")).unwrap();
+        std::fs::create_dir_all(&shared).unwrap();
+        std::fs::write(shared.join("present.yml"), "x").unwrap();
+        let paths = ["log/", ".env", "present.yml", "config/db.yml"];
+        let out = link(&paths, &release, &shared, &[]);
+        let why = failure(&text(&out.stderr), out.status.code().unwrap_or(-1));
+        let at = |p: &str| shared.join(p).display().to_string();
+        assert_eq!(
+            why,
+            format!(
+                "shared file {} is missing: create it on the target (deploy.shared.paths); \
+                 shared file {} is missing: create it on the target (deploy.shared.paths)",
+                at(".env"),
+                at("config/db.yml")
+            ),
+            "the failure names each missing file, in one sentence each: {out:?}"
+        );
+        assert!(
+            release.join("log").is_dir() && !release.join("log").is_symlink(),
+            "nothing was linked while a shared file is missing"
+        );
+        let checked = sh(&shared_files_check(
+            &shared.display().to_string(),
+            &paths.map(String::from),
+        ));
+        assert_eq!(
+            failure(&text(&checked.stderr), checked.status.code().unwrap_or(-1)),
+            why,
+            "a dry run's check finds the same missing files: {checked:?}"
+        );
+        std::fs::write(shared.join(".env"), "x").unwrap();
+        std::fs::create_dir_all(shared.join("config")).unwrap();
+        std::fs::write(shared.join("config/db.yml"), "x").unwrap();
+        let checked = sh(&shared_files_check(
+            &shared.display().to_string(),
+            &paths.map(String::from),
+        ));
+        assert!(
+            checked.status.success(),
+            "every shared file present passes the check: {checked:?}"
+        );
+    }
+
+    #[test]
+    fn a_script_failure_is_its_marked_sentence_else_what_a_command_printed_else_its_status() {
+        let cases = [
+            (
+                "rm: cannot remove 'x'\nmanent: could not remove x\n",
+                "could not remove x",
+            ),
+            (
+                "mkdir: cannot create directory '/srv/a': Permission denied\n",
+                "mkdir: cannot create directory '/srv/a': Permission denied",
+            ),
+            (
+                "",
+                "manent's script on the target exited with 2 without saying why",
+            ),
+        ];
+        for (stderr, expected) in cases {
+            assert_eq!(
+                failure(stderr, 2),
+                expected,
+                "the failure of stderr {stderr:?}"
+            );
+        }
+    }
+
     /// Each directory the link step works in, made a symbolic link to a directory holding
     /// a file of the same name as the shared path: the step fails naming the link, and
     /// the file behind it is still there.
@@ -481,10 +611,13 @@ mod tests {
             "the live release and the two newest others stay; links, files and hidden \
              entries are never touched (removed: {removed})"
         );
-        assert_eq!(removed, "removed: 1.1 1.2\n", "each removal is named");
+        assert_eq!(
+            removed, "3 releases kept, removed: 1.1 1.2\n",
+            "each removal is named, and the releases there after it counted"
+        );
         assert_eq!(
             prune(root.path(), "1.0", 3),
-            "removed: none\n",
+            "3 releases kept, removed: none\n",
             "pruning again removes nothing"
         );
         prune(root.path(), "1.0", 1);
@@ -492,6 +625,17 @@ mod tests {
             entries(root.path()),
             [".hidden", "1.0", "current", "notes.txt"],
             "keep_releases: 1 keeps the live release alone"
+        );
+    }
+
+    #[test]
+    fn pruning_says_how_many_releases_there_are_not_how_many_may_stay() {
+        let root = tempfile::tempdir().unwrap();
+        dir_aged(root.path(), "1.0", 100);
+        assert_eq!(
+            prune(root.path(), "1.0", 3),
+            "1 release kept, removed: none\n",
+            "one release with keep_releases 3 is one release kept"
         );
     }
 
@@ -516,7 +660,7 @@ mod tests {
             "the old release named with a newline is removed as one directory; .shared stays"
         );
         assert_eq!(
-            removed, "removed: a?.shared\n",
+            removed, "2 releases kept, removed: a?.shared\n",
             "a newline in a removed name is shown as `?`, on the one line"
         );
         assert!(

@@ -67,6 +67,10 @@ pub enum TargetError {
          make it a directory on the target"
     )]
     LinkedDirectory(String),
+    /// One of manent's own scripts on the target failed (`release_scripts`): why, in the
+    /// sentences it said, never the script itself.
+    #[error("{0}")]
+    Script(String),
     #[error("artifact {0} is missing from the work directory after its fetch")]
     ArtifactMissing(String),
     #[error(transparent)]
@@ -93,7 +97,20 @@ impl TargetError {
             | TargetError::ArtifactMissing(_)
             | TargetError::ReleaseAltered { .. }
             | TargetError::LinkedDirectory(_)
+            | TargetError::Script(_)
             | TargetError::Secret(_) => false,
+        }
+    }
+
+    /// This error of [`run`] when what ran was one of manent's own scripts
+    /// (`release_scripts`): a non-zero exit says why in the script's own sentence, never
+    /// by quoting the script.
+    pub fn of_own_script(self) -> TargetError {
+        match self {
+            TargetError::Exited { status, stderr, .. } => {
+                TargetError::Script(release_scripts::failure(&stderr, status))
+            }
+            other => other,
         }
     }
 }
@@ -515,6 +532,19 @@ pub async fn plan(
         let free = conn.free_space(&dest).await.map_err(transport)?;
         if free < needed {
             return Err(TargetError::NoSpace { dest, free, needed });
+        }
+        if let Some((shared, paths)) = eff.shared_for(target) {
+            // What the deploy's `link shared` step would refuse, found now.
+            let script = release_scripts::shared_files_check(&shared, &paths);
+            let checked = conn.exec(&script, &[]).await.map_err(transport)?;
+            if !checked.success() {
+                let why = release_scripts::failure(&checked.stderr, checked.status);
+                return Err(TargetError::Script(why));
+            }
+            lines.push(format!(
+                "would link {} shared path(s) from {shared}",
+                paths.len()
+            ));
         }
         for a in artifacts {
             let remote = format!("{}/{}", dest.trim_end_matches('/'), a.name);

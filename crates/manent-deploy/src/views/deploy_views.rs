@@ -48,6 +48,9 @@ pub struct DeployStatus {
     pub updated_at: String,
     /// While it waits: why.
     pub waiting_for: Option<String>,
+    /// While it waits for a gone worker, `waiting_for` as said to a caller who may recover
+    /// it (an admin): with the `manent recover` command (status only). The API chooses.
+    pub waiting_for_recoverers: Option<String>,
     /// Approvals and a rejection received, in order.
     pub approvals: Vec<ApprovalView>,
     /// The artifacts as submitted: what an approver approves.
@@ -273,6 +276,7 @@ fn summary(
                 .fold(record.updated_at_ms, i64::max),
         ),
         waiting_for,
+        waiting_for_recoverers: None,
         approvals,
         artifacts: d.artifacts.clone(),
         overrides: d
@@ -397,8 +401,9 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
     let request = read_request(&record)?;
     let events = client.events(id).await?;
     let mut view = summary(&record, &request, &events)?;
-    if let Some(reason) = waiting_reason(client, &record).await? {
-        view.waiting_for = Some(reason);
+    if let Some(waiting) = waiting_reason(client, &record).await? {
+        view.waiting_for = Some(waiting.reason);
+        view.waiting_for_recoverers = waiting.to_recoverers;
     }
     let passes = timeline::passes(client, id, &view.queue).await?;
     // A pass's own events first: the deploy republishes its targets' outcomes when the
@@ -506,6 +511,25 @@ fn others<'a>(holders: impl Iterator<Item = &'a str>, own: &str) -> Vec<String> 
         .collect()
 }
 
+/// What a deploy waits for, as `waiting_for` says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Waiting {
+    /// Said to every reader.
+    reason: String,
+    /// Said instead to a reader who may run what it names (`manent recover`, an admin's):
+    /// a hint shown to a caller who would get 403 for it is a dead end.
+    to_recoverers: Option<String>,
+}
+
+impl Waiting {
+    fn to_all(reason: String) -> Self {
+        Waiting {
+            reason,
+            to_recoverers: None,
+        }
+    }
+}
+
 /// Why a queued deploy does not start, or a claimed one does not move, when the
 /// deploy itself does not say (approval and dependency waits do): the deploy that holds
 /// its environment, the queue no live worker serves, or the stopped worker that holds
@@ -513,7 +537,7 @@ fn others<'a>(holders: impl Iterator<Item = &'a str>, own: &str) -> Vec<String> 
 async fn waiting_reason(
     client: &Client,
     record: &WorkflowRecord,
-) -> Result<Option<String>, EngineError> {
+) -> Result<Option<Waiting>, EngineError> {
     let now = now_ms();
     match record.status {
         WorkflowStatus::Enqueued if record.not_before_ms <= now => {
@@ -539,17 +563,17 @@ async fn waiting_reason(
             if live.is_empty() && !live_other_versions.is_empty() {
                 // Never failed, never dropped: it starts once a worker of a build that runs
                 // its version serves the queue (docs/upgrading.md).
-                return Ok(Some(format!(
+                return Ok(Some(Waiting::to_all(format!(
                     "a worker that runs deploy workflow version {} on queue {}: the live ones \
                      run other versions ({}); start a manent release that runs version {}",
                     record.workflow_version,
                     record.queue,
                     live_other_versions.join(", "),
                     record.workflow_version
-                )));
+                ))));
             }
             if live.is_empty() {
-                return Ok(Some(format!(
+                return Ok(Some(Waiting::to_all(format!(
                     "a worker serving queue {}: none is running{}",
                     record.queue,
                     if gone.is_empty() {
@@ -557,7 +581,7 @@ async fn waiting_reason(
                     } else {
                         format!(" (it was served by {})", gone.join(", "))
                     }
-                )));
+                ))));
             }
             let holders = client
                 .list(&WorkflowFilter {
@@ -572,17 +596,21 @@ async fn waiting_reason(
             // waiting for itself.
             let ids = others(holders.iter().map(|h| h.id.as_str()), &record.id);
             if !ids.is_empty() {
-                return Ok(Some(format!(
+                return Ok(Some(Waiting::to_all(format!(
                     "the environment {}: deploy {} runs there (environment_concurrency)",
                     record.partition_key,
                     ids.join(", ")
-                )));
+                ))));
             }
-            Ok(Some(format!(
-                "a free slot on queue {}: its workers ({}) are at their limits (`manent queues` shows them)",
-                record.queue,
-                live.join(", ")
-            )))
+            let running = client.running_counts().await?;
+            let queue = client.queues().await?;
+            let queue = queue.iter().find(|q| q.name == record.queue);
+            Ok(Some(Waiting::to_all(full_limit(
+                &record.queue,
+                &live,
+                &running,
+                queue,
+            ))))
         }
         WorkflowStatus::Pending => {
             let Some(executor) = &record.executor_id else {
@@ -599,14 +627,76 @@ async fn waiting_reason(
                 Some(_) => "dead (its lease expired without a recorded stop)",
                 None => "unknown",
             };
-            Ok(Some(format!(
-                "worker {executor}, which holds it, to come back: it is {state}; \
-                 `manent recover --executor {executor}` hands the deploy to another worker \
-                 (or recovery.automatic does)"
-            )))
+            let waiting = |who: &str| {
+                format!(
+                    "worker {executor}, which holds it, to come back: it is {state}; {who} \
+                     hands the deploy to another worker (or recovery.automatic does)"
+                )
+            };
+            Ok(Some(Waiting {
+                reason: waiting("an admin's `manent recover`"),
+                to_recoverers: Some(waiting(&format!("`manent recover --executor {executor}`"))),
+            }))
         }
         _ => Ok(None),
     }
+}
+
+/// Why a deploy on `queue`, which the `live` workers serve, is not taken yet: the limit that
+/// is full, named with its number, from what runs now (`running`) and the queue's limits
+/// as registered; on an idle server, none (the next claim takes it). The limits of the
+/// deploys' group (`dbos.concurrency`, `dbos.global_concurrency`) are each worker's own
+/// and not recorded: a worker's is its queue's registered cap, and when something runs
+/// but no worker and not the queue is at its cap, the total is what is full.
+fn full_limit(
+    queue: &str,
+    live: &[String],
+    running: &[manent_engine::RunningCount],
+    registered: Option<&manent_engine::QueueRecord>,
+) -> String {
+    let deploys = || {
+        running
+            .iter()
+            .filter(|r| r.group.as_deref() == Some(crate::queues::DEPLOY_LIMIT_GROUP))
+    };
+    let total: i64 = deploys().map(|r| r.running).sum();
+    let on = |executor: &str| -> i64 {
+        deploys()
+            .filter(|r| r.executor_id.as_deref() == Some(executor))
+            .map(|r| r.running)
+            .sum()
+    };
+    let workers = live.join(", ");
+    let worker_cap = registered.and_then(|q| q.worker_concurrency);
+    if let Some(cap) = worker_cap
+        && live.iter().all(|w| on(w) >= cap)
+    {
+        let uses: Vec<String> = live.iter().map(|w| format!("{w} runs {}", on(w))).collect();
+        return format!(
+            "a free slot on queue {queue}: every worker serving it is at its limit of {cap} \
+             deploy(s) at once (dbos.concurrency, or the queue's concurrency): {}",
+            uses.join(", ")
+        );
+    }
+    let queue_cap = registered.map_or(0, |q| q.global_concurrency);
+    let on_queue: i64 = deploys()
+        .filter(|r| r.queue == queue)
+        .map(|r| r.running)
+        .sum();
+    if queue_cap > 0 && on_queue >= queue_cap {
+        return format!(
+            "a free slot on queue {queue}: its limit of {queue_cap} deploy(s) at once (the \
+             queue's concurrency) is reached"
+        );
+    }
+    if total > 0 {
+        return format!(
+            "a free slot on queue {queue}: {total} deploy(s) run over all deploy queues and \
+             its workers ({workers}) have room, so the limit on the total is full \
+             (dbos.global_concurrency; `manent queues` shows it)"
+        );
+    }
+    format!("a worker of queue {queue} to take it: {workers} serve(s) it with free slots")
 }
 
 /// Steps that are bookkeeping, not work on the deploy: the engine's own (events,
@@ -941,6 +1031,59 @@ mod tests {
             others(["a3b2010e"].into_iter(), "a3b2010e").is_empty(),
             "alone in its environment, it waits for no deploy"
         );
+    }
+
+    #[test]
+    fn waiting_for_names_the_limit_that_is_full_and_none_on_an_idle_server() {
+        let runs = |queue: &str, executor: &str, running: i64| manent_engine::RunningCount {
+            queue: queue.into(),
+            group: Some(crate::queues::DEPLOY_LIMIT_GROUP.into()),
+            executor_id: Some(executor.into()),
+            partition_key: format!("acme/{executor}:prod"),
+            running,
+        };
+        let queue = |worker: i64, total: i64| manent_engine::QueueRecord {
+            name: "default".into(),
+            kind: "default".into(),
+            worker_concurrency: Some(worker),
+            partition_concurrency: None,
+            global_concurrency: total,
+            updated_at_ms: 0,
+        };
+        let live = ["vm1".to_string(), "vm2".to_string()];
+        let cases = [
+            (
+                "idle",
+                vec![],
+                queue(2, 0),
+                "a worker of queue default to take it: vm1, vm2 serve(s) it with free slots",
+            ),
+            (
+                "every worker at its cap",
+                vec![runs("default", "vm1", 2), runs("other", "vm2", 2)],
+                queue(2, 0),
+                "a free slot on queue default: every worker serving it is at its limit of 2 deploy(s) at once (dbos.concurrency, or the queue's concurrency): vm1 runs 2, vm2 runs 2",
+            ),
+            (
+                "the queue's own cap",
+                vec![runs("default", "vm1", 1), runs("default", "vm2", 1)],
+                queue(5, 2),
+                "a free slot on queue default: its limit of 2 deploy(s) at once (the queue's concurrency) is reached",
+            ),
+            (
+                "the total",
+                vec![runs("other", "vm1", 1), runs("default", "vm2", 1)],
+                queue(5, 0),
+                "a free slot on queue default: 2 deploy(s) run over all deploy queues and its workers (vm1, vm2) have room, so the limit on the total is full (dbos.global_concurrency; `manent queues` shows it)",
+            ),
+        ];
+        for (what, running, registered, expected) in cases {
+            assert_eq!(
+                full_limit("default", &live, &running, Some(&registered)),
+                expected,
+                "{what}"
+            );
+        }
     }
 
     #[test]

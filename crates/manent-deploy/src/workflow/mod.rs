@@ -343,11 +343,13 @@ async fn deploy(
         };
         for outcome in wave_outcomes {
             if outcome.status == crate::run::targets::TargetState::Failed && failure.is_none() {
-                failure = Some(format!(
-                    "target {}: {}",
-                    outcome.name,
-                    outcome.detail.clone().unwrap_or_default()
-                ));
+                // A step's detail starts with the target's name (`web1: link shared: …`):
+                // said once.
+                let detail = outcome.detail.as_deref().unwrap_or_default();
+                let detail = detail
+                    .strip_prefix(&format!("{}: ", outcome.name))
+                    .unwrap_or(detail);
+                failure = Some(format!("target {}: {detail}", outcome.name));
             }
             outcomes.push(outcome);
         }

@@ -837,6 +837,15 @@ pub trait Store: Send + Sync + 'static {
     /// them (steps, events, messages, output), in one transaction. A workflow that is not
     /// finished is left alone.
     async fn delete_workflows(&self, ids: &[String]) -> Result<Deleted, StoreError>;
+    /// What [`Store::delete_workflows`] would remove of `ids` now, counted by the same walk
+    /// (nothing removed), and how many of those output lines are from before
+    /// `old_output_before` and of finished workflows ([`Store::prune_output`] counts them
+    /// too): a dry run's figures are the real run's.
+    async fn count_workflows_removal(
+        &self,
+        ids: &[String],
+        old_output_before: Option<i64>,
+    ) -> Result<(Deleted, u64), StoreError>;
     /// Output lines written before `before_ms` by finished workflows: removes at most
     /// `limit` of them, oldest first (or only counts them, `dry_run`).
     async fn prune_output(

@@ -110,9 +110,9 @@ fn wave_errors() {
     );
     check(
         &format!("{TARGETS}rollout: {{waves: [web-1, web-2]}}\n"),
-        expect![[
-            r#"prod.yml:4: rollout.waves[0]: found the name `web-1` where a wave (a list of target names) was expected; waves is a list of lists, e.g. [[web-1], [web-2, web-3]]"#
-        ]],
+        expect![[r#"
+            prod.yml:4: rollout.waves[0]: found the name `web-1` where a wave (a list of target names) was expected; waves is a list of lists, e.g. [[web-1], [web-2, web-3]]
+            prod.yml:4: rollout.waves[1]: found the name `web-2` where a wave (a list of target names) was expected; waves is a list of lists, e.g. [[web-1], [web-2, web-3]]"#]],
     );
     check(
         &format!(
@@ -353,4 +353,28 @@ fn inherit_env_names_variables_of_the_worker_once_and_not_a_secret() {
             "{bad}: the error names the entry and why: {err}"
         );
     }
+}
+
+/// docs/cli.md promises every problem of a file in one `validate` run: unknown keys and
+/// wrong values in different sections, several in one section, and the checks of the
+/// sections that read.
+#[test]
+fn every_problem_of_a_file_is_reported_in_one_run() {
+    check(
+        "targets:\n  - {name: a, host: a, port: many}\n  - {name: b, hots: b}\n  - {name: c, host: c}\n\
+         deploy:\n  dst: /srv\n  keep_releases: ten\nrollout:\n  waves: [[a], [nobody]]\n\
+         checks: 3\nrollback:\n  on_failure: reactivate_previous\n  extra: 1\ndepends_on:\n  \
+         - {application: ml/trainer, environment: prod}\n",
+        expect![[r#"
+            prod.yml:2: targets[0].port: expected a whole number from 0 to 65535, found "many"; write a whole number, without quotes
+            prod.yml:3: targets[1].hots: unknown field `hots`; remove it or fix its spelling (fields allowed here: name, host, port, user, region, az, labels)
+            prod.yml:3: targets[1].host: missing field `host`; add it
+            prod.yml:6: deploy.dst: unknown field `dst`; remove it or fix its spelling (fields allowed here: plugin, dest, activate, commands, params, keep_releases, shared)
+            prod.yml:7: deploy.keep_releases: expected a whole number, 0 or more, found "ten"; write a whole number, without quotes
+            prod.yml:10: checks: expected a list, found 3; write a list, e.g. [a, b]
+            prod.yml:13: rollback.extra: unknown field `extra`; remove it or fix its spelling (fields allowed here: on_failure)
+            prod.yml:9: rollout.waves[1][0]: `nobody` is not a target of this environment; use a name from targets
+            prod.yml:9: rollout.waves: target(s) `c` are in no wave; add each to a wave (every target must be listed)
+            prod.yml:15: depends_on[0]: ml/trainer/prod depends on itself; remove this entry"#]],
+    );
 }

@@ -659,6 +659,14 @@ impl Store for SqlStore {
         SqlStore::delete_workflows(self, ids).await
     }
 
+    async fn count_workflows_removal(
+        &self,
+        ids: &[String],
+        old_output_before: Option<i64>,
+    ) -> Result<(crate::store::Deleted, u64), StoreError> {
+        SqlStore::count_workflows_removal(self, ids, old_output_before).await
+    }
+
     async fn prune_output(
         &self,
         before_ms: i64,

@@ -24,6 +24,92 @@ macro_rules! select_ids {
     }};
 }
 
+/// Walks the finished workflows of `$ids` (read again on `$tx`: one resumed since it was
+/// chosen is left alone) and their descendants, level by level, and removes them with
+/// everything recorded under them, or (`$count`) counts what would go. Evaluates to the
+/// [`Deleted`] figures and, with `$old_output` (a time, ms), how many of their output lines
+/// are older than it and of finished workflows.
+macro_rules! remove_tree {
+    ($tx:ident, $ids:expr, $count:expr, $old_output:expr) => {{
+        let mut roots: Vec<String> = Vec::new();
+        for chunk in $ids.chunks(200) {
+            roots.extend(select_ids!(
+                $tx,
+                chunk,
+                "SELECT id FROM manent_workflows WHERE id IN ({}) AND status IN {}",
+                FINISHED
+            ));
+        }
+        let mut all = roots.clone();
+        let mut level = roots.clone();
+        while !level.is_empty() {
+            let mut next = Vec::new();
+            for chunk in level.chunks(200) {
+                next.extend(select_ids!(
+                    $tx,
+                    chunk,
+                    "SELECT id FROM manent_workflows WHERE parent_id IN ({}){}",
+                    ""
+                ));
+            }
+            all.extend(next.iter().cloned());
+            level = next;
+        }
+        let mut counts = Deleted {
+            workflows: roots.len() as u64,
+            children: (all.len() - roots.len()) as u64,
+            ..Deleted::default()
+        };
+        let mut old_output = 0u64;
+        for chunk in all.chunks(200) {
+            let list = placeholders(1, chunk.len());
+            for (table, column) in [
+                ("manent_steps", "workflow_id"),
+                ("manent_events", "workflow_id"),
+                ("manent_messages", "workflow_id"),
+                ("manent_output", "workflow_id"),
+                ("manent_workflows", "id"),
+            ] {
+                let n = if $count {
+                    let sql = format!("SELECT COUNT(*) FROM {table} WHERE {column} IN ({list})");
+                    let mut q = sqlx::query_scalar::<_, i64>(&sql).persistent(super::ONE_OFF);
+                    for id in chunk {
+                        q = q.bind(id);
+                    }
+                    u64::try_from(q.fetch_one(&mut *$tx).await?).unwrap_or(0)
+                } else {
+                    let sql = format!("DELETE FROM {table} WHERE {column} IN ({list})");
+                    let mut q = sqlx::query(&sql).persistent(super::ONE_OFF);
+                    for id in chunk {
+                        q = q.bind(id);
+                    }
+                    q.execute(&mut *$tx).await?.rows_affected()
+                };
+                match table {
+                    "manent_steps" => counts.steps += n,
+                    "manent_output" => counts.output_lines += n,
+                    _ => {}
+                }
+            }
+            if let Some(before) = $old_output {
+                let sql = format!(
+                    "SELECT COUNT(*) FROM manent_output o JOIN manent_workflows w \
+                     ON w.id = o.workflow_id WHERE o.workflow_id IN ({list}) \
+                     AND o.at < ${} AND w.status IN {FINISHED}",
+                    chunk.len() + 1
+                );
+                let mut q = sqlx::query_scalar::<_, i64>(&sql).persistent(super::ONE_OFF);
+                for id in chunk {
+                    q = q.bind(id);
+                }
+                old_output +=
+                    u64::try_from(q.bind(before).fetch_one(&mut *$tx).await?).unwrap_or(0);
+            }
+        }
+        (counts, old_output)
+    }};
+}
+
 impl SqlStore {
     pub(super) async fn prunable_workflows(
         &self,
@@ -56,54 +142,26 @@ impl SqlStore {
         if ids.is_empty() {
             return Ok(Deleted::default());
         }
-        let deleted = write_tx!(self, tx => {
-            // Only finished ones, read again inside the transaction: a workflow resumed or
-            // retried since it was chosen is left alone.
-            let mut roots: Vec<String> = Vec::new();
-            for chunk in ids.chunks(200) {
-                roots.extend(select_ids!(tx, chunk, "SELECT id FROM manent_workflows WHERE id IN ({}) AND status IN {}", FINISHED));
-            }
-            // Their descendants, level by level.
-            let mut all = roots.clone();
-            let mut level = roots.clone();
-            while !level.is_empty() {
-                let mut next = Vec::new();
-                for chunk in level.chunks(200) {
-                    next.extend(select_ids!(tx, chunk, "SELECT id FROM manent_workflows WHERE parent_id IN ({}){}", ""));
-                }
-                all.extend(next.iter().cloned());
-                level = next;
-            }
-            let mut counts = Deleted {
-                workflows: roots.len() as u64,
-                children: (all.len() - roots.len()) as u64,
-                ..Deleted::default()
-            };
-            for chunk in all.chunks(200) {
-                let list = placeholders(1, chunk.len());
-                for (table, column) in [
-                    ("manent_steps", "workflow_id"),
-                    ("manent_events", "workflow_id"),
-                    ("manent_messages", "workflow_id"),
-                    ("manent_output", "workflow_id"),
-                    ("manent_workflows", "id"),
-                ] {
-                    let sql = format!("DELETE FROM {table} WHERE {column} IN ({list})");
-                    let mut q = sqlx::query(&sql).persistent(super::ONE_OFF);
-                    for id in chunk {
-                        q = q.bind(id);
-                    }
-                    let n = q.execute(&mut *tx).await?.rows_affected();
-                    match table {
-                        "manent_steps" => counts.steps += n,
-                        "manent_output" => counts.output_lines += n,
-                        _ => {}
-                    }
-                }
-            }
-            counts
-        });
+        let (deleted, _) = write_tx!(self, tx => remove_tree!(tx, ids, false, None::<i64>));
         Ok(deleted)
+    }
+
+    /// What `delete_workflows(ids)` would remove now, counted by the same walk (a dry
+    /// run's figures are the real run's), and how many of those output lines are older
+    /// than `old_output_before` and of finished workflows: lines `prune_output` counts too.
+    pub(super) async fn count_workflows_removal(
+        &self,
+        ids: &[String],
+        old_output_before: Option<i64>,
+    ) -> Result<(Deleted, u64), StoreError> {
+        if ids.is_empty() {
+            return Ok((Deleted::default(), 0));
+        }
+        // Reads only: no write transaction, nothing for a writer to wait for.
+        Ok(with_pool!(self, pool => {
+            let mut conn = pool.acquire().await?;
+            remove_tree!(conn, ids, true, old_output_before)
+        }))
     }
 
     pub(super) async fn prune_output(
