@@ -431,7 +431,7 @@ fn table<T>(
 
 /// Columns whose news must survive a narrow terminal: when one is left out, a cell of it
 /// that says something is told in the status cell instead (`SUCCESS (dry run)`, `SUCCESS
-/// (rollback)`), so a dry run never reads as a plain success at 80 columns.
+/// (rollback)`, `SUCCESS (irreversible)`), so a dry run never reads as a plain success at 80 columns.
 const FOLDED_INTO_STATUS: &[(&str, CellNews)] = &[
     ("DRY_RUN", |cell| {
         (cell == "true").then(|| "dry run".to_owned())
@@ -439,6 +439,9 @@ const FOLDED_INTO_STATUS: &[(&str, CellNews)] = &[
     ("ORIGIN", |cell| {
         // `rollback of <id>` / `redeploy of <id>`: the kind is what the status needs.
         (cell != "-").then(|| cell.split_whitespace().next().unwrap_or(cell).to_owned())
+    }),
+    ("IRREVERSIBLE", |cell| {
+        (cell != "-").then(|| "irreversible".to_owned())
     }),
 ];
 
@@ -700,6 +703,7 @@ pub fn history(style: &Style, deploys: &[DeployStatus]) -> String {
             "duration",
             "dry_run",
             "origin",
+            "irreversible",
         ],
         |d| {
             // `rollback of <id>` / `redeploy of <id>`: where a resubmitted deploy came from.
@@ -716,6 +720,8 @@ pub fn history(style: &Style, deploys: &[DeployStatus]) -> String {
                 duration_cell(d),
                 d.dry_run.cell(),
                 origin.cell(),
+                // The reason a rollback past it is refused (docs/environments.md).
+                d.irreversible.cell(),
             ]
         },
     )

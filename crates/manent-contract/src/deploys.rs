@@ -181,6 +181,19 @@ pub struct Descriptor {
     /// Deploys that must have succeeded first, besides those of the environment file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depends_on: Option<Vec<Dependency>>,
+    /// Why this deploy cannot be undone by running older code (a destructive schema
+    /// migration, say), on one line: marks it, and a rollback to a version deployed before
+    /// it is refused unless forced (docs/environments.md, "The rollback guard").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 200,
+            examples("drops column users.legacy_name")
+        )
+    )]
+    pub irreversible: Option<String>,
 }
 
 /// One artifact: what an approver approves.
@@ -441,6 +454,15 @@ pub struct DeployStatus {
     /// `rollback` or `redeploy` with `redeploy_of`; null otherwise.
     #[serde(default)]
     pub redeploy_kind: Option<RedeployKind>,
+    /// Why the deploy cannot be undone by running older code (its descriptor's
+    /// `irreversible`): a rollback to a version deployed before it is refused unless forced
+    /// (docs/environments.md, "The rollback guard"). Null when it can.
+    #[serde(default)]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(examples("drops column users.legacy_name"))
+    )]
+    pub irreversible: Option<String>,
     /// The rollout's waves and their targets (status only; absent in lists): the
     /// timeline's bands.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
