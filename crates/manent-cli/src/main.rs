@@ -10,8 +10,8 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{CommandFactory, Parser, Subcommand};
 use manent_contract::{
-    ApplicationView, AuditQuery, DeployLogs, DeployOutput, DeployStatus, QueueView, Resubmitted,
-    RollbackBody, ScheduleView, TenantView, WhoAmI, WorkerView, WorkflowStatus,
+    ApplicationView, AuditQuery, DeployLogs, DeployOutput, DeployStatus, QueueView, RedeployBody,
+    Resubmitted, RollbackBody, ScheduleView, TenantView, WhoAmI, WorkerView, WorkflowStatus,
 };
 use serde_json::Value;
 
@@ -195,6 +195,10 @@ enum Command {
         /// `max_parallel` at a time, no waves or pauses, checks after; remote-copy only.
         #[arg(long)]
         fast: bool,
+        /// Goes back past the environment's newest irreversible deploy anyway (a version
+        /// from before a destructive migration, say); recorded in the audit trail.
+        #[arg(long)]
+        force: bool,
     },
     /// Submits a past deploy's recorded descriptor again, as it was (now, without its
     /// schedule).
@@ -204,6 +208,10 @@ enum Command {
         /// Waits for the new deploy to end, showing its progress.
         #[arg(long)]
         wait: bool,
+        /// Deploys it again even if that goes back past the environment's newest
+        /// irreversible deploy; recorded in the audit trail.
+        #[arg(long)]
+        force: bool,
     },
     /// Checks environment files before they are committed, without a server: every problem
     /// with its file, line and key. Exits 0 when all are valid, 2 otherwise.
@@ -391,15 +399,18 @@ async fn run(args: Args) -> Result<u8, CliError> {
             to,
             wait,
             fast,
+            force,
         } => {
             let path = environment_path(&application, &environment, "rollback")?;
-            let created: Answer<Resubmitted> = api.post(&path, &RollbackBody { to, fast }).await?;
+            let body = RollbackBody { to, fast, force };
+            let created: Answer<Resubmitted> = api.post(&path, &body).await?;
             resubmitted(api, created, wait, style).await
         }
-        Command::Redeploy { id, wait } => {
+        Command::Redeploy { id, wait, force } => {
             let id = resolve_deploy(api, &id).await?;
+            let body = RedeployBody { force };
             let created: Answer<Resubmitted> =
-                api.post(&deploy_path(&id, "/redeploy"), &()).await?;
+                api.post(&deploy_path(&id, "/redeploy"), &body).await?;
             resubmitted(api, created, wait, style).await
         }
         Command::Completion { .. } | Command::Validate { .. } => {

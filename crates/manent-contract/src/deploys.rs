@@ -568,6 +568,22 @@ pub struct RollbackBody {
     /// every target at once, `max_parallel` at a time, no waves or pauses, checks after.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fast: bool,
+    /// Go back past an irreversible deploy anyway (docs/environments.md, "The rollback
+    /// guard"): recorded in the audit trail with who forced it. Without it such a
+    /// rollback is a 409 naming that deploy and its reason.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
+}
+
+/// Body of a redeploy (optional): `{"force": true}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RedeployBody {
+    /// Deploy it again even if that goes back past an irreversible deploy, as
+    /// `RollbackBody.force` (audited).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
 }
 
 /// What a manual recovery of an executor answers.
