@@ -148,8 +148,8 @@ pub fn refusal(
     format!(
         "{} to version {version} (deploy {source_id}) refused: it goes back past deploy \
          {deploy_id} (version {its_version}), marked irreversible: \"{reason}\". Version \
-         {version} ran before that change and may not run after it; deploy a version made \
-         for it, or pass --force (API: \"force\": true) to go back anyway (audited)",
+         {version} is from before that change; deploy a version made for it, or pass --force \
+         (API: \"force\": true) to go back anyway (audited)",
         kind.as_str()
     )
 }
