@@ -348,7 +348,7 @@ const CUT_TO: usize = 12;
 /// terminal, the columns on the right are left out while even their headers would not fit,
 /// then cells are cut (`…`) so that each row fits on one line; the first column (the id)
 /// and the headers are never cut. Callers list columns most important first.
-fn table<T>(
+pub(crate) fn table<T>(
     style: &Style,
     items: &[T],
     columns: &[&str],
