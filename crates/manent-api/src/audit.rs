@@ -52,6 +52,33 @@ pub async fn record(records: &Records, entry: Entry) {
     }
 }
 
+/// Records that `caller` forced `what` (`rollback of deploy D (version V)`), which made
+/// deploy `made` of `application`, past the irreversible deploy `passed` (docs/environments.md,
+/// "The rollback guard"): an entry of its own, `deploy.force_irreversible`, beside the
+/// request's, naming who forced it and which deploy it went back past.
+pub async fn record_forced(
+    state: &crate::AppState,
+    caller: &Caller,
+    (made, application): (&str, &str),
+    what: &str,
+    passed: &manent_deploy::irreversible::IrreversibleDeploy,
+) {
+    tracing::warn!(deploy = %made, by = %caller.token.name, past = %passed.deploy_id,
+        "{what} forced past an irreversible deploy");
+    let detail = format!(
+        "{what} forced by {} past irreversible deploy {} (version {}): \"{}\"",
+        caller.token.name, passed.deploy_id, passed.version, passed.reason
+    );
+    let entry = Entry {
+        who: Some(caller.clone()),
+        action: "deploy.force_irreversible".to_string(),
+        target: format!("{made} ({application})"),
+        outcome: StatusCode::CREATED,
+        detail,
+    };
+    record(&state.client.records(), entry).await;
+}
+
 /// Records a change made outside the API (`manent-server admin …`): the actor is the
 /// command, not a token; the outcome is 200.
 pub async fn record_admin(records: &Records, actor: &str, action: &str, target: &str) {

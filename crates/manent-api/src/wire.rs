@@ -322,6 +322,7 @@ impl ToWire for deploy_views::DeployStatus {
             duration_ms: self.duration_ms,
             redeploy_of: self.redeploy_of,
             redeploy_kind: self.redeploy_kind.to_wire(),
+            irreversible: self.irreversible,
             waves: self.waves.to_wire(),
             passes: self.passes.to_wire(),
         }

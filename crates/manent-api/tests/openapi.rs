@@ -409,7 +409,8 @@ async fn the_documented_descriptor_has_the_fields_the_server_reads() {
         },
         "schedule": {"cron": "30 2 * * 1-5", "timezone": "Europe/Paris", "missed": "skip"},
         "dry_run": true,
-        "depends_on": [{"application": "acme/db", "environment": "prod", "version": "2", "timeout": "10m"}]
+        "depends_on": [{"application": "acme/db", "environment": "prod", "version": "2", "timeout": "10m"}],
+        "irreversible": "drops column users.legacy_name"
     });
     let documented: manent_contract::Descriptor = serde_json::from_value(every_field.clone())
         .expect("the contract reads a descriptor with every field");

@@ -11,7 +11,6 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use common::{Api, WAIT};
 use manent_api::{Role, auth};
-use manent_engine::WorkflowStatus;
 use serde_json::{Value, json};
 
 const HISTORY: &str = "/api/v1/apps/acme/web/environments/prod/history";
@@ -19,36 +18,17 @@ const ROLLBACK: &str = "/api/v1/apps/acme/web/environments/prod/rollback";
 
 /// A descriptor of acme/web in prod at `version` (the same verified artifact each time).
 fn descriptor(api: &Api, version: &str, dry_run: bool) -> String {
-    let text = api
-        .good_descriptor()
-        .replace("version: v1", &format!("version: \"{version}\""));
-    assert!(text.contains(version), "the version is set: {text}");
-    format!("{text}dry_run: {dry_run}\n")
+    api.descriptor_at(version, &format!("dry_run: {dry_run}\n"))
 }
 
 /// Submits `version` as `token` and waits for its success; returns its id.
 async fn deployed(api: &Api, token: &str, version: &str, dry_run: bool) -> String {
-    let (status, body) = api
-        .post_deploy(token, &descriptor(api, version, dry_run))
-        .await;
-    assert_eq!(
-        status,
-        StatusCode::CREATED,
-        "{version} is submitted: {body}"
-    );
-    let id = body["id"].as_str().expect("an id").to_string();
-    succeeds(api, &id).await;
-    id
+    api.deployed(token, &descriptor(api, version, dry_run))
+        .await
 }
 
 async fn succeeds(api: &Api, id: &str) {
-    let record = api.client.wait(id, WAIT).await.expect("the deploy ends");
-    assert_eq!(
-        record.status,
-        WorkflowStatus::Success,
-        "deploy {id} succeeds: {:?}",
-        record.error
-    );
+    api.succeeds(id).await
 }
 
 fn versions(list: &Value) -> Vec<&str> {

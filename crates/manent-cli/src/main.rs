@@ -4,14 +4,15 @@
 
 mod client;
 mod commands;
+mod contexts;
 mod render;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use manent_contract::{
-    ApplicationView, AuditQuery, DeployLogs, DeployOutput, DeployStatus, QueueView, Resubmitted,
-    RollbackBody, ScheduleView, TenantView, WhoAmI, WorkerView, WorkflowStatus,
+    ApplicationView, AuditQuery, DeployLogs, DeployOutput, DeployStatus, QueueView, RedeployBody,
+    Resubmitted, RollbackBody, ScheduleView, TenantView, WorkerView, WorkflowStatus,
 };
 use serde_json::Value;
 
@@ -27,14 +28,10 @@ use crate::{
     about = "Durable deploys: submit, follow and operate them."
 )]
 struct Args {
-    /// The API's base URL.
-    #[arg(
-        long,
-        global = true,
-        env = "MANENT_SERVER",
-        default_value = "http://127.0.0.1:8080"
-    )]
-    server: String,
+    /// The API's base URL; without it (or MANENT_SERVER), the context's, else
+    /// http://127.0.0.1:8080.
+    #[arg(long, global = true, env = "MANENT_SERVER")]
+    server: Option<String>,
     /// API token (`manent-server admin token create`).
     #[arg(long, global = true, env = "MANENT_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -42,6 +39,9 @@ struct Args {
     /// in addition to the system's roots for an `https://` server.
     #[arg(long, global = true, env = "MANENT_CA")]
     ca: Option<PathBuf>,
+    /// The context to use instead of the current one (`manent context list`).
+    #[arg(long, global = true, env = "MANENT_CONTEXT")]
+    context: Option<String>,
     /// How answers are printed: `table` (short ids, relative times, cut to the terminal),
     /// `wide` (whole ids and times, more columns), `json` or `yaml` (the answer as sent;
     /// with `logs -f`, one document each), `name` (ids only, one per line).
@@ -139,8 +139,12 @@ enum Command {
     Queues,
     /// Workers with their state, last heartbeat and running deploys.
     Workers,
-    /// The token this CLI uses: its name, role and scope.
+    /// The token this CLI uses: its name, role and scope; the context in use and where
+    /// the server, the token and the CA came from.
     Whoami,
+    /// Named servers with their CA and token file, one of them current (like kubectl's).
+    #[command(subcommand)]
+    Context(contexts::commands::ContextCommand),
     /// Which worker runs each deploy, and recent events.
     Activity,
     /// Hands the pending deploys of an executor back to the queues. An
@@ -195,6 +199,10 @@ enum Command {
         /// `max_parallel` at a time, no waves or pauses, checks after; remote-copy only.
         #[arg(long)]
         fast: bool,
+        /// Goes back past the environment's newest irreversible deploy anyway (a version
+        /// from before a destructive migration, say); recorded in the audit trail.
+        #[arg(long)]
+        force: bool,
     },
     /// Submits a past deploy's recorded descriptor again, as it was (now, without its
     /// schedule).
@@ -204,6 +212,10 @@ enum Command {
         /// Waits for the new deploy to end, showing its progress.
         #[arg(long)]
         wait: bool,
+        /// Deploys it again even if that goes back past the environment's newest
+        /// irreversible deploy; recorded in the audit trail.
+        #[arg(long)]
+        force: bool,
     },
     /// Checks environment files before they are committed, without a server: every problem
     /// with its file, line and key. Exits 0 when all are valid, 2 otherwise.
@@ -263,7 +275,11 @@ enum ScheduleCommand {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let matches = Args::command().get_matches();
+    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Where each of --server, --token, --ca and --context came from: the precedence of
+    // contexts (docs/cli.md, "Contexts").
+    let given = contexts::settings::Given::of(&matches);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -274,7 +290,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(run(args)) {
+    match runtime.block_on(run(args, given)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             // The server's message may quote a target's output.
@@ -284,7 +300,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(args: Args) -> Result<u8, CliError> {
+async fn run(args: Args, given: contexts::settings::Given) -> Result<u8, CliError> {
     if let Command::Completion { shell } = args.command {
         clap_complete::generate(
             shell,
@@ -297,7 +313,6 @@ async fn run(args: Args) -> Result<u8, CliError> {
     if let Command::Validate { files } = &args.command {
         return Ok(validate(files));
     }
-    let api = ApiClient::new(&args.server, args.token.clone(), args.ca.as_deref())?;
     let style = Style {
         format: if args.quiet {
             Format::Name
@@ -309,7 +324,12 @@ async fn run(args: Args) -> Result<u8, CliError> {
         now: chrono::Utc::now(),
     };
     let style = &style;
-    let api = &api;
+    let contexts_file = contexts::file::path();
+    if let Command::Context(command) = args.command {
+        return contexts::commands::run(command, &given, contexts_file.as_deref(), style);
+    }
+    let settings = contexts::settings::resolve(&given, contexts_file.as_deref())?;
+    let api = &settings.client()?;
     match args.command {
         Command::Deploy {
             file,
@@ -348,9 +368,7 @@ async fn run(args: Args) -> Result<u8, CliError> {
             commands::show::<Vec<WorkerView>, _>(api, "/api/v1/workers", style, render::workers)
                 .await
         }
-        Command::Whoami => {
-            commands::show::<WhoAmI, _>(api, "/api/v1/whoami", style, render::whoami).await
-        }
+        Command::Whoami => contexts::commands::whoami(api, &settings, style).await,
         Command::Activity => {
             commands::show::<Vec<DeployStatus>, _>(api, "/api/v1/activity", style, render::activity)
                 .await
@@ -391,18 +409,21 @@ async fn run(args: Args) -> Result<u8, CliError> {
             to,
             wait,
             fast,
+            force,
         } => {
             let path = environment_path(&application, &environment, "rollback")?;
-            let created: Answer<Resubmitted> = api.post(&path, &RollbackBody { to, fast }).await?;
+            let body = RollbackBody { to, fast, force };
+            let created: Answer<Resubmitted> = api.post(&path, &body).await?;
             resubmitted(api, created, wait, style).await
         }
-        Command::Redeploy { id, wait } => {
+        Command::Redeploy { id, wait, force } => {
             let id = resolve_deploy(api, &id).await?;
+            let body = RedeployBody { force };
             let created: Answer<Resubmitted> =
-                api.post(&deploy_path(&id, "/redeploy"), &()).await?;
+                api.post(&deploy_path(&id, "/redeploy"), &body).await?;
             resubmitted(api, created, wait, style).await
         }
-        Command::Completion { .. } | Command::Validate { .. } => {
+        Command::Completion { .. } | Command::Validate { .. } | Command::Context(_) => {
             unreachable!("handled before the client is built")
         }
         Command::Audit {

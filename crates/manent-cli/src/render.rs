@@ -348,7 +348,7 @@ const CUT_TO: usize = 12;
 /// terminal, the columns on the right are left out while even their headers would not fit,
 /// then cells are cut (`…`) so that each row fits on one line; the first column (the id)
 /// and the headers are never cut. Callers list columns most important first.
-fn table<T>(
+pub(crate) fn table<T>(
     style: &Style,
     items: &[T],
     columns: &[&str],
@@ -431,7 +431,7 @@ fn table<T>(
 
 /// Columns whose news must survive a narrow terminal: when one is left out, a cell of it
 /// that says something is told in the status cell instead (`SUCCESS (dry run)`, `SUCCESS
-/// (rollback)`), so a dry run never reads as a plain success at 80 columns.
+/// (rollback)`, `SUCCESS (irreversible)`), so a dry run never reads as a plain success at 80 columns.
 const FOLDED_INTO_STATUS: &[(&str, CellNews)] = &[
     ("DRY_RUN", |cell| {
         (cell == "true").then(|| "dry run".to_owned())
@@ -439,6 +439,9 @@ const FOLDED_INTO_STATUS: &[(&str, CellNews)] = &[
     ("ORIGIN", |cell| {
         // `rollback of <id>` / `redeploy of <id>`: the kind is what the status needs.
         (cell != "-").then(|| cell.split_whitespace().next().unwrap_or(cell).to_owned())
+    }),
+    ("IRREVERSIBLE", |cell| {
+        (cell != "-").then(|| "irreversible".to_owned())
     }),
 ];
 
@@ -710,6 +713,7 @@ pub fn history(style: &Style, deploys: &[DeployStatus]) -> String {
             "duration",
             "dry_run",
             "origin",
+            "irreversible",
         ],
         |d| {
             // `rollback of <id>` / `redeploy of <id>`: where a resubmitted deploy came from.
@@ -726,6 +730,8 @@ pub fn history(style: &Style, deploys: &[DeployStatus]) -> String {
                 duration_cell(d),
                 d.dry_run.cell(),
                 origin.cell(),
+                // The reason a rollback past it is refused (docs/environments.md).
+                d.irreversible.cell(),
             ]
         },
     )

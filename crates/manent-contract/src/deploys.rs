@@ -181,6 +181,19 @@ pub struct Descriptor {
     /// Deploys that must have succeeded first, besides those of the environment file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depends_on: Option<Vec<Dependency>>,
+    /// Why this deploy cannot be undone by running older code (a destructive schema
+    /// migration, say), on one line: marks it, and a rollback to a version deployed before
+    /// it is refused unless forced (docs/environments.md, "The rollback guard").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 200,
+            examples("drops column users.legacy_name")
+        )
+    )]
+    pub irreversible: Option<String>,
 }
 
 /// One artifact: what an approver approves.
@@ -441,6 +454,15 @@ pub struct DeployStatus {
     /// `rollback` or `redeploy` with `redeploy_of`; null otherwise.
     #[serde(default)]
     pub redeploy_kind: Option<RedeployKind>,
+    /// Why the deploy cannot be undone by running older code (its descriptor's
+    /// `irreversible`): a rollback to a version deployed before it is refused unless forced
+    /// (docs/environments.md, "The rollback guard"). Null when it can.
+    #[serde(default)]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(examples("drops column users.legacy_name"))
+    )]
+    pub irreversible: Option<String>,
     /// The rollout's waves and their targets (status only; absent in lists): the
     /// timeline's bands.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -546,6 +568,22 @@ pub struct RollbackBody {
     /// every target at once, `max_parallel` at a time, no waves or pauses, checks after.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fast: bool,
+    /// Go back past an irreversible deploy anyway (docs/environments.md, "The rollback
+    /// guard"): recorded in the audit trail with who forced it. Without it such a
+    /// rollback is a 409 naming that deploy and its reason.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
+}
+
+/// Body of a redeploy (optional): `{"force": true}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RedeployBody {
+    /// Deploy it again even if that goes back past an irreversible deploy, as
+    /// `RollbackBody.force` (audited).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
 }
 
 /// What a manual recovery of an executor answers.

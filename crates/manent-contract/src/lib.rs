@@ -24,9 +24,9 @@ pub use deploys::StatusFilter;
 pub use deploys::{
     ApprovalView, Artifact, BatchEntry, Decision, DecisionBody, Dependency, DeployAction,
     DeployLogs, DeployOutput, DeployOverrides, DeployStatus, Descriptor, Missed, OutputLine,
-    OutputStream, PassMode, PassView, Phase, Recovered, RedeployKind, Resubmitted, RollbackBody,
-    Schedule, StepStatus, StepView, SubmitBatch, Submitted, SubmittedStatus, TargetState,
-    TargetView, WaveView, WorkflowStatus,
+    OutputStream, PassMode, PassView, Phase, Recovered, RedeployBody, RedeployKind, Resubmitted,
+    RollbackBody, Schedule, StepStatus, StepView, SubmitBatch, Submitted, SubmittedStatus,
+    TargetState, TargetView, WaveView, WorkflowStatus,
 };
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use fleet::{

@@ -62,21 +62,23 @@ pub(crate) async fn find_success(
     client: &Client,
     application: &str,
     environment: &str,
-    wanted: impl FnMut(&str, &DeployRequest) -> bool,
+    mut wanted: impl FnMut(&str, &DeployRequest) -> bool,
 ) -> Result<Option<(String, DeployRequest)>, EngineError> {
     Ok(
-        find_success_record(client, application, environment, wanted)
-            .await?
-            .map(|(record, request)| (record.id, request)),
+        find_success_record(client, application, environment, |record, request| {
+            wanted(&record.id, request)
+        })
+        .await?
+        .map(|(record, request)| (record.id, request)),
     )
 }
 
-/// [`find_success`], with the deploy's record.
-async fn find_success_record(
+/// [`find_success`], with the deploy's record (which `wanted` sees too: its origin).
+pub(crate) async fn find_success_record(
     client: &Client,
     application: &str,
     environment: &str,
-    mut wanted: impl FnMut(&str, &DeployRequest) -> bool,
+    mut wanted: impl FnMut(&WorkflowRecord, &DeployRequest) -> bool,
 ) -> Result<Option<(WorkflowRecord, DeployRequest)>, EngineError> {
     // The newest success is usually the one wanted (the live version): a first page of a
     // few, then larger ones. A page of 100 read 100 recorded requests to use one
@@ -101,7 +103,7 @@ async fn find_success_record(
                 .effective
                 .as_ref()
                 .map_or(request.descriptor.dry_run, |e| e.dry_run);
-            if !dry_run && wanted(&record.id, &request) {
+            if !dry_run && wanted(&record, &request) {
                 return Ok(Some((record, request)));
             }
         }
@@ -157,6 +159,10 @@ pub struct Origin {
     /// A fast rollback ([`crate::DeployRequest::fast`]). Left out when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fast: bool,
+    /// The irreversible deploy this one went back past with `--force` (docs/environments.md,
+    /// "The rollback guard"). Left out when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forced_past: Option<String>,
 }
 
 /// The [`Origin`] recorded in a deploy's input, if any.

@@ -9,6 +9,7 @@
 //! - `authority`: the token question, answered by manent-api. `queues`: the queues a
 //!   worker serves. `notifications`: the outbox of notification events.
 //! - [`submission`]: parse, check, route and enqueue; rollback, redeploy; approvals.
+//! - [`irreversible`]: the rollback guard, which a rollback or redeploy passes first.
 //! - [`workflow`]: the deploy workflow and its gate (approvals, dependencies, waits).
 //! - [`run`]: what a deploy does on the worker and its targets: artifacts, secrets and
 //!   masking, printed output, release scripts, target operations, work directories.
@@ -21,6 +22,7 @@
 pub mod authority;
 pub mod background;
 pub mod history;
+pub mod irreversible;
 pub mod notifications;
 pub mod plugins;
 pub mod queues;

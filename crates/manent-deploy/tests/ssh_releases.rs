@@ -188,12 +188,16 @@ async fn fast_rollback(worker: &Worker) -> (WorkflowRecord, deploy_views::Deploy
         &std::sync::Arc::new(worker.config.clone()),
         &source,
         request,
-        manent_deploy::history::OriginKind::Rollback,
-        true,
+        submission::Resubmit {
+            kind: manent_deploy::history::OriginKind::Rollback,
+            fast: true,
+            force: false,
+        },
         &manent_deploy::Submitter::named("test"),
     )
     .await
-    .expect("the fast rollback is accepted");
+    .expect("the fast rollback is accepted")
+    .submitted;
     let record = client.wait(&submitted.id, WAIT).await.unwrap();
     let status = deploy_views::status(&client, &submitted.id)
         .await

@@ -220,7 +220,7 @@ async fn a_dead_workers_step_is_interrupted_and_its_deploy_says_what_it_waits_fo
     );
     assert_eq!(
         shown.finished_at.as_deref(),
-        Some(platform::rfc3339(last_heard).as_str()),
+        Some(manent_deploy::request::rfc3339(last_heard).as_str()),
         "its bar ends when its worker was last heard of: {shown:?}"
     );
     let waiting = status.waiting_for.as_deref().unwrap_or_default();

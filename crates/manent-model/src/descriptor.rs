@@ -1,6 +1,7 @@
 //! Owns the descriptor, what a user submits (application, environment, artifacts, `deploy:`
-//! overrides, schedule, `dry_run`, `depends_on`): its types, parsing from YAML or JSON and
-//! validation, which reports every problem at once with its file, line and field.
+//! overrides, schedule, `dry_run`, `depends_on`, `irreversible`): its types, parsing from
+//! YAML or JSON and validation, which reports every problem at once with its file, line and
+//! field.
 
 use std::collections::BTreeSet;
 
@@ -256,6 +257,11 @@ fn validate(doc: &mut Document<'_>, d: &mut Descriptor) {
     }
     if let Some(schedule) = &d.schedule {
         validate_schedule(doc, schedule);
+    }
+    if let Some(reason) = &d.irreversible
+        && let Err(e) = rules::reason(reason)
+    {
+        doc.issue("irreversible", e);
     }
     let own = (app_ok && env_ok).then_some((d.application.as_str(), d.environment.as_str()));
     validate_dependencies(doc, "depends_on", &d.depends_on, own);
@@ -569,7 +575,9 @@ mod tests {
     fn structural_errors_name_field_and_line() {
         check(
             &yaml("colour: blue\n"),
-            expect!["d.yml:9: colour: unknown field `colour`; remove it or fix its spelling (fields allowed here: application, environment, artifacts, deploy, schedule, dry_run, depends_on, irreversible)"],
+            expect![
+                "d.yml:9: colour: unknown field `colour`; remove it or fix its spelling (fields allowed here: application, environment, artifacts, deploy, schedule, dry_run, depends_on, irreversible)"
+            ],
         );
         check(
             &yaml("").replace("    type: tarball\n", ""),
@@ -596,6 +604,48 @@ mod tests {
         check(
             "application: a/b\nenvironment: e\n",
             expect![[r#"d.yml: artifacts: missing field `artifacts`; add it"#]],
+        );
+    }
+
+    #[test]
+    fn an_irreversible_reason_is_one_short_line_of_text() {
+        let parsed = parse_descriptor(
+            &yaml("irreversible: \"drops column users.legacy_name\"\n"),
+            "d.yml",
+        )
+        .expect("a one-line reason is valid");
+        assert_eq!(
+            parsed.irreversible.as_deref(),
+            Some("drops column users.legacy_name"),
+            "the reason is kept as written"
+        );
+        check(
+            &yaml("irreversible: \"  \"\n"),
+            expect![[
+                r#"d.yml:9: irreversible: is empty; say in a few words why this deploy cannot be undone (e.g. "drops column users.legacy_name"), or remove the field"#
+            ]],
+        );
+        check(
+            &yaml("irreversible: \"drops\\nusers\"\n"),
+            expect![[
+                r#"d.yml:9: irreversible: spans several lines; write the reason on one line"#
+            ]],
+        );
+        check(
+            &yaml("irreversible: \"drops \\e[31musers\"\n"),
+            expect![[r#"d.yml:9: irreversible: contains the control character U+001B; remove it"#]],
+        );
+        check(
+            &yaml(&format!("irreversible: {}\n", "x".repeat(201))),
+            expect![[
+                r#"d.yml:9: irreversible: is 201 characters long; write at most 200 (a sentence: it is shown in refusals and tables; link to the details)"#
+            ]],
+        );
+        check(
+            &yaml("irreversible: true\n"),
+            expect![[
+                r#"d.yml:9: irreversible: is `true`, not a reason: the field marks the deploy by saying why it cannot be undone (e.g. "drops column users.legacy_name"); remove it for a deploy that can"#
+            ]],
         );
     }
 

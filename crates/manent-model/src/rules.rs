@@ -1,6 +1,7 @@
 //! Owns the rules on single values shared by descriptors and environment files: names,
 //! `tenant/app`, artifact names, versions, URLs, sha256, placeholders in templates, RFC 3339
-//! times, cron expressions and time zone names. Each rule returns what to do when it fails.
+//! times, cron expressions, time zone names and one-line reasons. Each rule returns what to
+//! do when it fails.
 
 /// Letters, digits, `-`, `_`, `.`: the characters of tenants, apps, environments, targets.
 pub(crate) fn name(value: &str) -> Result<(), String> {
@@ -81,6 +82,46 @@ pub(crate) fn version(value: &str) -> Result<(), String> {
     }
     if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err("contains a space or a control character; remove it".to_owned());
+    }
+    refuse_invisible(value)
+}
+
+/// The most characters an `irreversible` reason may have: a sentence, shown in a refusal
+/// and a table cell, not a document.
+pub(crate) const REASON_MAX_CHARS: usize = 200;
+
+/// A one-line reason a person reads in a refusal (`irreversible: "…"`): not empty, at most
+/// [`REASON_MAX_CHARS`] characters, one line, no control or invisible character.
+pub(crate) fn reason(value: &str) -> Result<(), String> {
+    if value.trim().is_empty() {
+        return Err(
+            "is empty; say in a few words why this deploy cannot be undone (e.g. \
+             \"drops column users.legacy_name\"), or remove the field"
+                .to_owned(),
+        );
+    }
+    if value.eq_ignore_ascii_case("true") || value.eq_ignore_ascii_case("false") {
+        // `irreversible: false` must not mark a deploy irreversible.
+        return Err(format!(
+            "is `{value}`, not a reason: the field marks the deploy by saying why it cannot be \
+             undone (e.g. \"drops column users.legacy_name\"); remove it for a deploy that can"
+        ));
+    }
+    let chars = value.chars().count();
+    if chars > REASON_MAX_CHARS {
+        return Err(format!(
+            "is {chars} characters long; write at most {REASON_MAX_CHARS} (a sentence: it is \
+             shown in refusals and tables; link to the details)"
+        ));
+    }
+    if value.contains(['\n', '\r']) {
+        return Err("spans several lines; write the reason on one line".to_owned());
+    }
+    if let Some(c) = value.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "contains the control character U+{:04X}; remove it",
+            u32::from(c)
+        ));
     }
     refuse_invisible(value)
 }

@@ -369,6 +369,12 @@ async fn approve_reject_and_cancel_clicked_in_a_real_browser_take_effect_and_a_v
         "prod",
         "targets: [{name: t1, host: local}]\ndeploy:\n  plugin: command\n  commands: [\"true\"]\n",
     );
+    // Two versions, the second irreversible: its Rollback click is refused by the guard.
+    site.write_environment(
+        "acme/migrated",
+        "prod",
+        "targets: [{name: t1, host: local}]\ndeploy:\n  plugin: command\n  commands: [\"true\"]\n",
+    );
     // A deploy that runs until it is cancelled: its second command is the running step.
     site.write_environment(
         "acme/slow",
@@ -386,6 +392,7 @@ async fn approve_reject_and_cancel_clicked_in_a_real_browser_take_effect_and_a_v
         let (code, v) = site.cli(&token, &["deploy", "--wait", "-f", path.to_str().unwrap()]);
         assert_eq!(code, 0, "acme/released {version} is deployed: {v}");
     }
+    let migration = deploy_migrated(&site, &token);
     let (to_approve, _) = site.submit(&token, "acme/approve");
     let (to_reject, _) = site.submit(&token, "acme/reject");
     let (left_waiting, _) = site.submit(&token, "acme/waits");
@@ -478,6 +485,53 @@ async fn approve_reject_and_cancel_clicked_in_a_real_browser_take_effect_and_a_v
 
     the_page_showed_the_running_step_and_no_button_to_a_viewer(&seen);
     the_rollback_and_redeploy_clicks_took_effect(&site, &token, &seen).await;
+    the_rollback_click_past_an_irreversible_deploy_showed_the_refusal(
+        &site, &token, &seen, &migration,
+    );
+}
+
+/// The reason acme/migrated's version 2 is marked irreversible with.
+const MIGRATION_REASON: &str = "drops column users.legacy_name";
+
+/// Deploys acme/migrated 1, then 2 marked irreversible; returns 2's deploy id.
+fn deploy_migrated(site: &Site, token: &str) -> String {
+    let mut id = String::new();
+    for (version, extra) in [
+        ("1", String::new()),
+        ("2", format!("irreversible: \"{MIGRATION_REASON}\"\n")),
+    ] {
+        let path = site.descriptor_for("acme/migrated", version);
+        let text = std::fs::read_to_string(&path).expect("read the descriptor");
+        std::fs::write(&path, format!("{text}{extra}")).expect("write the descriptor");
+        let (code, v) = site.cli(token, &["deploy", "--wait", "-f", path.to_str().unwrap()]);
+        assert_eq!(code, 0, "acme/migrated {version} is deployed: {v}");
+        id = v["id"].as_str().unwrap_or_default().to_string();
+    }
+    id
+}
+
+/// The Rollback click on acme/migrated (2 irreversible) showed the guard's refusal, naming
+/// the irreversible deploy and its reason, and made no deploy: 2 is still live.
+fn the_rollback_click_past_an_irreversible_deploy_showed_the_refusal(
+    site: &Site,
+    token: &str,
+    seen: &Value,
+    migration: &str,
+) {
+    let refusal = seen["guard_refusal"].as_str().unwrap_or_default();
+    assert!(
+        refusal.contains("409")
+            && refusal.contains(migration)
+            && refusal.contains(MIGRATION_REASON)
+            && refusal.contains("--force"),
+        "the page showed the refusal naming the irreversible deploy and its reason: {seen}"
+    );
+    let (code, history) = site.cli(token, &["history", "acme/migrated", "prod"]);
+    assert_eq!(
+        (code, history.as_array().map_or(0, Vec::len)),
+        (0, 2),
+        "the refused click made no deploy: {history}"
+    );
 }
 
 /// What the browser driver saw on the page (`seen`): the running step and its growing
@@ -509,9 +563,9 @@ fn the_page_showed_the_running_step_and_no_button_to_a_viewer(seen: &Value) {
     );
     assert_eq!(
         seen["dialogs"].as_array().map_or(0, Vec::len),
-        5,
-        "each click asked its question (approve comment, reject reason, cancel, rollback, \
-         redeploy): {seen}"
+        6,
+        "each click asked its question (approve comment, reject reason, cancel, the refused \
+         rollback, rollback, redeploy): {seen}"
     );
     assert_eq!(
         (&seen["approver_error"], &seen["viewer_error"]),
@@ -519,7 +573,7 @@ fn the_page_showed_the_running_step_and_no_button_to_a_viewer(seen: &Value) {
         "no API error was shown: {seen}"
     );
     let shots = seen["screenshots"].as_array().map_or(0, Vec::len);
-    assert_eq!(shots, 8, "every screenshot was kept: {seen}");
+    assert_eq!(shots, 9, "every screenshot was kept: {seen}");
 }
 
 /// The Rollback and Redeploy clicks the driver reported in `seen` made the deploys they say.

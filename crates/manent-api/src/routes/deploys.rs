@@ -8,7 +8,7 @@ use axum::{
 };
 use manent_contract::{
     DecisionBody, DeployAction, DeployLogs, DeployOutput, DeployStatus, Descriptor, ErrorBody,
-    Resubmitted, SubmitBatch, Submitted, WorkflowStatus,
+    RedeployBody, Resubmitted, SubmitBatch, Submitted, WorkflowStatus,
 };
 use manent_deploy::{
     history::OriginKind,
@@ -500,20 +500,21 @@ pub(super) fn resubmit_error(e: ResubmitError) -> AppError {
     match e {
         ResubmitError::NotFound(m) => AppError::NotFound(m),
         ResubmitError::Nothing(m) => AppError::Conflict(m),
+        ResubmitError::PastIrreversible { message, .. } => AppError::Conflict(message),
         ResubmitError::Submit(e) => submit_error(e),
     }
 }
 
 /// Submits `request` (recorded by deploy `source`) again for `caller`, once the caller may
-/// deploy its recorded application.
+/// deploy its recorded application; one forced past an irreversible deploy is audited.
 pub(super) async fn resubmit(
     state: &AppState,
     caller: &Caller,
     source: &str,
     request: manent_deploy::DeployRequest,
-    kind: OriginKind,
-    fast: bool,
+    how: submission::Resubmit,
 ) -> Result<(StatusCode, Json<Resubmitted>), AppError> {
+    let kind = how.kind;
     require(
         caller,
         Action::Deploy,
@@ -525,17 +526,23 @@ pub(super) async fn resubmit(
         .first()
         .map(|a| a.version.clone())
         .unwrap_or_default();
-    let submitted = submission::resubmit(
+    let application = request.descriptor.application.clone();
+    let resubmission = submission::resubmit(
         &state.client,
         &state.config,
         source,
         request,
-        kind,
-        fast,
+        how,
         &manent_deploy::Submitter::new(&caller.token.name, &caller.token.id),
     )
     .await
     .map_err(resubmit_error)?;
+    let submitted = resubmission.submitted;
+    if let Some(passed) = &resubmission.forced_past {
+        let what = format!("{} of deploy {source} (version {version})", kind.as_str());
+        crate::audit::record_forced(state, caller, (&submitted.id, &application), &what, passed)
+            .await;
+    }
     tracing::info!(deploy = %submitted.id, of = %source, kind = kind.as_str(), by = %caller.token.name, "deploy submitted again");
     Ok((
         StatusCode::CREATED,
@@ -551,26 +558,38 @@ pub(super) async fn resubmit(
 /// Submit a past deploy's descriptor again.
 ///
 /// The deploy's recorded descriptor, submitted again as it is by the caller, who must be
-/// allowed to deploy its recorded application (another tenant's deploy is a 404).
+/// allowed to deploy its recorded application (another tenant's deploy is a 404). A
+/// redeploy of a version from before the environment's newest irreversible deploy is
+/// refused (409) unless `force` (docs/environments.md, "The rollback guard").
 #[utoipa::path(post, path = "/deploys/{id}/redeploy", tag = "deploys", operation_id = "redeployDeploy",
     params(DeployId),
+    request_body(content = Option<RedeployBody>, content_type = "application/json",
+        description = "Optional: `{\"force\": true}`, or nothing."),
     responses(
         (status = 201, description = "The new deploy, and what it submitted again.", body = Resubmitted),
-        (status = 400, description = "The recorded descriptor is refused today (the environment file or manent.yml changed).", body = ErrorBody),
+        (status = 400, description = "The body is not `{\"force\": true}`, or the recorded descriptor is refused today (the environment file or manent.yml changed).", body = ErrorBody),
         (status = 403, description = "The token may not deploy this application.", body = ErrorBody),
         (status = 404, description = "No such deploy (or one the token may not see).", body = ErrorBody),
+        (status = 409, description = "It would go back past an irreversible deploy: the message names it, its version and reason, and `force`.", body = ErrorBody),
     ))]
 async fn redeploy_deploy(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
     Path(DeployId { id }): Path<DeployId>,
+    body: String,
 ) -> Result<(StatusCode, Json<Resubmitted>), AppError> {
+    let body: RedeployBody = optional_body(&body, "force", r#"{"force": true}"#)?;
     let deploy = visible_deploy(&state, &caller, &id).await?;
     require(&caller, Action::Deploy, Some(&deploy.application))?;
     let request = submission::recorded_request(&state.client, &id)
         .await
         .map_err(resubmit_error)?;
-    resubmit(&state, &caller, &id, request, OriginKind::Redeploy, false).await
+    let how = submission::Resubmit {
+        kind: OriginKind::Redeploy,
+        fast: false,
+        force: body.force,
+    };
+    resubmit(&state, &caller, &id, request, how).await
 }
 
 /// `{id}` of a deploy's routes.

@@ -156,20 +156,21 @@ async fn environment_history(
 ///
 /// Submits again the recorded descriptor of an earlier successful version (`to`, or the
 /// one before the live version), as a deploy by the caller. 409 when there is nothing to
-/// roll back to.
+/// roll back to, or when it would go back past the environment's newest irreversible
+/// deploy without `force` (docs/environments.md, "The rollback guard").
 #[utoipa::path(post, path = "/apps/{tenant}/{app}/environments/{environment}/rollback",
     tag = "deploys", operation_id = "rollbackEnvironment",
     params(
         EnvironmentPath,
     ),
     request_body(content = Option<RollbackBody>, content_type = "application/json",
-        description = "Optional: `{\"to\": \"<version>\", \"fast\": true}` (either key), or nothing."),
+        description = "Optional: `{\"to\": \"<version>\", \"fast\": true, \"force\": true}` (any of the keys), or nothing."),
     responses(
         (status = 201, description = "The new deploy, and what it submitted again.", body = Resubmitted),
         (status = 400, description = "The body is not `{\"to\": \"…\"}`, or the recorded descriptor is refused today.", body = ErrorBody),
         (status = 403, description = "The token may not deploy this application.", body = ErrorBody),
         (status = 404, description = "An application the token may not see.", body = ErrorBody),
-        (status = 409, description = "Nothing to roll back to; the message says what there is.", body = ErrorBody),
+        (status = 409, description = "Nothing to roll back to (the message says what there is), or it would go back past an irreversible deploy (the message names it, its version and reason, and `force`).", body = ErrorBody),
     ))]
 async fn rollback_environment(
     State(state): State<AppState>,
@@ -180,7 +181,7 @@ async fn rollback_environment(
     let body: RollbackBody = optional_body(
         &body,
         "to",
-        r#"{"to": "<version>", "fast": true} (either key)"#,
+        r#"{"to": "<version>", "fast": true, "force": true} (any of the keys)"#,
     )?;
     let (application, environment) = visible_environment(&caller, path)?;
     require(&caller, Action::Deploy, Some(&application))?;
@@ -192,13 +193,10 @@ async fn rollback_environment(
     )
     .await
     .map_err(resubmit_error)?;
-    resubmit(
-        &state,
-        &caller,
-        &source,
-        request,
-        OriginKind::Rollback,
-        body.fast,
-    )
-    .await
+    let how = submission::Resubmit {
+        kind: OriginKind::Rollback,
+        fast: body.fast,
+        force: body.force,
+    };
+    resubmit(&state, &caller, &source, request, how).await
 }

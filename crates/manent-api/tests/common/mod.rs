@@ -91,6 +91,40 @@ impl Api {
         self.descriptor("acme/web", &hex::encode(Sha256::digest(ARTIFACT)))
     }
 
+    /// A descriptor of acme/web in prod at `version` (the same verified artifact each
+    /// time), `extra` lines appended.
+    pub fn descriptor_at(&self, version: &str, extra: &str) -> String {
+        let text = self
+            .good_descriptor()
+            .replace("version: v1", &format!("version: \"{version}\""));
+        assert!(text.contains(version), "the version is set: {text}");
+        format!("{text}{extra}")
+    }
+
+    /// Submits `descriptor` as `token` and waits for its success; returns its id.
+    pub async fn deployed(&self, token: &str, descriptor: &str) -> String {
+        let (status, body) = self.post_deploy(token, descriptor).await;
+        assert_eq!(
+            status,
+            StatusCode::CREATED,
+            "{descriptor} is submitted: {body}"
+        );
+        let id = body["id"].as_str().expect("an id").to_string();
+        self.succeeds(&id).await;
+        id
+    }
+
+    /// Waits for deploy `id` to end, asserting that it succeeded.
+    pub async fn succeeds(&self, id: &str) {
+        let record = self.client.wait(id, WAIT).await.expect("the deploy ends");
+        assert_eq!(
+            record.status,
+            manent_engine::WorkflowStatus::Success,
+            "deploy {id} succeeds: {:?}",
+            record.error
+        );
+    }
+
     /// Sends one request; returns the status and the body as JSON (`Null` when empty or
     /// not JSON).
     pub async fn call(

@@ -107,9 +107,9 @@ fn list_is_a_table_of_deploys_with_their_durations() {
     check(
         history(&style(), &list.body),
         expect![[r#"
-            VERSION   STATUS    ID         SUBMITTED_BY   CREATED_AT   DURATION   DRY_RUN   ORIGIN
-            1.4.2     SUCCESS   3f2a9c71   ci             10m ago      2.0s       false     -
-            1.4.2     PENDING   77aa0b12   ci             10m ago      -          false     -"#]],
+            VERSION   STATUS    ID         SUBMITTED_BY   CREATED_AT   DURATION   DRY_RUN   ORIGIN   IRREVERSIBLE
+            1.4.2     SUCCESS   3f2a9c71   ci             10m ago      2.0s       false     -        -
+            1.4.2     PENDING   77aa0b12   ci             10m ago      -          false     -        -"#]],
     );
 }
 
@@ -638,6 +638,23 @@ fn a_dry_run_and_a_rollback_stay_visible_in_the_status_cell_when_their_column_mu
     assert!(
         history.contains("SUCCESS (rollback)"),
         "a rollback reads as one at 80 columns\n{history}"
+    );
+    let mut migration = deploy();
+    migration["irreversible"] = json!("drops column users.legacy_name");
+    let list: Answer<Vec<DeployStatus>> = answer(json!([migration, deploy()]));
+    let marked = super::history(&narrow, &list.body);
+    assert!(
+        !marked.lines().next().unwrap_or("").contains("IRREVERSIBLE")
+            && marked.contains("SUCCESS (irreversible)"),
+        "at 80 columns the IRREVERSIBLE column is left out and its mark told in the status \
+         cell\n{marked}"
+    );
+    check(
+        super::history(&style(), &list.body),
+        expect![[r#"
+            VERSION   STATUS    ID         SUBMITTED_BY   CREATED_AT   DURATION   DRY_RUN   ORIGIN   IRREVERSIBLE
+            1.4.2     SUCCESS   3f2a9c71   ci             10m ago      2.0s       false     -        drops column users.legacy_name
+            1.4.2     SUCCESS   3f2a9c71   ci             10m ago      2.0s       false     -        -"#]],
     );
     let wide = deploys(&style(), &list.body);
     assert!(

@@ -34,6 +34,7 @@ pub enum SubmittedStatus {
 }
 
 use crate::history::{Origin, OriginKind};
+use crate::irreversible::{self, IrreversibleDeploy};
 use crate::{
     background::schedules,
     history::{ORIGIN_KEY, find_success, request_of, version_of},
@@ -602,10 +603,36 @@ pub enum ResubmitError {
     /// Nothing to roll back to: says what there is.
     #[error("{0}")]
     Nothing(String),
+    /// It would go back past an irreversible deploy, and was not forced: the message names
+    /// it, its version and reason, and `--force` (docs/environments.md, "The rollback
+    /// guard").
+    #[error("{message}")]
+    PastIrreversible {
+        message: String,
+        irreversible: IrreversibleDeploy,
+    },
     /// The submission of the recorded descriptor was refused (the environment file or
     /// manent.yml changed since), or the engine failed.
     #[error(transparent)]
     Submit(#[from] SubmitError),
+}
+
+/// How a recorded request is submitted again ([`resubmit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resubmit {
+    pub kind: OriginKind,
+    /// A fast rollback ([`DeployRequest::fast`]).
+    pub fast: bool,
+    /// Through the rollback guard: going back past an irreversible deploy, audited.
+    pub force: bool,
+}
+
+/// A rollback or redeploy just submitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resubmission {
+    pub submitted: Submitted,
+    /// The irreversible deploy it went back past, forced: what the caller audits.
+    pub forced_past: Option<IrreversibleDeploy>,
 }
 
 impl From<EngineError> for ResubmitError {
@@ -676,15 +703,26 @@ pub async fn recorded_request(client: &Client, id: &str) -> Result<DeployRequest
 /// file as it is now, routed, gated (approvals, dependencies) and limited like any deploy,
 /// submitted by `submitted_by`. It runs now: a recorded `schedule` is left out. `fast`: a
 /// fast rollback ([`DeployRequest::fast`]), refused for a plugin other than remote-copy.
+/// First of all, once the caller authorised it, the rollback guard: going back past an
+/// irreversible deploy is refused unless `force` ([`crate::irreversible`]).
 pub async fn resubmit(
     client: &Client,
     config: &Arc<Config>,
     source: &str,
     request: DeployRequest,
-    kind: OriginKind,
-    fast: bool,
+    Resubmit { kind, fast, force }: Resubmit,
     submitted_by: &Submitter,
-) -> Result<Submitted, ResubmitError> {
+) -> Result<Resubmission, ResubmitError> {
+    let forced_past = match irreversible::passed_by(client, &request).await? {
+        Some(passed) if !force => {
+            let version = request.descriptor.version();
+            return Err(ResubmitError::PastIrreversible {
+                message: irreversible::refusal(kind, source, version, &passed),
+                irreversible: passed,
+            });
+        }
+        passed => passed,
+    };
     let mut descriptor = request.descriptor;
     descriptor.schedule = None;
     // Today's rules apply to the recorded text as to any other descriptor.
@@ -698,8 +736,9 @@ pub async fn resubmit(
         kind,
         deploy_id: source.to_string(),
         fast,
+        forced_past: forced_past.as_ref().map(|p| p.deploy_id.clone()),
     };
-    Ok(submit_recording(
+    let submitted = submit_recording(
         client,
         config,
         descriptor,
@@ -707,7 +746,11 @@ pub async fn resubmit(
         submitted_by,
         Some(&origin),
     )
-    .await?)
+    .await?;
+    Ok(Resubmission {
+        submitted,
+        forced_past,
+    })
 }
 
 #[cfg(test)]

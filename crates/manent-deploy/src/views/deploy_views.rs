@@ -68,6 +68,9 @@ pub struct DeployStatus {
     /// The deploy whose recorded descriptor this one submitted again, and how.
     pub redeploy_of: Option<String>,
     pub redeploy_kind: Option<OriginKind>,
+    /// Its descriptor's `irreversible` reason: a rollback past it is refused unless forced
+    /// (docs/environments.md, "The rollback guard").
+    pub irreversible: Option<String>,
     /// The rollout's waves (status only).
     pub waves: Vec<WaveView>,
     /// The region passes of a region-routed deploy (status only).
@@ -298,6 +301,7 @@ fn summary(
             .map(|(started, finished)| (finished - started).max(0)),
         redeploy_of: origin.as_ref().map(|o| o.deploy_id.clone()),
         redeploy_kind: origin.map(|o| o.kind),
+        irreversible: d.irreversible.clone(),
         waves: Vec::new(),
         passes: Vec::new(),
     })

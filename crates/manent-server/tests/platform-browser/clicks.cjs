@@ -1,6 +1,7 @@
 // Drives the Platform page in Debian's headless chromium for crates/manent-server/tests/platform.rs:
 // as an approver it clicks Approve, Reject and (on a running deploy's page) Cancel, answering
-// the page's prompts, then Rollback on what runs where and Redeploy on the rollback's page;
+// the page's prompts, then Rollback on what runs where (once refused by the rollback guard)
+// and Redeploy on the rollback's page;
 // as a viewer it looks for buttons. Every wait is for a selector or a
 // condition of the page, never a fixed time. Prints one JSON object of what it saw on stdout;
 // the Rust test checks through the API that each click took effect.
@@ -79,8 +80,18 @@ async function main() {
     await approver.locator('#deploy-actions button[data-action="cancel"]').waitFor({ state: 'detached' });
     await shot(approver, '4-running-deploy-cancelled');
 
-    // What runs where: acme/released runs 2; Rollback makes a new deploy and shows its page.
+    // What runs where: acme/migrated runs 2, marked irreversible: Rollback is refused by
+    // the rollback guard, and the page shows the refusal.
     await approver.goto(cfg.base + '#');
+    const migrated = approver.locator('#apps tr[data-app="acme/migrated"][data-environment="prod"]');
+    await migrated.locator('td.live', { hasText: '2' }).waitFor();
+    await migrated.locator('button[data-action="rollback"]').click();
+    const refusal = approver.locator('#error', { hasText: 'irreversible' });
+    await refusal.waitFor();
+    seen.guard_refusal = await refusal.textContent();
+    await shot(approver, '9-rollback-refused-past-an-irreversible-deploy');
+    // acme/released runs 2; Rollback makes a new deploy and shows its page (and clears the
+    // refusal above).
     const released = approver.locator('#apps tr[data-app="acme/released"][data-environment="prod"]');
     await released.locator('td.live', { hasText: '2' }).waitFor();
     await released.locator('button[data-action="rollback"]').click();
