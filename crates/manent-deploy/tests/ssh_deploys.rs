@@ -526,6 +526,11 @@ async fn a_deploy_resumed_on_another_worker_fetches_and_verifies_the_artifact_ag
         "t1's upload, done by A, is not redone"
     );
     assert_eq!(
+        step(&status, "t1: check health").attempts,
+        2,
+        "t1's check ran on A, cut short, and again on B: two attempts"
+    );
+    assert_eq!(
         step(&status, "t2: upload app.bin").executor_id,
         b.engine.executor_id(),
         "wave 2 ran on worker B"

@@ -12,9 +12,9 @@ use crate::{
     now_ms,
     records::Records,
     store::{
-        EnqueueOutcome, EventRecord, ExecutorLease, ExecutorRecord, NewWorkflow, QueueDepth,
-        QueueRecord, RunningCount, StepRecord, Store, TimeWindow, Wakeup, WorkflowFilter,
-        WorkflowRecord, WorkflowStatus, WorkflowVersions,
+        EnqueueOutcome, EventRecord, ExecutorLease, ExecutorRecord, Liveness, NewWorkflow,
+        QueueDepth, QueueRecord, RunningCount, StepRecord, Store, TimeWindow, Wakeup,
+        WorkflowFilter, WorkflowRecord, WorkflowStatus, WorkflowVersions,
     },
 };
 
@@ -346,8 +346,10 @@ impl Client {
     /// Hands the PENDING workflows of `executor_id` back to their queues, for
     /// any worker to resume. An executor whose lease is live is refused unless
     /// `force`: forcing revokes its lease too, so the live process stops (and
-    /// kills its commands) at its next renewal instead of running on. `by`
-    /// names who asked; the recovery is noted in every workflow it moved.
+    /// kills its commands) at its next renewal instead of running on. A live
+    /// lease whose holder is proven dead (this host, its pid gone, its liveness
+    /// lock free) is no refusal: right after a `kill -9` the work moves at once.
+    /// `by` names who asked; the recovery is noted in every workflow it moved.
     pub async fn recover_executor(
         &self,
         executor_id: &str,
@@ -371,7 +373,22 @@ impl Client {
         }
         let now = now_ms();
         let live = lease.filter(|l| l.is_live(now));
-        if let Some(lease) = &live {
+        // The fast proof of death (ARCHITECTURE.md, invariant 5): a live lease whose holder
+        // ran on this host under a pid that is gone, its liveness lock free. Its work moves
+        // at once, as a restart under its id would take it; the guard is held meanwhile.
+        let mut proof = None;
+        if let Some(lease) = &live
+            && !force
+            && lease.host == crate::engine::this_host()
+            && !crate::engine::process_alive(lease.pid)
+            && let Liveness::Acquired(guard) = self.store.acquire_liveness(executor_id).await?
+        {
+            self.store
+                .revoke_executor_lease(executor_id, &lease.holder)
+                .await?;
+            proof = Some((guard, lease.pid, lease.host.clone()));
+        }
+        if let Some(lease) = live.as_ref().filter(|_| proof.is_none()) {
             if !force {
                 return Err(EngineError::ExecutorAlive {
                     executor_id: executor_id.to_string(),
@@ -398,12 +415,16 @@ impl Client {
                 tokio::time::sleep(Duration::from_millis(wait.unsigned_abs() + 1)).await;
             }
         }
-        let note = match &live {
-            Some(l) => format!(
+        let note = match (&live, &proof) {
+            (_, Some((_, pid, host))) => format!(
+                "recovered from executor {executor_id} by {by} (its process, pid {pid} on \
+                 host {host}, is gone)"
+            ),
+            (Some(l), None) => format!(
                 "recovered from executor {executor_id} by {by} with --force (its lease was live: host {}, pid {}; revoked)",
                 l.host, l.pid
             ),
-            None => format!("recovered from executor {executor_id} by {by}"),
+            (None, None) => format!("recovered from executor {executor_id} by {by}"),
         };
         // Events hold JSON.
         let note = serde_json::Value::String(note).to_string();

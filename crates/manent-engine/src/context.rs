@@ -317,6 +317,9 @@ impl WorkflowContext {
         let index = self.take_index();
         let name = name.to_string();
         async move {
+            // The attempts earlier runs made: each run of a step is an attempt, also one a
+            // crash or a recovery cut short (counted when its start was recorded).
+            let mut before = 0;
             if let Some(r) = self.recorded(index, &name)? {
                 match r.status {
                     StepStatus::Success => {
@@ -329,14 +332,15 @@ impl WorkflowContext {
                         });
                     }
                     // Started but never finished: the interrupted step runs again.
-                    StepStatus::Running => {}
+                    StepStatus::Running => before = r.attempts.max(1),
                 }
             }
             self.ensure_live()?;
             let started = now_ms();
             if policy.record_start {
-                self.write(&self.record(index, &name, StepStatus::Running, 0, started))
-                    .await?;
+                // This run's attempt, counted while it runs.
+                let running = self.record(index, &name, StepStatus::Running, before + 1, started);
+                self.write(&running).await?;
             }
             let mut attempt = 0u32;
             loop {
@@ -347,7 +351,7 @@ impl WorkflowContext {
                             index,
                             &name,
                             StepStatus::Success,
-                            i64::from(attempt),
+                            before + i64::from(attempt),
                             started,
                         );
                         rec.output = Some(serde_json::to_string(&value)?);
@@ -368,7 +372,7 @@ impl WorkflowContext {
                             index,
                             &name,
                             StepStatus::Error,
-                            i64::from(attempt),
+                            before + i64::from(attempt),
                             started,
                         );
                         rec.error = Some(message.clone());

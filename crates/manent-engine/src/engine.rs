@@ -33,6 +33,7 @@ use crate::{
 
 mod claim;
 mod lease;
+pub(crate) use lease::{process_alive, this_host};
 mod recovery;
 mod run;
 mod watcher;
@@ -73,9 +74,7 @@ impl EngineConfig {
     pub fn new(executor_id: impl Into<String>) -> Self {
         EngineConfig {
             executor_id: executor_id.into(),
-            host: hostname::get()
-                .map(|h| h.to_string_lossy().into_owned())
-                .unwrap_or_else(|_| "unknown".into()),
+            host: lease::this_host(),
             region: None,
             version: env!("CARGO_PKG_VERSION").to_string(),
             stale_after: Duration::from_secs(30),

@@ -61,8 +61,10 @@ async fn replay_skips_completed_steps_and_reruns_the_interrupted_one(db: Db) {
                         Ok::<_, String>(input + 1)
                     })
                     .await?;
+                // Its start recorded, as every step on a target: its runs are counted.
+                let shown = StepPolicy::default().recording_start();
                 let b: u32 = ctx
-                    .step("two", || async {
+                    .step_with("two", shown, || async {
                         ledger.hit("two");
                         started_two.notify_one();
                         gate.wait().await;
@@ -122,6 +124,11 @@ async fn replay_skips_completed_steps_and_reruns_the_interrupted_one(db: Db) {
     assert!(
         steps.iter().all(|s| s.status == StepStatus::Success),
         "every step recorded as a success"
+    );
+    assert_eq!(
+        steps.iter().map(|s| s.attempts).collect::<Vec<_>>(),
+        [1, 2, 1],
+        "the interrupted step's attempts count both its runs, across the restart"
     );
     let notes = recovery_notes(&second.client(), &wf.id).await;
     assert!(

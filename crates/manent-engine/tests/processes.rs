@@ -35,6 +35,7 @@ use manent_testkit::on_both_backends;
 on_both_backends!(
     a_worker_killed_mid_step_and_restarted_with_its_id_resumes_from_the_interrupted_step,
     a_killed_workers_workflow_is_resumed_by_another_worker_through_automatic_recovery,
+    a_worker_killed_on_this_host_is_recovered_by_hand_at_once_though_its_lease_is_live,
     a_paused_worker_whose_workflow_was_recovered_records_nothing_more_when_it_continues,
     limits_hold_across_worker_processes,
     workers_started_together_on_an_empty_database_all_migrate_it,
@@ -374,6 +375,42 @@ async fn a_killed_workers_workflow_is_resumed_by_another_worker_through_automati
         Some("b"),
         "the workflow ended under the recovering executor"
     );
+}
+
+/// `manent recover` right after a `kill -9` on this host: the lease (an hour's) is live,
+/// but the pid it names is gone and its lock free, the fast proof of death.
+async fn a_worker_killed_on_this_host_is_recovered_by_hand_at_once_though_its_lease_is_live(
+    db: Db,
+) {
+    let db = TestDb::new(db).await;
+    let client = client(&db).await;
+    let mut procs = Procs::new(&db);
+    let wf = EnqueueRequest::new("three", "q", ()).id("wf");
+    client.enqueue(wf).await.unwrap();
+    let a = procs.spawn(Spec::worker("a").stale_ms(HOUR_MS));
+    let pid_a = procs.pid(a);
+    procs
+        .ledger
+        .wait_for(&format!("wf step2 start {pid_a}"))
+        .await;
+    let refused = client.recover_executor("a", false, "test").await;
+    assert!(
+        matches!(
+            refused,
+            Err(manent_engine::EngineError::ExecutorAlive { .. })
+        ),
+        "a worker whose process runs is not recovered without force: {refused:?}"
+    );
+    procs.kill(a).await;
+    let recovered = client.recover_executor("a", false, "test").await;
+    assert_eq!(
+        recovered.ok(),
+        Some(vec!["wf".to_string()]),
+        "its process gone, a's workflow goes back to its queue at once"
+    );
+    procs.open_gate();
+    procs.spawn(Spec::worker("b").stale_ms(HOUR_MS));
+    wait_success(&client, "wf").await;
 }
 
 async fn a_paused_worker_whose_workflow_was_recovered_records_nothing_more_when_it_continues(

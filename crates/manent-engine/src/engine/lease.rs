@@ -211,7 +211,7 @@ impl Engine {
 
 /// Whether a process with this pid exists on this host (a pid we may not
 /// signal exists too).
-pub(super) fn process_alive(pid: i64) -> bool {
+pub(crate) fn process_alive(pid: i64) -> bool {
     let Some(pid) = i32::try_from(pid)
         .ok()
         .and_then(rustix::process::Pid::from_raw)
@@ -222,4 +222,11 @@ pub(super) fn process_alive(pid: i64) -> bool {
         rustix::process::test_kill_process(pid),
         Err(rustix::io::Errno::SRCH)
     )
+}
+
+/// This machine's name, as leases record their holder's host.
+pub(crate) fn this_host() -> String {
+    hostname::get()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".into())
 }
