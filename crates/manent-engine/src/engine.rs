@@ -27,7 +27,7 @@ use crate::{
     now_ms,
     store::{
         Checkpoint, ClaimLimits, ExecutorRecord, ExecutorState, Lease, LimitGroup, Liveness,
-        QueueRecord, Store, WorkflowVersions,
+        QueueRecord, Store, WorkflowVersions, background,
     },
 };
 
@@ -496,13 +496,15 @@ impl Engine {
             spawn_run(shared, record);
         }
 
-        let heartbeat = tokio::spawn(heartbeat_loop(shared.clone()));
+        // What runs while the process is idle shares one connection (`store::background`); a
+        // run each loop starts uses the pool. The lease's renewals have the session's own.
+        let heartbeat = tokio::spawn(background(heartbeat_loop(shared.clone())));
         let watchdog = tokio::spawn(fence_watchdog(shared.clone()));
-        let watcher = tokio::spawn(run_watcher(shared.clone()));
-        let claimer = tokio::spawn(claim_loop(shared.clone()));
+        let watcher = tokio::spawn(background(run_watcher(shared.clone())));
+        let claimer = tokio::spawn(background(claim_loop(shared.clone())));
         lock(&shared.background).extend([heartbeat, watchdog, watcher, claimer]);
         if config.automatic_recovery {
-            let recovery = tokio::spawn(recovery_loop(shared.clone()));
+            let recovery = tokio::spawn(background(recovery_loop(shared.clone())));
             lock(&shared.background).push(recovery);
         }
         tracing::info!(executor_id = %config.executor_id, host = %config.host, queues = ?queues.iter().map(|q| &q.name).collect::<Vec<_>>(), "executor started");
