@@ -198,6 +198,10 @@ pub(crate) struct Shared {
     /// Set while the lease could not be renewed in time: no step starts, no
     /// workflow is claimed, and the runs that were going were stopped.
     self_fenced: AtomicBool,
+    /// Set when a workflow of this executor was left without a run because the lease was
+    /// not live when it came back (from a claim or a take-over); the next live renewal
+    /// starts it (`lease::adopt_orphans`).
+    orphaned: AtomicBool,
     /// Notified at each renewal (the fence watchdog waits for it).
     renewed: Notify,
     /// Set once the lease was taken by another process (or revoked): why.
@@ -365,6 +369,7 @@ impl Engine {
                 holder,
                 act_until: Mutex::new(None),
                 self_fenced: AtomicBool::new(false),
+                orphaned: AtomicBool::new(false),
                 renewed: Notify::new(),
                 lost: watch::channel(None).0,
                 stopped_hooks: RwLock::default(),
