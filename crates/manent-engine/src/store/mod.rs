@@ -10,6 +10,7 @@ mod driver;
 mod grouped;
 mod migrations;
 mod postgres;
+mod session;
 mod sql;
 mod sqlite;
 

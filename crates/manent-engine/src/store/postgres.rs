@@ -1,18 +1,16 @@
-//! What only PostgreSQL does: LISTEN/NOTIFY wake-ups, the session advisory
-//! lock that proves an executor is alive, and the grouped writes of running
-//! workflows (step checkpoints and outcomes, many per statement).
+//! What only PostgreSQL does: its pools (one for requests and runs, one connection for
+//! the background loops), the encoding of LISTEN/NOTIFY wake-ups (the session that listens
+//! is `session.rs`), the advisory lock of a store that does not listen, and the grouped
+//! writes of running workflows (step checkpoints and outcomes, many per statement).
 
 use std::{collections::HashMap, str::FromStr, sync::Mutex, time::Duration};
 
 use sqlx::{
     Connection, Postgres, Transaction,
     pool::PoolConnection,
-    postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions},
+    postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions},
 };
-use tokio::{
-    sync::{broadcast, mpsc, oneshot},
-    task::JoinHandle,
-};
+use tokio::sync::mpsc;
 
 use super::{
     Connections, Lease, Liveness, StepRecord, Wakeup, WorkflowStatus,
@@ -53,6 +51,17 @@ pub(crate) const RECOVERY_LOCK_TIMEOUT: Duration = Duration::from_millis(500);
 /// a transient error it retries. A URL that sets it in `options` wins.
 pub(crate) const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long the session and the background loops wait for their one connection (for it to
+/// be free, or opened again) before the call fails as transient and the loop tries again.
+/// Shorter than the pool's: while the server is unreachable sqlx waits between attempts to
+/// connect up to a fifth of this, and a connection of one is not opened again, once the
+/// server is back, before that wait ends.
+pub(crate) const ONE_CONNECTION_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest a statement of the session may run (`statement_timeout`): its statements
+/// never wait on anything but a lease row another session updates for a moment.
+pub(crate) const SESSION_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The pools of a PostgreSQL store: `main` for requests and runs, `background` (one
 /// connection at most) for the loops that run while the process is idle, and the options
 /// each connection is opened with (docs/scaling-and-recovery.md, "Connections").
@@ -65,11 +74,13 @@ pub(crate) struct Pools {
 pub(crate) async fn connect(url: &str, connections: &Connections) -> Result<Pools, sqlx::Error> {
     let options = PgConnectOptions::from_str(url)?.application_name(&connections.application_name);
     let idle = Some(connections.idle_timeout);
-    let main = pool_options(&options, connections.max.max(1), idle)
+    let main = pool_options(&options, connections.max.max(1), idle, None)
         .connect_with(options.clone())
         .await?;
     // Opened on first use: a process that runs no background loop (the API) never opens it.
-    let background = pool_options(&options, 1, idle).connect_lazy_with(options.clone());
+    let background = pool_options(&options, 1, idle, None)
+        .acquire_timeout(ONE_CONNECTION_ACQUIRE_TIMEOUT)
+        .connect_lazy_with(options.clone());
     Ok(Pools {
         main,
         background,
@@ -78,11 +89,13 @@ pub(crate) async fn connect(url: &str, connections: &Connections) -> Result<Pool
 }
 
 /// What every connection of ours is opened with. No `min_connections`: a pool keeps only
-/// what was used within `idle_timeout` (`None`: keeps its connections).
-fn pool_options(
+/// what was used within `idle_timeout` (`None`: keeps its connections). `statement_timeout`,
+/// if given, bounds each statement on the connection.
+pub(crate) fn pool_options(
     options: &PgConnectOptions,
     max: u32,
     idle_timeout: Option<Duration>,
+    statement_timeout: Option<Duration>,
 ) -> PgPoolOptions {
     let set_timeout = !options
         .get_options()
@@ -99,8 +112,13 @@ fn pool_options(
                         "SET idle_in_transaction_session_timeout = {}",
                         IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
                     ))
-                    .execute(conn)
+                    .execute(&mut *conn)
                     .await?;
+                }
+                if let Some(timeout) = statement_timeout {
+                    sqlx::query(&format!("SET statement_timeout = {}", timeout.as_millis()))
+                        .execute(&mut *conn)
+                        .await?;
                 }
                 Ok(())
             })
@@ -182,288 +200,13 @@ pub(crate) fn encode(wakeup: &Wakeup) -> String {
     }
 }
 
-fn decode(payload: &str) -> Option<Wakeup> {
+pub(crate) fn decode(payload: &str) -> Option<Wakeup> {
     let (kind, rest) = payload.split_once(':')?;
     match kind {
         "q" => Some(Wakeup::Queue(rest.to_string())),
         "w" => Some(Wakeup::Workflow(rest.to_string())),
         _ => None,
     }
-}
-
-/// The one session of a process that listens: LISTEN for other processes' wake-ups and,
-/// once an engine takes its executor id, that id's session advisory lock and the renewals of
-/// its lease, all on one connection held for the process's life; everything else goes through
-/// the pools (docs/scaling-and-recovery.md, "Connections"). The renewals travel here, not
-/// through the pool the background loops share, so a recovery or a claim kept waiting
-/// there never delays them.
-pub(crate) struct Session {
-    commands: mpsc::UnboundedSender<Command>,
-    task: JoinHandle<()>,
-}
-
-enum Command {
-    Lock {
-        executor_id: String,
-        reply: oneshot::Sender<Result<bool, sqlx::Error>>,
-    },
-    Unlock {
-        executor_id: String,
-    },
-    Renew {
-        executor_id: String,
-        holder: String,
-        now_ms: i64,
-        expires_at_ms: i64,
-        reply: oneshot::Sender<Result<u64, sqlx::Error>>,
-    },
-}
-
-impl Session {
-    /// Opens the session's connection, listens, and forwards notifications to `bus` until dropped.
-    pub(crate) async fn start(
-        options: &PgConnectOptions,
-        bus: broadcast::Sender<Wakeup>,
-    ) -> Result<Self, sqlx::Error> {
-        // A pool of one only to open the connection (again): the listener keeps it checked
-        // out, and one it lets go of is closed, never handed out again with our locks.
-        let pool = pool_options(options, 1, None)
-            .max_lifetime(None)
-            .after_release(|_conn, _meta| Box::pin(async { Ok(false) }))
-            .connect_lazy_with(options.clone());
-        let listener = open_listener(&pool).await?;
-        let (commands, queued) = mpsc::unbounded_channel();
-        let task = tokio::spawn(session_loop(pool, listener, queued, bus));
-        Ok(Self { commands, task })
-    }
-
-    /// The executor id's session advisory lock, held until the returned proof is dropped.
-    pub(crate) async fn lock(&self, executor_id: &str) -> Result<Liveness, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.send(Command::Lock {
-            executor_id: executor_id.to_string(),
-            reply,
-        })?;
-        if answer.await.map_err(|_| session_gone())?? {
-            Ok(Liveness::Acquired(Box::new(SessionLock {
-                executor_id: executor_id.to_string(),
-                commands: self.commands.clone(),
-            })))
-        } else {
-            Ok(Liveness::HeldElsewhere)
-        }
-    }
-
-    /// Extends `holder`'s lease of `executor_id`; returns how many leases were extended (0 or 1).
-    pub(crate) async fn renew(
-        &self,
-        executor_id: &str,
-        holder: &str,
-        now_ms: i64,
-        expires_at_ms: i64,
-    ) -> Result<u64, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.send(Command::Renew {
-            executor_id: executor_id.to_string(),
-            holder: holder.to_string(),
-            now_ms,
-            expires_at_ms,
-            reply,
-        })?;
-        Ok(answer.await.map_err(|_| session_gone())??)
-    }
-
-    fn send(&self, command: Command) -> Result<(), StoreError> {
-        self.commands.send(command).map_err(|_| session_gone())
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-fn session_gone() -> StoreError {
-    StoreError::Database("the PostgreSQL session task has ended (a bug)".into())
-}
-
-/// An executor id's lock held by the session; dropped, the session releases it.
-struct SessionLock {
-    executor_id: String,
-    commands: mpsc::UnboundedSender<Command>,
-}
-
-impl Drop for SessionLock {
-    fn drop(&mut self) {
-        let _ = self.commands.send(Command::Unlock {
-            executor_id: std::mem::take(&mut self.executor_id),
-        });
-    }
-}
-
-/// Serves the session's commands and forwards its notifications until aborted. A lost
-/// connection (an error from the listener or from a command) is replaced by a new one that
-/// listens again and takes the locks again: the server released them with the old one.
-/// What was missed meanwhile is caught by the fallback poll.
-async fn session_loop(
-    pool: PgPool,
-    listener: PgListener,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-    bus: broadcast::Sender<Wakeup>,
-) {
-    // The executor ids this session holds the lock of (one, in a worker).
-    let mut locked: Vec<String> = Vec::new();
-    // `None` once the connection was lost, until a new one listens and holds the locks.
-    let mut current = Some(listener);
-    loop {
-        let Some(listener) = current.as_mut() else {
-            match open_listener(&pool).await {
-                Ok(mut fresh) => {
-                    if take_locks_again(&mut fresh, &mut locked).await {
-                        tracing::info!(
-                            "the session's connection is open again: listening, executor locks held"
-                        );
-                        current = Some(fresh);
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot open the session's connection again yet; retrying");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-            }
-            continue;
-        };
-        let lost = tokio::select! {
-            biased;
-            command = commands.recv() => match command {
-                Some(command) => !serve(listener, command, &mut locked).await,
-                None => return,
-            },
-            // Cancel-safe: a notification arriving while a command runs is buffered and
-            // returned by the next call.
-            received = listener.try_recv() => match received {
-                Ok(Some(notification)) => {
-                    if let Some(wakeup) = decode(notification.payload()) {
-                        let _ = bus.send(wakeup);
-                    }
-                    false
-                }
-                Ok(None) => {
-                    tracing::warn!("the session's connection was lost (LISTEN, executor lock); opening a new one");
-                    true
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the session's connection failed (LISTEN, executor lock); opening a new one");
-                    true
-                }
-            },
-        };
-        if lost {
-            // Gone before the new one is asked for: the pool holds one connection, and
-            // closes the one it gets back.
-            current = None;
-        }
-    }
-}
-
-async fn open_listener(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen(CHANNEL).await?;
-    Ok(listener)
-}
-
-/// Runs one command; `false` if its statement failed (the connection is then replaced).
-async fn serve(listener: &mut PgListener, command: Command, locked: &mut Vec<String>) -> bool {
-    match command {
-        Command::Lock { executor_id, reply } => {
-            // Locks are counted per session: a second engine of this process asking for an
-            // id this session holds must hear "held", as it would from another process.
-            let taken = if locked.contains(&executor_id) {
-                Ok(false)
-            } else {
-                try_lock(listener, &executor_id).await
-            };
-            let failed = taken.is_err();
-            let acquired = matches!(taken, Ok(true));
-            if acquired {
-                locked.push(executor_id.clone());
-            }
-            if reply.send(taken).is_err() && acquired {
-                // Nobody waits for the proof any more (the caller was dropped): let go.
-                return Box::pin(serve(listener, Command::Unlock { executor_id }, locked)).await;
-            }
-            !failed
-        }
-        Command::Unlock { executor_id } => {
-            if let Some(at) = locked.iter().position(|id| *id == executor_id) {
-                locked.swap_remove(at);
-                let unlocked = sqlx::query("SELECT pg_advisory_unlock($1, hashtext($2))")
-                    .bind(LOCK_NAMESPACE_EXECUTOR)
-                    .bind(&executor_id)
-                    .execute(&mut *listener)
-                    .await;
-                // A lost connection released it anyway.
-                if let Err(e) = unlocked {
-                    tracing::debug!(error = %e, executor_id, "releasing the executor lock failed");
-                    return false;
-                }
-            }
-            true
-        }
-        Command::Renew {
-            executor_id,
-            holder,
-            now_ms,
-            expires_at_ms,
-            reply,
-        } => {
-            let renewed = sqlx::query(RENEW_LEASE)
-                .bind(&executor_id)
-                .bind(&holder)
-                .bind(now_ms)
-                .bind(expires_at_ms)
-                .execute(&mut *listener)
-                .await
-                .map(|r| r.rows_affected());
-            let failed = renewed.is_err();
-            let _ = reply.send(renewed);
-            !failed
-        }
-    }
-}
-
-async fn try_lock(listener: &mut PgListener, executor_id: &str) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT pg_try_advisory_lock($1, hashtext($2))")
-        .bind(LOCK_NAMESPACE_EXECUTOR)
-        .bind(executor_id)
-        .fetch_one(listener)
-        .await
-}
-
-/// Takes the locks of `locked` again on a new connection; `false` if it could not ask (tried
-/// again next time). A lock another session took meanwhile is no longer ours: it only ever
-/// proved a death, and the lease still says who holds the id.
-async fn take_locks_again(listener: &mut PgListener, locked: &mut Vec<String>) -> bool {
-    let mut kept = Vec::new();
-    for executor_id in locked.iter() {
-        match try_lock(listener, executor_id).await {
-            Ok(true) => kept.push(executor_id.clone()),
-            Ok(false) => {
-                tracing::warn!(
-                    executor_id,
-                    "the executor id's lock was taken by another session while the connection was lost; the lease still proves this process holds the id"
-                );
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot take the executor lock again yet; retrying");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                return false;
-            }
-        }
-    }
-    *locked = kept;
-    true
 }
 
 /// A session advisory lock on the executor id, on a connection of its own held for the
@@ -796,76 +539,6 @@ mod tests {
                 .expect("the pool's next write runs, not refused as inside an aborted block"),
             "the next borrower's write commits"
         );
-    }
-
-    /// The pid of the session's connection holding an advisory lock, if any.
-    async fn lock_holder(observer: &PgPool) -> Option<i32> {
-        sqlx::query_scalar(
-            "SELECT a.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
-             WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = 'session-under-test'",
-        )
-        .fetch_optional(observer)
-        .await
-        .expect("read pg_locks")
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_session_whose_connection_is_cut_listens_and_holds_its_executor_lock_again() {
-        let test = TestDb::new(Db::Postgres).await;
-        let options = PgConnectOptions::from_str(&test.url)
-            .expect("the test URL")
-            .application_name("session-under-test");
-        let bus = broadcast::channel(64).0;
-        let session = Session::start(&options, bus.clone())
-            .await
-            .expect("start the session");
-        let proof = session.lock("x").await.expect("ask for the lock");
-        assert!(
-            matches!(proof, Liveness::Acquired(_)),
-            "a free lock is taken: {proof:?}"
-        );
-        let again = session.lock("x").await.expect("ask for the lock again");
-        assert!(
-            matches!(again, Liveness::HeldElsewhere),
-            "an id this session holds is held for anyone else in the process: {again:?}"
-        );
-        let observer = PgPool::connect(&test.url)
-            .await
-            .expect("connect an observer");
-        let first = lock_holder(&observer)
-            .await
-            .expect("the session holds the lock");
-        sqlx::query("SELECT pg_terminate_backend($1)")
-            .bind(first)
-            .execute(&observer)
-            .await
-            .expect("cut the session's connection");
-        manent_testkit::eventually(
-            "the lock is held again, on a new connection",
-            WAIT,
-            || async { lock_holder(&observer).await.filter(|pid| *pid != first) },
-        )
-        .await;
-        let heard = tokio::sync::Mutex::new(bus.subscribe());
-        manent_testkit::eventually("wake-ups are heard again", WAIT, || async {
-            sqlx::query("SELECT pg_notify($1, 'q:probe')")
-                .bind(CHANNEL)
-                .execute(&observer)
-                .await
-                .expect("notify");
-            let mut probe = None;
-            let mut heard = heard.lock().await;
-            while let Ok(wakeup) = heard.try_recv() {
-                probe = probe.or((wakeup == Wakeup::Queue("probe".into())).then_some(()));
-            }
-            probe
-        })
-        .await;
-        drop(proof);
-        manent_testkit::eventually("the dropped proof releases the lock", WAIT, || async {
-            lock_holder(&observer).await.is_none().then_some(())
-        })
-        .await;
     }
 
     #[test]

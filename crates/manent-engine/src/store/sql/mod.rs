@@ -18,7 +18,7 @@ use super::{
     EnqueueOutcome, EventRecord, ExecutorLease, ExecutorRecord, ExecutorState, Lease, LeaseGrant,
     Liveness, NewWorkflow, OutputLine, QueueDepth, QueueRecord, RecordEntry, Renewal, RunningCount,
     StepRecord, Store, TimeWindow, Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus,
-    WorkflowVersions, postgres, sqlite,
+    WorkflowVersions, postgres, session, sqlite,
 };
 use crate::error::StoreError;
 
@@ -151,7 +151,7 @@ pub struct SqlStore {
     /// PostgreSQL: the one connection of the loops marked `store::background`.
     pg_background: Option<PgPool>,
     /// PostgreSQL: LISTEN, the executor's lock and its lease's renewals (none if not listening).
-    pg_session: Option<postgres::Session>,
+    pg_session: Option<session::Session>,
     /// Workflows a claim of this process left for another workflow version, already
     /// logged once (claims.rs); bounded.
     left_for_other_versions: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -203,7 +203,7 @@ impl SqlStore {
                         .map_err(|e| connect_err(url, e))?;
                     let bus = broadcast::channel(4096).0;
                     let session = if connections.listen {
-                        Some(postgres::Session::start(&pools.options, bus.clone()).await?)
+                        Some(session::Session::start(&pools.options, bus.clone()).await?)
                     } else {
                         None
                     };
