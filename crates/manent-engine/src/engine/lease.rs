@@ -172,7 +172,7 @@ async fn adopt_orphans(shared: &Arc<Shared>, until: Instant) {
 
 /// Fences this process (unless it is already): every run is stopped, their commands
 /// killed; the workflows stay pending under this id, taken over at the next renewal.
-pub(super) fn fence(shared: &Shared) {
+fn fence(shared: &Shared) {
     if !shared.self_fenced.swap(true, Ordering::SeqCst) {
         let stopped = shared.stop_all_runs();
         tracing::error!(executor_id = %shared.config.executor_id, stopped = ?stopped, "the executor lease could not be renewed in time: stopped every run and its commands before another worker may take over; they resume here if the lease is renewed, elsewhere after recovery");
