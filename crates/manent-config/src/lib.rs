@@ -107,12 +107,20 @@ pub struct Config {
 pub struct DatabaseConfig {
     /// `sqlite://FILE` (development, workers on one machine) or `postgres://…` (several nodes).
     pub url: String,
+    /// PostgreSQL: the most connections of a process's pool (its session and background
+    /// connection aside); unset, what its role needs (docs/scaling-and-recovery.md).
+    pub max_connections: Option<u32>,
+    /// PostgreSQL: how long a pooled connection may stay unused before it is closed.
+    #[serde(with = "serde_util::duration")]
+    pub idle_timeout: Duration,
 }
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
         DatabaseConfig {
             url: DEFAULT_DATABASE_URL.to_owned(),
+            max_connections: None,
+            idle_timeout: Duration::from_secs(30),
         }
     }
 }

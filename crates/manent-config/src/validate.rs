@@ -112,6 +112,19 @@ impl Validator<'_> {
                 ),
             );
         }
+        if self.config.database.max_connections == Some(0) {
+            self.push(
+                "database.max_connections",
+                "0 would leave the pool without a connection; write e.g. 10, or remove it for \
+                 the default of the process's role",
+            );
+        }
+        if self.config.database.idle_timeout.is_zero() {
+            self.push(
+                "database.idle_timeout",
+                "0s would close every connection as soon as it is returned; write e.g. 30s",
+            );
+        }
     }
 
     fn api(&mut self) {

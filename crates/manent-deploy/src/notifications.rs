@@ -379,7 +379,8 @@ pub fn spawn_sender(client: Client, config: std::sync::Arc<Config>) {
     if config.notifications.webhooks.is_empty() {
         return;
     }
-    tokio::spawn(async move {
+    // Every second, idle or not: on the store's background connection.
+    tokio::spawn(manent_engine::store::background(async move {
         let mut last_forget: Option<tokio::time::Instant> = None;
         loop {
             if let Err(e) = drain(&client, &config, now_ms()).await {
@@ -394,7 +395,7 @@ pub fn spawn_sender(client: Client, config: std::sync::Arc<Config>) {
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
-    });
+    }));
 }
 
 #[cfg(test)]

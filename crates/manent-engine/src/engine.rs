@@ -27,7 +27,7 @@ use crate::{
     now_ms,
     store::{
         Checkpoint, ClaimLimits, ExecutorRecord, ExecutorState, Lease, LimitGroup, Liveness,
-        QueueRecord, Store, WorkflowVersions,
+        QueueRecord, Store, WorkflowVersions, background,
     },
 };
 
@@ -197,6 +197,10 @@ pub(crate) struct Shared {
     /// Set while the lease could not be renewed in time: no step starts, no
     /// workflow is claimed, and the runs that were going were stopped.
     self_fenced: AtomicBool,
+    /// Set when a workflow of this executor was left without a run because the lease was
+    /// not live when it came back (from a claim or a take-over); the next live renewal
+    /// starts it (`lease::adopt_orphans`).
+    orphaned: AtomicBool,
     /// Notified at each renewal (the fence watchdog waits for it).
     renewed: Notify,
     /// Set once the lease was taken by another process (or revoked): why.
@@ -364,6 +368,7 @@ impl Engine {
                 holder,
                 act_until: Mutex::new(None),
                 self_fenced: AtomicBool::new(false),
+                orphaned: AtomicBool::new(false),
                 renewed: Notify::new(),
                 lost: watch::channel(None).0,
                 stopped_hooks: RwLock::default(),
@@ -495,13 +500,15 @@ impl Engine {
             spawn_run(shared, record);
         }
 
-        let heartbeat = tokio::spawn(heartbeat_loop(shared.clone()));
+        // What runs while the process is idle shares one connection (`store::background`); a
+        // run each loop starts uses the pool. The lease's renewals have the session's own.
+        let heartbeat = tokio::spawn(background(heartbeat_loop(shared.clone())));
         let watchdog = tokio::spawn(fence_watchdog(shared.clone()));
-        let watcher = tokio::spawn(run_watcher(shared.clone()));
-        let claimer = tokio::spawn(claim_loop(shared.clone()));
+        let watcher = tokio::spawn(background(run_watcher(shared.clone())));
+        let claimer = tokio::spawn(background(claim_loop(shared.clone())));
         lock(&shared.background).extend([heartbeat, watchdog, watcher, claimer]);
         if config.automatic_recovery {
-            let recovery = tokio::spawn(recovery_loop(shared.clone()));
+            let recovery = tokio::spawn(background(recovery_loop(shared.clone())));
             lock(&shared.background).push(recovery);
         }
         tracing::info!(executor_id = %config.executor_id, host = %config.host, queues = ?queues.iter().map(|q| &q.name).collect::<Vec<_>>(), "executor started");

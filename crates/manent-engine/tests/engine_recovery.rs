@@ -299,14 +299,22 @@ async fn a_recovery_held_up_by_a_row_lock_does_not_keep_the_executor_from_renewi
     )
     .await;
     assert_eq!(
-        recovery_waits(&observer).await,
-        1,
-        "the recovery was still waiting while the lease was renewed"
-    );
-    assert_eq!(
         client.get(&own.id).await.unwrap().unwrap().status,
         WorkflowStatus::Pending,
         "the executor's own run goes on: it did not fence itself"
+    );
+    // The recovery gives up on the held row after a while and tries again next round
+    // (`postgres::RECOVERY_LOCK_TIMEOUT`): the connection it shares with the claims is not
+    // held for as long as the row is.
+    let claimed_meanwhile = client
+        .enqueue(EnqueueRequest::new("noop", "q", ()))
+        .await
+        .unwrap();
+    wait_success(&client, &claimed_meanwhile.id).await;
+    assert_eq!(
+        client.get(&stale.id).await.unwrap().unwrap().status,
+        WorkflowStatus::Pending,
+        "the held workflow was not recovered while its row was held"
     );
 
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
@@ -322,6 +330,116 @@ async fn a_recovery_held_up_by_a_row_lock_does_not_keep_the_executor_from_renewi
         recovered.executor_id.as_deref(),
         Some("alive"),
         "once the row is free, the recovery goes through"
+    );
+    e.shutdown(WAIT).await;
+}
+
+/// After a fence, the executor takes its pending workflows over once its lease is renewed.
+/// A take-over kept waiting (here on a workflow row another session holds) past that
+/// renewal's window resumes nothing then; a later renewal takes them over again, and each
+/// runs: none is left pending under a live executor with no run anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_over_kept_waiting_past_its_renewals_window_still_resumes_the_executors_workflows() {
+    use sqlx::Connection;
+    manent_testkit::init_tracing();
+    let db = TestDb::new(Db::Postgres).await;
+    let store = open(&db).await;
+    let client = Client::new(store.clone());
+    let e = Engine::new(store.clone(), config("alive"));
+    let ledger = Ledger::default();
+    let window = Arc::new(std::sync::Mutex::new(None));
+    let (l, w) = (ledger.clone(), window.clone());
+    // The first run's step waits until it is stopped; the next one ends at once.
+    e.register("held", move |ctx: WorkflowContext, _: ()| {
+        let (l, w) = (l.clone(), w.clone());
+        async move {
+            let lease = ctx.lease_window();
+            ctx.step("wait", || async {
+                l.hit("wait");
+                if l.count("wait") == 1 {
+                    *w.lock().unwrap() = Some(lease.clone());
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, String>(())
+            })
+            .await
+        }
+    });
+    e.listen(QueueSpec::new("q"));
+    e.launch().await.unwrap();
+    let wf = client
+        .enqueue(EnqueueRequest::new("held", "q", ()))
+        .await
+        .unwrap();
+    manent_testkit::eventually("the executor runs the workflow", WAIT, || async {
+        (ledger.count("wait") == 1).then_some(())
+    })
+    .await;
+
+    // Renewals wait on the lease's row until the executor fences itself; the workflow's row
+    // is held too, so the take-over after the next renewal waits.
+    let mut lease_holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut row_holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    for (conn, sql, id) in [
+        (
+            &mut lease_holder,
+            "SELECT 1 FROM manent_executor_leases WHERE executor_id = $1 FOR UPDATE",
+            "alive",
+        ),
+        (
+            &mut row_holder,
+            "SELECT 1 FROM manent_workflows WHERE id = $1 FOR UPDATE",
+            wf.id.as_str(),
+        ),
+    ] {
+        sqlx::query("BEGIN").execute(&mut *conn).await.unwrap();
+        sqlx::query(sql).bind(id).execute(&mut *conn).await.unwrap();
+    }
+    manent_testkit::eventually("the executor fences itself", WAIT, || async {
+        let lease = window.lock().unwrap().clone()?;
+        (lease.may_act_for() == Duration::ZERO).then_some(())
+    })
+    .await;
+    sqlx::query("ROLLBACK")
+        .execute(&mut lease_holder)
+        .await
+        .unwrap();
+    let observer = sqlx::PgPool::connect(&db.url).await.unwrap();
+    manent_testkit::eventually("the take-over waits on the held row", WAIT, || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' \
+             AND query LIKE 'UPDATE manent_workflows SET generation = generation + 1%'",
+        )
+        .fetch_one(&observer)
+        .await
+        .unwrap();
+        (waiting > 0).then_some(())
+    })
+    .await;
+    let renewed_before = store
+        .get_executor_lease("alive")
+        .await
+        .unwrap()
+        .expect("the executor holds its lease")
+        .renewed_at_ms;
+    let stale_after_ms = config("alive").stale_after.as_millis() as i64;
+    manent_testkit::eventually(
+        "the window of the renewal the take-over followed has passed",
+        WAIT,
+        || async { (now_ms() > renewed_before + stale_after_ms).then_some(()) },
+    )
+    .await;
+    sqlx::query("ROLLBACK")
+        .execute(&mut row_holder)
+        .await
+        .unwrap();
+
+    wait_success(&client, &wf.id).await;
+    assert_eq!(
+        ledger.count("wait"),
+        2,
+        "the stopped step ran once more, after the take-over"
     );
     e.shutdown(WAIT).await;
 }

@@ -178,11 +178,32 @@ fn init_logging(config: &Config) {
     };
 }
 
-async fn open_store(config: &Config) -> Result<Arc<dyn Store>> {
+async fn open_store(config: &Config, command: &Command) -> Result<Arc<dyn Store>> {
     // A relative SQLite file is relative to manent.yml's directory, not to the shell's.
-    store::open(&config.database_url())
+    store::open_with(&config.database_url(), &connections(config, command))
         .await
         .with_context(|| "cannot open the database (database.url)".to_string())
+}
+
+/// The PostgreSQL connections of a process of this role (docs/scaling-and-recovery.md,
+/// "Connections"): a pool of `database.max_connections`, by default as many as a worker runs
+/// deploys at once (`dbos.concurrency`'s default) or as many API requests talk to the
+/// database at once, the sum of both for `serve`, two for `admin`; the API and the workers
+/// listen for wake-ups, `admin` does not.
+fn connections(config: &Config, command: &Command) -> store::Connections {
+    let executor = config.effective_executor_id();
+    let (role_max, listen, name) = match command {
+        Command::Api => (10, true, "manent api".to_string()),
+        Command::Worker => (10, true, format!("manent worker {executor}")),
+        Command::Serve => (20, true, format!("manent serve {executor}")),
+        Command::Admin(_) | Command::Completion { .. } => (2, false, "manent admin".to_string()),
+    };
+    store::Connections {
+        max: config.database.max_connections.unwrap_or(role_max),
+        idle_timeout: config.database.idle_timeout,
+        listen,
+        application_name: name,
+    }
 }
 
 async fn run(args: Args) -> Result<()> {
@@ -222,7 +243,7 @@ async fn run(args: Args) -> Result<()> {
     for issue in &worker_refusals {
         tracing::warn!(%issue, "workers will refuse to start with this configuration");
     }
-    let store = open_store(&config).await?;
+    let store = open_store(&config, &args.command).await?;
     match args.command {
         Command::Serve => serve(config, store, true, true).await,
         Command::Api => serve(config, store, true, false).await,

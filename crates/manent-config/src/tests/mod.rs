@@ -585,6 +585,23 @@ plugins:
 }
 
 #[test]
+fn a_pool_without_connections_or_closing_them_at_once_is_refused() {
+    check(
+        r#"
+database:
+  url: postgres://manent@db/manent
+  max_connections: 0
+  idle_timeout: 0s
+"#,
+        expect![[r#"
+            ERROR
+            manent.yml:4: database.max_connections: 0 would leave the pool without a connection; write e.g. 10, or remove it for the default of the process's role
+            manent.yml:5: database.idle_timeout: 0s would close every connection as soon as it is returned; write e.g. 30s
+        "#]],
+    );
+}
+
+#[test]
 fn other_refusals() {
     check(
         r#"

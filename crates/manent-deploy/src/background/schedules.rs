@@ -718,7 +718,8 @@ pub struct Ticker {
 impl Ticker {
     pub fn start(client: Client, policy: TickPolicy, interval: Duration) -> Ticker {
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
-        let task = tokio::spawn(async move {
+        // Every second, idle or not: on the store's background connection.
+        let task = tokio::spawn(manent_engine::store::background(async move {
             let mut every = tokio::time::interval(interval);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -734,7 +735,7 @@ impl Ticker {
                     Err(e) => tracing::warn!(error = %e, "schedule ticker pass failed"),
                 }
             }
-        });
+        }));
         Ticker { stop, task }
     }
 

@@ -13,7 +13,10 @@ use super::{Engine, Shared, lock};
 use crate::{
     error::EngineError,
     now_ms,
-    store::{ExecutorLease, LeaseGrant, Liveness, Renewal},
+    store::{
+        ExecutorLease, LeaseGrant, Liveness, Renewal, WorkflowFilter, WorkflowRecord,
+        WorkflowStatus,
+    },
 };
 
 /// How often a newcomer looks at a held lease again.
@@ -64,27 +67,17 @@ pub(super) async fn renew_lease(shared: &Arc<Shared>) -> bool {
     .await;
     match renewal {
         Ok(Ok(Renewal::Renewed)) => {
-            *lock(&shared.act_until) = Some(sent + shared.fence_window());
+            let until = sent + shared.fence_window();
+            *lock(&shared.act_until) = Some(until);
             shared.renewed.notify_one();
             if shared.self_fenced.load(Ordering::SeqCst) && !shared.is_stopping() {
-                // Nobody took the id while we could not renew: go on with
-                // whatever was not recovered away meanwhile.
-                match shared
-                    .store
-                    .take_over_own(&config.executor_id, now_ms())
-                    .await
-                {
-                    Ok(records) => {
-                        shared.self_fenced.store(false, Ordering::SeqCst);
-                        tracing::warn!(executor_id = %config.executor_id, resumed = records.len(), "executor lease renewed again; resuming this executor's pending workflows");
-                        for record in records {
-                            spawn_run(shared, record);
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "lease renewed but the pending workflows cannot be read; trying again at the next renewal");
-                    }
-                }
+                take_over_own(shared, until).await;
+            }
+            if shared.lease_live()
+                && !shared.is_stopping()
+                && shared.orphaned.swap(false, Ordering::SeqCst)
+            {
+                adopt_orphans(shared, until).await;
             }
             true
         }
@@ -100,6 +93,89 @@ pub(super) async fn renew_lease(shared: &Arc<Shared>) -> bool {
             tracing::warn!(timeout = ?config.stale_after, "renewing the executor lease timed out; retrying");
             true
         }
+    }
+}
+
+/// After a fence, once the lease is renewed: this executor's pending workflows (whatever
+/// was not recovered away meanwhile) are taken over under a new generation and run again.
+/// Only within this renewal's window (`until`): a take-over that ends after it leaves the
+/// process fenced (it stops what it started, as the watchdog would have) and is tried again
+/// at the next renewal. Bounded by the window, so a take-over kept waiting (by a row lock,
+/// by the connection it shares with the other loops) never holds up the next renewal.
+async fn take_over_own(shared: &Arc<Shared>, until: Instant) {
+    let config = &shared.config;
+    let taken = tokio::time::timeout_at(
+        until,
+        shared.store.take_over_own(&config.executor_id, now_ms()),
+    )
+    .await;
+    match taken {
+        Ok(Ok(records)) => {
+            shared.self_fenced.store(false, Ordering::SeqCst);
+            let resumed = records.len();
+            for record in records {
+                spawn_run(shared, record);
+            }
+            if Instant::now() >= until {
+                // The watchdog may have looked while we were still fenced: fence again here.
+                tracing::warn!(executor_id = %config.executor_id, "taking over this executor's pending workflows ended after the lease's window; trying again at the next renewal");
+                fence(shared);
+            } else {
+                tracing::warn!(executor_id = %config.executor_id, resumed, "executor lease renewed again; resuming this executor's pending workflows");
+            }
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "lease renewed but the pending workflows cannot be read; trying again at the next renewal");
+        }
+        Err(_) => {
+            tracing::warn!(executor_id = %config.executor_id, "taking over this executor's pending workflows did not end within the lease's window; trying again at the next renewal");
+        }
+    }
+}
+
+/// Starts the pending workflows of this executor that have no run here: those a claim or a
+/// take-over returned while the lease was not live ([`spawn_run`] leaves them, and marks
+/// `orphaned`). Each runs under the generation it holds; one that runs here already is left.
+async fn adopt_orphans(shared: &Arc<Shared>, until: Instant) {
+    let ours = WorkflowFilter {
+        status: Some(WorkflowStatus::Pending),
+        executor_id: Some(shared.config.executor_id.clone()),
+        limit: Some(i64::MAX),
+        ..Default::default()
+    };
+    match tokio::time::timeout_at(until, shared.store.list_workflows(&ours)).await {
+        Ok(Ok(records)) => {
+            let orphans: Vec<WorkflowRecord> = {
+                let running = lock(&shared.running);
+                records
+                    .into_iter()
+                    .filter(|r| !running.contains_key(&r.id))
+                    .collect()
+            };
+            if !orphans.is_empty() {
+                tracing::warn!(executor_id = %shared.config.executor_id, workflows = ?orphans.iter().map(|r| &r.id).collect::<Vec<_>>(), "starting this executor's pending workflows left without a run while its lease was not live");
+            }
+            for record in orphans {
+                spawn_run(shared, record);
+            }
+        }
+        failed => {
+            let error = match failed {
+                Ok(Err(e)) => e.to_string(),
+                _ => "not read within the lease's window".to_string(),
+            };
+            tracing::warn!(%error, "cannot read this executor's pending workflows left without a run; trying again at the next renewal");
+            shared.orphaned.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Fences this process (unless it is already): every run is stopped, their commands
+/// killed; the workflows stay pending under this id, taken over at the next renewal.
+fn fence(shared: &Shared) {
+    if !shared.self_fenced.swap(true, Ordering::SeqCst) {
+        let stopped = shared.stop_all_runs();
+        tracing::error!(executor_id = %shared.config.executor_id, stopped = ?stopped, "the executor lease could not be renewed in time: stopped every run and its commands before another worker may take over; they resume here if the lease is renewed, elsewhere after recovery");
     }
 }
 
@@ -129,10 +205,7 @@ pub(super) async fn fence_watchdog(shared: Arc<Shared>) {
             }
             continue;
         }
-        if !shared.self_fenced.swap(true, Ordering::SeqCst) {
-            let stopped = shared.stop_all_runs();
-            tracing::error!(executor_id = %shared.config.executor_id, stopped = ?stopped, "the executor lease could not be renewed in time: stopped every run and its commands before another worker may take over; they resume here if the lease is renewed, elsewhere after recovery");
-        }
+        fence(&shared);
         shared.renewed.notified().await;
     }
 }

@@ -27,9 +27,10 @@ pub(super) fn spawn_run(shared: &Arc<Shared>, record: WorkflowRecord) {
         return;
     };
     if !shared.lease_live() {
-        // It stays PENDING under this id: resumed when the lease is renewed,
-        // or recovered elsewhere.
-        tracing::warn!(workflow_id = %record.id, "not started: the executor lease is not live");
+        // It stays PENDING under this id: started at the next live renewal
+        // (`lease::adopt_orphans`), or recovered elsewhere.
+        shared.orphaned.store(true, Ordering::SeqCst);
+        tracing::warn!(workflow_id = %record.id, "not started: the executor lease is not live; it starts once the lease is renewed");
         return;
     }
     let versions = shared.workflow_versions();

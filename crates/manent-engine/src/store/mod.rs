@@ -10,6 +10,7 @@ mod driver;
 mod grouped;
 mod migrations;
 mod postgres;
+mod session;
 mod sql;
 mod sqlite;
 
@@ -48,9 +49,61 @@ impl fmt::Display for Backend {
 /// increasing wait while the database is unreachable or another process is
 /// creating the schema at the same time.
 pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
-    let store = SqlStore::connect(url).await?;
+    open_with(url, &Connections::default()).await
+}
+
+/// [`open`] with the connections a process of this kind needs.
+pub async fn open_with(url: &str, connections: &Connections) -> Result<Arc<dyn Store>, StoreError> {
+    let store = SqlStore::connect_with(url, connections).await?;
     store.migrate().await?;
     Ok(Arc::new(store))
+}
+
+/// The PostgreSQL connections a store may hold (docs/scaling-and-recovery.md,
+/// "Connections"): a pool for requests and runs, one connection for the loops marked
+/// [`background`], and, when it listens, one session (LISTEN, the executor's lock, its
+/// lease's renewals). A pooled connection idle for `idle_timeout` is closed. SQLite ignores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connections {
+    /// The most connections of the pool for requests and runs.
+    pub max: u32,
+    /// How long a pooled connection may stay unused before it is closed.
+    pub idle_timeout: Duration,
+    /// Whether to hear other processes' wake-ups (and hold a session for the executor).
+    pub listen: bool,
+    /// What `pg_stat_activity` shows for each connection (`application_name`).
+    pub application_name: String,
+}
+
+/// What [`open`] holds (tests, benchmarks): a pool of 24, as before pools were sized by
+/// role; `manent-server` sizes each role's (docs/scaling-and-recovery.md, "Connections").
+impl Default for Connections {
+    fn default() -> Self {
+        Connections {
+            max: 24,
+            idle_timeout: Duration::from_secs(30),
+            listen: true,
+            application_name: "manent".into(),
+        }
+    }
+}
+
+tokio::task_local! {
+    static BACKGROUND: ();
+}
+
+/// Runs `task` as one of the loops a process runs even when idle (claims, heartbeats,
+/// recovery, schedule ticks, notifications): on PostgreSQL its statements share the store's
+/// one background connection instead of the pool, so an idle process holds that one and its
+/// session, and the pool closes what it opened for work (docs/scaling-and-recovery.md,
+/// "Connections"). Tasks it spawns are not marked: a run claimed here uses the pool.
+pub async fn background<F: Future>(task: F) -> F::Output {
+    BACKGROUND.scope((), task).await
+}
+
+/// Whether the running task was started through [`background`].
+pub(crate) fn in_background() -> bool {
+    BACKGROUND.try_with(|_| ()).is_ok()
 }
 
 macro_rules! string_enum {

@@ -1,21 +1,19 @@
-//! What only PostgreSQL does: LISTEN/NOTIFY wake-ups, the session advisory
-//! lock that proves an executor is alive, and the grouped writes of running
-//! workflows (step checkpoints and outcomes, many per statement).
+//! What only PostgreSQL does: its pools (one for requests and runs, one connection for
+//! the background loops), the encoding of LISTEN/NOTIFY wake-ups (the session that listens
+//! is `session.rs`), the advisory lock of a store that does not listen, and the grouped
+//! writes of running workflows (step checkpoints and outcomes, many per statement).
 
 use std::{collections::HashMap, str::FromStr, sync::Mutex, time::Duration};
 
 use sqlx::{
     Connection, Postgres, Transaction,
     pool::PoolConnection,
-    postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions},
+    postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions},
 };
-use tokio::{
-    sync::{broadcast, mpsc},
-    task::JoinHandle,
-};
+use tokio::sync::mpsc;
 
 use super::{
-    Lease, Liveness, StepRecord, Wakeup, WorkflowStatus,
+    Connections, Lease, Liveness, StepRecord, Wakeup, WorkflowStatus,
     grouped::{Grouped, Pending, answer_alone, answer_together, take_queued, writes},
 };
 use crate::error::StoreError;
@@ -30,6 +28,18 @@ pub(crate) const LOCK_NAMESPACE_EXECUTOR: i32 = 0x4d4e_0001;
 pub(crate) const LOCK_NAMESPACE_QUEUE: i32 = 0x4d4e_0002;
 pub(crate) const LOCK_MIGRATIONS: i64 = 0x4d4e_0000_0003;
 
+/// Extends a lease (`$3` renewed at, `$4` expires at) while `$2` holds it: on the session,
+/// or on the pool of a store without one (`sql/executors.rs`).
+pub(crate) const RENEW_LEASE: &str = "UPDATE manent_executor_leases SET renewed_at = $3, \
+     expires_at = $4 WHERE executor_id = $1 AND holder = $2";
+
+/// How long an automatic recovery waits for a workflow row another session holds before it
+/// gives up until its next round (a transient error, logged). A checkpoint or a claim holds
+/// a row for milliseconds; a row held longer belongs to a transaction that is stuck, and the
+/// recovery runs on the worker's one background connection, which its claims, heartbeat and
+/// ticker need too (docs/scaling-and-recovery.md, "Connections").
+pub(crate) const RECOVERY_LOCK_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// How long a session of ours may sit inside a transaction waiting for us
 /// before the server ends it. Our transactions never wait on anything but the
 /// database between their statements, so a session idle in one belongs to a
@@ -41,13 +51,59 @@ pub(crate) const LOCK_MIGRATIONS: i64 = 0x4d4e_0000_0003;
 /// a transient error it retries. A URL that sets it in `options` wins.
 pub(crate) const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub(crate) async fn connect(url: &str) -> Result<(PgPool, PgConnectOptions), sqlx::Error> {
-    let options = PgConnectOptions::from_str(url)?.application_name("manent");
+/// How long the session and the background loops wait for their one connection (for it to
+/// be free, or opened again) before the call fails as transient and the loop tries again.
+/// Shorter than the pool's: while the server is unreachable sqlx waits between attempts to
+/// connect up to a fifth of this, and a connection of one is not opened again, once the
+/// server is back, before that wait ends.
+pub(crate) const ONE_CONNECTION_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest a statement of the session may run (`statement_timeout`): its statements
+/// never wait on anything but a lease row another session updates for a moment.
+pub(crate) const SESSION_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The pools of a PostgreSQL store: `main` for requests and runs, `background` (one
+/// connection at most) for the loops that run while the process is idle, and the options
+/// each connection is opened with (docs/scaling-and-recovery.md, "Connections").
+pub(crate) struct Pools {
+    pub(crate) main: PgPool,
+    pub(crate) background: PgPool,
+    pub(crate) options: PgConnectOptions,
+}
+
+pub(crate) async fn connect(url: &str, connections: &Connections) -> Result<Pools, sqlx::Error> {
+    let options = PgConnectOptions::from_str(url)?.application_name(&connections.application_name);
+    let idle = Some(connections.idle_timeout);
+    let main = pool_options(&options, connections.max.max(1), idle, None)
+        .connect_with(options.clone())
+        .await?;
+    // Opened on first use: a process that runs no background loop (the API) never opens it.
+    let background = pool_options(&options, 1, idle, None)
+        .acquire_timeout(ONE_CONNECTION_ACQUIRE_TIMEOUT)
+        .connect_lazy_with(options.clone());
+    Ok(Pools {
+        main,
+        background,
+        options,
+    })
+}
+
+/// What every connection of ours is opened with. No `min_connections`: a pool keeps only
+/// what was used within `idle_timeout` (`None`: keeps its connections). `statement_timeout`,
+/// if given, bounds each statement on the connection.
+pub(crate) fn pool_options(
+    options: &PgConnectOptions,
+    max: u32,
+    idle_timeout: Option<Duration>,
+    statement_timeout: Option<Duration>,
+) -> PgPoolOptions {
     let set_timeout = !options
         .get_options()
         .is_some_and(|o| o.contains("idle_in_transaction_session_timeout"));
-    let pool = PgPoolOptions::new()
-        .max_connections(24)
+    PgPoolOptions::new()
+        .max_connections(max)
+        .min_connections(0)
+        .idle_timeout(idle_timeout)
         .acquire_timeout(Duration::from_secs(30))
         .after_connect(move |conn, _meta| {
             Box::pin(async move {
@@ -56,8 +112,13 @@ pub(crate) async fn connect(url: &str) -> Result<(PgPool, PgConnectOptions), sql
                         "SET idle_in_transaction_session_timeout = {}",
                         IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
                     ))
-                    .execute(conn)
+                    .execute(&mut *conn)
                     .await?;
+                }
+                if let Some(timeout) = statement_timeout {
+                    sqlx::query(&format!("SET statement_timeout = {}", timeout.as_millis()))
+                        .execute(&mut *conn)
+                        .await?;
                 }
                 Ok(())
             })
@@ -74,9 +135,6 @@ pub(crate) async fn connect(url: &str) -> Result<(PgPool, PgConnectOptions), sql
                 Ok(true)
             })
         })
-        .connect_with(options.clone())
-        .await?;
-    Ok((pool, options))
 }
 
 /// A pooled connection whose transaction is begun so that no caller dropped
@@ -142,7 +200,7 @@ pub(crate) fn encode(wakeup: &Wakeup) -> String {
     }
 }
 
-fn decode(payload: &str) -> Option<Wakeup> {
+pub(crate) fn decode(payload: &str) -> Option<Wakeup> {
     let (kind, rest) = payload.split_once(':')?;
     match kind {
         "q" => Some(Wakeup::Queue(rest.to_string())),
@@ -151,34 +209,8 @@ fn decode(payload: &str) -> Option<Wakeup> {
     }
 }
 
-/// Forwards notifications to the in-process bus until aborted. A dropped
-/// connection is re-established by the listener; what was missed meanwhile
-/// is caught by the fallback poll.
-pub(crate) async fn spawn_listener(
-    pool: &PgPool,
-    bus: broadcast::Sender<Wakeup>,
-) -> Result<JoinHandle<()>, sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen(CHANNEL).await?;
-    Ok(tokio::spawn(async move {
-        loop {
-            match listener.recv().await {
-                Ok(notification) => {
-                    if let Some(wakeup) = decode(notification.payload()) {
-                        let _ = bus.send(wakeup);
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "notification listener lost its connection; retrying");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-            }
-        }
-    }))
-}
-
-/// A session advisory lock on the executor id, on a connection of its own
-/// held for the executor's life: the server releases it when the process dies.
+/// A session advisory lock on the executor id, on a connection of its own held for the
+/// executor's life: for a store that does not listen (and so has no session).
 pub(crate) async fn acquire_liveness(
     options: &PgConnectOptions,
     executor_id: &str,

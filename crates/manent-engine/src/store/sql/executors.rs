@@ -115,8 +115,9 @@ impl SqlStore {
     }
 
     pub(super) async fn acquire_liveness(&self, executor_id: &str) -> Result<Liveness, StoreError> {
-        match (&self.pool, &self.pg_options) {
-            (Pool::Postgres(_), Some(options)) => {
+        match (&self.pool, &self.pg_session, &self.pg_options) {
+            (Pool::Postgres(_), Some(session), _) => session.lock(executor_id).await,
+            (Pool::Postgres(_), None, Some(options)) => {
                 postgres::acquire_liveness(options, executor_id).await
             }
             _ => sqlite::acquire_liveness(self.sqlite_path.as_deref(), executor_id),
@@ -164,16 +165,21 @@ impl SqlStore {
         now_ms: i64,
         expires_at_ms: i64,
     ) -> Result<Renewal, StoreError> {
-        let renewed = with_writer!(self, pool => sqlx::query(
-        "UPDATE manent_executor_leases SET renewed_at = $3, expires_at = $4 WHERE executor_id = $1 AND holder = $2")
-        .bind(executor_id)
-        .bind(holder)
-        .bind(now_ms)
-        .bind(expires_at_ms)
-        .execute(pool)
-        .await
-        .map(|r| r.rows_affected())
-        )?;
+        let renewed = if let Some(session) = &self.pg_session {
+            session
+                .renew(executor_id, holder, now_ms, expires_at_ms)
+                .await?
+        } else {
+            with_writer!(self, pool => sqlx::query(postgres::RENEW_LEASE)
+            .bind(executor_id)
+            .bind(holder)
+            .bind(now_ms)
+            .bind(expires_at_ms)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected())
+            )?
+        };
         if renewed == 1 {
             Ok(Renewal::Renewed)
         } else {
@@ -315,7 +321,13 @@ impl SqlStore {
                  renewed its heartbeat or its lease for more than {stale_secs}s"
             ))
             .to_string();
-            let rows: Vec<(String, String)> = write_tx!(self, tx => {
+            // A row another session holds for long is left for the next round: this runs on
+            // the worker's one background connection, which its claims need too.
+            let begin = format!(
+                "BEGIN; SET LOCAL lock_timeout = {}",
+                postgres::RECOVERY_LOCK_TIMEOUT.as_millis()
+            );
+            let rows: Vec<(String, String)> = write_tx!(self, pg_begin = begin, tx => {
                 // Re-checked in the UPDATE: an executor that came back since is left alone.
                 let rows: Vec<(String, String)> = sqlx::query_as(
                 "UPDATE manent_workflows SET status = 'ENQUEUED', executor_id = NULL, generation = generation + 1, \

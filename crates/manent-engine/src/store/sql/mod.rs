@@ -10,15 +10,15 @@
 use std::{path::PathBuf, time::Duration};
 
 use async_trait::async_trait;
-use sqlx::{postgres::PgConnectOptions, sqlite::SqlitePool};
-use tokio::{sync::broadcast, task::JoinHandle};
+use sqlx::{PgPool, postgres::PgConnectOptions, sqlite::SqlitePool};
+use tokio::sync::broadcast;
 
 use super::{
-    AuditFilter, AuditRecord, Backend, Checkpoint, ClaimLimits, Consumed, EnqueueOutcome,
-    EventRecord, ExecutorLease, ExecutorRecord, ExecutorState, Lease, LeaseGrant, Liveness,
-    NewWorkflow, OutputLine, QueueDepth, QueueRecord, RecordEntry, Renewal, RunningCount,
+    AuditFilter, AuditRecord, Backend, Checkpoint, ClaimLimits, Connections, Consumed,
+    EnqueueOutcome, EventRecord, ExecutorLease, ExecutorRecord, ExecutorState, Lease, LeaseGrant,
+    Liveness, NewWorkflow, OutputLine, QueueDepth, QueueRecord, RecordEntry, Renewal, RunningCount,
     StepRecord, Store, TimeWindow, Wakeup, WorkflowFilter, WorkflowRecord, WorkflowStatus,
-    WorkflowVersions, postgres, sqlite,
+    WorkflowVersions, postgres, session, sqlite,
 };
 use crate::error::StoreError;
 
@@ -31,7 +31,8 @@ enum Pool {
         group: sqlite::GroupCommit,
         unsynced: sqlite::UnsyncedCommit,
     },
-    Postgres(sqlx::PgPool),
+    /// Requests and runs; the background loops use [`SqlStore::pg_background`].
+    Postgres(PgPool),
 }
 
 /// Runs `$body` with `$pool` bound to the driver's pool for reads; the body is
@@ -40,7 +41,10 @@ macro_rules! with_pool {
     ($store:expr, $pool:ident => $body:expr) => {
         match &$store.pool {
             $crate::store::sql::Pool::Sqlite { read: $pool, .. } => $body,
-            $crate::store::sql::Pool::Postgres($pool) => $body,
+            $crate::store::sql::Pool::Postgres(main) => {
+                let $pool = $store.pg_pool(main);
+                $body
+            }
         }
     };
 }
@@ -50,7 +54,10 @@ macro_rules! with_writer {
     ($store:expr, $pool:ident => $body:expr) => {
         match &$store.pool {
             $crate::store::sql::Pool::Sqlite { write: $pool, .. } => $body,
-            $crate::store::sql::Pool::Postgres($pool) => $body,
+            $crate::store::sql::Pool::Postgres(main) => {
+                let $pool = $store.pg_pool(main);
+                $body
+            }
         }
     };
 }
@@ -85,8 +92,9 @@ macro_rules! write_tx {
                 $tx.commit().await?;
                 result
             }
-            $crate::store::sql::Pool::Postgres(pool) => {
+            $crate::store::sql::Pool::Postgres(main) => {
                 // Not `pool.begin_with`: see `postgres::BeginGuard`.
+                let pool = $store.pg_pool(main);
                 let mut guard = $crate::store::postgres::BeginGuard::acquire(pool).await?;
                 let mut $tx = guard.begin($pg_begin).await?;
                 let result = $body;
@@ -140,23 +148,23 @@ pub struct SqlStore {
     pg_options: Option<PgConnectOptions>,
     /// PostgreSQL: step checkpoints and outcomes, grouped into one statement each.
     pg_group: Option<postgres::GroupWrites>,
-    listener: Option<JoinHandle<()>>,
+    /// PostgreSQL: the one connection of the loops marked `store::background`.
+    pg_background: Option<PgPool>,
+    /// PostgreSQL: LISTEN, the executor's lock and its lease's renewals (none if not listening).
+    pg_session: Option<session::Session>,
     /// Workflows a claim of this process left for another workflow version, already
     /// logged once (claims.rs); bounded.
     left_for_other_versions: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
-impl Drop for SqlStore {
-    fn drop(&mut self) {
-        if let Some(listener) = self.listener.take() {
-            listener.abort();
-        }
-    }
-}
-
 impl SqlStore {
     /// Connects to `url`, retrying with an increasing wait while the server is unreachable.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, &Connections::default()).await
+    }
+
+    /// [`SqlStore::connect`] holding the PostgreSQL connections `connections` allows.
+    pub async fn connect_with(url: &str, connections: &Connections) -> Result<Self, StoreError> {
         let backend = if url.starts_with("sqlite:") {
             Backend::Sqlite
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -184,29 +192,44 @@ impl SqlStore {
                         sqlite_path: pools.path,
                         pg_options: None,
                         pg_group: None,
-                        listener: None,
+                        pg_background: None,
+                        pg_session: None,
                         left_for_other_versions: Default::default(),
                     })
                 }
                 Backend::Postgres => {
-                    let (pool, options) = postgres::connect(url)
+                    let pools = postgres::connect(url, connections)
                         .await
                         .map_err(|e| connect_err(url, e))?;
                     let bus = broadcast::channel(4096).0;
-                    let listener = postgres::spawn_listener(&pool, bus.clone()).await?;
+                    let session = if connections.listen {
+                        Some(session::Session::start(&pools.options, bus.clone()).await?)
+                    } else {
+                        None
+                    };
                     Ok(SqlStore {
                         bus,
-                        pg_group: Some(postgres::spawn_group_writes(pool.clone())),
-                        pool: Pool::Postgres(pool),
+                        pg_group: Some(postgres::spawn_group_writes(pools.main.clone())),
+                        pool: Pool::Postgres(pools.main),
                         sqlite_path: None,
-                        pg_options: Some(options),
-                        listener: Some(listener),
+                        pg_options: Some(pools.options),
+                        pg_background: Some(pools.background),
+                        pg_session: session,
                         left_for_other_versions: Default::default(),
                     })
                 }
             }
         })
         .await
+    }
+
+    /// The PostgreSQL pool for the running task: the background connection for the loops
+    /// marked `store::background`, `main` for everything else.
+    fn pg_pool<'a>(&'a self, main: &'a PgPool) -> &'a PgPool {
+        match &self.pg_background {
+            Some(background) if super::in_background() => background,
+            _ => main,
+        }
     }
 
     fn lock_clause(&self) -> &'static str {
@@ -228,9 +251,10 @@ impl SqlStore {
     /// NOTIFY on PostgreSQL so other processes hear of them too.
     async fn wake(&self, wakeups: &[Wakeup]) {
         self.wake_here(wakeups);
-        if let Pool::Postgres(pool) = &self.pool
+        if let Pool::Postgres(main) = &self.pool
             && !wakeups.is_empty()
         {
+            let pool = self.pg_pool(main);
             // One round trip for all of them.
             let payloads: Vec<String> = wakeups.iter().map(postgres::encode).collect();
             // A lost notification only delays the other side until its fallback poll.
