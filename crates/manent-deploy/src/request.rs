@@ -35,7 +35,17 @@ pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 ///   rollback ([`DeployRequest::fast`]) records a `find release` step per target and uploads
 ///   only where the release is gone ([`FAST_ROLLBACK_VERSION`]). A fast rollback is always
 ///   started under 4 or later.
-pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 4 };
+/// - 5: a deploy whose environment has `deploy.tasks` records their steps: the `once`
+///   tasks run before any target is switched (their target's release put in place first),
+///   the others on each target before its `activate` or after it, and a failed
+///   irreversible deploy whose `once` task succeeded may record why it was not rolled back
+///   ([`TASKS_VERSION`]). Such a deploy is always started under 5 or later; one without
+///   tasks records what it did under 4.
+pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 5 };
+
+/// The first version whose code runs `deploy.tasks` (docs/environments.md, "Tasks and
+/// roles").
+pub const TASKS_VERSION: u32 = 5;
 
 /// The first version whose automatic rollbacks run in parallel with checks after, and
 /// which runs fast rollbacks.
@@ -61,7 +71,7 @@ pub async fn startable_version(client: &Client) -> Result<u32, EngineError> {
 
 /// What this build is, as `--version`, `manent workers` and `/metrics` show it: the
 /// release, the schema version it migrates to and the deploy workflow versions it runs,
-/// e.g. `0.1.0 (schema 13, workflows 1-4)`. During a rolling upgrade it tells which
+/// e.g. `0.1.0 (schema 13, workflows 1-5)`. During a rolling upgrade it tells which
 /// workers can run what.
 pub fn build_version() -> String {
     format!(
@@ -183,6 +193,12 @@ impl DeployRequest {
         // No worker without the code of a fast rollback claims one.
         let version = if self.fast {
             version.max(FAST_ROLLBACK_VERSION)
+        } else {
+            version
+        };
+        // Nor a deploy with tasks: it would skip them.
+        let version = if self.effective.as_ref().is_some_and(|e| !e.tasks.is_empty()) {
+            version.max(TASKS_VERSION)
         } else {
             version
         };
