@@ -534,4 +534,51 @@ mod tests {
             "the engine's own events are no deploy event"
         );
     }
+
+    /// A deploy with `deploy.tasks` starts under [`TASKS_VERSION`] whatever the live
+    /// workers run: a worker without their code would skip them. Others start as before.
+    #[test]
+    fn a_deploy_with_tasks_is_never_started_under_a_version_that_skips_them() {
+        let request = |tasks: &str| {
+            let env = manent_model::parse_environment(
+                &format!("targets: [{{name: t, host: local}}]\ndeploy:\n  dest: /srv\n{tasks}"),
+                "prod.yml",
+                "ml/web",
+                "prod",
+            )
+            .expect("a valid environment");
+            let descriptor = manent_model::parse_descriptor(
+                &format!(
+                    "application: ml/web\nenvironment: prod\nartifacts: [{{name: a, type: t, \
+                     version: \"1\", url: \"file:///a\", sha256: {}}}]\n",
+                    "0".repeat(64)
+                ),
+                "d.yml",
+            )
+            .expect("a valid descriptor");
+            let config =
+                manent_config::Config::from_yaml_str("{}", "manent.yml", std::iter::empty())
+                    .expect("a valid configuration");
+            let route = manent_model::route(&config, &descriptor, Ok(&env));
+            let effective = EffectiveDescriptor::build(&descriptor, &env).expect("effective");
+            DeployRequest::new(
+                descriptor,
+                Some(effective),
+                route,
+                &Submitter::named("t"),
+                0,
+            )
+        };
+        let with_tasks = request("  tasks: [{name: m, run: x, when: after_activate}]\n");
+        assert_eq!(
+            with_tasks.enqueue(3).workflow_version,
+            TASKS_VERSION,
+            "a deploy with tasks waits for a worker that runs them"
+        );
+        assert_eq!(
+            request("").enqueue(3).workflow_version,
+            3,
+            "a deploy without tasks starts under the version every live worker runs"
+        );
+    }
 }

@@ -81,8 +81,17 @@ fn at(lines: &[String], line: &str) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tasks_run_before_and_after_activate_on_their_roles_and_a_once_task_before_any_switch() {
-    let site = Site::new(Db::Sqlite, FOUR_TARGETS_TWO_REGIONS).await;
+async fn tasks_run_on_their_roles_around_activate_and_a_once_task_before_any_switch_on_sqlite() {
+    tasks_run_on_their_roles_around_activate_and_a_once_task_before_any_switch(Db::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_run_on_their_roles_around_activate_and_a_once_task_before_any_switch_on_postgres() {
+    tasks_run_on_their_roles_around_activate_and_a_once_task_before_any_switch(Db::Postgres).await;
+}
+
+async fn tasks_run_on_their_roles_around_activate_and_a_once_task_before_any_switch(backend: Db) {
+    let site = Site::new(backend, FOUR_TARGETS_TWO_REGIONS).await;
     let ledger = ledger(&site);
     let ledger = path_str(&ledger);
     let base = path_str(&site.base);
