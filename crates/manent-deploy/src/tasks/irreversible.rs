@@ -75,30 +75,16 @@ mod tests {
     use crate::run::targets::TargetState;
 
     fn eff(irreversible: Option<&str>, past_irreversible: bool) -> EffectiveDescriptor {
-        let env = manent_model::parse_environment(
+        crate::tasks::effective_for_tests(
             &format!(
                 "targets: [{{name: db-1, host: local, roles: [db]}}]\ndeploy:\n  dest: /srv\n  \
                  tasks: [{{name: migrate, run: m, when: before_activate, once: true}}]\n\
                  rollback: {{past_irreversible: {past_irreversible}}}\n"
             ),
-            "prod.yml",
-            "ml/web",
-            "prod",
+            &irreversible
+                .map(|r| format!("irreversible: {r:?}\n"))
+                .unwrap_or_default(),
         )
-        .expect("a valid environment");
-        let descriptor = manent_model::parse_descriptor(
-            &format!(
-                "application: ml/web\nenvironment: prod\nartifacts: [{{name: a, type: t, \
-                 version: \"2\", url: \"file:///a\", sha256: {}}}]\n{}",
-                "0".repeat(64),
-                irreversible
-                    .map(|r| format!("irreversible: {r:?}\n"))
-                    .unwrap_or_default()
-            ),
-            "d.yml",
-        )
-        .expect("a valid descriptor");
-        EffectiveDescriptor::build(&descriptor, &env).expect("an effective descriptor")
     }
 
     fn migrated() -> BeforeAnySwitch {

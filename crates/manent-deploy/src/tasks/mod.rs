@@ -23,3 +23,21 @@ pub mod run;
 
 pub use once::{BeforeAnySwitch, Release, before_any_switch};
 pub use run::{Ran, run_on};
+
+/// The effective descriptor of a deploy of ml/web's prod at version 1.2, with `descriptor`
+/// (YAML lines) added to the descriptor and `environment` as its environment file.
+#[cfg(test)]
+fn effective_for_tests(environment: &str, descriptor: &str) -> manent_model::EffectiveDescriptor {
+    let env = manent_model::parse_environment(environment, "prod.yml", "ml/web", "prod")
+        .expect("a valid environment");
+    let descriptor = manent_model::parse_descriptor(
+        &format!(
+            "application: ml/web\nenvironment: prod\nartifacts: [{{name: a, type: t, version: \
+             \"1.2\", url: \"file:///a\", sha256: {}}}]\n{descriptor}",
+            "0".repeat(64)
+        ),
+        "d.yml",
+    )
+    .expect("a valid descriptor");
+    manent_model::EffectiveDescriptor::build(&descriptor, &env).expect("an effective descriptor")
+}

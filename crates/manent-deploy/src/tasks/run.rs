@@ -120,18 +120,7 @@ mod tests {
     use super::*;
 
     fn eff(environment: &str) -> EffectiveDescriptor {
-        let env = manent_model::parse_environment(environment, "prod.yml", "ml/web", "prod")
-            .expect("a valid environment");
-        let descriptor = manent_model::parse_descriptor(
-            &format!(
-                "application: ml/web\nenvironment: prod\nartifacts: [{{name: a, type: t, \
-                 version: \"1.2\", url: \"file:///a\", sha256: {}}}]\n",
-                "0".repeat(64)
-            ),
-            "d.yml",
-        )
-        .expect("a valid descriptor");
-        EffectiveDescriptor::build(&descriptor, &env).expect("an effective descriptor")
+        crate::tasks::effective_for_tests(environment, "")
     }
 
     #[test]
