@@ -226,6 +226,7 @@ impl ToWire for deploy_views::TargetView {
             name: self.name,
             status: self.status.to_wire(),
             detail: self.detail,
+            roles: self.roles,
         }
     }
 }

@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use comfy_table::{ColumnConstraint, ContentArrangement, Row, Table, Width, presets::NOTHING};
 use manent_contract::{
     ApplicationView, ApprovalView, AuditEntry, DeployLogs, DeployStatus, OutputLine, OutputStream,
-    QueueView, Recovered, Resubmitted, ScheduleDeleted, ScheduleView, Submitted, TenantView,
-    WhoAmI, WorkerView,
+    QueueView, Recovered, Resubmitted, ScheduleDeleted, ScheduleView, Submitted, TargetView,
+    TenantView, WhoAmI, WorkerView,
 };
 
 use crate::client::Answer;
@@ -541,12 +541,7 @@ pub fn status(style: &Style, d: &DeployStatus) -> String {
         out.push_str(&format!("  deployed there now: {}\n", now.cell()));
     }
     out.push('\n');
-    out.push_str(&table(
-        style,
-        &d.targets,
-        &["target", "status", "detail"],
-        |t| vec![t.name.cell(), target_status(d, t), t.detail.cell()],
-    ));
+    out.push_str(&targets_by_role(style, d));
     out.push_str("\n\n");
     let mut columns = vec!["step", "status", "attempts", "started_at", "finished_at"];
     if style.wide() {
@@ -576,6 +571,44 @@ fn target_status(d: &DeployStatus, t: &manent_contract::TargetView) -> String {
     } else {
         t.status.cell()
     }
+}
+
+/// A deploy's targets: one table, or, when some have roles (docs/cli.md, "status"), one
+/// table per set of roles, each under a `role db` (`roles db, web`) line, in order of first
+/// appearance, the targets without a role last under `no role`.
+fn targets_by_role(style: &Style, d: &DeployStatus) -> String {
+    let targets = d.targets.as_slice();
+    let rows = |targets: &[TargetView]| {
+        table(style, targets, &["target", "status", "detail"], |t| {
+            vec![t.name.cell(), target_status(d, t), t.detail.cell()]
+        })
+    };
+    if targets.iter().all(|t| t.roles.is_empty()) {
+        return rows(targets);
+    }
+    let mut groups: Vec<(&[String], Vec<TargetView>)> = Vec::new();
+    for target in targets {
+        match groups
+            .iter_mut()
+            .find(|(roles, _)| *roles == target.roles.as_slice())
+        {
+            Some((_, members)) => members.push(target.clone()),
+            None => groups.push((target.roles.as_slice(), vec![target.clone()])),
+        }
+    }
+    groups.sort_by_key(|(roles, _)| roles.is_empty());
+    groups
+        .iter()
+        .map(|(roles, members)| {
+            let heading = match roles.len() {
+                0 => "no role".to_string(),
+                1 => format!("role {}", roles[0].cell()),
+                _ => format!("roles {}", roles.join(", ").cell()),
+            };
+            format!("{heading}\n{}", rows(members))
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n")
 }
 
 /// `  approved by alice 5m ago (comment)` lines, one per decision.

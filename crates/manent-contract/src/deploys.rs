@@ -360,6 +360,9 @@ pub struct TargetView {
     pub name: String,
     pub status: TargetState,
     pub detail: Option<String>,
+    /// Its roles in the environment file (`targets[].roles`). Absent when it has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
 }
 
 /// One approval or rejection.

@@ -14,6 +14,8 @@
 //! - [`run`]: what a deploy does on the worker and its targets: artifacts, secrets and
 //!   masking, printed output, release scripts, target operations, work directories.
 //! - [`plugins`]: the `Plugin` trait, the built-in and the external plugins.
+//! - [`tasks`]: `deploy.tasks`, on targets by role or once per deploy; irreversible deploys'
+//!   automatic rollback.
 //! - [`views`]: status, list, logs, timeline, the platform views, `/metrics`.
 //! - [`background`]: what every worker runs beside deploys: schedules, retention.
 //!
@@ -29,6 +31,7 @@ pub mod queues;
 pub mod request;
 pub mod run;
 pub mod submission;
+pub mod tasks;
 pub mod views;
 pub mod workflow;
 

@@ -35,7 +35,17 @@ pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 ///   rollback ([`DeployRequest::fast`]) records a `find release` step per target and uploads
 ///   only where the release is gone ([`FAST_ROLLBACK_VERSION`]). A fast rollback is always
 ///   started under 4 or later.
-pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 4 };
+/// - 5: a deploy whose environment has `deploy.tasks` records their steps: the `once`
+///   tasks run before any target is switched (their target's release put in place first),
+///   the others on each target before its `activate` or after it, and a failed
+///   irreversible deploy whose `once` task succeeded may record why it was not rolled back
+///   ([`TASKS_VERSION`]). Such a deploy is always started under 5 or later; one without
+///   tasks records what it did under 4.
+pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 5 };
+
+/// The first version whose code runs `deploy.tasks` (docs/environments.md, "Tasks and
+/// roles").
+pub const TASKS_VERSION: u32 = 5;
 
 /// The first version whose automatic rollbacks run in parallel with checks after, and
 /// which runs fast rollbacks.
@@ -61,7 +71,7 @@ pub async fn startable_version(client: &Client) -> Result<u32, EngineError> {
 
 /// What this build is, as `--version`, `manent workers` and `/metrics` show it: the
 /// release, the schema version it migrates to and the deploy workflow versions it runs,
-/// e.g. `0.1.0 (schema 13, workflows 1-4)`. During a rolling upgrade it tells which
+/// e.g. `0.1.0 (schema 13, workflows 1-5)`. During a rolling upgrade it tells which
 /// workers can run what.
 pub fn build_version() -> String {
     format!(
@@ -183,6 +193,12 @@ impl DeployRequest {
         // No worker without the code of a fast rollback claims one.
         let version = if self.fast {
             version.max(FAST_ROLLBACK_VERSION)
+        } else {
+            version
+        };
+        // Nor a deploy with tasks: it would skip them.
+        let version = if self.effective.as_ref().is_some_and(|e| !e.tasks.is_empty()) {
+            version.max(TASKS_VERSION)
         } else {
             version
         };
@@ -516,6 +532,53 @@ mod tests {
             EventKey::parse("recovery:1700000000000"),
             None,
             "the engine's own events are no deploy event"
+        );
+    }
+
+    /// A deploy with `deploy.tasks` starts under [`TASKS_VERSION`] whatever the live
+    /// workers run: a worker without their code would skip them. Others start as before.
+    #[test]
+    fn a_deploy_with_tasks_is_never_started_under_a_version_that_skips_them() {
+        let request = |tasks: &str| {
+            let env = manent_model::parse_environment(
+                &format!("targets: [{{name: t, host: local}}]\ndeploy:\n  dest: /srv\n{tasks}"),
+                "prod.yml",
+                "ml/web",
+                "prod",
+            )
+            .expect("a valid environment");
+            let descriptor = manent_model::parse_descriptor(
+                &format!(
+                    "application: ml/web\nenvironment: prod\nartifacts: [{{name: a, type: t, \
+                     version: \"1\", url: \"file:///a\", sha256: {}}}]\n",
+                    "0".repeat(64)
+                ),
+                "d.yml",
+            )
+            .expect("a valid descriptor");
+            let config =
+                manent_config::Config::from_yaml_str("{}", "manent.yml", std::iter::empty())
+                    .expect("a valid configuration");
+            let route = manent_model::route(&config, &descriptor, Ok(&env));
+            let effective = EffectiveDescriptor::build(&descriptor, &env).expect("effective");
+            DeployRequest::new(
+                descriptor,
+                Some(effective),
+                route,
+                &Submitter::named("t"),
+                0,
+            )
+        };
+        let with_tasks = request("  tasks: [{name: m, run: x, when: after_activate}]\n");
+        assert_eq!(
+            with_tasks.enqueue(3).workflow_version,
+            TASKS_VERSION,
+            "a deploy with tasks waits for a worker that runs them"
+        );
+        assert_eq!(
+            request("").enqueue(3).workflow_version,
+            3,
+            "a deploy without tasks starts under the version every live worker runs"
         );
     }
 }

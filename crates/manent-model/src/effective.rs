@@ -48,6 +48,13 @@ pub struct EffectiveDescriptor {
     /// `deploy.shared` (see [`EffectiveDescriptor::shared_for`]). Absent when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared: Option<crate::SharedPaths>,
+    /// `deploy.tasks` (docs/environments.md, "Tasks and roles"). Absent from the records of
+    /// deploys without them, as from those of releases before them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<crate::Task>,
+    /// `deploy.mode`: the mode of the release directories. Absent when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<crate::ReleaseMode>,
     /// The targets.
     pub targets: Vec<Target>,
     /// How to reach the targets.
@@ -131,6 +138,8 @@ impl EffectiveDescriptor {
             keep_releases: env.deploy.keep_releases,
             reuse_releases: false,
             shared: env.deploy.shared.clone(),
+            tasks: env.deploy.tasks.clone(),
+            mode: env.deploy.mode,
             targets: env.targets.clone(),
             ssh: env.ssh.clone(),
             rollout: env.rollout.clone(),
@@ -210,6 +219,17 @@ impl EffectiveDescriptor {
                     ),
                 ));
             }
+        }
+        if !self.tasks.is_empty()
+            && ![DEFAULT_PLUGIN, COMMAND_PLUGIN].contains(&self.plugin.as_str())
+        {
+            return Err(refuse(
+                "deploy.plugin",
+                format!(
+                    "the environment has deploy.tasks, which run under the built-in plugins \
+                     ({DEFAULT_PLUGIN}, {COMMAND_PLUGIN}) only; deploy with one of them"
+                ),
+            ));
         }
         if self.plugin == COMMAND_PLUGIN && self.commands.is_empty() {
             return Err(refuse(

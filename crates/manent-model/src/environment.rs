@@ -16,9 +16,11 @@ use crate::source::Document;
 use crate::{CHECK_PLACEHOLDERS, DEFAULT_PLUGIN, DEST_PLACEHOLDERS, rules};
 
 pub(crate) mod load;
+mod tasks;
 mod validate;
 mod variables;
 
+pub use tasks::{DEFAULT_TASK_TIMEOUT, ReleaseMode, Task, TaskWhen, has_role};
 use validate::validate;
 pub(crate) use validate::{
     KEEP_RELEASES_NEEDS_VERSION_DIR, validate_dependencies, validate_deploy_fields,
@@ -140,6 +142,14 @@ pub struct Target {
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub labels: BTreeMap<String, String>,
+    /// Roles (`db`, `web`): which checks and tasks run on it (docs/environments.md, "Tasks
+    /// and roles").
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub roles: Vec<String>,
 }
 
 impl Target {
@@ -229,6 +239,18 @@ pub struct DeploySettings {
     /// `remote-copy`: paths every release shares, kept in `dir` and linked into each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared: Option<SharedPaths>,
+    /// Commands run from each new release, before or after it is activated, on the targets
+    /// of some roles or once per deploy (docs/environments.md, "Tasks and roles").
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub tasks: Vec<Task>,
+    /// `remote-copy`: the mode of the release directories manent makes; the target user's
+    /// umask decides it when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ReleaseMode>,
 }
 
 /// `deploy.shared`: what each release links to instead of holding its own (logs, uploads,
@@ -253,6 +275,8 @@ impl Default for DeploySettings {
             params: None,
             keep_releases: None,
             shared: None,
+            tasks: Vec::new(),
+            mode: None,
         }
     }
 }
@@ -406,6 +430,9 @@ pub struct Check {
     /// Limit of one attempt.
     #[serde(with = "duration")]
     pub timeout: Duration,
+    /// The roles of the targets it runs on; every target when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
 }
 
 /// What a [`Check`] checks.
@@ -500,6 +527,8 @@ struct RawCheck {
     interval: Duration,
     #[serde(default = "default_timeout", with = "duration")]
     timeout: Duration,
+    #[serde(default, deserialize_with = "nullable")]
+    roles: Vec<String>,
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -570,6 +599,7 @@ impl TryFrom<RawCheck> for Check {
             retries: raw.retries,
             interval: raw.interval,
             timeout: raw.timeout,
+            roles: raw.roles,
         })
     }
 }
@@ -637,6 +667,11 @@ pub struct RollbackPolicy {
     /// What to do on targets already switched when a deploy fails.
     #[serde(default)]
     pub on_failure: OnFailure,
+    /// Whether the automatic rollback reactivates the previous version even after a failed
+    /// irreversible deploy whose `once` task succeeded (docs/environments.md, "Irreversible
+    /// deploys"). Left out when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub past_irreversible: bool,
 }
 
 /// `rollback.on_failure`.

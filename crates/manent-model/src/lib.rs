@@ -39,9 +39,10 @@ pub use environment::load::{
     MissingEnvironment, environment_path, list_applications, load_environment, missing_environment,
 };
 pub use environment::{
-    Approval, Check, CheckKind, DEFAULT_OVERRIDES, Dependency, DeploySettings, EnvironmentFile,
-    InheritEnv, OVERRIDABLE_KEYS, OnFailure, RollbackPolicy, Rollout, SecretSource, SharedPaths,
-    SshSettings, Target, VerifyBy, Waves, parse_environment,
+    Approval, Check, CheckKind, DEFAULT_OVERRIDES, DEFAULT_TASK_TIMEOUT, Dependency,
+    DeploySettings, EnvironmentFile, InheritEnv, OVERRIDABLE_KEYS, OnFailure, ReleaseMode,
+    RollbackPolicy, Rollout, SecretSource, SharedPaths, SshSettings, Target, Task, TaskWhen,
+    VerifyBy, Waves, has_role, parse_environment,
 };
 pub use error::{EnvironmentsSourceUnreadable, Issue, ModelError};
 pub use routing::{

@@ -203,6 +203,7 @@ deploy: {dest: /srv}
                 region: Some(region.to_string()),
                 az: None,
                 labels: Default::default(),
+                roles: Vec::new(),
             })
             .collect();
         let wave = Wave::new("all".into(), targets);
@@ -232,6 +233,7 @@ deploy: {dest: /srv}
                 region: None,
                 az: None,
                 labels: Default::default(),
+                roles: Vec::new(),
             });
         }
         let env = crate::EnvironmentFile {

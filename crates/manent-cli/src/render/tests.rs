@@ -662,3 +662,34 @@ fn a_dry_run_and_a_rollback_stay_visible_in_the_status_cell_when_their_column_mu
         "with room for every column the status cell says only the status\n{wide}"
     );
 }
+
+#[test]
+fn status_groups_the_targets_by_role_where_they_have_any() {
+    let mut grouped = deploy();
+    grouped["targets"] = json!([
+        {"name": "web-1", "status": "deployed", "detail": null, "roles": ["web"]},
+        {"name": "jobs-1", "status": "deployed", "detail": null},
+        {"name": "db-1", "status": "deployed", "detail": "task migrate: ok once", "roles": ["db", "web"]},
+        {"name": "web-2", "status": "failed", "detail": "activate: exit 1", "roles": ["web"]}
+    ]);
+    let status: Answer<DeployStatus> = answer(grouped);
+    let shown = super::status(&style(), &status.body);
+    let targets =
+        &shown[shown.find("role web").expect("a role heading")..shown.find("STEP").unwrap()];
+    check(
+        targets.trim_end().to_string(),
+        expect![[r#"
+            role web
+            TARGET   STATUS     DETAIL
+            web-1    deployed   -
+            web-2    failed     activate: exit 1
+
+            roles db, web
+            TARGET   STATUS     DETAIL
+            db-1     deployed   task migrate: ok once
+
+            no role
+            TARGET   STATUS     DETAIL
+            jobs-1   deployed   -"#]],
+    );
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 use manent_engine::{StepPolicy, WorkflowContext, WorkflowError};
-use manent_model::{EffectiveDescriptor, Target};
+use manent_model::{EffectiveDescriptor, Target, TaskWhen};
 use manent_ssh::ConnectionPool;
 
 use super::{PassContext, Plugin};
@@ -16,6 +16,7 @@ use crate::{
     run::artifacts::{self, ArtifactError, LocalArtifact},
     run::release_scripts,
     run::targets::{self, RollbackResult, TargetError, TargetOutcome, TargetState},
+    tasks,
 };
 
 /// `remote-copy` and `command`.
@@ -78,9 +79,7 @@ async fn deploy_target(
 ) -> Result<TargetOutcome, WorkflowError> {
     let PassContext {
         eff,
-        local,
         pool,
-        deploy_id,
         dir,
         sources,
         ..
@@ -95,20 +94,13 @@ async fn deploy_target(
         &TargetOutcome::new(name, TargetState::Deploying, None),
     )
     .await?;
-    // Resolved against this machine's work directory: after a recovery on
-    // another machine the recorded paths name the old machine's copies.
-    let here: Vec<LocalArtifact> = local
-        .iter()
-        .map(|a| LocalArtifact {
-            path: dir.join(&a.name),
-            ..a.clone()
-        })
-        .collect();
-    let env = targets::command_env(eff, deploy_id, target, &here);
+    let env = command_env_here(pass, target);
     let uses_local_copies = eff.plugin != manent_model::DEFAULT_PLUGIN && !eff.artifacts.is_empty();
     // Set once the new version is in place: a later failure (a check) leaves
     // the target switched, for the rollback.
     let mut switched = false;
+    // The `once` tasks that succeeded here after activate (an irreversible deploy's).
+    let mut once_tasks = Vec::new();
     let result: Result<Vec<String>, WorkflowError> = async {
         if eff.dry_run {
             let lines: Vec<String> = ctx
@@ -117,7 +109,8 @@ async fn deploy_target(
                     targets::plan(pool, eff, target, &present).await
                 })
                 .await?;
-            return Ok(lines);
+            // Issue 39: the tasks this target would run (docs/environments.md).
+            return Ok([lines, tasks::plan::lines(eff, target)].concat());
         }
         let on = OnTarget {
             ctx,
@@ -131,6 +124,10 @@ async fn deploy_target(
         } else {
             on.copy_and_activate(&mut switched).await?
         };
+        // Issue 39: the tasks after activate, before the checks (docs/environments.md).
+        let after = tasks::run_on(ctx, pool, eff, target, &env, TaskWhen::AfterActivate).await?;
+        lines.extend(after.lines);
+        once_tasks = after.once;
         // No intermediate "checking" event: the target stays "deploying" until its outcome
         // (one checkpoint less per target); a failed check's outcome says it was switched.
         lines.extend(run_checks(ctx, pool, eff, target, &env, "").await?);
@@ -145,6 +142,7 @@ async fn deploy_target(
     let outcome = match result {
         Ok(lines) => TargetOutcome {
             switched,
+            once_tasks,
             ..TargetOutcome::new(
                 name,
                 if eff.dry_run {
@@ -160,6 +158,7 @@ async fn deploy_target(
             message,
         }) => TargetOutcome {
             switched,
+            once_tasks,
             ..TargetOutcome::new(
                 name,
                 TargetState::Failed,
@@ -170,6 +169,22 @@ async fn deploy_target(
     };
     publish(ctx, &key, &outcome).await?;
     Ok(outcome)
+}
+
+/// The variables every command on `target` gets, the artifacts' paths resolved against this
+/// machine's work directory: after a recovery on another machine the recorded paths name
+/// the old machine's copies.
+fn command_env_here(pass: &PassContext<'_>, target: &Target) -> Vec<(String, String)> {
+    let dir = artifacts::artifacts_dir(pass.dir);
+    let here: Vec<LocalArtifact> = pass
+        .local
+        .iter()
+        .map(|a| LocalArtifact {
+            path: dir.join(&a.name),
+            ..a.clone()
+        })
+        .collect();
+    targets::command_env(pass.eff, pass.deploy_id, target, &here)
 }
 
 /// One target's work in a deploy: what the `command` and `remote-copy` plugins run there.
@@ -201,7 +216,9 @@ impl OnTarget<'_> {
             eff, pool, sources, ..
         } = *self.pass;
         let name = &target.name;
-        let mut lines = Vec::new();
+        // Issue 39: the tasks before activate, before the commands (docs/environments.md).
+        let before = tasks::run_on(ctx, pool, eff, target, env, TaskWhen::BeforeActivate);
+        let mut lines = before.await?.lines;
         // The commands are the deploy: once one has started, the target may run the
         // new version in part, and a rollback must include it.
         *switched = !eff.commands.is_empty();
@@ -229,9 +246,40 @@ impl OnTarget<'_> {
         Ok(lines)
     }
 
-    /// `remote-copy`: the artifacts uploaded (or, in a fast rollback, the release found in
-    /// place), shared paths linked, then `activate`. `switched` is set before `activate`.
+    /// `remote-copy`: the release put in place ([`OnTarget::release_files`]; before any
+    /// target was switched when a `once` task runs here), the tasks before activate, then
+    /// `activate`. `switched` is set before `activate`.
     async fn copy_and_activate(&self, switched: &mut bool) -> Result<Vec<String>, WorkflowError> {
+        let OnTarget {
+            ctx, target, env, ..
+        } = *self;
+        let PassContext { eff, pool, .. } = *self.pass;
+        let name = &target.name;
+        let mut lines = if tasks::once::placed_before_any_switch(eff, target) {
+            Vec::new()
+        } else {
+            self.release_files().await?
+        };
+        // Issue 39: the tasks before activate (docs/environments.md).
+        let before = tasks::run_on(ctx, pool, eff, target, env, TaskWhen::BeforeActivate);
+        lines.extend(before.await?.lines);
+        // From here the target may run the new version, even if `activate` then
+        // fails half-way: a rollback must include it.
+        *switched = true;
+        if let Some(activate) = &eff.activate {
+            let step = format!("{name}: activate");
+            ctx.step_with(&step, shown_running(), || async {
+                run_printing(ctx, &step, pool, eff, target, activate, env).await
+            })
+            .await?;
+            lines.push("activated".into());
+        }
+        Ok(lines)
+    }
+
+    /// `remote-copy`'s release put in place, nothing switched: the artifacts uploaded (or,
+    /// in a fast rollback, the release found in place) and the shared paths linked.
+    async fn release_files(&self) -> Result<Vec<String>, WorkflowError> {
         let OnTarget {
             ctx,
             target,
@@ -302,18 +350,48 @@ impl OnTarget<'_> {
                 .await?;
             lines.push(linked);
         }
-        // From here the target may run the new version, even if `activate` then
-        // fails half-way: a rollback must include it.
-        *switched = true;
-        if let Some(activate) = &eff.activate {
-            let step = format!("{name}: activate");
-            ctx.step_with(&step, shown_running(), || async {
-                run_printing(ctx, &step, pool, eff, target, activate, env).await
-            })
-            .await?;
-            lines.push("activated".into());
-        }
         Ok(lines)
+    }
+}
+
+/// What the `once` tasks need of the built-in plugins (`tasks::Release`): a target's release
+/// put in place before any target is switched, as its wave would (`remote-copy`; nothing
+/// under `command`, whose commands are the deploy).
+pub struct BuiltInRelease<'a> {
+    pub pass: &'a PassContext<'a>,
+}
+
+#[async_trait]
+impl tasks::Release for BuiltInRelease<'_> {
+    fn eff(&self) -> &EffectiveDescriptor {
+        self.pass.eff
+    }
+
+    fn pool(&self) -> &ConnectionPool {
+        self.pass.pool
+    }
+
+    fn env(&self, target: &Target) -> Vec<(String, String)> {
+        command_env_here(self.pass, target)
+    }
+
+    async fn put_in_place(
+        &self,
+        ctx: &WorkflowContext,
+        target: &Target,
+    ) -> Result<Vec<String>, WorkflowError> {
+        if self.pass.eff.plugin == manent_model::COMMAND_PLUGIN {
+            return Ok(Vec::new());
+        }
+        let env = command_env_here(self.pass, target);
+        let on = OnTarget {
+            ctx,
+            pass: self.pass,
+            target,
+            env: &env,
+            dir: &artifacts::artifacts_dir(self.pass.dir),
+        };
+        on.release_files().await
     }
 }
 
@@ -526,7 +604,8 @@ pub(crate) async fn run_checks(
     suffix: &str,
 ) -> Result<Vec<String>, WorkflowError> {
     let mut lines = Vec::new();
-    for check in &eff.checks {
+    // `checks[].roles`: a check runs on the targets having one of its roles.
+    for check in eff.checks.iter().filter(|c| c.applies_to(target)) {
         let kind = check.kind_for(target);
         let policy = StepPolicy {
             backoff_factor: 1.0,

@@ -18,8 +18,8 @@ use manent_model::{EffectiveDescriptor, Target};
 use manent_plugin::{Bwrap, Confinement, ExternalPlugin, PluginHost, StubPlugin};
 use manent_ssh::{ConnectionPool, SshAuth};
 
-pub use builtin::BuiltIn;
 pub(crate) use builtin::ensure_all;
+pub use builtin::{BuiltIn, BuiltInRelease};
 pub use external::External;
 
 use crate::{run::artifacts::LocalArtifact, run::targets::TargetOutcome};

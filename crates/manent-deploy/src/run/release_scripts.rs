@@ -249,6 +249,55 @@ pub fn refuse_linked(directories: &[String]) -> String {
     script
 }
 
+/// What [`prepare_release`] prints last: `umask ` and the target user's umask in octal.
+pub const UMASK_PREFIX: &str = "umask ";
+
+/// The shell script an upload runs first (docs/environments.md, "Release directories"):
+/// [`refuse_linked`] on `directories` (from [`release_directories`]), then `dest` made by
+/// `mkdir -p`, so with the umask the target user's commands get (0755 under the usual
+/// 022), then, with `deploy.mode`, that mode set on the release's own directories (those
+/// below the directory holding the releases, or `dest` alone), and last the umask printed
+/// (`umask 0022`): the upload gives the artifact its mode from it once renamed.
+pub fn prepare_release(
+    directories: &[String],
+    dest: &str,
+    mode: Option<manent_model::ReleaseMode>,
+) -> String {
+    let q = manent_ssh::shell_quote;
+    let mut script = refuse_linked(directories);
+    script.push_str(&format!("mkdir -p -- {} || exit 1\n", q(dest)));
+    if let Some(mode) = mode {
+        let own = if directories.len() > 1 {
+            &directories[1..]
+        } else {
+            directories
+        };
+        let own: Vec<String> = own.iter().map(|d| q(d)).collect();
+        script.push_str(&format!(
+            "chmod {} -- {} || exit 1\n",
+            mode.octal(),
+            own.join(" ")
+        ));
+    }
+    script.push_str(&format!("printf '{UMASK_PREFIX}%s\\n' \"$(umask)\"\n"));
+    script
+}
+
+/// The mode of an artifact once renamed into its release: read and write as `deploy.mode`
+/// gives them, else as the target user's `umask` (what [`prepare_release`] printed) leaves
+/// them of 0666 (0644 under 022). None when the printed text holds no umask.
+pub fn artifact_mode(printed: &str, mode: Option<manent_model::ReleaseMode>) -> Option<u32> {
+    if let Some(mode) = mode {
+        return Some(mode.0 & 0o666);
+    }
+    let umask = printed
+        .lines()
+        .rev()
+        .find_map(|line| line.trim().strip_prefix(UMASK_PREFIX))?;
+    let umask = u32::from_str_radix(umask.trim(), 8).ok()?;
+    Some(0o666 & !umask & 0o777)
+}
+
 /// The shell script a fast rollback runs before it reuses the release at `dest`: it walks
 /// the release (never following a link) and stops at the first entry manent did not write
 /// there, printing its path and exiting [`RELEASE_ALTERED`]. What manent writes: each
@@ -808,5 +857,54 @@ mod tests {
                 "{what}: the check's exit status and what it names"
             );
         }
+    }
+
+    #[test]
+    fn a_release_directory_follows_the_umask_or_deploy_mode_and_its_artifacts_lose_execute() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("releases");
+        let dest = root.join("1.2/app");
+        let mode_of = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let directories = vec![
+            root.display().to_string(),
+            root.join("1.2").display().to_string(),
+            dest.display().to_string(),
+        ];
+        let run = |mode, umask: &str| {
+            let script = prepare_release(&directories, &directories[2], mode);
+            let out = sh(&format!("umask {umask}\n{script}"));
+            assert!(out.status.success(), "prepared: {}", text(&out.stderr));
+            text(&out.stdout)
+        };
+        let printed = run(None, "022");
+        assert_eq!(
+            (mode_of(&root), mode_of(&dest)),
+            (0o755, 0o755),
+            "made with the user's umask 022"
+        );
+        assert_eq!(
+            artifact_mode(&printed, None),
+            Some(0o644),
+            "an artifact readable by all under 022: {printed:?}"
+        );
+        let mode = Some(manent_model::ReleaseMode(0o750));
+        let printed = run(mode, "077");
+        assert_eq!(
+            (mode_of(&root), mode_of(&root.join("1.2")), mode_of(&dest)),
+            (0o755, 0o750, 0o750),
+            "deploy.mode sets the release's own directories, not the one holding them"
+        );
+        assert_eq!(artifact_mode(&printed, mode), Some(0o640));
+        assert_eq!(
+            artifact_mode("umask 0027\n", None),
+            Some(0o640),
+            "the umask as printed"
+        );
+        assert_eq!(
+            artifact_mode("", None),
+            None,
+            "no umask printed: none made up"
+        );
     }
 }

@@ -198,6 +198,10 @@ pub struct TargetOutcome {
     /// Whether this deploy switched the target to the new version.
     #[serde(default)]
     pub switched: bool,
+    /// The `once` tasks that succeeded on this target after its activate (docs/environments.md,
+    /// "Irreversible deploys"). Left out when none, so outcomes read and write as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub once_tasks: Vec<String>,
 }
 
 impl TargetOutcome {
@@ -207,6 +211,7 @@ impl TargetOutcome {
             status,
             detail,
             switched: false,
+            once_tasks: Vec::new(),
         }
     }
 }
@@ -253,6 +258,7 @@ impl TargetOutcome {
                 format!("{before}; {note}")
             }),
             switched,
+            once_tasks: self.once_tasks.clone(),
         }
     }
 }
@@ -339,25 +345,56 @@ pub async fn upload(
     let remote = format!("{}/{}", dest.trim_end_matches('/'), artifact.name);
     let conn = connection(pool, eff, target).await?;
     // Never written through a link where the release's directory belongs: a release
-    // directory made a link to `/etc` would otherwise receive the artifact there.
+    // directory made a link to `/etc` would otherwise receive the artifact there. The
+    // release directory is made with the target user's umask, or `deploy.mode`.
     let directories = release_scripts::release_directories(eff, target);
-    let checked = conn
-        .exec(&release_scripts::refuse_linked(&directories), &[])
+    let prepared = conn
+        .exec(
+            &release_scripts::prepare_release(&directories, &dest, eff.mode),
+            &[],
+        )
         .await
         .map_err(transport)?;
-    if checked.status == release_scripts::RELEASE_LINKED {
-        return Err(TargetError::LinkedDirectory(
-            checked.stdout.trim_end_matches('\n').to_string(),
-        ));
+    match prepared.status {
+        0 => {}
+        release_scripts::RELEASE_LINKED => {
+            return Err(TargetError::LinkedDirectory(
+                prepared.stdout.trim_end_matches('\n').to_string(),
+            ));
+        }
+        status => {
+            return Err(TargetError::Exited {
+                command: format!("the preparation of the release directory {dest}"),
+                status,
+                stderr: prepared.stderr.trim_end().to_string(),
+            });
+        }
     }
+    let mode = release_scripts::artifact_mode(&prepared.stdout, eff.mode).ok_or_else(|| {
+        TargetError::Transport(format!(
+            "the target's umask could not be read (its shell printed {:?}); a POSIX shell \
+             prints it with `umask`",
+            prepared.stdout.trim_end()
+        ))
+    })?;
     // The `.part` is verified against the artifact's sha256 before the rename, so a bad
-    // copy never lands under the real name.
+    // copy never lands under the real name; it keeps the mode of the worker's private copy
+    // (0600) until then.
     conn.put_file_verified(&artifact.path, &remote, &artifact.sha256)
         .await
         .map_err(|error| TargetError::Upload {
             remote: remote.clone(),
             error,
         })?;
+    let chmod = format!("chmod {mode:04o} -- {}", manent_ssh::shell_quote(&remote));
+    let changed = conn.exec(&chmod, &[]).await.map_err(transport)?;
+    if changed.status != 0 {
+        return Err(TargetError::Exited {
+            command: chmod,
+            status: changed.status,
+            stderr: changed.stderr.trim_end().to_string(),
+        });
+    }
     Ok(remote)
 }
 
@@ -559,7 +596,7 @@ pub async fn plan(
             lines.push(format!("would run activate: {activate}"));
         }
     }
-    for check in &eff.checks {
+    for check in eff.checks.iter().filter(|c| c.applies_to(target)) {
         lines.push(format!("would check {}", check.label()));
     }
     Ok(lines)

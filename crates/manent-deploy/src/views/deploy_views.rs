@@ -83,6 +83,8 @@ pub struct TargetView {
     pub name: String,
     pub status: TargetState,
     pub detail: Option<String>,
+    /// Its roles in the environment file (docs/environments.md, "Tasks and roles").
+    pub roles: Vec<String>,
 }
 
 /// One step of a deploy.
@@ -249,6 +251,7 @@ fn summary(
                     name: t.name.clone(),
                     status: TargetState::Pending,
                     detail: None,
+                    roles: t.roles.clone(),
                 })
                 .collect()
         })
@@ -330,6 +333,7 @@ fn apply_target_events<'e>(
                 name: outcome.name,
                 status: outcome.status,
                 detail: outcome.detail,
+                roles: Vec::new(),
             }),
         }
     }
@@ -1011,12 +1015,11 @@ pub async fn history(
 fn recorded_target(id: &str, name: &str, value: &str) -> TargetOutcome {
     serde_json::from_str(value).unwrap_or_else(|e| {
         tracing::error!(deploy_id = %id, target = name, error = %e, "a target's recorded outcome cannot be read; shown as unreadable");
-        TargetOutcome {
-            name: name.to_string(),
-            status: TargetState::Other("unreadable".into()),
-            detail: Some(format!("its recorded outcome cannot be read: {e}")),
-            switched: false,
-        }
+        TargetOutcome::new(
+            name,
+            TargetState::Other("unreadable".into()),
+            Some(format!("its recorded outcome cannot be read: {e}")),
+        )
     })
 }
 

@@ -20,7 +20,7 @@ use crate::request::{AUTHORISE_AT_START_STEP, EventKey, Phase, publish};
 pub use crate::request::{DEPLOY_WORKFLOW, DeployRequest, Submitter, same_token};
 use crate::{
     authority::Authority,
-    plugins::{PassContext, Plugin, Plugins},
+    plugins::{BuiltInRelease, PassContext, Plugin, Plugins},
     run::artifacts::{self, LocalArtifact},
     run::targets::TargetOutcome,
     workflow::gate::Reauthorised,
@@ -326,6 +326,8 @@ async fn deploy(
     let mut failure: Option<String> = None;
     // The waves that never started because an earlier one failed.
     let mut not_started = 0;
+    // What the `once` tasks did before any target was switched (issue 39).
+    let mut once = crate::tasks::BeforeAnySwitch::default();
     for (w, wave) in waves.iter().enumerate() {
         phase(
             ctx,
@@ -336,6 +338,17 @@ async fn deploy(
             },
         )
         .await?;
+        if w == 0 {
+            // The `once` tasks, before any target is switched (docs/environments.md).
+            once = crate::tasks::before_any_switch(ctx, &BuiltInRelease { pass: &pc }).await?;
+            if let Some(failed) = once.failed.clone() {
+                let detail = failed.detail.clone().unwrap_or_default();
+                failure = Some(format!("target {}: {detail}", failed.name));
+                outcomes.push(failed);
+                not_started = waves.len() - 1;
+                break;
+            }
+        }
         let wave_outcomes = if region_routing {
             deploy_wave_by_region(ctx, plugin, &pc, &request.route.queue, wave).await?
         } else {
@@ -366,12 +379,13 @@ async fn deploy(
     outcomes.sort_by(|a, b| a.name.cmp(&b.name));
 
     if let Some(reason) = failure {
-        // Whether a target was switched back to the previous release (a rollback happened).
-        let rolled_back =
+        // Whether a target was switched back to the previous release (a rollback happened),
+        // and why not when an irreversible deploy held it back.
+        let (rolled_back, held) =
             if !eff.dry_run && eff.rollback.on_failure == OnFailure::ReactivatePrevious {
-                roll_back(ctx, rt, plugin, &pc, &request, &outcomes).await?
+                roll_back_unless_held(ctx, rt, plugin, &pc, &request, &once, &outcomes).await?
             } else {
-                false
+                (false, None)
             };
         if rolled_back {
             let why = Some(reason.clone());
@@ -385,6 +399,9 @@ async fn deploy(
             } else {
                 format!("; the {not_started} later waves were not started")
             });
+        }
+        if let Some(why) = held {
+            message.push_str(&format!("; {why}"));
         }
         return Err(WorkflowError::failed(message));
     }
@@ -544,6 +561,30 @@ async fn roll_back(
             .await?;
     }
     Ok(rolled_back)
+}
+
+/// [`roll_back`], unless the deploy is irreversible and one of its `once` tasks succeeded
+/// (docs/environments.md, "Irreversible deploys"): then the targets are left as they are,
+/// each switched one says why, and so does the second value.
+async fn roll_back_unless_held(
+    ctx: &WorkflowContext,
+    rt: &Runtime,
+    plugin: &dyn Plugin,
+    pc: &PassContext<'_>,
+    request: &DeployRequest,
+    once: &crate::tasks::BeforeAnySwitch,
+    outcomes: &[TargetOutcome],
+) -> Result<(bool, Option<String>), WorkflowError> {
+    match crate::tasks::irreversible::held_back(pc.eff, once, outcomes) {
+        Some(why) => {
+            crate::tasks::irreversible::hold(ctx, outcomes, &why).await?;
+            Ok((false, Some(why)))
+        }
+        None => Ok((
+            roll_back(ctx, rt, plugin, pc, request, outcomes).await?,
+            None,
+        )),
+    }
 }
 
 /// The plugin of the deploy; fails the workflow at once (no retries) when it is unknown or

@@ -257,12 +257,17 @@ impl Site {
         dry_run: bool,
     ) -> (WorkflowRecord, DeployStatus) {
         let id = self.submit(worker, artifact, sha256, dry_run).await;
+        self.wait_for(worker, &id).await
+    }
+
+    /// Waits for the end of deploy `id` and reads its status.
+    pub async fn wait_for(&self, worker: &Worker, id: &str) -> (WorkflowRecord, DeployStatus) {
         let client = worker.engine.client();
         let record = client
-            .wait(&id, WAIT)
+            .wait(id, WAIT)
             .await
             .unwrap_or_else(|e| panic!("deploy {id} ends: {e}\n{}", self.hosts.logs()));
-        let status = deploy_views::status(&client, &id)
+        let status = deploy_views::status(&client, id)
             .await
             .expect("read the deploy's status")
             .expect("the deploy exists");
@@ -283,6 +288,11 @@ impl Site {
             q(&artifact.url),
             q(sha256),
         );
+        self.submit_text(worker, text).await
+    }
+
+    /// Submits the descriptor `text` (YAML) through the whole submission path.
+    pub async fn submit_text(&self, worker: &Worker, text: String) -> String {
         let descriptor = submission::parse(text, "deploy.yml".into())
             .await
             .expect("the descriptor parses");

@@ -186,9 +186,9 @@ fn check_errors() {
         ),
         (
             "{type: http, url: \"http://x\", colour: red}",
-            expect![[
-                r#"prod.yml:3: checks[0].colour: unknown field `colour`; remove it or fix its spelling (fields allowed here: name, type, url, expect_status, host, port, command, expect_exit, retries, interval, timeout)"#
-            ]],
+            expect![
+                "prod.yml:3: checks[0].colour: unknown field `colour`; remove it or fix its spelling (fields allowed here: name, type, url, expect_status, host, port, command, expect_exit, retries, interval, timeout, roles)"
+            ],
         ),
         (
             "{type: http, url: \"ftp://{x}\", expect_status: 42, timeout: 0s}",
@@ -367,14 +367,151 @@ fn every_problem_of_a_file_is_reported_in_one_run() {
          - {application: ml/trainer, environment: prod}\n",
         expect![[r#"
             prod.yml:2: targets[0].port: expected a whole number from 0 to 65535, found "many"; write a whole number, without quotes
-            prod.yml:3: targets[1].hots: unknown field `hots`; remove it or fix its spelling (fields allowed here: name, host, port, user, region, az, labels)
+            prod.yml:3: targets[1].hots: unknown field `hots`; remove it or fix its spelling (fields allowed here: name, host, port, user, region, az, labels, roles)
             prod.yml:3: targets[1].host: missing field `host`; add it
-            prod.yml:6: deploy.dst: unknown field `dst`; remove it or fix its spelling (fields allowed here: plugin, dest, activate, commands, params, keep_releases, shared)
+            prod.yml:6: deploy.dst: unknown field `dst`; remove it or fix its spelling (fields allowed here: plugin, dest, activate, commands, params, keep_releases, shared, tasks, mode)
             prod.yml:7: deploy.keep_releases: expected a whole number, 0 or more, found "ten"; write a whole number, without quotes
             prod.yml:10: checks: expected a list, found 3; write a list, e.g. [a, b]
-            prod.yml:13: rollback.extra: unknown field `extra`; remove it or fix its spelling (fields allowed here: on_failure)
+            prod.yml:13: rollback.extra: unknown field `extra`; remove it or fix its spelling (fields allowed here: on_failure, past_irreversible)
             prod.yml:9: rollout.waves[1][0]: `nobody` is not a target of this environment; use a name from targets
             prod.yml:9: rollout.waves: target(s) `c` are in no wave; add each to a wave (every target must be listed)
             prod.yml:15: depends_on[0]: ml/trainer/prod depends on itself; remove this entry"#]],
+    );
+}
+
+const ROLES: &str = "targets:\n  - {name: db-1, host: h1, roles: [db, web]}\n  - {name: web-1, host: \
+                     h2, roles: [web]}\n  - {name: w-1, host: h3}\n";
+
+#[test]
+fn tasks_roles_and_the_release_mode_as_written() {
+    check(
+        &format!(
+            "{ROLES}deploy:\n  dest: /srv/{{version}}\n  mode: \"0750\"\n  tasks:\n    - {{name: \
+             migrate, run: bin/migrate, when: before_activate, once: true, roles: [db]}}\n    - \
+             {{name: warm, run: bin/warm, when: after_activate, timeout: 30s}}\nchecks:\n  - \
+             {{type: tcp, host: \"{{host}}\", port: 80, roles: [web]}}\nrollback: \
+             {{past_irreversible: true}}\n"
+        ),
+        expect![[
+            r#"{"targets":[{"name":"db-1","host":"h1","port":22,"roles":["db","web"]},{"name":"web-1","host":"h2","port":22,"roles":["web"]},{"name":"w-1","host":"h3","port":22}],"ssh":{"strict_host_key_checking":true,"verify":"auto"},"deploy":{"plugin":"remote-copy","dest":"/srv/{version}","commands":[],"tasks":[{"name":"migrate","run":"bin/migrate","when":"before_activate","once":true,"roles":["db"],"timeout":"10m"},{"name":"warm","run":"bin/warm","when":"after_activate","timeout":"30s"}],"mode":"0750"},"rollout":{"waves":"all","max_parallel":5},"checks":[{"type":"tcp","host":"{host}","port":80,"retries":3,"interval":"1s","timeout":"10s","roles":["web"]}],"depends_on":[],"rollback":{"on_failure":"reactivate_previous","past_irreversible":true}}"#
+        ]],
+    );
+}
+
+#[test]
+fn task_and_role_errors() {
+    let cases = [
+        (
+            "targets: [{name: a, host: h, roles: [DB, db, db]}]\n",
+            expect![[r#"
+                prod.yml:1: targets[0].roles[0]: `DB` is not a role name; use lower-case letters, digits, `-` and `_` (at most 63, starting with a letter or digit), e.g. db, web, worker
+                prod.yml:1: targets[0].roles[2]: `db` is listed twice; keep one"#]],
+        ),
+        (
+            "targets: [{name: a, host: h, roles: [db]}]\nchecks: [{type: tcp, host: h, port: 1, \
+             roles: [dbb]}]\n",
+            expect![[
+                r#"prod.yml:2: checks[0].roles[0]: no target has the role `dbb`; the targets' roles are db: fix the name or give a target the role"#
+            ]],
+        ),
+        (
+            "targets: [{name: a, host: h}]\ndeploy:\n  dest: /srv\n  tasks:\n    - {name: m, \
+             run: \" \", when: before_activate, timeout: 0s, roles: [db]}\n    - {name: m, run: \
+             x, when: after_activate}\n",
+            expect![[r#"
+                prod.yml:5: deploy.tasks[0].run: is empty; write the command the task runs
+                prod.yml:5: deploy.tasks[0].timeout: is 0; write a limit such as 10m
+                prod.yml:5: deploy.tasks[0].roles[0]: no target has the role `db`; no target has a role (targets[].roles): fix the name or give a target the role
+                prod.yml:6: deploy.tasks[1].name: `m` is the name of an earlier task; task names must be unique"#]],
+        ),
+        (
+            "targets: [{name: a, host: h}]\ndeploy:\n  tasks: [{name: m, run: x, when: later}]\n",
+            expect![[
+                r#"prod.yml:3: deploy.tasks[0].when: unknown value `later`; use one of: before_activate, after_activate"#
+            ]],
+        ),
+        (
+            "targets: [{name: a, host: h}]\ndeploy:\n  plugin: ansible\n  mode: \"0755\"\n  tasks: \
+             [{name: m, run: x, when: after_activate}]\n",
+            expect![[r#"
+                prod.yml:5: deploy.tasks: tasks run under the built-in plugins (remote-copy, command); this environment's is `ansible`: remove the tasks or deploy with a built-in plugin
+                prod.yml:4: deploy.mode: applies to the release directories of the remote-copy plugin only (this environment's is `ansible`); remove it"#]],
+        ),
+        (
+            "targets: [{name: a, host: h}]\ndeploy: {dest: /srv, mode: 750}\n",
+            expect![[
+                r#"prod.yml:2: deploy.mode: 750 is read as a decimal number; quote the mode so that it is read in octal, e.g. "0750""#
+            ]],
+        ),
+        (
+            "targets: [{name: a, host: h}]\ndeploy: {dest: /srv, mode: \"0640\"}\n",
+            expect![[
+                r#"prod.yml:2: deploy.mode: `0640` takes from the deploying user what it needs in its own release directories (read, write and search: 07xx); write e.g. "0750""#
+            ]],
+        ),
+    ];
+    for (text, expected) in cases {
+        check(text, expected);
+    }
+}
+
+#[test]
+fn a_once_task_runs_on_the_first_target_in_rollout_order_having_one_of_its_roles() {
+    let env = parse_environment(
+        &format!(
+            "{ROLES}rollout: {{waves: [[w-1], [web-1, db-1]]}}\ndeploy:\n  dest: /srv\n  tasks:\n    \
+             - {{name: migrate, run: m, when: before_activate, once: true, roles: [db, web]}}\n    \
+             - {{name: assets, run: a, when: before_activate, roles: [web]}}\n    - {{name: \
+             everywhere, run: e, when: after_activate}}\n"
+        ),
+        "prod.yml",
+        "ml/trainer",
+        "prod",
+    )
+    .unwrap();
+    let descriptor = crate::parse_descriptor(
+        &format!(
+            "application: ml/trainer\nenvironment: prod\nartifacts: [{{name: a, type: t, version: \
+             \"1\", url: \"file:///a\", sha256: {}}}]\n",
+            "0".repeat(64)
+        ),
+        "d.yml",
+    )
+    .unwrap();
+    let eff = crate::EffectiveDescriptor::build(&descriptor, &env).unwrap();
+    let once: Vec<(&str, String)> = eff
+        .once_before_activate()
+        .into_iter()
+        .map(|(task, target)| (task.name.as_str(), target.name))
+        .collect();
+    assert_eq!(
+        once,
+        vec![("migrate", "web-1".to_string())],
+        "web-1 comes before db-1 in the second wave, and w-1 has neither role"
+    );
+    let names = |target: usize, when: TaskWhen| -> Vec<&str> {
+        eff.tasks_on(&eff.targets[target], when)
+            .into_iter()
+            .map(|t| t.name.as_str())
+            .collect()
+    };
+    assert_eq!(
+        names(1, TaskWhen::BeforeActivate),
+        vec!["migrate", "assets"],
+        "web-1 runs the once task and its role's task"
+    );
+    assert_eq!(
+        names(0, TaskWhen::BeforeActivate),
+        vec!["assets"],
+        "db-1 is a web target too, but the once task is web-1's"
+    );
+    assert!(
+        names(2, TaskWhen::BeforeActivate).is_empty(),
+        "w-1 has no role: only tasks without roles run there"
+    );
+    assert_eq!(
+        names(2, TaskWhen::AfterActivate),
+        vec!["everywhere"],
+        "a task without roles runs on every target"
     );
 }
