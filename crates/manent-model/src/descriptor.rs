@@ -569,9 +569,7 @@ mod tests {
     fn structural_errors_name_field_and_line() {
         check(
             &yaml("colour: blue\n"),
-            expect![[
-                r#"d.yml:9: colour: unknown field `colour`; remove it or fix its spelling (fields allowed here: application, environment, artifacts, deploy, schedule, dry_run, depends_on)"#
-            ]],
+            expect!["d.yml:9: colour: unknown field `colour`; remove it or fix its spelling (fields allowed here: application, environment, artifacts, deploy, schedule, dry_run, depends_on, irreversible)"],
         );
         check(
             &yaml("").replace("    type: tarball\n", ""),
