@@ -23,7 +23,7 @@ use crate::{
     plugins::{PassContext, Plugin, Plugins},
     run::artifacts::{self, LocalArtifact},
     run::targets::TargetOutcome,
-    workflow::gate::{self, Reauthorised},
+    workflow::gate::Reauthorised,
 };
 
 /// The final output of a successful deploy.
