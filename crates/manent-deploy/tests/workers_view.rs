@@ -109,7 +109,7 @@ async fn workers_are_live_dead_or_stopped_and_long_gone_ones_are_forgotten(db: D
         .expect("claim under the dead worker's id");
     assert_eq!(held.len(), 1, "the dead worker holds one deploy");
 
-    let shown: Vec<(String, WorkerState, bool)> = views::workers(&client, &config)
+    let shown: Vec<(String, WorkerState, bool)> = platform::workers(&client, &config)
         .await
         .expect("list the workers")
         .into_iter()
@@ -220,7 +220,7 @@ async fn a_dead_workers_step_is_interrupted_and_its_deploy_says_what_it_waits_fo
     );
     assert_eq!(
         shown.finished_at.as_deref(),
-        Some(views::rfc3339(last_heard).as_str()),
+        Some(manent_deploy::request::rfc3339(last_heard).as_str()),
         "its bar ends when its worker was last heard of: {shown:?}"
     );
     let waiting = status.waiting_for.as_deref().unwrap_or_default();
