@@ -12,6 +12,7 @@
 //! - [`workflow`]: the deploy workflow and its gate (approvals, dependencies, waits).
 //! - [`run`]: what a deploy does on the worker and its targets: artifacts, secrets and
 //!   masking, printed output, release scripts, target operations, work directories.
+//! - [`vars`]: variables, secret providers and templates on the worker, `manent vars`.
 //! - [`plugins`]: the `Plugin` trait, the built-in and the external plugins.
 //! - [`views`]: status, list, logs, timeline, the platform views, `/metrics`.
 //! - [`background`]: what every worker runs beside deploys: schedules, retention.
@@ -27,6 +28,7 @@ pub mod queues;
 pub mod request;
 pub mod run;
 pub mod submission;
+pub mod vars;
 pub mod views;
 pub mod workflow;
 

@@ -35,7 +35,16 @@ pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 ///   rollback ([`DeployRequest::fast`]) records a `find release` step per target and uploads
 ///   only where the release is gone ([`FAST_ROLLBACK_VERSION`]). A fast rollback is always
 ///   started under 4 or later.
-pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 4 };
+/// - 5: a deploy (and a region's pass) with secrets or templates records the step
+///   `resolve secrets and templates` before it fetches, and one step `<target>: template
+///   <dest>` per template before `activate` (or the first command) ([`VARS_VERSION`]). A
+///   deploy with variables, templates or the `command` and `age` secret providers is always
+///   started under 5 or later.
+pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 5 };
+
+/// The first version that resolves a deploy's secrets and templates before anything
+/// changes and writes templates (docs/environments.md, "Templates").
+pub const VARS_VERSION: u32 = 5;
 
 /// The first version whose automatic rollbacks run in parallel with checks after, and
 /// which runs fast rollbacks.
@@ -186,6 +195,13 @@ impl DeployRequest {
         } else {
             version
         };
+        // Nor one without variables, templates or the newer secret providers: it would run
+        // the deploy without them.
+        let version = if self.effective.as_ref().is_some_and(uses_vars) {
+            version.max(VARS_VERSION)
+        } else {
+            version
+        };
         let queue = if self.gated {
             GATE_QUEUE
         } else {
@@ -197,6 +213,18 @@ impl DeployRequest {
             .partition(partition)
             .version(version)
     }
+}
+
+/// Whether `eff` has what only workers of [`VARS_VERSION`] or later do.
+fn uses_vars(eff: &EffectiveDescriptor) -> bool {
+    !eff.variables.is_empty()
+        || !eff.scoped_variables.is_empty()
+        || !eff.descriptor_variables.is_empty()
+        || !eff.templates.is_empty()
+        || eff
+            .secrets
+            .values()
+            .any(|s| s.command.is_some() || s.age.is_some())
 }
 
 /// The queue deploys wait on. Not one of the configuration's queues: it has no

@@ -202,6 +202,7 @@ impl OnTarget<'_> {
         } = *self.pass;
         let name = &target.name;
         let mut lines = Vec::new();
+        lines.extend(super::templates::write_templates(ctx, self.pass, target).await?);
         // The commands are the deploy: once one has started, the target may run the
         // new version in part, and a rollback must include it.
         *switched = !eff.commands.is_empty();
@@ -279,6 +280,7 @@ impl OnTarget<'_> {
                 .await?;
             lines.push(format!("uploaded {remote}"));
         }
+        lines.extend(super::templates::write_templates(ctx, self.pass, target).await?);
         if let Some((shared, paths)) = eff.shared_for(target) {
             let step = format!("{name}: link shared");
             // Never an empty release: the script works under it (`rm -rf -- "$release"/…`).
