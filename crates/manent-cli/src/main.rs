@@ -176,6 +176,18 @@ enum Command {
         #[arg(long)]
         before: Option<String>,
     },
+    /// Each variable's effective value per target of an environment, and where it came
+    /// from (`environment`, `region eu`, `target web-2`, ...); secrets as `***` with their
+    /// provider. Needs a token that may deploy the application.
+    Vars {
+        /// `tenant/app`.
+        application: String,
+        /// The environment, e.g. `prod`.
+        environment: String,
+        /// Only this target's variables.
+        #[arg(long)]
+        target: Option<String>,
+    },
     /// Deploys an earlier successful version again, with the artifacts (URLs, sha256) its
     /// deploy recorded; by default the version before the one live now. Approvals,
     /// dependencies, routing and limits apply as to any deploy.
@@ -385,6 +397,11 @@ async fn run(args: Args) -> Result<u8, CliError> {
             limit,
             before,
         } => commands::history(api, (&application, &environment), limit, before, style).await,
+        Command::Vars {
+            application,
+            environment,
+            target,
+        } => commands::vars(api, (&application, &environment), target, style).await,
         Command::Rollback {
             application,
             environment,
@@ -779,7 +796,9 @@ fn validate(files: &[PathBuf]) -> u8 {
         let checked = std::fs::read_to_string(file)
             .map_err(|e| format!("{shown}: cannot read it: {e}"))
             .and_then(|text| {
-                manent_model::parse_environment(&text, &shown, &application, &environment)
+                // Its templates are read beside it, as the server reads them.
+                let dir = file.parent().unwrap_or(std::path::Path::new("."));
+                manent_model::parse_environment_in(&text, &shown, &application, &environment, dir)
                     .map_err(|e| e.to_string())
             });
         match checked {

@@ -10,7 +10,7 @@ mod ssh_site;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use manent_deploy::{submission, views::deploy_views};
+use manent_deploy::views::deploy_views;
 use manent_engine::WorkflowStatus;
 use manent_testkit::Db;
 use ssh_site::*;
@@ -262,25 +262,11 @@ async fn a_template_naming_an_unknown_variable_is_refused_at_submission_naming_t
     site.write_environment(&site.hosts.known_hosts, "all", &extra);
     let worker = site.worker(&executor_id("refused")).await;
     let v1 = site.artifact("v1");
-    let text = format!(
-        "application: acme/web\nenvironment: prod\nartifacts:\n  - {{name: app.bin, type: \
-         binary, version: v1, url: {}, sha256: {}}}\n",
-        q(&v1.url),
-        q(&v1.sha256)
-    );
-    let descriptor = submission::parse(text, "deploy.yml".into())
+    let refused = site
+        .try_submit(&worker, &v1, &v1.sha256, false)
         .await
-        .expect("the descriptor parses");
-    let refused = submission::submit(
-        &worker.engine.client(),
-        &std::sync::Arc::new(worker.config.clone()),
-        descriptor,
-        false,
-        &manent_deploy::Submitter::named("test"),
-    )
-    .await
-    .expect_err("an unknown variable is refused at submission")
-    .to_string();
+        .expect_err("an unknown variable is refused at submission")
+        .to_string();
     assert!(
         refused.contains("app.env.j2")
             && refused.contains("line 2")

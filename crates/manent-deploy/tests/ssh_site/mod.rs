@@ -276,6 +276,30 @@ impl Site {
         sha256: &str,
         dry_run: bool,
     ) -> String {
+        let submitted = self
+            .try_submit(worker, artifact, sha256, dry_run)
+            .await
+            .expect("the descriptor is accepted");
+        assert_eq!(
+            submitted.queue, "default",
+            "with no routing configured, a deploy goes to the default queue"
+        );
+        self.work_dirs
+            .lock()
+            .unwrap()
+            .push(artifacts::deploy_dir(&worker.workdir, &submitted.id));
+        submitted.id
+    }
+
+    /// Submits a deploy of `artifact` (with `sha256` as the descriptor's checksum): the
+    /// submission's answer, a refusal included.
+    pub async fn try_submit(
+        &self,
+        worker: &Worker,
+        artifact: &Artifact,
+        sha256: &str,
+        dry_run: bool,
+    ) -> Result<submission::Submitted, submission::SubmitError> {
         let text = format!(
             "application: acme/web\nenvironment: prod\ndry_run: {dry_run}\nartifacts:\n  - \
              {{name: app.bin, type: binary, version: {}, url: {}, sha256: {}}}\n",
@@ -286,7 +310,7 @@ impl Site {
         let descriptor = submission::parse(text, "deploy.yml".into())
             .await
             .expect("the descriptor parses");
-        let submitted = submission::submit(
+        submission::submit(
             &worker.engine.client(),
             &std::sync::Arc::new(worker.config.clone()),
             descriptor,
@@ -294,16 +318,6 @@ impl Site {
             &manent_deploy::Submitter::named("test"),
         )
         .await
-        .expect("the descriptor is accepted");
-        assert_eq!(
-            submitted.queue, "default",
-            "with no routing configured, a deploy goes to the default queue"
-        );
-        self.work_dirs
-            .lock()
-            .unwrap()
-            .push(artifacts::deploy_dir(&worker.workdir, &submitted.id));
-        submitted.id
     }
 
     /// Target `target`'s directory, which holds its releases.
