@@ -56,6 +56,18 @@ pub fn role(role: &contract::Role) -> Result<Role, String> {
     }
 }
 
+impl ToWire for manent_deploy::vars::listing::VariableRow {
+    type Wire = manent_contract::VariableView;
+    fn to_wire(self) -> Self::Wire {
+        manent_contract::VariableView {
+            target: self.target,
+            name: self.name,
+            value: self.value,
+            source: self.source,
+        }
+    }
+}
+
 impl ToWire for WorkflowStatus {
     type Wire = contract::WorkflowStatus;
     fn to_wire(self) -> Self::Wire {

@@ -289,6 +289,10 @@ async fn check_one_deploy(site: &Site, who: Who, token: &str, app: &str) {
     let environment = format!("/api/v1/apps/{tenant}/{name}/environments/prod");
     let uri = format!("{environment}/history");
     check(site.call("GET", &uri, token, "").await, read, who, &uri);
+    // Its variables: read by a token that may deploy it.
+    let uri = format!("{environment}/vars");
+    let vars = on_recorded(who, app, who.may_deploy(), StatusCode::OK);
+    check(site.call("GET", &uri, token, "").await, vars, who, &uri);
 
     // Redeploy submits a deploy; a rollback finds no success (no worker runs here),
     // so an allowed caller meets 409. Refused ones enqueue nothing.

@@ -268,6 +268,20 @@ pub async fn history(
     Ok(0)
 }
 
+/// `manent vars APP ENV [--target T]`: each variable of each target, its value and source.
+pub async fn vars(
+    api: &ApiClient,
+    (application, environment): (&str, &str),
+    target: Option<String>,
+    style: &Style,
+) -> Result<u8, CliError> {
+    let path = environment_path(application, environment, "vars")?;
+    let query: Vec<(&str, String)> = target.into_iter().map(|t| ("target", t)).collect();
+    let rows: Answer<Vec<manent_contract::VariableView>> = api.get_query(&path, &query).await?;
+    render::print(style, &rows, render::variables);
+    Ok(0)
+}
+
 /// `manent audit [filters]`: one page, and on stderr the command for the next.
 pub async fn audit(
     api: &ApiClient,

@@ -180,6 +180,18 @@ enum Command {
         #[arg(long)]
         before: Option<String>,
     },
+    /// Each variable's effective value per target of an environment, and where it came
+    /// from (`environment`, `region eu`, `target web-2`, ...); secrets as `***` with their
+    /// provider. Needs a token that may deploy the application.
+    Vars {
+        /// `tenant/app`.
+        application: String,
+        /// The environment, e.g. `prod`.
+        environment: String,
+        /// Only this target's variables.
+        #[arg(long)]
+        target: Option<String>,
+    },
     /// Deploys an earlier successful version again, with the artifacts (URLs, sha256) its
     /// deploy recorded; by default the version before the one live now. Approvals,
     /// dependencies, routing and limits apply as to any deploy.
@@ -403,6 +415,11 @@ async fn run(args: Args, given: contexts::settings::Given) -> Result<u8, CliErro
             limit,
             before,
         } => commands::history(api, (&application, &environment), limit, before, style).await,
+        Command::Vars {
+            application,
+            environment,
+            target,
+        } => commands::vars(api, (&application, &environment), target, style).await,
         Command::Rollback {
             application,
             environment,
@@ -800,7 +817,9 @@ fn validate(files: &[PathBuf]) -> u8 {
         let checked = std::fs::read_to_string(file)
             .map_err(|e| format!("{shown}: cannot read it: {e}"))
             .and_then(|text| {
-                manent_model::parse_environment(&text, &shown, &application, &environment)
+                // Its templates are read beside it, as the server reads them.
+                let dir = file.parent().unwrap_or(std::path::Path::new("."));
+                manent_model::parse_environment_in(&text, &shown, &application, &environment, dir)
                     .map_err(|e| e.to_string())
             });
         match checked {

@@ -169,6 +169,7 @@ named_by!(
     ScheduleView => id,
     ScheduleDeleted => id,
     AuditEntry => seq,
+    manent_contract::VariableView => name,
 );
 
 impl Names for Resubmitted {
@@ -733,6 +734,18 @@ fn duration(ms: i64) -> String {
 }
 
 /// One environment's deploys (`manent history`), newest first.
+/// `manent vars`: target, name, value and source of each variable.
+pub fn variables(style: &Style, rows: &[manent_contract::VariableView]) -> String {
+    table(style, rows, &["target", "name", "value", "source"], |v| {
+        vec![
+            v.target.clone(),
+            v.name.clone(),
+            v.value.clone(),
+            v.source.clone(),
+        ]
+    })
+}
+
 pub fn history(style: &Style, deploys: &[DeployStatus]) -> String {
     table(
         style,

@@ -241,6 +241,10 @@ pub struct DeployOverrides {
     /// Free plugin parameters; a mapping is merged key by key over the environment's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<serde_json::Value>,
+    /// Variables over the environment file's, by name (where its `overrides:` lists
+    /// `variables`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variables: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// When to deploy: exactly one of `at` (once) and `cron` (recurring).

@@ -148,3 +148,19 @@ pub struct LiveVersion {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitted_by: Option<String>,
 }
+
+/// One variable of one target of an environment, as `manent vars` shows it: its effective
+/// value and where it came from; a secret's value is `***`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct VariableView {
+    /// The target's name.
+    pub target: String,
+    /// The variable's name, as commands see it.
+    pub name: String,
+    /// Its effective value for that target; `***` for a secret.
+    pub value: String,
+    /// Where it came from: `environment`, `label tier=web`, `region eu`, `az eu-1a`,
+    /// `target web-2`, or `secret (<provider>)` (`file`, `env`, `command`, `age`).
+    pub source: String,
+}

@@ -30,8 +30,8 @@ pub use deploys::{
 };
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use fleet::{
-    ApplicationView, LimitUse, LiveVersion, QueueKind, QueueView, TenantView, WorkerState,
-    WorkerView,
+    ApplicationView, LimitUse, LiveVersion, QueueKind, QueueView, TenantView, VariableView,
+    WorkerState, WorkerView,
 };
 pub use schedules::{MissedPolicy, RefusedTick, ScheduleDeleted, ScheduleView};
 

@@ -13,6 +13,7 @@
 //! - [`workflow`]: the deploy workflow and its gate (approvals, dependencies, waits).
 //! - [`run`]: what a deploy does on the worker and its targets: artifacts, secrets and
 //!   masking, printed output, release scripts, target operations, work directories.
+//! - [`vars`]: variables, secret providers and templates on the worker, `manent vars`.
 //! - [`plugins`]: the `Plugin` trait, the built-in and the external plugins.
 //! - [`tasks`]: `deploy.tasks`, on targets by role or once per deploy; irreversible deploys'
 //!   automatic rollback.
@@ -32,6 +33,7 @@ pub mod request;
 pub mod run;
 pub mod submission;
 pub mod tasks;
+pub mod vars;
 pub mod views;
 pub mod workflow;
 

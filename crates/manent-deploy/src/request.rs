@@ -39,13 +39,21 @@ pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 ///   tasks run before any target is switched (their target's release put in place first),
 ///   the others on each target before its `activate` or after it, and a failed
 ///   irreversible deploy whose `once` task succeeded may record why it was not rolled back
-///   ([`TASKS_VERSION`]). Such a deploy is always started under 5 or later; one without
-///   tasks records what it did under 4.
+///   ([`TASKS_VERSION`]). A deploy (and a region's pass) with secrets or templates records
+///   the step `resolve secrets and templates` before it fetches, and one step `<target>:
+///   template <dest>` per template before `activate` (or the first command)
+///   ([`VARS_VERSION`]). A deploy with tasks, variables, templates or the `command` and
+///   `age` secret providers is always started under 5 or later; one with none of them
+///   records what it did under 4.
 pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 5 };
 
 /// The first version whose code runs `deploy.tasks` (docs/environments.md, "Tasks and
 /// roles").
 pub const TASKS_VERSION: u32 = 5;
+
+/// The first version that resolves a deploy's secrets and templates before anything
+/// changes and writes templates (docs/environments.md, "Templates").
+pub const VARS_VERSION: u32 = 5;
 
 /// The first version whose automatic rollbacks run in parallel with checks after, and
 /// which runs fast rollbacks.
@@ -202,6 +210,16 @@ impl DeployRequest {
         } else {
             version
         };
+        // Nor one with variables, templates or the newer secret providers: it would run
+        // the deploy without them. Nor an irreversible one: an older build cannot read a
+        // descriptor that has the field.
+        let version = if self.effective.as_ref().is_some_and(uses_vars)
+            || self.descriptor.irreversible.is_some()
+        {
+            version.max(VARS_VERSION)
+        } else {
+            version
+        };
         let queue = if self.gated {
             GATE_QUEUE
         } else {
@@ -213,6 +231,18 @@ impl DeployRequest {
             .partition(partition)
             .version(version)
     }
+}
+
+/// Whether `eff` has what only workers of [`VARS_VERSION`] or later do.
+fn uses_vars(eff: &EffectiveDescriptor) -> bool {
+    !eff.variables.is_empty()
+        || !eff.scoped_variables.is_empty()
+        || !eff.descriptor_variables.is_empty()
+        || !eff.templates.is_empty()
+        || eff
+            .secrets
+            .values()
+            .any(|s| s.command.is_some() || s.age.is_some())
 }
 
 /// The queue deploys wait on. Not one of the configuration's queues: it has no

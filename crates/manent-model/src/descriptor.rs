@@ -80,6 +80,19 @@ pub struct DeployOverrides {
     /// Free plugin parameters; a mapping is merged key by key over the environment's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<serde_json::Value>,
+    /// Variables over the environment file's (and its scoped ones), by name.
+    #[serde(
+        default,
+        deserialize_with = "optional_values",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub variables: Option<crate::VariableValues>,
+}
+
+fn optional_values<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<crate::VariableValues>, D::Error> {
+    crate::environment::scoped::scalar_values(deserializer).map(Some)
 }
 
 /// `schedule:`: exactly one of `at` and `cron`.
@@ -280,6 +293,9 @@ fn validate_overrides(doc: &mut Document<'_>, deploy: &DeployOverrides) {
             "deploy.commands",
             "is empty; list the commands to run, or remove it to use the environment's",
         );
+    }
+    if let Some(variables) = &deploy.variables {
+        crate::environment::scoped::validate_names(doc, "deploy.variables", variables.keys(), None);
     }
     if let Some(serde_json::Value::Object(params)) = &deploy.params {
         for key in params.keys() {
@@ -597,9 +613,9 @@ mod tests {
         );
         check(
             &yaml("deploy:\n  plugn: x\n"),
-            expect![[
-                r#"d.yml:10: deploy.plugn: unknown field `plugn`; remove it or fix its spelling (fields allowed here: plugin, dest, activate, commands, params)"#
-            ]],
+            expect![
+                "d.yml:10: deploy.plugn: unknown field `plugn`; remove it or fix its spelling (fields allowed here: plugin, dest, activate, commands, params, variables)"
+            ],
         );
         check(
             "application: a/b\nenvironment: e\n",

@@ -86,6 +86,20 @@ pub struct EffectiveDescriptor {
     /// it, as from those of releases before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub irreversible: Option<String>,
+    /// The environment file's `variables` (see [`EffectiveDescriptor::variables_for`]).
+    /// This and the next three are absent from the records of deploys without them, as from
+    /// those of releases before them.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub variables: crate::VariableValues,
+    /// The environment file's `scoped_variables`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scoped_variables: Vec<crate::ScopedVariables>,
+    /// The descriptor's `deploy.variables`, over all the others.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub descriptor_variables: crate::VariableValues,
+    /// The environment file's `templates`, with their sources' text (not secret).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub templates: Vec<crate::Template>,
 }
 
 impl EffectiveDescriptor {
@@ -97,6 +111,7 @@ impl EffectiveDescriptor {
     pub fn build(descriptor: &Descriptor, env: &EnvironmentFile) -> Result<Self, ModelError> {
         let overrides = descriptor.deploy.clone().unwrap_or_default();
         refuse_unallowed_overrides(descriptor, &overrides, env)?;
+        refuse_secret_variables(descriptor, &overrides, env)?;
         let plugin = overrides
             .plugin
             .clone()
@@ -152,6 +167,10 @@ impl EffectiveDescriptor {
             dry_run: descriptor.dry_run,
             schedule: descriptor.schedule.clone(),
             irreversible: descriptor.irreversible.clone(),
+            variables: env.variables.clone(),
+            scoped_variables: env.scoped_variables.clone(),
+            descriptor_variables: overrides.variables.clone().unwrap_or_default(),
+            templates: loaded_templates(descriptor, env)?,
         };
         effective.depends_on = promotion_safe(
             std::mem::take(&mut effective.depends_on),
@@ -231,6 +250,7 @@ impl EffectiveDescriptor {
                 ),
             ));
         }
+        self.check_templates()?;
         if self.plugin == COMMAND_PLUGIN && self.commands.is_empty() {
             return Err(refuse(
                 "deploy.commands",
@@ -241,6 +261,114 @@ impl EffectiveDescriptor {
             ));
         }
         Ok(())
+    }
+
+    /// Templates are written by `remote-copy` and `command`, a relative `dest` into the
+    /// release directory (which must then be set, and not hold an artifact of that name),
+    /// and every name a template uses must be a variable, a secret or a `MANENT_*` value of
+    /// each target (docs/environments.md, "Templates").
+    fn check_templates(&self) -> Result<(), ModelError> {
+        let refuse = |field: String, message: String| ModelError::EffectiveInvalid {
+            application: self.application.clone(),
+            environment: self.environment.clone(),
+            field,
+            message,
+        };
+        if self.templates.is_empty() {
+            return Ok(());
+        }
+        if self.plugin != DEFAULT_PLUGIN && self.plugin != COMMAND_PLUGIN {
+            return Err(refuse(
+                "deploy.plugin".to_owned(),
+                format!(
+                    "the environment renders templates, which only the {DEFAULT_PLUGIN} and \
+                     {COMMAND_PLUGIN} plugins write; deploy with one of them"
+                ),
+            ));
+        }
+        for (i, template) in self.templates.iter().enumerate() {
+            if template.dest.starts_with('/') {
+                continue;
+            }
+            if self.dest.is_none() {
+                return Err(refuse(
+                    format!("templates[{i}].dest"),
+                    format!(
+                        "`{}` is relative to the release directory, and this deploy has none; \
+                         set deploy.dest, or write an absolute dest",
+                        template.dest
+                    ),
+                ));
+            }
+            if self.artifact_names().any(|name| name == template.dest) {
+                return Err(refuse(
+                    format!("templates[{i}].dest"),
+                    format!(
+                        "`{}` is also the name of an artifact of this deploy; write the \
+                         template elsewhere in the release",
+                        template.dest
+                    ),
+                ));
+            }
+        }
+        let artifacts: Vec<String> = self.artifact_names().map(str::to_owned).collect();
+        let known_for = |target: &Target| -> std::collections::BTreeSet<String> {
+            self.variables_for(target)
+                .into_iter()
+                .map(|v| v.name)
+                .chain(self.secrets.keys().cloned())
+                .collect()
+        };
+        match crate::environment::templates::first_unknown(
+            &self.templates,
+            &self.targets,
+            known_for,
+            Some(&artifacts),
+        ) {
+            Some((i, error)) => Err(refuse(format!("templates[{i}]"), error.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// The effective value of each variable for `target`, with where it came from: the
+    /// environment file's `variables`, its `scoped_variables` (the most specific wins), then
+    /// the descriptor's `deploy.variables`. Sorted by name.
+    pub fn variables_for(&self, target: &Target) -> Vec<crate::EffectiveVariable> {
+        crate::environment::scoped::resolve(
+            &self.variables,
+            &self.scoped_variables,
+            &self.descriptor_variables,
+            target,
+        )
+    }
+
+    /// Each template rendered for `target` with `values` (its variables, secrets and
+    /// `MANENT_*` values, by name): where it goes on the target (a relative `dest` under the
+    /// release directory), its mode and its bytes. What a deploy writes, and what a plan
+    /// compares.
+    pub fn templates_for(
+        &self,
+        target: &Target,
+        values: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<RenderedTemplate>, crate::TemplateError> {
+        let release = self.dest_for(target);
+        self.templates
+            .iter()
+            .map(|template| {
+                let path = match (&release, template.dest.starts_with('/')) {
+                    (_, true) | (None, _) => template.dest.clone(),
+                    (Some(release), false) => {
+                        format!("{}/{}", release.trim_end_matches('/'), template.dest)
+                    }
+                };
+                Ok(RenderedTemplate {
+                    src: template.src.clone(),
+                    path,
+                    mode: template.mode,
+                    bytes: template.render(values)?,
+                })
+            })
+            .collect()
     }
 
     /// `dest` expanded for `target`, if a `dest` is set.
@@ -322,6 +450,82 @@ impl EffectiveDescriptor {
     pub fn partition_key(&self) -> String {
         crate::partition_key(&self.application, &self.environment)
     }
+}
+
+/// A template rendered for one target.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RenderedTemplate {
+    /// The template's `src`, for messages.
+    pub src: String,
+    /// Where it goes on the target: absolute, or under the release directory.
+    pub path: String,
+    /// Its permission bits.
+    pub mode: crate::FileMode,
+    /// Its content, which may hold secrets: never shown, never recorded.
+    pub bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for RenderedTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RenderedTemplate")
+            .field("src", &self.src)
+            .field("path", &self.path)
+            .field("mode", &self.mode)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+/// The templates of `env` with their sources' text; one whose source was not read (the
+/// file was parsed without its directory) is refused.
+fn loaded_templates(
+    descriptor: &Descriptor,
+    env: &EnvironmentFile,
+) -> Result<Vec<crate::Template>, ModelError> {
+    env.templates
+        .iter()
+        .enumerate()
+        .map(|(i, template)| {
+            template
+                .loaded()
+                .ok_or_else(|| ModelError::EffectiveInvalid {
+                    application: descriptor.application.clone(),
+                    environment: descriptor.environment.clone(),
+                    field: format!("templates[{i}].src"),
+                    message: format!(
+                        "the source of `{}` was not read with the environment file; read the file \
+                     with its directory",
+                        template.src
+                    ),
+                })
+        })
+        .collect()
+}
+
+/// Refuses a descriptor variable that is also a secret of the environment: the secret
+/// would be replaced by a deployer's value.
+fn refuse_secret_variables(
+    descriptor: &Descriptor,
+    overrides: &crate::descriptor::DeployOverrides,
+    env: &EnvironmentFile,
+) -> Result<(), ModelError> {
+    let Some(name) = overrides
+        .variables
+        .iter()
+        .flat_map(|v| v.keys())
+        .find(|name| env.secrets.contains_key(*name) || env.inherit_env.contains(*name))
+    else {
+        return Ok(());
+    };
+    Err(ModelError::EffectiveInvalid {
+        application: descriptor.application.clone(),
+        environment: descriptor.environment.clone(),
+        field: format!("deploy.variables.{name}"),
+        message: format!(
+            "`{name}` is a secret (or an inherited variable) of the environment file, which a \
+             descriptor cannot set; rename the variable"
+        ),
+    })
 }
 
 /// `version: any` in a dependency: met by a success at any version.
@@ -426,6 +630,7 @@ fn set_override_keys(o: &crate::descriptor::DeployOverrides) -> Vec<&'static str
         o.activate.is_some(),
         o.commands.is_some(),
         o.params.is_some(),
+        o.variables.is_some(),
     ];
     crate::OVERRIDABLE_KEYS
         .iter()

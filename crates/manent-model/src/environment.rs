@@ -16,7 +16,9 @@ use crate::source::Document;
 use crate::{CHECK_PLACEHOLDERS, DEFAULT_PLUGIN, DEST_PLACEHOLDERS, rules};
 
 pub(crate) mod load;
+pub(crate) mod scoped;
 mod tasks;
+pub(crate) mod templates;
 mod validate;
 mod variables;
 
@@ -85,10 +87,33 @@ pub struct EnvironmentFile {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub inherit_env: InheritEnv,
+    /// Variables the commands get and templates use, by name (docs/environments.md,
+    /// "Variables"); `scoped_variables` override them for some targets.
+    #[serde(
+        default,
+        deserialize_with = "scoped::scalar_values",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub variables: scoped::VariableValues,
+    /// Values of variables for the targets each entry matches; the most specific wins.
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub scoped_variables: Vec<scoped::ScopedVariables>,
+    /// Files rendered per target and written into the release before `activate`.
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub templates: Vec<templates::TemplateFile>,
 }
 
-/// Where a secret's value is read, on the worker: exactly one of `file` and `env`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Where a secret's value is read, on the worker: exactly one of `file`, `env`, `command`
+/// and `age` (docs/environments.md, "Secret providers").
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SecretSource {
     /// A file on the worker (its content, without the final newline).
@@ -97,10 +122,51 @@ pub struct SecretSource {
     /// An environment variable of the worker process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<String>,
+    /// A command run on the worker (`sh -c`, in the environment file's directory): its
+    /// stdout, without the final newline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// How long `command` may run (default 30s).
+    #[serde(
+        default,
+        with = "opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub timeout: Option<Duration>,
+    /// An age-encrypted file, relative to the environment file (or absolute).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age: Option<PathBuf>,
+    /// The age identity file that decrypts `age`, on the worker (relative to the
+    /// environment file, or absolute).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<PathBuf>,
 }
 
-/// The `deploy:` keys a descriptor may set, in the order of [`DeploySettings`].
-pub const OVERRIDABLE_KEYS: [&str; 5] = ["plugin", "dest", "activate", "commands", "params"];
+impl SecretSource {
+    /// The provider's name, as `manent vars` shows it: `file`, `env`, `command` or `age`.
+    pub fn provider(&self) -> &'static str {
+        if self.command.is_some() {
+            "command"
+        } else if self.age.is_some() {
+            "age"
+        } else if self.env.is_some() {
+            "env"
+        } else {
+            "file"
+        }
+    }
+}
+
+/// The `deploy:` keys a descriptor may set: those of [`DeploySettings`] it may override, in
+/// their order, then `variables` (over the environment file's `variables`).
+pub const OVERRIDABLE_KEYS: [&str; 6] = [
+    "plugin",
+    "dest",
+    "activate",
+    "commands",
+    "params",
+    "variables",
+];
 
 /// What `overrides:` is when an environment file does not write it.
 pub const DEFAULT_OVERRIDES: [&str; 1] = ["params"];
@@ -730,6 +796,58 @@ pub fn parse_environment(
         at += 1;
         at <= structural || !read.hides(&issue.field)
     });
+    if doc.issues.is_empty() {
+        Ok(env)
+    } else {
+        Err(ModelError::environment_invalid(file_name, doc.issues))
+    }
+}
+
+impl EnvironmentFile {
+    /// The effective value of each variable for `target`, with where it came from
+    /// (`variables`, then the matching `scoped_variables`; docs/environments.md).
+    pub fn variables_for(&self, target: &Target) -> Vec<scoped::EffectiveVariable> {
+        scoped::resolve(
+            &self.variables,
+            &self.scoped_variables,
+            &BTreeMap::new(),
+            target,
+        )
+    }
+
+    /// The names a command or a template of `target` has from this file: its variables
+    /// and secrets.
+    pub(crate) fn names_for(&self, target: &Target) -> BTreeSet<String> {
+        self.variables_for(target)
+            .into_iter()
+            .map(|v| v.name)
+            .chain(self.secrets.keys().cloned())
+            .collect()
+    }
+}
+
+/// Parses and validates an environment file as [`parse_environment`] does, then reads its
+/// templates' sources beside it, in `dir` (the file's directory), and checks the names each
+/// uses against what each target has. `file_name` is used in messages.
+pub fn parse_environment_in(
+    text: &str,
+    file_name: &str,
+    application: &str,
+    environment: &str,
+    dir: &std::path::Path,
+) -> Result<EnvironmentFile, ModelError> {
+    let mut env = parse_environment(text, file_name, application, environment)?;
+    let mut doc = Document::new(text, file_name);
+    templates::read_sources(&mut doc, &mut env, dir);
+    if doc.issues.is_empty() {
+        let loaded: Vec<templates::Template> =
+            env.templates.iter().filter_map(|t| t.loaded()).collect();
+        if let Some((i, error)) =
+            templates::first_unknown(&loaded, &env.targets, |t| env.names_for(t), None)
+        {
+            doc.issue(format!("templates[{i}].src"), error.to_string());
+        }
+    }
     if doc.issues.is_empty() {
         Ok(env)
     } else {

@@ -34,15 +34,22 @@ mod source;
 mod waves;
 
 pub use descriptor::{Artifact, DeployOverrides, Descriptor, Missed, Schedule, parse_descriptor};
-pub use effective::{EffectiveDescriptor, Releases, expand_dest, releases_root};
+pub use effective::{EffectiveDescriptor, Releases, RenderedTemplate, expand_dest, releases_root};
 pub use environment::load::{
     MissingEnvironment, environment_path, list_applications, load_environment, missing_environment,
+};
+pub use environment::scoped::{
+    EffectiveVariable, ScopedVariables, VariableMatch, VariableSource, VariableValues,
+};
+pub use environment::templates::{
+    FileMode, MANENT_VALUES, MAX_RENDERED_BYTES, MAX_TEMPLATE_BYTES, MAX_TEMPLATES_BYTES, Template,
+    TemplateError, TemplateFile, artifact_variable,
 };
 pub use environment::{
     Approval, Check, CheckKind, DEFAULT_OVERRIDES, DEFAULT_TASK_TIMEOUT, Dependency,
     DeploySettings, EnvironmentFile, InheritEnv, OVERRIDABLE_KEYS, OnFailure, ReleaseMode,
     RollbackPolicy, Rollout, SecretSource, SharedPaths, SshSettings, Target, Task, TaskWhen,
-    VerifyBy, Waves, has_role, parse_environment,
+    VerifyBy, Waves, has_role, parse_environment, parse_environment_in,
 };
 pub use error::{EnvironmentsSourceUnreadable, Issue, ModelError};
 pub use routing::{

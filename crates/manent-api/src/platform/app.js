@@ -195,6 +195,35 @@
     }, 'Rollback');
   }
 
+  /** An environment's Variables button, for a token that may deploy its application. */
+  function variablesButton(app, environment) {
+    if (!app.can_deploy) return null;
+    return el('button', {
+      type: 'button', class: 'variables', 'data-action': 'variables',
+      'data-id': app.application + ' ' + environment,
+    }, 'Variables');
+  }
+
+  /** An environment's variables per target (secrets as ***), below the applications. */
+  async function showVariables(id) {
+    const [application, environment] = id.split(' ');
+    const [tenant, app] = application.split('/');
+    let rows;
+    try {
+      rows = await api('GET', '/apps/' + encodeURIComponent(tenant) + '/' + encodeURIComponent(app) +
+        '/environments/' + encodeURIComponent(environment) + '/vars');
+      clearError();
+    } catch (e) {
+      showError(e.message);
+      return;
+    }
+    $('variables-of').textContent = application + ' ' + environment;
+    replaceRows($('variables'), rows.map((v) => el('tr', {},
+      el('td', {}, v.target), el('td', {}, el('code', {}, v.name)),
+      el('td', {}, v.value), el('td', {}, v.source))), 4);
+    $('variables-section').hidden = false;
+  }
+
   /** A dead or stopped worker's Recover button, for an unscoped admin. */
   function workerButtons(w) {
     const admin = me && me.role === 'admin' && !me.scope;
@@ -203,6 +232,7 @@
   }
 
   async function act(action, id) {
+    if (action === 'variables') return showVariables(id);
     let body;
     let path = '/deploys/' + encodeURIComponent(id) + '/' + action;
     if (action === 'rollback') {
@@ -281,7 +311,7 @@
           el('td', {}, live ? since(live.finished_at) : ''),
           el('td', {}, live && live.submitted_by ? live.submitted_by : ''),
           el('td', {}, live ? deployLink(live.deploy_id, true) : ''),
-          el('td', { class: 'actions' }, rollbackButton(a, environment))));
+          el('td', { class: 'actions' }, rollbackButton(a, environment), variablesButton(a, environment))));
       }
     }
     return rows;

@@ -1,5 +1,5 @@
-//! Tenants, applications and environments: `/tenants`, `/apps`, one environment's history
-//! and its rollback.
+//! Tenants, applications and environments: `/tenants`, `/apps`, one environment's history,
+//! its rollback and its variables.
 
 use axum::{
     Json,
@@ -7,11 +7,12 @@ use axum::{
     http::StatusCode,
 };
 use manent_contract::{
-    ApplicationView, DeployStatus, ErrorBody, Resubmitted, RollbackBody, TenantView,
+    ApplicationView, DeployStatus, ErrorBody, Resubmitted, RollbackBody, TenantView, VariableView,
 };
 use manent_deploy::{
     history::OriginKind,
     submission::{self},
+    vars::listing,
     views::deploy_views::{self},
     views::platform,
 };
@@ -32,6 +33,7 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::default()
         .routes(routes!(environment_history))
         .routes(routes!(rollback_environment))
+        .routes(routes!(environment_variables))
         .routes(routes!(list_tenants))
         .routes(routes!(list_applications))
 }
@@ -199,4 +201,60 @@ async fn rollback_environment(
         force: body.force,
     };
     resubmit(&state, &caller, &source, request, how).await
+}
+
+#[derive(serde::Deserialize)]
+struct VariablesQuery {
+    target: Option<String>,
+}
+
+/// One environment's variables per target.
+///
+/// Each variable's effective value for each target of the environment file as it is now,
+/// and where it came from (docs/environments.md, "Variables"); each secret as `***` with
+/// its provider. Nothing is read from a secret provider. For tokens that may deploy the
+/// application.
+#[utoipa::path(get, path = "/apps/{tenant}/{app}/environments/{environment}/vars",
+    tag = "platform", operation_id = "environmentVariables",
+    params(
+        EnvironmentPath,
+        ("target" = Option<String>, Query, description = "Only this target's variables."),
+    ),
+    responses(
+        (status = 200, description = "By target in the file's order, then by name.", body = Vec<VariableView>),
+        (status = 400, description = "The target is not one of the environment's.", body = ErrorBody),
+        (status = 403, description = "The token may not deploy this application.", body = ErrorBody),
+        (status = 404, description = "An application the token may not see, or no such environment file.", body = ErrorBody),
+        (status = 409, description = "The environment file is invalid now; the message says where.", body = ErrorBody),
+    ))]
+async fn environment_variables(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(path): Path<EnvironmentPath>,
+    Query(query): Query<VariablesQuery>,
+) -> Result<Json<Vec<VariableView>>, AppError> {
+    let (application, environment) = visible_environment(&caller, path)?;
+    require(&caller, Action::Deploy, Some(&application))?;
+    // An environment file and its templates read from disk: off the async threads.
+    let config = state.config.clone();
+    let rows = tokio::task::spawn_blocking(move || {
+        listing::variables(&config, &application, &environment, query.target.as_deref())
+    })
+    .await
+    .map_err(|e| AppError::Internal(format!("reading the environment file: {e}")))?
+    .map_err(|e| match e {
+        listing::ListingError::UnknownTarget { .. } => {
+            AppError::bad_request("target", e.to_string())
+        }
+        listing::ListingError::Environment(model) => match model {
+            manent_model::ModelError::EnvironmentUnavailable { .. } => {
+                AppError::NotFound(model.to_string())
+            }
+            manent_model::ModelError::InvalidName { ref field, .. } => {
+                AppError::bad_request(field.clone(), model.to_string())
+            }
+            other => AppError::Conflict(other.to_string()),
+        },
+    })?;
+    Ok(Json(rows.to_wire()))
 }

@@ -216,9 +216,11 @@ impl OnTarget<'_> {
             eff, pool, sources, ..
         } = *self.pass;
         let name = &target.name;
-        // Issue 39: the tasks before activate, before the commands (docs/environments.md).
+        // Templates first, then the tasks before activate, before the commands
+        // (docs/environments.md, "Templates", "Tasks and roles").
+        let mut lines = super::templates::write_templates(ctx, self.pass, target).await?;
         let before = tasks::run_on(ctx, pool, eff, target, env, TaskWhen::BeforeActivate);
-        let mut lines = before.await?.lines;
+        lines.extend(before.await?.lines);
         // The commands are the deploy: once one has started, the target may run the
         // new version in part, and a rollback must include it.
         *switched = !eff.commands.is_empty();
@@ -327,6 +329,7 @@ impl OnTarget<'_> {
                 .await?;
             lines.push(format!("uploaded {remote}"));
         }
+        lines.extend(super::templates::write_templates(ctx, self.pass, target).await?);
         if let Some((shared, paths)) = eff.shared_for(target) {
             let step = format!("{name}: link shared");
             // Never an empty release: the script works under it (`rm -rf -- "$release"/…`).

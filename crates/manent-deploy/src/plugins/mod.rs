@@ -5,6 +5,7 @@
 
 mod builtin;
 mod external;
+mod templates;
 
 use std::{
     collections::BTreeMap,

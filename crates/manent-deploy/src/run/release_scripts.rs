@@ -300,9 +300,10 @@ pub fn artifact_mode(printed: &str, mode: Option<manent_model::ReleaseMode>) -> 
 
 /// The shell script a fast rollback runs before it reuses the release at `dest`: it walks
 /// the release (never following a link) and stops at the first entry manent did not write
-/// there, printing its path and exiting [`RELEASE_ALTERED`]. What manent writes: each
-/// artifact, a regular file at `<dest>/<name>`; each shared path, a symbolic link (the
-/// `link shared` step makes it again); and the directories above the shared paths. Any
+/// there, printing its path and exiting [`RELEASE_ALTERED`]. What manent writes: each of
+/// `files` (the artifacts, the templates), a regular file at `<dest>/<path>`; each shared
+/// path, a symbolic link (the `link shared` step makes it again); and the directories above
+/// the files and the shared paths. Any
 /// other file, link, directory or a link where an artifact belongs is unexpected, and so is
 /// one of `directories` that is a symbolic link. A missing release passes: its artifacts
 /// are then missing too and it is uploaded again. Names come from the shell's own globs
@@ -310,7 +311,7 @@ pub fn artifact_mode(printed: &str, mode: Option<manent_model::ReleaseMode>) -> 
 pub fn release_check(
     directories: &[String],
     dest: &str,
-    artifacts: &[&str],
+    files: &[&str],
     shared: &[String],
 ) -> String {
     let q = manent_ssh::shell_quote;
@@ -322,7 +323,11 @@ pub fn release_check(
     ));
     // Each directory the walk enters, and what may be in it.
     let mut walked: Vec<String> = vec![String::new()];
-    for path in shared {
+    for path in shared
+        .iter()
+        .map(String::as_str)
+        .chain(files.iter().copied())
+    {
         for parent in parents(path) {
             if !walked.contains(&parent) {
                 walked.push(parent);
@@ -338,8 +343,9 @@ pub fn release_check(
         let prefix = q(&at);
         let child = |name: &str| q(&format!("{at}/{name}"));
         let mut cases = String::new();
-        if directory.is_empty() {
-            for name in artifacts {
+        for path in files {
+            let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+            if parent == directory {
                 cases.push_str(&format!(
                     "\x20   {}) if [ -f \"$p\" ] && [ ! -L \"$p\" ]; then continue; fi ;;\n",
                     child(name)

@@ -1,27 +1,13 @@
-//! Secrets on the worker: the values an environment file's `secrets:` names, read at each
-//! step from a file or a variable of the worker, given to commands as variables, and
-//! replaced by `***` in everything recorded or shown (docs/security.md, "Secrets").
+//! Secrets on the worker: the values an environment file's `secrets:` names, read by their
+//! providers (`vars`), given to commands as variables, and replaced by `***` in everything
+//! recorded or shown (docs/security.md, "Secrets").
 
 use manent_model::EffectiveDescriptor;
 
 pub use crate::run::masking::MASK;
 use crate::run::masking::Masker;
 
-/// Why a secret could not be read on this worker. It names the secret and where it was
-/// looked for, never a value.
-#[derive(Debug, thiserror::Error)]
-pub enum SecretError {
-    #[error("secret {name}: cannot read {} on this worker: {error}", file.display())]
-    File {
-        name: String,
-        file: std::path::PathBuf,
-        error: std::io::Error,
-    },
-    #[error("secret {name}: the worker has no variable {var} (or it is not UTF-8)")]
-    Variable { name: String, var: String },
-    #[error("secret {name}: names neither a file nor a variable")]
-    NoSource { name: String },
-}
+pub use crate::vars::providers::SecretError;
 
 /// The secrets of one deploy, read on this worker.
 #[derive(Default)]
@@ -40,32 +26,31 @@ impl std::fmt::Debug for Secrets {
 }
 
 impl Secrets {
-    /// Reads every secret of `eff`. A missing file or variable is an error naming the
-    /// secret and where it was looked for, never its value.
+    /// Reads every secret of `eff`: within a deploy's run, from the run's values (each
+    /// secret read once per run, docs/environments.md "Secret providers"); elsewhere from
+    /// its provider. A secret that cannot be read is an error naming the secret and where
+    /// it was looked for, never its value.
     pub async fn read(eff: &EffectiveDescriptor) -> Result<Secrets, SecretError> {
+        let run = crate::vars::run_values::current();
         let mut values = Vec::with_capacity(eff.secrets.len());
         for (name, source) in &eff.secrets {
-            let value = match (&source.file, &source.env) {
-                (Some(file), _) => tokio::fs::read_to_string(file)
-                    .await
-                    .map(|text| text.strip_suffix('\n').unwrap_or(&text).to_owned())
-                    .map_err(|error| SecretError::File {
-                        name: name.clone(),
-                        file: file.clone(),
-                        error,
-                    })?,
-                (None, Some(var)) => std::env::var(var).map_err(|_| SecretError::Variable {
-                    name: name.clone(),
-                    var: var.clone(),
-                })?,
-                (None, None) => return Err(SecretError::NoSource { name: name.clone() }),
+            let value = match &run {
+                Some(run) => run.secret(name, source, &eff.inherit_env).await?,
+                None => {
+                    let context = crate::vars::providers::ProviderContext {
+                        environment_dir: None,
+                        inherit_env: eff.inherit_env.clone(),
+                    };
+                    crate::vars::providers::read(name, source, &context).await?
+                }
             };
             values.push((name.clone(), value));
         }
         Ok(Secrets::from_values(values))
     }
 
-    fn from_values(values: Vec<(String, String)>) -> Secrets {
+    /// The secrets `values` (`(variable, value)`), masked as read ones are.
+    pub fn from_values(values: Vec<(String, String)>) -> Secrets {
         let masker = Masker::new(values.iter().map(|(_, value)| value.as_str()));
         Secrets { values, masker }
     }

@@ -304,21 +304,9 @@ pub fn command_env(
             }
             _ => a.path.display().to_string(),
         };
-        env.push((format!("MANENT_ARTIFACT_{}", env_name(&a.name)), path));
+        env.push((manent_model::artifact_variable(&a.name), path));
     }
     env
-}
-
-fn env_name(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_uppercase()
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 pub async fn connection(
@@ -410,7 +398,16 @@ pub async fn release_in_place(
 ) -> Result<bool, TargetError> {
     let dest = eff.dest_for(target).ok_or(TargetError::NoDest)?;
     let conn = connection(pool, eff, target).await?;
-    let names: Vec<&str> = eff.artifact_names().collect();
+    // What manent writes in a release: the artifacts and the templates under it.
+    let names: Vec<&str> = eff
+        .artifact_names()
+        .chain(
+            eff.templates
+                .iter()
+                .map(|t| t.dest.as_str())
+                .filter(|dest| !dest.starts_with('/')),
+        )
+        .collect();
     let shared = eff
         .shared_for(target)
         .map(|(_, paths)| paths)
@@ -523,7 +520,8 @@ fn with_causes(error: &dyn std::error::Error) -> String {
 
 /// The variables a command gets: `env` (the `MANENT_*` ones), on a `host: local` target the
 /// worker's variables its environment file lists in `inherit_env` (those the worker has),
-/// and the deploy's secrets. The local transport gives a command nothing else of the
+/// the target's variables (`variables`, `scoped_variables`, a descriptor's; docs/
+/// environments.md, "Variables") and the deploy's secrets. The local transport gives a command nothing else of the
 /// worker's environment but `PATH`, `HOME` and `LANG` (docs/security.md, "What a local
 /// command sees").
 fn command_vars(
@@ -544,6 +542,11 @@ fn command_vars(
     env.iter()
         .cloned()
         .chain(inherited)
+        .chain(
+            eff.variables_for(target)
+                .into_iter()
+                .map(|v| (v.name, v.value)),
+        )
         .chain(secrets.env())
         .collect()
 }

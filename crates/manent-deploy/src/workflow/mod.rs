@@ -7,6 +7,7 @@
 //! scheduled deploys, the waits before a deploy runs.
 
 pub mod gate;
+pub mod values;
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
@@ -136,7 +137,12 @@ pub fn register_workflows(
             async move {
                 let dir = artifacts::deploy_dir(&runtime.workdir, ctx.workflow_id());
                 let ended = (!request.descriptor.dry_run).then(|| request.clone());
-                let run = deploy(&ctx, &runtime, request);
+                let values = values::run_values(
+                    &runtime.config,
+                    &request.descriptor.application,
+                    &request.descriptor.environment,
+                );
+                let run = crate::vars::run_values::scoped(values, deploy(&ctx, &runtime, request));
                 let result = manent_guard::guarded(dead_mans_switch(&ctx), run).await;
                 if let Some(request) = ended {
                     notify_end(&runtime, &request, ctx.workflow_id(), &result).await;
@@ -152,7 +158,12 @@ pub fn register_workflows(
             let runtime = runtime_for_passes.clone();
             async move {
                 let dir = artifacts::deploy_dir(&runtime.workdir, ctx.workflow_id());
-                let run = pass(&ctx, &runtime, request);
+                let values = values::run_values(
+                    &runtime.config,
+                    &request.effective.application,
+                    &request.effective.environment,
+                );
+                let run = crate::vars::run_values::scoped(values, pass(&ctx, &runtime, request));
                 let result = manent_guard::guarded(dead_mans_switch(&ctx), run).await;
                 removing_when_ended(&dir, result).await
             }
@@ -296,12 +307,13 @@ async fn deploy(
         eff.reuse_releases = true;
     }
     let eff = eff;
+    let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
+    values::resolve(ctx, &eff, &deploy_id, &dir, &eff.targets).await?;
 
     phase(ctx, Phase::Fetching).await?;
     if !eff.dry_run {
         notify(rt, NotificationEvent::Started, &request, &deploy_id, None).await;
     }
-    let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
     let local = if request.fast {
         // Fetched (and verified) only by a target that needs an upload.
         not_fetched(&eff, &artifacts::artifacts_dir(&dir))
@@ -786,13 +798,14 @@ async fn pass(
     };
     match &request.mode {
         PassMode::Deploy => {
-            let local = fetch_all(ctx, eff, &dir, &rt.artifact_sources).await?;
             let targets: Vec<Target> = eff
                 .targets
                 .iter()
                 .filter(|t| request.targets.contains(&t.name))
                 .cloned()
                 .collect();
+            values::resolve(ctx, eff, &deploy_id, &dir, &targets).await?;
+            let local = fetch_all(ctx, eff, &dir, &rt.artifact_sources).await?;
             let pc = PassContext {
                 local: &local,
                 ..pc

@@ -281,30 +281,29 @@ impl Site {
         sha256: &str,
         dry_run: bool,
     ) -> String {
-        let text = format!(
-            "application: acme/web\nenvironment: prod\ndry_run: {dry_run}\nartifacts:\n  - \
-             {{name: app.bin, type: binary, version: {}, url: {}, sha256: {}}}\n",
-            q(&artifact.version),
-            q(&artifact.url),
-            q(sha256),
-        );
-        self.submit_text(worker, text).await
+        self.submit_text(worker, descriptor_text(artifact, sha256, dry_run))
+            .await
     }
 
-    /// Submits the descriptor `text` (YAML) through the whole submission path.
-    pub async fn submit_text(&self, worker: &Worker, text: String) -> String {
-        let descriptor = submission::parse(text, "deploy.yml".into())
+    /// Submits a deploy of `artifact` (with `sha256` as the descriptor's checksum): the
+    /// submission's answer, a refusal included.
+    pub async fn try_submit(
+        &self,
+        worker: &Worker,
+        artifact: &Artifact,
+        sha256: &str,
+        dry_run: bool,
+    ) -> Result<submission::Submitted, submission::SubmitError> {
+        self.try_submit_text(worker, descriptor_text(artifact, sha256, dry_run))
             .await
-            .expect("the descriptor parses");
-        let submitted = submission::submit(
-            &worker.engine.client(),
-            &std::sync::Arc::new(worker.config.clone()),
-            descriptor,
-            false,
-            &manent_deploy::Submitter::named("test"),
-        )
-        .await
-        .expect("the descriptor is accepted");
+    }
+
+    /// Submits the descriptor `text` (YAML), which must be accepted: the deploy's id.
+    pub async fn submit_text(&self, worker: &Worker, text: String) -> String {
+        let submitted = self
+            .try_submit_text(worker, text)
+            .await
+            .expect("the descriptor is accepted");
         assert_eq!(
             submitted.queue, "default",
             "with no routing configured, a deploy goes to the default queue"
@@ -314,6 +313,26 @@ impl Site {
             .unwrap()
             .push(artifacts::deploy_dir(&worker.workdir, &submitted.id));
         submitted.id
+    }
+
+    /// Submits the descriptor `text` (YAML) through the whole submission path: the
+    /// submission's answer, a refusal included.
+    pub async fn try_submit_text(
+        &self,
+        worker: &Worker,
+        text: String,
+    ) -> Result<submission::Submitted, submission::SubmitError> {
+        let descriptor = submission::parse(text, "deploy.yml".into())
+            .await
+            .expect("the descriptor parses");
+        submission::submit(
+            &worker.engine.client(),
+            &std::sync::Arc::new(worker.config.clone()),
+            descriptor,
+            false,
+            &manent_deploy::Submitter::named("test"),
+        )
+        .await
     }
 
     /// Target `target`'s directory, which holds its releases.
@@ -396,4 +415,15 @@ pub fn step<'a>(status: &'a DeployStatus, name: &str) -> &'a deploy_views::StepV
 
 pub fn current_of(root: impl AsRef<Path>) -> Option<PathBuf> {
     std::fs::read_link(root.as_ref().join("current")).ok()
+}
+
+/// The descriptor of a deploy of `artifact` to acme/web/prod, with `sha256` as its checksum.
+fn descriptor_text(artifact: &Artifact, sha256: &str, dry_run: bool) -> String {
+    format!(
+        "application: acme/web\nenvironment: prod\ndry_run: {dry_run}\nartifacts:\n  - \
+         {{name: app.bin, type: binary, version: {}, url: {}, sha256: {}}}\n",
+        q(&artifact.version),
+        q(&artifact.url),
+        q(sha256),
+    )
 }

@@ -5,7 +5,7 @@
 use std::fs::DirEntry;
 use std::path::{Path, PathBuf};
 
-use super::{EnvironmentFile, parse_environment};
+use super::{EnvironmentFile, parse_environment_in};
 use crate::error::{EnvironmentsSourceUnreadable, ModelError};
 use crate::rules;
 
@@ -187,7 +187,8 @@ pub fn load_environment(
             });
         }
     };
-    parse_environment(&text, &file, application, environment)
+    let dir = path.parent().unwrap_or(source);
+    parse_environment_in(&text, &file, application, environment, dir)
 }
 
 #[cfg(test)]

@@ -50,14 +50,7 @@ pub(super) fn validate(doc: &mut Document<'_>, env: &EnvironmentFile) {
 
 fn validate_secret(doc: &mut Document<'_>, name: &str, source: &SecretSource) {
     let at = format!("secrets.{name}");
-    let valid_name = name
-        .chars()
-        .next()
-        .is_some_and(|c| c == '_' || c.is_ascii_uppercase())
-        && name
-            .chars()
-            .all(|c| c == '_' || c.is_ascii_uppercase() || c.is_ascii_digit());
-    if !valid_name || name.starts_with("MANENT_") {
+    if !super::scoped::is_upper_variable_name(name) {
         doc.issue(
             at.clone(),
             format!(
@@ -66,20 +59,82 @@ fn validate_secret(doc: &mut Document<'_>, name: &str, source: &SecretSource) {
             ),
         );
     }
-    match (&source.file, &source.env) {
-        (Some(file), None) if file.is_absolute() => {}
-        (Some(file), None) => doc.issue(
+    let written = [
+        source.file.is_some(),
+        source.env.is_some(),
+        source.command.is_some(),
+        source.age.is_some(),
+    ];
+    if written.iter().filter(|w| **w).count() != 1 {
+        doc.issue(
+            at,
+            "write exactly one of file (a path on the worker), env (a variable of the worker \
+             process), command (run on the worker; its output) or age (an age-encrypted file, \
+             with identity)",
+        );
+        return;
+    }
+    if source.timeout.is_some() && source.command.is_none() {
+        doc.issue(
+            format!("{at}.timeout"),
+            "applies to command only; remove it",
+        );
+    }
+    if source.identity.is_some() && source.age.is_none() {
+        doc.issue(format!("{at}.identity"), "applies to age only; remove it");
+    }
+    let relative_plain = |path: &std::path::Path| {
+        path.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::Normal(_) | std::path::Component::RootDir
+            )
+        }) && !path.as_os_str().is_empty()
+    };
+    if let Some(file) = &source.file
+        && !file.is_absolute()
+    {
+        doc.issue(
             format!("{at}.file"),
             format!(
                 "`{}` is relative; write the absolute path of the file on the worker",
                 file.display()
             ),
-        ),
-        (None, Some(var)) if !var.trim().is_empty() => {}
-        _ => doc.issue(
-            at,
-            "write exactly one of file (a path on the worker) or env (a variable of the \
-             worker process)",
-        ),
+        );
+    }
+    if let Some(var) = &source.env
+        && var.trim().is_empty()
+    {
+        doc.issue(format!("{at}.env"), "is empty; write the variable's name");
+    }
+    if let Some(command) = &source.command
+        && command.trim().is_empty()
+    {
+        doc.issue(
+            format!("{at}.command"),
+            "is empty; write the command to run",
+        );
+    }
+    if source.timeout.is_some_and(|t| t.is_zero()) {
+        doc.issue(format!("{at}.timeout"), "is 0; write a limit such as 30s");
+    }
+    if let Some(age) = &source.age {
+        for (field, path) in [("age", Some(age)), ("identity", source.identity.as_ref())] {
+            match path {
+                None => doc.issue(
+                    format!("{at}.identity"),
+                    "is missing; write the age identity file on the worker that decrypts it",
+                ),
+                Some(path) if !relative_plain(path) => doc.issue(
+                    format!("{at}.{field}"),
+                    format!(
+                        "`{}` must be absolute, or relative to the environment file without \
+                         `.` or `..`",
+                        path.display()
+                    ),
+                ),
+                Some(_) => {}
+            }
+        }
     }
 }
