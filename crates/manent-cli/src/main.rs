@@ -312,6 +312,20 @@ fn main() -> ExitCode {
     }
 }
 
+/// How the answers are shown: `--output`, `-q`, `--no-headers`, the width, the clock.
+fn style_of(args: &Args) -> Style {
+    Style {
+        format: if args.quiet {
+            Format::Name
+        } else {
+            args.output
+        },
+        headers: !args.no_headers,
+        fit: fit(),
+        now: chrono::Utc::now(),
+    }
+}
+
 async fn run(args: Args, given: contexts::settings::Given) -> Result<u8, CliError> {
     if let Command::Completion { shell } = args.command {
         clap_complete::generate(
@@ -325,17 +339,7 @@ async fn run(args: Args, given: contexts::settings::Given) -> Result<u8, CliErro
     if let Command::Validate { files } = &args.command {
         return Ok(validate(files));
     }
-    let style = Style {
-        format: if args.quiet {
-            Format::Name
-        } else {
-            args.output
-        },
-        headers: !args.no_headers,
-        fit: fit(),
-        now: chrono::Utc::now(),
-    };
-    let style = &style;
+    let style = &style_of(&args);
     let contexts_file = contexts::file::path();
     if let Command::Context(command) = args.command {
         return contexts::commands::run(command, &given, contexts_file.as_deref(), style);

@@ -282,11 +282,10 @@ async fn deploy(
     request: DeployRequest,
 ) -> Result<DeployResult, WorkflowError> {
     let deploy_id = ctx.workflow_id().to_string();
-    let effective = if request.authorise_at_start {
-        // Version 2 (request.rs, DEPLOY_WORKFLOW_VERSIONS): checked again as it starts.
-        authorise_at_start(ctx, rt, &request).await?
-    } else {
-        request.effective.clone()
+    // Version 2 (request.rs, DEPLOY_WORKFLOW_VERSIONS): checked again as it starts.
+    let effective = match request.authorise_at_start {
+        true => authorise_at_start(ctx, rt, &request).await?,
+        false => request.effective.clone(),
     };
     let eff = match effective {
         Some(eff) => eff,
