@@ -238,7 +238,9 @@ async fn environment_variables(
     // An environment file and its templates read from disk: off the async threads.
     let config = state.config.clone();
     let rows = tokio::task::spawn_blocking(move || {
-        listing::variables(&config, &application, &environment, query.target.as_deref())
+        // `?target=`, as a form sends an unused field: every target.
+        let target = query.target.as_deref().filter(|t| !t.is_empty());
+        listing::variables(&config, &application, &environment, target)
     })
     .await
     .map_err(|e| AppError::Internal(format!("reading the environment file: {e}")))?
@@ -250,9 +252,9 @@ async fn environment_variables(
             manent_model::ModelError::EnvironmentUnavailable { .. } => {
                 AppError::NotFound(model.to_string())
             }
-            manent_model::ModelError::InvalidName { ref field, .. } => {
-                AppError::bad_request(field.clone(), model.to_string())
-            }
+            // A name no application can have has no environment file, as for every other
+            // route under /apps (its history is a 404 too).
+            manent_model::ModelError::InvalidName { .. } => AppError::NotFound(model.to_string()),
             other => AppError::Conflict(other.to_string()),
         },
     })?;
