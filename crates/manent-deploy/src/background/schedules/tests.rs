@@ -212,12 +212,8 @@ fn the_shortest_interval_is_found_wherever_it_falls() {
     );
 }
 
-/// Tickers racing, a stale tick state, a pause and a long outage, on a real store.
-#[tokio::test]
-async fn tickers_enqueue_each_tick_once_and_respect_pause() {
-    let db = manent_testkit::TestDb::new(manent_testkit::Db::Sqlite).await;
-    let client = Client::new(manent_engine::store::open(&db.url).await.unwrap());
-    let policy = policy(&db);
+/// A schedule of acme/web/prod version 1 every two seconds, missed ticks run once.
+async fn every_two_seconds(client: &Client) -> ScheduleRecord {
     let sha = "0".repeat(64);
     let text = format!(
         "application: acme/web\nenvironment: prod\nartifacts:\n  - {{name: a, type: file, \
@@ -228,8 +224,8 @@ async fn tickers_enqueue_each_tick_once_and_respect_pause() {
         serde_json::json!({"queue": "default", "kind": "default", "plugin": null}),
     )
     .unwrap();
-    let s = create(
-        &client,
+    create(
+        client,
         descriptor,
         None,
         route,
@@ -239,7 +235,16 @@ async fn tickers_enqueue_each_tick_once_and_respect_pause() {
         &Submitter::named("ci"),
     )
     .await
-    .unwrap();
+    .expect("the schedule is created")
+}
+
+/// Tickers racing, a stale tick state, a pause and a long outage, on a real store.
+#[tokio::test]
+async fn tickers_enqueue_each_tick_once_and_respect_pause() {
+    let db = manent_testkit::TestDb::new(manent_testkit::Db::Sqlite).await;
+    let client = Client::new(manent_engine::store::open(&db.url).await.unwrap());
+    let policy = policy(&db);
+    let s = every_two_seconds(&client).await;
     let deploys = || async {
         client
             .list(&manent_engine::WorkflowFilter::default())
@@ -306,28 +311,7 @@ async fn an_unreadable_tick_state_stops_its_schedule_and_is_shown_never_reset() 
     let db = manent_testkit::TestDb::new(manent_testkit::Db::Sqlite).await;
     let client = Client::new(manent_engine::store::open(&db.url).await.unwrap());
     let policy = policy(&db);
-    let sha = "0".repeat(64);
-    let text = format!(
-        "application: acme/web\nenvironment: prod\nartifacts:\n  - {{name: a, type: file, \
-         version: \"1\", url: \"file:///a\", sha256: \"{sha}\"}}\n"
-    );
-    let descriptor = manent_model::parse_descriptor(&text, "d.yml").unwrap();
-    let route: Route = serde_json::from_value(
-        serde_json::json!({"queue": "default", "kind": "default", "plugin": null}),
-    )
-    .unwrap();
-    let s = create(
-        &client,
-        descriptor,
-        None,
-        route,
-        "*/2 * * * * *",
-        "UTC",
-        Missed::RunOnce,
-        &Submitter::named("ci"),
-    )
-    .await
-    .unwrap();
+    let s = every_two_seconds(&client).await;
     client
         .records()
         .put(TICK_KIND, &s.id, "{not json", now_ms())
