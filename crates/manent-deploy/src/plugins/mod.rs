@@ -19,7 +19,7 @@ use manent_model::{EffectiveDescriptor, Target};
 use manent_plugin::{Bwrap, Confinement, ExternalPlugin, PluginHost, StubPlugin};
 use manent_ssh::{ConnectionPool, SshAuth};
 
-pub(crate) use builtin::ensure_all;
+pub(crate) use builtin::{ensure_all, run_checks};
 pub use builtin::{BuiltIn, BuiltInRelease};
 pub use external::External;
 
