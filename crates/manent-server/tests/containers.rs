@@ -201,9 +201,12 @@ impl Load {
             while !s.load(Ordering::Relaxed) {
                 for url in &urls {
                     match client.get(url).send().await {
-                        Ok(r) if r.status() == 200 && r.text().await.is_ok() => {
-                            o.fetch_add(1, Ordering::Relaxed);
-                        }
+                        Ok(r) if r.status() == 200 => match r.text().await {
+                            Ok(_) => {
+                                o.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => f.lock().unwrap().push(format!("{url}: body: {e:?}")),
+                        },
                         Ok(r) => f.lock().unwrap().push(format!("{url}: {}", r.status())),
                         Err(e) => f.lock().unwrap().push(format!("{url}: {e:?}")),
                     }

@@ -101,6 +101,21 @@ pub struct Start<'a> {
     pub volumes: &'a [String],
     /// Where the archive was (a label, so pruning removes it with the image).
     pub archive: &'a str,
+    /// Whether a container that stops as it starts is removed (a new one; never the kept
+    /// one a rollback starts again).
+    pub remove_on_failure: bool,
+}
+
+/// The line that removes a container that failed, if it is to be removed.
+fn removal(names: &Names, remove: bool) -> String {
+    if remove {
+        format!(
+            "$rt rm -f {} >/dev/null 2>&1; echo \"the container was removed; traffic stays where it was\" >&2\n  ",
+            q(&names.container)
+        )
+    } else {
+        String::new()
+    }
 }
 
 /// Starts the version's container if it is not running (again if it is stopped, created
@@ -137,13 +152,18 @@ case \"$state\" in
     $rt image inspect {tag} >/dev/null 2>&1 || {{ echo \"the image \"{tag}\" is not on this target any more: deploy version \"{version}\" again\" >&2; exit 4; }}
     {run} >/dev/null || exit $? ;;
 esac
-address=$($rt port {name} {port}/tcp | head -n 1)
-[ -n \"$address\" ] || {{ echo \"the container \"{name}\" publishes no port for {port}\" >&2; exit 4; }}
+address=$($rt port {name} {port}/tcp 2>/dev/null | head -n 1)
+if [ -z \"$address\" ]; then
+  echo \"the container \"{name}\" stopped as it started (no port {port} published); the last lines of its log:\" >&2
+  $rt logs --tail 20 {name} >&2 2>&1
+  {remove}exit {UNHEALTHY}
+fi
 echo \"$address\"
 ",
         tag = q(&s.names.tag),
         version = q(&s.names.version),
         port = s.port,
+        remove = removal(&s.names, s.remove_on_failure),
     )
 }
 
@@ -170,11 +190,7 @@ pub fn health(h: &Health<'_>) -> String {
     let name = q(&h.names.container);
     let url = q(&format!("http://{}{}", h.address, h.path));
     let interval = format!("{:.3}", h.interval.as_secs_f64());
-    let remove = if h.remove_on_failure {
-        format!("$rt rm -f {name} >/dev/null 2>&1; echo \"the container was removed; traffic stays where it was\" >&2\n")
-    } else {
-        String::new()
-    };
+    let remove = removal(h.names, h.remove_on_failure);
     format!(
         "get() {{
   if command -v curl >/dev/null 2>&1; then curl -s -o /dev/null -m 5 -w '%{{http_code}}' \"$1\"
@@ -282,6 +298,7 @@ mod tests {
             args: &["--serve".into()],
             volumes: &[],
             archive: "/root/.manent/images/x.tar",
+            remove_on_failure: true,
         });
         assert!(
             script.contains(" -e DB_PASSWORD ") && script.contains("-p 127.0.0.1::8080"),

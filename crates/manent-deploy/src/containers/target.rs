@@ -124,6 +124,7 @@ impl<'a> OnTarget<'a> {
             args: &self.settings.args,
             volumes: &self.settings.volumes,
             archive,
+            remove_on_failure: new,
         });
         let address: String = ctx
             .step_with(&step, shown_running(), || async {
