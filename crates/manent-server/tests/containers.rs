@@ -226,7 +226,9 @@ impl Load {
         self.stop.store(true, Ordering::Relaxed);
         self.task.await.unwrap();
         let failures = self.failures.lock().unwrap().clone();
-        (self.ok.load(Ordering::Relaxed), failures)
+        let answered = self.ok.load(Ordering::Relaxed);
+        eprintln!("load: {answered} requests answered, {} failed", failures.len());
+        (answered, failures)
     }
 }
 
@@ -409,11 +411,21 @@ async fn a_worker_killed_between_start_and_switch_is_taken_over_without_a_second
     let id = submitted["id"].as_str().unwrap().to_string();
     let p = made.prefix.clone();
     let new = [format!("{p}-t1-2"), format!("{p}-t2-2")];
-    eventually("version 2's containers run, unhealthy", WAIT, || async {
-        let running = made.containers(false);
-        new.iter().all(|c| running.contains(c)).then_some(())
+    // Between start and switch: each target's start recorded, its health awaited.
+    site.wait_until(&token, &id, "awaits the health of both new containers", |s| {
+        let steps = s["steps"].as_array().cloned().unwrap_or_default();
+        ["t1", "t2"].iter().all(|t| {
+            steps.iter().any(|step| {
+                step["name"] == format!("{t}: health {p}-{t}-2") && step["status"] == "RUNNING"
+            })
+        })
     })
     .await;
+    let running = made.containers(false);
+    assert!(
+        new.iter().all(|c| running.contains(c)),
+        "version 2's containers run, beside version 1's: {running:?}"
+    );
     signal(site.child(1), "KILL");
     site.child(1).wait().unwrap();
     site.start_with("worker", "w2", &[("MANENT__RECOVERY__AUTOMATIC", "true")]);
