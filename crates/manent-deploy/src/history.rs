@@ -33,8 +33,7 @@ fn container_of(request: &DeployRequest) -> Option<String> {
     }
     // A target's name stands in for `{target}`, put back after the name is made valid.
     const TARGET: &str = "MANENTTARGET";
-    let base =
-        manent_model::container_base(settings, TARGET, &eff.application, &eff.environment);
+    let base = manent_model::container_base(settings, TARGET, &eff.application, &eff.environment);
     Some(manent_model::container_name(&base, &eff.version).replace(TARGET, "{target}"))
 }
 

@@ -46,15 +46,15 @@ pub use environment::templates::{
     TemplateError, TemplateFile, artifact_variable,
 };
 pub use environment::{
-    CONTAINER_NAME_PLACEHOLDERS, CONTAINER_PLUGIN, ContainerHealth, ContainerRuntime,
-    ContainerSettings, IMAGE_ARTIFACT, PROXY_LISTEN_PLACEHOLDERS, ProxySettings, container_base,
-    container_name,
-};
-pub use environment::{
     Approval, Check, CheckKind, DEFAULT_OVERRIDES, DEFAULT_TASK_TIMEOUT, Dependency,
     DeploySettings, EnvironmentFile, InheritEnv, OVERRIDABLE_KEYS, OnFailure, ReleaseMode,
     RollbackPolicy, Rollout, SecretSource, SharedPaths, SshSettings, Target, Task, TaskWhen,
     VerifyBy, Waves, has_role, parse_environment, parse_environment_in,
+};
+pub use environment::{
+    CONTAINER_NAME_PLACEHOLDERS, CONTAINER_PLUGIN, ContainerHealth, ContainerRuntime,
+    ContainerSettings, IMAGE_ARTIFACT, PROXY_LISTEN_PLACEHOLDERS, ProxySettings, container_base,
+    container_name,
 };
 pub use error::{EnvironmentsSourceUnreadable, Issue, ModelError};
 pub use routing::{

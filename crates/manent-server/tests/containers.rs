@@ -78,7 +78,11 @@ impl Drop for Made {
         }
         let proxies = Path::new(&std::env::var("HOME").unwrap_or_default()).join(".manent/proxy");
         for entry in std::fs::read_dir(&proxies).into_iter().flatten().flatten() {
-            if !entry.file_name().to_string_lossy().starts_with(&self.prefix) {
+            if !entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(&self.prefix)
+            {
                 continue;
             }
             if let Ok(pid) = std::fs::read_to_string(entry.path().join("haproxy.pid")) {
@@ -92,7 +96,13 @@ impl Drop for Made {
 /// An image archive of version `version`: busybox's httpd on 8080 serving `index` (and
 /// `/health` when `healthy`) after printing `app <version> starting`; or, when `index` is
 /// `None`, a program that says why it cannot start and exits. Returns its path and sha256.
-fn image(site: &Site, made: &Made, version: &str, index: Option<&str>, healthy: bool) -> (PathBuf, String) {
+fn image(
+    site: &Site,
+    made: &Made,
+    version: &str,
+    index: Option<&str>,
+    healthy: bool,
+) -> (PathBuf, String) {
     let root = site.dir.join(format!("rootfs-{version}"));
     std::fs::create_dir_all(root.join("bin")).unwrap();
     std::fs::create_dir_all(root.join("www")).unwrap();
@@ -123,7 +133,13 @@ fn image(site: &Site, made: &Made, version: &str, index: Option<&str>, healthy: 
     };
     let cmd = serde_json::to_string(&["/bin/sh", "-c", &script]).unwrap();
     let build = format!("localhost/{}-build:{version}", made.prefix);
-    podman(&["import", "--change", &format!("CMD {cmd}"), tar.to_str().unwrap(), &build]);
+    podman(&[
+        "import",
+        "--change",
+        &format!("CMD {cmd}"),
+        tar.to_str().unwrap(),
+        &build,
+    ]);
     let archive = site.dir.join(format!("image-{version}.tar"));
     podman(&["save", "-o", archive.to_str().unwrap(), &build]);
     podman(&["rmi", &build]);
@@ -158,7 +174,14 @@ fn environment(site: &Site, made: &Made, hosts: &SshHosts, listen: u16) {
         .hosts
         .iter()
         .enumerate()
-        .map(|(i, h)| format!("  - {{name: t{}, host: \"{}\", port: {}}}\n", i + 1, h.addr, h.port))
+        .map(|(i, h)| {
+            format!(
+                "  - {{name: t{}, host: \"{}\", port: {}}}\n",
+                i + 1,
+                h.addr,
+                h.port
+            )
+        })
         .collect();
     site.write_environment(
         "acme/web",
@@ -227,7 +250,10 @@ impl Load {
         self.task.await.unwrap();
         let failures = self.failures.lock().unwrap().clone();
         let answered = self.ok.load(Ordering::Relaxed);
-        eprintln!("load: {answered} requests answered, {} failed", failures.len());
+        eprintln!(
+            "load: {answered} requests answered, {} failed",
+            failures.len()
+        );
         (answered, failures)
     }
 }
@@ -310,7 +336,10 @@ async fn container_deploys_failed_deploys_and_rollbacks_switch_without_a_failed_
         detail.contains(&format!("container {p}-t1-2 on 127.0.0.1:"))
             && detail.contains("image localhost/manent/")
             && detail.contains("sha256:")
-            && detail.contains(&format!("proxy {}:{listen} -> {p}-t1-2", hosts.hosts[0].addr)),
+            && detail.contains(&format!(
+                "proxy {}:{listen} -> {p}-t1-2",
+                hosts.hosts[0].addr
+            )),
         "status shows per target the container, its image's digest and the proxy: {detail}"
     );
     let (_, logs) = site.cli_text(&token, &["logs", second["id"].as_str().unwrap()]);
@@ -353,8 +382,15 @@ async fn container_deploys_failed_deploys_and_rollbacks_switch_without_a_failed_
         code == 0 && back["version"] == "1",
         "manent rollback returns to version 1: {back}"
     );
-    assert_eq!(served(&urls[1]).await, "v1", "the kept container of version 1 serves again");
-    let (code, fast) = site.cli(&token, &["rollback", "acme/web", "prod", "--fast", "--wait"]);
+    assert_eq!(
+        served(&urls[1]).await,
+        "v1",
+        "the kept container of version 1 serves again"
+    );
+    let (code, fast) = site.cli(
+        &token,
+        &["rollback", "acme/web", "prod", "--fast", "--wait"],
+    );
     assert!(
         code == 0 && fast["version"] == "2",
         "manent rollback --fast returns to version 2: {fast}"
@@ -388,9 +424,7 @@ async fn container_deploys_failed_deploys_and_rollbacks_switch_without_a_failed_
     drop(hosts);
 }
 
-async fn a_worker_killed_between_start_and_switch_is_taken_over_without_a_second_container(
-    db: Db,
-) {
+async fn a_worker_killed_between_start_and_switch_is_taken_over_without_a_second_container(db: Db) {
     let made = Made::new(&format!("kill-{db:?}").to_lowercase());
     let (hosts, mut site, token, listen) = setup(db, &made).await;
     let urls: Vec<String> = hosts
@@ -412,14 +446,19 @@ async fn a_worker_killed_between_start_and_switch_is_taken_over_without_a_second
     let p = made.prefix.clone();
     let new = [format!("{p}-t1-2"), format!("{p}-t2-2")];
     // Between start and switch: each target's start recorded, its health awaited.
-    site.wait_until(&token, &id, "awaits the health of both new containers", |s| {
-        let steps = s["steps"].as_array().cloned().unwrap_or_default();
-        ["t1", "t2"].iter().all(|t| {
-            steps.iter().any(|step| {
-                step["name"] == format!("{t}: health {p}-{t}-2") && step["status"] == "RUNNING"
+    site.wait_until(
+        &token,
+        &id,
+        "awaits the health of both new containers",
+        |s| {
+            let steps = s["steps"].as_array().cloned().unwrap_or_default();
+            ["t1", "t2"].iter().all(|t| {
+                steps.iter().any(|step| {
+                    step["name"] == format!("{t}: health {p}-{t}-2") && step["status"] == "RUNNING"
+                })
             })
-        })
-    })
+        },
+    )
     .await;
     let running = made.containers(false);
     assert!(
@@ -429,15 +468,25 @@ async fn a_worker_killed_between_start_and_switch_is_taken_over_without_a_second
     signal(site.child(1), "KILL");
     site.child(1).wait().unwrap();
     site.start_with("worker", "w2", &[("MANENT__RECOVERY__AUTOMATIC", "true")]);
-    assert_eq!(served(&urls[0]).await, "v1", "the proxy still serves version 1");
+    assert_eq!(
+        served(&urls[0]).await,
+        "v1",
+        "the proxy still serves version 1"
+    );
     for c in &new {
         podman(&["exec", c, "touch", "/www/health"]);
     }
-    let done = site.wait_until(&token, &id, "ends", |s| {
-        matches!(s["status"].as_str(), Some("SUCCESS" | "ERROR"))
-    })
-    .await;
-    assert_eq!(done["status"], "SUCCESS", "w2 finishes the deploy: {}", details(&done));
+    let done = site
+        .wait_until(&token, &id, "ends", |s| {
+            matches!(s["status"].as_str(), Some("SUCCESS" | "ERROR"))
+        })
+        .await;
+    assert_eq!(
+        done["status"],
+        "SUCCESS",
+        "w2 finishes the deploy: {}",
+        details(&done)
+    );
     let steps = done["steps"].as_array().expect("the deploy's steps");
     let start = steps
         .iter()

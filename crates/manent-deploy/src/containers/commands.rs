@@ -25,7 +25,10 @@ impl Names {
         let tag_version = container[base.len() + 1..].to_string();
         Names {
             base: base.to_string(),
-            tag: format!("localhost/manent/{}:{tag_version}", base.to_ascii_lowercase()),
+            tag: format!(
+                "localhost/manent/{}:{tag_version}",
+                base.to_ascii_lowercase()
+            ),
             container,
             version: version.to_string(),
         }
@@ -163,7 +166,7 @@ echo \"$address\"
         tag = q(&s.names.tag),
         version = q(&s.names.version),
         port = s.port,
-        remove = removal(&s.names, s.remove_on_failure),
+        remove = removal(s.names, s.remove_on_failure),
     )
 }
 

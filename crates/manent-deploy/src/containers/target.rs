@@ -167,7 +167,10 @@ impl<'a> OnTarget<'a> {
         ctx: &WorkflowContext,
         pool: &manent_ssh::ConnectionPool,
     ) -> Result<String, WorkflowError> {
-        let step = format!("{}: stop all but {}", self.target.name, self.names.container);
+        let step = format!(
+            "{}: stop all but {}",
+            self.target.name, self.names.container
+        );
         let stop = self.settings.stop_timeout;
         let script = format!(
             "{}{}",
@@ -274,7 +277,10 @@ async fn deploy_steps(
         })
         .await?;
     let mut lines = vec![uploaded.note, format!("image {} {image}", on.names.tag)];
-    lines.extend(on.bring_up(ctx, pool, &uploaded.archive, true, switched).await?);
+    lines.extend(
+        on.bring_up(ctx, pool, &uploaded.archive, true, switched)
+            .await?,
+    );
     let env = on.env();
     lines.extend(plugins::run_checks(ctx, pool, pass.eff, on.target, &env, "").await?);
     lines.push(on.retire_others(ctx, pool).await?);
@@ -385,10 +391,13 @@ pub(super) async fn roll_back(
             let on = OnTarget::new(prev, target, pass.deploy_id)?;
             let mut switched = false;
             let restored = async {
-                let mut lines = on.bring_up(ctx, pass.pool, "", false, &mut switched).await?;
+                let mut lines = on
+                    .bring_up(ctx, pass.pool, "", false, &mut switched)
+                    .await?;
                 let env = on.env();
                 let after = format!(" after reactivating {}", prev.version);
-                lines.extend(plugins::run_checks(ctx, pass.pool, prev, target, &env, &after).await?);
+                lines
+                    .extend(plugins::run_checks(ctx, pass.pool, prev, target, &env, &after).await?);
                 lines.push(on.retire_others(ctx, pass.pool).await?);
                 Ok::<_, WorkflowError>(lines)
             }

@@ -184,7 +184,10 @@ pub(super) fn validate(doc: &mut Document<'_>, deploy: &super::DeploySettings) {
     }
     if let Some(c) = &deploy.container {
         if c.port == 0 {
-            doc.issue("deploy.container.port", "is 0; write the port the application listens on in the container");
+            doc.issue(
+                "deploy.container.port",
+                "is 0; write the port the application listens on in the container",
+            );
         }
         if let Some(name) = &c.name
             && let Err(e) = crate::rules::placeholders(name, CONTAINER_NAME_PLACEHOLDERS)
@@ -200,11 +203,17 @@ pub(super) fn validate(doc: &mut Document<'_>, deploy: &super::DeploySettings) {
         if !c.health.path.starts_with('/') || c.health.path.contains(char::is_whitespace) {
             doc.issue(
                 "deploy.container.health.path",
-                format!("`{}` is not a path; write one starting with `/`", c.health.path),
+                format!(
+                    "`{}` is not a path; write one starting with `/`",
+                    c.health.path
+                ),
             );
         }
         if c.health.interval.is_zero() {
-            doc.issue("deploy.container.health.interval", "is 0; write a duration such as 1s");
+            doc.issue(
+                "deploy.container.health.interval",
+                "is 0; write a duration such as 1s",
+            );
         }
     }
     if let Some(p) = &deploy.proxy {
@@ -217,10 +226,17 @@ pub(super) fn validate(doc: &mut Document<'_>, deploy: &super::DeploySettings) {
                 "deploy.proxy.listen",
                 format!("`{}` holds a character an address never has", p.listen),
             );
-        } else if !p.listen.rsplit_once(':').is_some_and(|(_, port)| port.parse::<u16>().is_ok_and(|p| p > 0)) {
+        } else if !p
+            .listen
+            .rsplit_once(':')
+            .is_some_and(|(_, port)| port.parse::<u16>().is_ok_and(|p| p > 0))
+        {
             doc.issue(
                 "deploy.proxy.listen",
-                format!("`{}` is not `address:port`; write one such as `{{host}}:80`", p.listen),
+                format!(
+                    "`{}` is not `address:port`; write one such as `{{host}}:80`",
+                    p.listen
+                ),
             );
         }
     }
@@ -278,8 +294,7 @@ mod tests {
     fn a_container_is_named_after_its_application_and_version_in_characters_a_runtime_takes() {
         let settings: ContainerSettings = yaml_serde::from_str("port: 8080").unwrap();
         let base = container_base(&settings, "web1", "shop/api", "prod");
-        expect_test::expect!["shop-api-prod-1.2+build3"]
-            .assert_eq(&format!("{base}-1.2+build3"));
+        expect_test::expect!["shop-api-prod-1.2+build3"].assert_eq(&format!("{base}-1.2+build3"));
         expect_test::expect!["shop-api-prod-1.2-build3"]
             .assert_eq(&container_name(&base, "1.2+build3"));
     }
@@ -288,11 +303,19 @@ mod tests {
     fn container_settings_have_defaults_for_all_but_the_port() {
         let settings: ContainerSettings = yaml_serde::from_str("port: 8080").unwrap();
         assert_eq!(
-            (settings.runtime, settings.keep, settings.stop_timeout, settings.health.path.as_str()),
+            (
+                settings.runtime,
+                settings.keep,
+                settings.stop_timeout,
+                settings.health.path.as_str()
+            ),
             (ContainerRuntime::Auto, 2, Duration::from_secs(10), "/"),
             "the defaults of docs/containers.md: {settings:?}"
         );
         let missing = yaml_serde::from_str::<ContainerSettings>("name: x").unwrap_err();
-        assert!(missing.to_string().contains("port"), "the port is required: {missing}");
+        assert!(
+            missing.to_string().contains("port"),
+            "the port is required: {missing}"
+        );
     }
 }
