@@ -16,8 +16,8 @@ use std::{
     },
 };
 
-use common::{Site, WAIT};
-use manent_testkit::{Db, eventually, on_both_backends, signal, sshd::SshHosts};
+use common::Site;
+use manent_testkit::{Db, on_both_backends, signal, sshd::SshHosts};
 use serde_json::Value;
 
 on_both_backends!(
