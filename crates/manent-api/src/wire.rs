@@ -439,6 +439,7 @@ impl ToWire for history::LiveVersion {
             deploy_id: self.deploy_id,
             finished_at: self.finished_at,
             submitted_by: Some(self.submitted_by),
+            container: self.container,
         }
     }
 }

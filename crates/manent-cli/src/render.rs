@@ -1047,6 +1047,13 @@ pub fn applications(style: &Style, applications: &[ApplicationView]) -> String {
         .flat_map(|a| a.environments.iter().map(move |e| (a, e)))
         .collect();
     let mut columns = vec!["application", "environment", "live", "since", "deploy"];
+    // Under the container plugin, the container that runs the live version (docs/containers.md).
+    let containers = rows
+        .iter()
+        .any(|(a, e)| a.live.get(*e).is_some_and(|l| l.container.is_some()));
+    if containers {
+        columns.push("container");
+    }
     if style.wide() {
         columns.push("tenant");
     }
@@ -1062,6 +1069,9 @@ pub fn applications(style: &Style, applications: &[ApplicationView]) -> String {
             },
             style.id_or_dash(live.map(|l| l.deploy_id.as_str())),
         ];
+        if containers {
+            cells.push(live.and_then(|l| l.container.clone()).cell());
+        }
         if style.wide() {
             cells.push(a.tenant.cell());
         }

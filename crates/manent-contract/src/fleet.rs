@@ -147,6 +147,10 @@ pub struct LiveVersion {
     /// Who submitted it (a token's name); absent from servers before it was sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitted_by: Option<String>,
+    /// Under the `container` plugin, the container running it on each target (`{target}`
+    /// left in when its name has one); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
 }
 
 /// One variable of one target of an environment, as `manent vars` shows it: its effective

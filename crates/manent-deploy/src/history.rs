@@ -19,6 +19,22 @@ pub struct LiveVersion {
     pub finished_at: Option<String>,
     /// Who submitted that deploy (a token's name).
     pub submitted_by: String,
+    /// Under the `container` plugin, the container that runs it on each target
+    /// (`{target}` left in when its name has one; docs/containers.md).
+    pub container: Option<String>,
+}
+
+/// The container a deploy under the `container` plugin runs on its targets.
+fn container_of(request: &DeployRequest) -> Option<String> {
+    let eff = request.effective.as_ref()?;
+    let settings = eff.container.as_ref()?;
+    if eff.plugin != manent_model::CONTAINER_PLUGIN {
+        return None;
+    }
+    // A target's name stands in for `{target}`, put back after the name is made valid.
+    const TARGET: &str = "MANENTTARGET";
+    let base = manent_model::container_base(settings, TARGET, &eff.application, &eff.environment);
+    Some(manent_model::container_name(&base, &eff.version).replace(TARGET, "{target}"))
 }
 
 /// The deploy's recorded request, or an error naming the deploy: what a read that decides
@@ -198,5 +214,6 @@ pub async fn live_version(
         deploy_id: record.id,
         finished_at: record.finished_at_ms.map(rfc3339),
         submitted_by: request.submitted_by.clone(),
+        container: container_of(&request),
     }))
 }

@@ -24,6 +24,7 @@
 
 pub mod authority;
 pub mod background;
+pub mod containers;
 pub mod history;
 pub mod irreversible;
 pub mod notifications;

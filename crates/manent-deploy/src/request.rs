@@ -45,7 +45,12 @@ pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 ///   ([`VARS_VERSION`]). A deploy with tasks, variables, templates or the `command` and
 ///   `age` secret providers is always started under 5 or later; one with none of them
 ///   records what it did under 4.
-pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 5 };
+/// - 6: a deploy with the `container` plugin records its steps (docs/containers.md):
+///   always started under 6 or later ([`CONTAINERS_VERSION`]).
+pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 6 };
+
+/// The first version whose code runs the `container` plugin (docs/containers.md).
+pub const CONTAINERS_VERSION: u32 = 6;
 
 /// The first version whose code runs `deploy.tasks` (docs/environments.md, "Tasks and
 /// roles").
@@ -79,7 +84,7 @@ pub async fn startable_version(client: &Client) -> Result<u32, EngineError> {
 
 /// What this build is, as `--version`, `manent workers` and `/metrics` show it: the
 /// release, the schema version it migrates to and the deploy workflow versions it runs,
-/// e.g. `0.1.0 (schema 13, workflows 1-5)`. During a rolling upgrade it tells which
+/// e.g. `0.1.0 (schema 13, workflows 1-6)`. During a rolling upgrade it tells which
 /// workers can run what.
 pub fn build_version() -> String {
     format!(
@@ -217,6 +222,16 @@ impl DeployRequest {
             || self.descriptor.irreversible.is_some()
         {
             version.max(VARS_VERSION)
+        } else {
+            version
+        };
+        // Nor a container deploy: its steps are version 6's.
+        let version = if self
+            .effective
+            .as_ref()
+            .is_some_and(|e| e.plugin == manent_model::CONTAINER_PLUGIN)
+        {
+            version.max(CONTAINERS_VERSION)
         } else {
             version
         };

@@ -100,6 +100,12 @@ pub struct EffectiveDescriptor {
     /// The environment file's `templates`, with their sources' text (not secret).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub templates: Vec<crate::Template>,
+    /// `deploy.container` (docs/containers.md). Absent when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<crate::ContainerSettings>,
+    /// `deploy.proxy` (docs/containers.md). Absent when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<crate::ProxySettings>,
 }
 
 impl EffectiveDescriptor {
@@ -171,6 +177,8 @@ impl EffectiveDescriptor {
             scoped_variables: env.scoped_variables.clone(),
             descriptor_variables: overrides.variables.clone().unwrap_or_default(),
             templates: loaded_templates(descriptor, env)?,
+            container: env.deploy.container.clone(),
+            proxy: env.deploy.proxy.clone(),
         };
         effective.depends_on = promotion_safe(
             std::mem::take(&mut effective.depends_on),
@@ -251,12 +259,53 @@ impl EffectiveDescriptor {
             ));
         }
         self.check_templates()?;
+        self.check_container()?;
         if self.plugin == COMMAND_PLUGIN && self.commands.is_empty() {
             return Err(refuse(
                 "deploy.commands",
                 format!(
                     "the {COMMAND_PLUGIN} plugin needs commands to run; set deploy.commands in \
                      the environment file or the descriptor"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The `container` plugin deploys one image (an artifact of type `image`) with the
+    /// environment's `deploy.container` and `deploy.proxy` (docs/containers.md).
+    fn check_container(&self) -> Result<(), ModelError> {
+        if self.plugin != crate::CONTAINER_PLUGIN {
+            return Ok(());
+        }
+        let refuse = |field: &str, message: String| ModelError::EffectiveInvalid {
+            application: self.application.clone(),
+            environment: self.environment.clone(),
+            field: field.to_owned(),
+            message,
+        };
+        if self.container.is_none() || self.proxy.is_none() {
+            return Err(refuse(
+                "deploy.container",
+                "the container plugin needs deploy.container and deploy.proxy in the \
+                 environment file (docs/containers.md)"
+                    .to_owned(),
+            ));
+        }
+        let images = self
+            .artifacts
+            .iter()
+            .filter(|a| a.artifact_type == crate::IMAGE_ARTIFACT)
+            .count();
+        if images != 1 || self.artifacts.len() != 1 {
+            return Err(refuse(
+                "artifacts",
+                format!(
+                    "the container plugin deploys exactly one artifact of type `{}` (an image \
+                     archive as `podman save` writes it); this deploy has {} artifact(s), {images} \
+                     of them images",
+                    crate::IMAGE_ARTIFACT,
+                    self.artifacts.len()
                 ),
             ));
         }

@@ -15,6 +15,7 @@ use crate::serde_util::{duration, nullable, opt_duration};
 use crate::source::Document;
 use crate::{CHECK_PLACEHOLDERS, DEFAULT_PLUGIN, DEST_PLACEHOLDERS, rules};
 
+mod container;
 pub(crate) mod load;
 pub(crate) mod scoped;
 mod tasks;
@@ -22,6 +23,11 @@ pub(crate) mod templates;
 mod validate;
 mod variables;
 
+pub use container::{
+    CONTAINER_NAME_PLACEHOLDERS, CONTAINER_PLUGIN, ContainerHealth, ContainerRuntime,
+    ContainerSettings, IMAGE_ARTIFACT, PROXY_LISTEN_PLACEHOLDERS, ProxySettings, container_base,
+    container_name,
+};
 pub use tasks::{DEFAULT_TASK_TIMEOUT, ReleaseMode, Task, TaskWhen, has_role};
 use validate::validate;
 pub(crate) use validate::{
@@ -317,6 +323,12 @@ pub struct DeploySettings {
     /// umask decides it when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<ReleaseMode>,
+    /// The `container` plugin's container (docs/containers.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerSettings>,
+    /// The `container` plugin's proxy (docs/containers.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ProxySettings>,
 }
 
 /// `deploy.shared`: what each release links to instead of holding its own (logs, uploads,
@@ -343,6 +355,8 @@ impl Default for DeploySettings {
             shared: None,
             tasks: Vec::new(),
             mode: None,
+            container: None,
+            proxy: None,
         }
     }
 }

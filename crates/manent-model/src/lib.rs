@@ -51,6 +51,11 @@ pub use environment::{
     RollbackPolicy, Rollout, SecretSource, SharedPaths, SshSettings, Target, Task, TaskWhen,
     VerifyBy, Waves, has_role, parse_environment, parse_environment_in,
 };
+pub use environment::{
+    CONTAINER_NAME_PLACEHOLDERS, CONTAINER_PLUGIN, ContainerHealth, ContainerRuntime,
+    ContainerSettings, IMAGE_ARTIFACT, PROXY_LISTEN_PLACEHOLDERS, ProxySettings, container_base,
+    container_name,
+};
 pub use error::{EnvironmentsSourceUnreadable, Issue, ModelError};
 pub use routing::{
     DEFAULT_QUEUE, QueueKind, Route, partition_key, queue_kinds, region_queue, route,

@@ -19,8 +19,8 @@ use manent_model::{EffectiveDescriptor, Target};
 use manent_plugin::{Bwrap, Confinement, ExternalPlugin, PluginHost, StubPlugin};
 use manent_ssh::{ConnectionPool, SshAuth};
 
-pub(crate) use builtin::ensure_all;
 pub use builtin::{BuiltIn, BuiltInRelease};
+pub(crate) use builtin::{ensure_all, run_checks};
 pub use external::External;
 
 use crate::{run::artifacts::LocalArtifact, run::targets::TargetOutcome};

@@ -161,7 +161,11 @@ fn refuse_unknown_plugin(
     plugin: &str,
     from_descriptor: bool,
 ) -> Result<(), SubmitError> {
-    let builtin = [manent_model::DEFAULT_PLUGIN, manent_model::COMMAND_PLUGIN];
+    let builtin = [
+        manent_model::DEFAULT_PLUGIN,
+        manent_model::COMMAND_PLUGIN,
+        manent_model::CONTAINER_PLUGIN,
+    ];
     if builtin.contains(&plugin) || config.plugins.contains_key(plugin) {
         return Ok(());
     }
@@ -255,6 +259,8 @@ async fn submit_recording(
     if origin.is_some_and(|o| o.fast)
         && let Some(effective) = &effective
         && effective.plugin != manent_model::DEFAULT_PLUGIN
+        // The container plugin starts the kept container again (docs/containers.md).
+        && effective.plugin != manent_model::CONTAINER_PLUGIN
     {
         return Err(SubmitError::Invalid {
             field: Some("fast".into()),

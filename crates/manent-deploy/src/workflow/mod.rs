@@ -605,7 +605,15 @@ fn plugin_for<'r>(
     rt: &'r Runtime,
     eff: &EffectiveDescriptor,
 ) -> Result<&'r dyn Plugin, WorkflowError> {
-    let plugin = rt.plugins.get(&eff.plugin).ok_or_else(|| {
+    // The container plugin is a room of its own, which `plugins` cannot name (it
+    // implements their trait): found here, beside the registry.
+    static CONTAINER: crate::containers::Container = crate::containers::Container;
+    let found = if eff.plugin == manent_model::CONTAINER_PLUGIN {
+        Some(&CONTAINER as &dyn Plugin)
+    } else {
+        rt.plugins.get(&eff.plugin)
+    };
+    let plugin = found.ok_or_else(|| {
         WorkflowError::failed(format!(
             "plugin `{}` is not available on worker `{}`: it is neither built in nor \
              configured under plugins",

@@ -99,6 +99,7 @@ fn validate_deploy(doc: &mut Document<'_>, deploy: &DeploySettings) {
         deploy.activate.as_deref(),
         &deploy.commands,
     );
+    super::container::validate(doc, deploy);
     if let Some(shared) = &deploy.shared {
         validate_shared(doc, deploy, shared);
     }

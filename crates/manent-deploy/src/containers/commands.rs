@@ -1,0 +1,311 @@
+//! The shell the `container` plugin runs on a target, one small object per action (load an
+//! image, start a container, wait for its health, stop the others, prune): each a few
+//! lines that find the runtime first and are safe to run twice (docs/containers.md).
+
+use manent_model::ContainerRuntime;
+use manent_ssh::shell_quote as q;
+
+/// What one target's containers of one application and environment are called.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    /// `deploy.container.name` expanded: the owner label of all its containers, the
+    /// proxy's directory.
+    pub base: String,
+    /// `<base>-<version>`.
+    pub container: String,
+    /// The image's tag on the target, `localhost/manent/<base>:<version>`.
+    pub tag: String,
+    /// The version, as in the container's `manent.version` label.
+    pub version: String,
+}
+
+impl Names {
+    pub fn new(base: &str, version: &str) -> Names {
+        let container = manent_model::container_name(base, version);
+        let tag_version = container[base.len() + 1..].to_string();
+        Names {
+            base: base.to_string(),
+            tag: format!(
+                "localhost/manent/{}:{tag_version}",
+                base.to_ascii_lowercase()
+            ),
+            container,
+            version: version.to_string(),
+        }
+    }
+}
+
+/// The exit status of a script when the runtime is missing.
+pub const NO_RUNTIME: i32 = 3;
+
+/// Sets `$rt` to the runtime (`auto`: podman if the target has it, else docker).
+pub fn runtime(runtime: ContainerRuntime) -> String {
+    let missing = |what: &str| {
+        format!(
+            "echo {} >&2; exit {NO_RUNTIME}",
+            q(&format!(
+                "{what} is not installed on this target; install podman (Debian: apt-get \
+                 install podman) or docker, see docs/containers.md"
+            ))
+        )
+    };
+    match runtime {
+        ContainerRuntime::Auto => format!(
+            "if command -v podman >/dev/null 2>&1; then rt=podman\n\
+             elif command -v docker >/dev/null 2>&1; then rt=docker\n\
+             else {}; fi\n",
+            missing("neither podman nor docker")
+        ),
+        named => {
+            let name = named.as_str();
+            format!(
+                "rt={name}\ncommand -v {name} >/dev/null 2>&1 || {{ {}; }}\n",
+                missing(name)
+            )
+        }
+    }
+}
+
+/// Prints `present` when the image is already tagged on the target, else `absent`.
+pub fn image_present(names: &Names) -> String {
+    format!(
+        "if $rt image inspect {} >/dev/null 2>&1; then echo present; else echo absent; fi\n",
+        q(&names.tag)
+    )
+}
+
+/// Loads the archive `file` (unless the image is there), tags it as the version's image and
+/// prints its id.
+pub fn load(names: &Names, file: &str) -> String {
+    let tag = q(&names.tag);
+    let file = q(file);
+    format!(
+        "if ! $rt image inspect {tag} >/dev/null 2>&1; then
+  out=$($rt load -i {file}) || exit $?
+  ref=$(printf '%s\\n' \"$out\" | sed -n 's/^Loaded image[^:]*: *//p' | tail -n 1)
+  ref=${{ref%%,*}}
+  [ -n \"$ref\" ] || {{ echo \"the runtime loaded \"{file}\" but named no image: $out\" >&2; exit 4; }}
+  $rt tag \"$ref\" {tag} || exit $?
+fi
+id=$($rt image inspect --format '{{{{.Id}}}}' {tag}) || exit $?
+case \"$id\" in sha256:*) echo \"$id\" ;; *) echo \"sha256:$id\" ;; esac
+"
+    )
+}
+
+/// What a container is started with.
+pub struct Start<'a> {
+    pub names: &'a Names,
+    /// The port the application listens on in the container.
+    pub port: u16,
+    /// The variables passed to it by name (their values are in the command's environment).
+    pub env: Vec<String>,
+    pub args: &'a [String],
+    pub volumes: &'a [String],
+    /// Where the archive was (a label, so pruning removes it with the image).
+    pub archive: &'a str,
+    /// Whether a container that stops as it starts is removed (a new one; never the kept
+    /// one a rollback starts again).
+    pub remove_on_failure: bool,
+}
+
+/// The line that removes a container that failed, if it is to be removed.
+fn removal(names: &Names, remove: bool) -> String {
+    if remove {
+        format!(
+            "$rt rm -f {} >/dev/null 2>&1; echo \"the container was removed; traffic stays where it was\" >&2\n  ",
+            q(&names.container)
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// Starts the version's container if it is not running (again if it is stopped, created
+/// from the image if it is gone), its port published on 127.0.0.1 only, and prints
+/// `127.0.0.1:<port>`. Run twice, it finds the container running: never a second one.
+pub fn start(s: &Start<'_>) -> String {
+    let name = q(&s.names.container);
+    let mut run = format!(
+        "$rt run -d --init --name {name} --label manent.owner={} --label manent.version={} \
+         --label manent.archive={} -p 127.0.0.1::{}",
+        q(&s.names.base),
+        q(&s.names.version),
+        q(s.archive),
+        s.port
+    );
+    for var in &s.env {
+        run.push_str(&format!(" -e {}", q(var)));
+    }
+    for volume in s.volumes {
+        run.push_str(&format!(" -v {}", q(volume)));
+    }
+    run.push(' ');
+    run.push_str(&q(&s.names.tag));
+    for arg in s.args {
+        run.push(' ');
+        run.push_str(&q(arg));
+    }
+    format!(
+        "state=$($rt container inspect --format '{{{{.State.Running}}}}' {name} 2>/dev/null)
+case \"$state\" in
+  true) ;;
+  false) $rt start {name} >/dev/null || exit $? ;;
+  *)
+    $rt image inspect {tag} >/dev/null 2>&1 || {{ echo \"the image \"{tag}\" is not on this target any more: deploy version \"{version}\" again\" >&2; exit 4; }}
+    {run} >/dev/null || exit $? ;;
+esac
+address=$($rt port {name} {port}/tcp 2>/dev/null | head -n 1)
+if [ -z \"$address\" ]; then
+  echo \"the container \"{name}\" stopped as it started (no port {port} published); the last lines of its log:\" >&2
+  $rt logs --tail 20 {name} >&2 2>&1
+  {remove}exit {UNHEALTHY}
+fi
+echo \"$address\"
+",
+        tag = q(&s.names.tag),
+        version = q(&s.names.version),
+        port = s.port,
+        remove = removal(s.names, s.remove_on_failure),
+    )
+}
+
+/// How the health of a new container is awaited.
+pub struct Health<'a> {
+    pub names: &'a Names,
+    /// `127.0.0.1:<port>`, as [`start`] printed it.
+    pub address: &'a str,
+    pub path: &'a str,
+    pub interval: std::time::Duration,
+    pub timeout: std::time::Duration,
+    /// Whether a container that never answers is removed (a new one; never the kept one a
+    /// rollback starts again).
+    pub remove_on_failure: bool,
+}
+
+/// The exit status of a container whose health never passed.
+pub const UNHEALTHY: i32 = 5;
+
+/// Polls `path` until it answers 2xx or `timeout` passes (or the container exits); on a
+/// failure prints the last lines of the container's log to stderr (the step's error shows
+/// them) and removes the container. On success prints the start of its log (`manent logs`).
+pub fn health(h: &Health<'_>) -> String {
+    let name = q(&h.names.container);
+    let url = q(&format!("http://{}{}", h.address, h.path));
+    let interval = format!("{:.3}", h.interval.as_secs_f64());
+    let remove = removal(h.names, h.remove_on_failure);
+    format!(
+        "get() {{
+  if command -v curl >/dev/null 2>&1; then curl -s -o /dev/null -m 5 -w '%{{http_code}}' \"$1\"
+  else wget -q -T 5 -O /dev/null \"$1\" && echo 200; fi
+}}
+end=$(( $(date +%s) + {timeout} ))
+why=\"did not answer 2xx on {path} within {timeout_text}\"
+while :; do
+  code=$(get {url} 2>/dev/null)
+  case \"$code\" in 2[0-9][0-9])
+    $rt logs {name} 2>&1 | head -n 20
+    echo \"GET {path}: $code\"
+    exit 0 ;;
+  esac
+  running=$($rt container inspect --format '{{{{.State.Running}}}}' {name} 2>/dev/null)
+  if [ \"$running\" != true ]; then why=\"exited before it answered on {path}\"; break; fi
+  [ \"$(date +%s)\" -ge \"$end\" ] && break
+  sleep {interval}
+done
+echo \"the container \"{name}\" $why (last answer: ${{code:-none}}); the last lines of its log:\" >&2
+$rt logs --tail 20 {name} >&2 2>&1
+{remove}exit {UNHEALTHY}
+",
+        timeout = h.timeout.as_secs().max(1),
+        timeout_text = humantime_text(h.timeout),
+        path = h.path.replace(['"', '$', '`', '\\'], ""),
+    )
+}
+
+fn humantime_text(d: std::time::Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+/// Stops the running containers of `names.base` other than `names.container`, each given
+/// `stop_timeout` to finish, and prints what it stopped.
+pub fn stop_others(names: &Names, stop_timeout: std::time::Duration) -> String {
+    format!(
+        "for c in $($rt ps --filter label=manent.owner={base} --format '{{{{.Names}}}}'); do
+  [ \"$c\" = {live} ] && continue
+  $rt stop -t {secs} \"$c\" >/dev/null || exit $?
+  echo \"stopped $c\"
+done
+",
+        base = q(&names.base),
+        live = q(&names.container),
+        secs = stop_timeout.as_secs().max(1),
+    )
+}
+
+/// Removes the stopped containers of `names.base` past the `keep` stopped last (never the live
+/// one), with their images and archives, and prints what it removed and kept.
+pub fn prune(names: &Names, keep: u32) -> String {
+    format!(
+        "kept=0; removed=
+for line in $(for c in $($rt ps -a --filter label=manent.owner={base} --format '{{{{.Names}}}}'); do
+    [ \"$c\" = {live} ] && continue
+    [ \"$($rt container inspect --format '{{{{.State.Running}}}}' \"$c\")\" = true ] && continue
+    printf '%s|%s\\n' \"$($rt container inspect --format '{{{{.State.FinishedAt}}}}' \"$c\" | tr ' ' '_')\" \"$c\"
+  done | sort -r); do
+  c=${{line#*|}}
+  if [ \"$kept\" -lt {keep} ]; then kept=$((kept + 1)); continue; fi
+  image=$($rt container inspect --format '{{{{.ImageName}}}}' \"$c\")
+  archive=$($rt container inspect --format '{{{{index .Config.Labels \"manent.archive\"}}}}' \"$c\")
+  $rt rm \"$c\" >/dev/null || exit $?
+  $rt rmi \"$image\" >/dev/null 2>&1
+  [ -n \"$archive\" ] && rm -f -- \"$archive\"
+  removed=\"$removed $c\"
+done
+echo \"$kept stopped version(s) kept, removed:${{removed:- none}}\"
+",
+        base = q(&names.base),
+        live = q(&names.container),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_has_one_container_name_and_one_image_tag() {
+        let names = Names::new("web1-shop-api", "1.2+b3");
+        expect_test::expect![[r#"
+            Names {
+                base: "web1-shop-api",
+                container: "web1-shop-api-1.2-b3",
+                tag: "localhost/manent/web1-shop-api:1.2-b3",
+                version: "1.2+b3",
+            }
+        "#]]
+        .assert_debug_eq(&names);
+    }
+
+    #[test]
+    fn a_container_gets_its_variables_by_name_never_their_values_on_the_command_line() {
+        let names = Names::new("app", "2");
+        let script = start(&Start {
+            names: &names,
+            port: 8080,
+            env: vec!["DB_PASSWORD".into()],
+            args: &["--serve".into()],
+            volumes: &[],
+            archive: "/root/.manent/images/x.tar",
+            remove_on_failure: true,
+        });
+        assert!(
+            script.contains(" -e DB_PASSWORD ") && script.contains("-p 127.0.0.1::8080"),
+            "the variable is passed by name and the port on loopback only: {script}"
+        );
+    }
+}

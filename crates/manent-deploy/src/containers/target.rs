@@ -1,0 +1,424 @@
+//! One target's steps under the `container` plugin: a deploy (upload, load, start, health,
+//! switch, checks, retire the old, prune) and a rollback (start the kept container again,
+//! health, switch back, retire the new). Every step is named after its target and what it
+//! acts on, and safe to run again (docs/containers.md, "What a deploy does").
+
+use std::time::Duration;
+
+use manent_engine::{StepPolicy, WorkflowContext, WorkflowError};
+use manent_model::{ContainerSettings, EffectiveDescriptor, Target};
+use serde::{Deserialize, Serialize};
+
+use super::{commands, proxy};
+use crate::{
+    plugins::{self, PassContext},
+    request::{EventKey, publish},
+    run::artifacts,
+    run::targets::{self, RollbackResult, TargetError, TargetOutcome, TargetState},
+};
+
+/// What one target's containers of one deploy are: their settings, names and proxy.
+struct OnTarget<'a> {
+    eff: &'a EffectiveDescriptor,
+    target: &'a Target,
+    settings: &'a ContainerSettings,
+    names: commands::Names,
+    /// `deploy.proxy.listen` expanded for the target.
+    listen: String,
+    deploy_id: &'a str,
+}
+
+impl<'a> OnTarget<'a> {
+    fn new(
+        eff: &'a EffectiveDescriptor,
+        target: &'a Target,
+        deploy_id: &'a str,
+    ) -> Result<Self, WorkflowError> {
+        let (Some(settings), Some(proxy)) = (&eff.container, &eff.proxy) else {
+            return Err(WorkflowError::failed(format!(
+                "{}/{} version {} has no deploy.container and deploy.proxy; the container \
+                 plugin needs both (docs/containers.md)",
+                eff.application, eff.environment, eff.version
+            )));
+        };
+        let base = manent_model::container_base(
+            settings,
+            &target.name,
+            &eff.application,
+            &eff.environment,
+        );
+        let listen = proxy
+            .listen
+            .replace("{host}", &target.host)
+            .replace("{target}", &target.name);
+        Ok(OnTarget {
+            eff,
+            target,
+            settings,
+            names: commands::Names::new(&base, &eff.version),
+            listen,
+            deploy_id,
+        })
+    }
+
+    /// The `MANENT_*` variables and `deploy.container.env`: the command's environment (the
+    /// variables and secrets are added by `targets::run`).
+    fn env(&self) -> Vec<(String, String)> {
+        let mut env = targets::command_env(self.eff, self.deploy_id, self.target, &[]);
+        env.extend(
+            self.settings
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        env
+    }
+
+    /// The names of every variable the container gets.
+    fn env_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.env().into_iter().map(|(k, _)| k).collect();
+        names.extend(
+            self.eff
+                .variables_for(self.target)
+                .into_iter()
+                .map(|v| v.name),
+        );
+        names.extend(self.eff.secrets.keys().cloned());
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Runs `script` after the runtime's lines, printing under `step`.
+    async fn run(
+        &self,
+        ctx: &WorkflowContext,
+        pool: &manent_ssh::ConnectionPool,
+        step: &str,
+        script: &str,
+    ) -> Result<String, TargetError> {
+        let script = format!("{}{script}", commands::runtime(self.settings.runtime));
+        let output = ctx.output(step);
+        let result = targets::run(pool, self.eff, self.target, &script, &self.env(), &output).await;
+        output.finish().await;
+        result.map_err(TargetError::of_own_script)
+    }
+
+    /// Starts the container (again), awaits its health and switches the proxy to it:
+    /// the lines to show. `new`: a deploy's new container, removed when unhealthy.
+    async fn bring_up(
+        &self,
+        ctx: &WorkflowContext,
+        pool: &manent_ssh::ConnectionPool,
+        archive: &str,
+        new: bool,
+        switched: &mut bool,
+    ) -> Result<Vec<String>, WorkflowError> {
+        let t = &self.target.name;
+        let name = &self.names.container;
+        let step = format!("{t}: start {name}");
+        let start = commands::start(&commands::Start {
+            names: &self.names,
+            port: self.settings.port,
+            env: self.env_names(),
+            args: &self.settings.args,
+            volumes: &self.settings.volumes,
+            archive,
+            remove_on_failure: new,
+        });
+        let address: String = ctx
+            .step_with(&step, shown_running(), || async {
+                self.run(ctx, pool, &step, &start).await
+            })
+            .await?;
+        let step = format!("{t}: health {name}");
+        let health = commands::health(&commands::Health {
+            names: &self.names,
+            address: &address,
+            path: &self.settings.health.path,
+            interval: self.settings.health.interval,
+            timeout: self.settings.health.timeout,
+            remove_on_failure: new,
+        });
+        let healthy: String = ctx
+            .step_with(&step, shown_running(), || async {
+                self.run(ctx, pool, &step, &health).await
+            })
+            .await?;
+        let step = format!("{t}: switch proxy to {name}");
+        let switch = proxy::switch(&self.names, &self.listen, &address);
+        // From here the proxy may send requests to this container: a rollback includes it.
+        *switched = true;
+        let proxied: String = ctx
+            .step_with(&step, shown_running(), || async {
+                self.run(ctx, pool, &step, &switch).await
+            })
+            .await?;
+        Ok(vec![
+            format!("container {name} on {address}: {healthy}"),
+            proxied,
+        ])
+    }
+
+    /// Takes every other container out of the proxy once its requests are done, and stops
+    /// it.
+    async fn retire_others(
+        &self,
+        ctx: &WorkflowContext,
+        pool: &manent_ssh::ConnectionPool,
+    ) -> Result<String, WorkflowError> {
+        let step = format!(
+            "{}: stop all but {}",
+            self.target.name, self.names.container
+        );
+        let stop = self.settings.stop_timeout;
+        let script = format!(
+            "{}{}",
+            proxy::retire_others(&self.names, &self.listen, stop),
+            commands::stop_others(&self.names, stop)
+        );
+        let out: String = ctx
+            .step_with(&step, shown_running(), || async {
+                self.run(ctx, pool, &step, &script).await
+            })
+            .await?;
+        Ok(if out.is_empty() {
+            "nothing else was running".to_string()
+        } else {
+            out
+        })
+    }
+}
+
+/// What the upload step recorded: where the archive is on the target.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Uploaded {
+    archive: String,
+    note: String,
+}
+
+/// Deploys one target in its own branch and publishes its outcome.
+pub(super) async fn deploy(
+    ctx: &WorkflowContext,
+    pass: &PassContext<'_>,
+    target: &Target,
+) -> Result<TargetOutcome, WorkflowError> {
+    let key = EventKey::target(&target.name);
+    publish(
+        ctx,
+        &key,
+        &TargetOutcome::new(&target.name, TargetState::Deploying, None),
+    )
+    .await?;
+    let mut switched = false;
+    let result: Result<Vec<String>, WorkflowError> = async {
+        let on = OnTarget::new(pass.eff, target, pass.deploy_id)?;
+        if pass.eff.dry_run {
+            return Ok(vec![format!(
+                "would load {}, start {} and switch the proxy on {} to it",
+                on.names.tag, on.names.container, on.listen
+            )]);
+        }
+        deploy_steps(ctx, pass, &on, &mut switched).await
+    }
+    .await;
+    let outcome = match result {
+        Ok(lines) => TargetOutcome {
+            switched,
+            ..TargetOutcome::new(
+                &target.name,
+                if pass.eff.dry_run {
+                    TargetState::Planned
+                } else {
+                    TargetState::Deployed
+                },
+                Some(lines.join("; ")),
+            )
+        },
+        Err(WorkflowError::Step { name, message }) => TargetOutcome {
+            switched,
+            ..TargetOutcome::new(
+                &target.name,
+                TargetState::Failed,
+                Some(format!("{name}: {message}")),
+            )
+        },
+        Err(other) => return Err(other),
+    };
+    publish(ctx, &key, &outcome).await?;
+    Ok(outcome)
+}
+
+async fn deploy_steps(
+    ctx: &WorkflowContext,
+    pass: &PassContext<'_>,
+    on: &OnTarget<'_>,
+    switched: &mut bool,
+) -> Result<Vec<String>, WorkflowError> {
+    let pool = pass.pool;
+    let t = &on.target.name;
+    let artifact = pass.eff.artifacts.first().ok_or_else(|| {
+        WorkflowError::failed("the container plugin deploys one image artifact; there is none")
+    })?;
+    let step = format!("{t}: upload {}", artifact.name);
+    let uploaded: Uploaded = ctx
+        .step_retrying_if(
+            &step,
+            StepPolicy::retry(3, Duration::from_secs(1)).recording_start(),
+            TargetError::is_transient,
+            || async { upload(pass, on, artifact).await },
+        )
+        .await?;
+    let step = format!("{t}: load image {}", on.names.tag);
+    let load = commands::load(&on.names, &uploaded.archive);
+    let image: String = ctx
+        .step_with(&step, shown_running(), || async {
+            on.run(ctx, pool, &step, &load).await
+        })
+        .await?;
+    let mut lines = vec![uploaded.note, format!("image {} {image}", on.names.tag)];
+    lines.extend(
+        on.bring_up(ctx, pool, &uploaded.archive, true, switched)
+            .await?,
+    );
+    let env = on.env();
+    lines.extend(plugins::run_checks(ctx, pool, pass.eff, on.target, &env, "").await?);
+    lines.push(on.retire_others(ctx, pool).await?);
+    let step = format!("{t}: prune containers");
+    let prune = commands::prune(&on.names, on.settings.keep);
+    let pruned: Result<String, WorkflowError> = ctx
+        .step_with(&step, shown_running(), || async {
+            on.run(ctx, pool, &step, &prune).await
+        })
+        .await;
+    lines.push(match pruned {
+        Ok(out) => out,
+        // The new version is live and checked: a failed prune is shown, never a failure.
+        Err(WorkflowError::Step { message, .. }) => format!("not pruned: {message}"),
+        Err(other) => return Err(other),
+    });
+    Ok(lines)
+}
+
+/// Puts the image archive on the target, unless the image is loaded there already or the
+/// archive is in place with its sha256 (a warm target).
+async fn upload(
+    pass: &PassContext<'_>,
+    on: &OnTarget<'_>,
+    artifact: &manent_model::Artifact,
+) -> Result<Uploaded, TargetError> {
+    let conn = targets::connection(pass.pool, pass.eff, on.target).await?;
+    let transport = |e: manent_ssh::TransportError| TargetError::Transport(e.to_string());
+    let home = conn
+        .exec("printf '%s' \"$HOME\"", &[])
+        .await
+        .map_err(transport)?
+        .stdout;
+    let archive = format!(
+        "{}/.manent/images/{}.tar",
+        home.trim_end_matches('/'),
+        artifact.sha256
+    );
+    let script = format!(
+        "{}{}",
+        commands::runtime(on.settings.runtime),
+        commands::image_present(&on.names)
+    );
+    let present = conn.exec(&script, &[]).await.map_err(transport)?;
+    if !present.success() {
+        return Err(TargetError::Script(crate::run::release_scripts::failure(
+            &present.stderr,
+            present.status,
+        )));
+    }
+    if present.stdout.trim() == "present" {
+        return Ok(Uploaded {
+            note: format!("image {} already on the target", on.names.tag),
+            archive,
+        });
+    }
+    if conn
+        .sha256(&archive)
+        .await
+        .map_err(transport)?
+        .is_some_and(|sum| sum.eq_ignore_ascii_case(&artifact.sha256))
+    {
+        return Ok(Uploaded {
+            note: format!("{archive} already on the target"),
+            archive,
+        });
+    }
+    let dir = artifacts::artifacts_dir(pass.dir);
+    let present = plugins::ensure_all(pass.eff, &dir, pass.sources).await?;
+    let local = present
+        .iter()
+        .find(|p| p.name == artifact.name)
+        .ok_or_else(|| TargetError::ArtifactMissing(artifact.name.clone()))?;
+    conn.put_file_verified(&local.path, &archive, &artifact.sha256)
+        .await
+        .map_err(|error| TargetError::Upload {
+            remote: archive.clone(),
+            error,
+        })?;
+    Ok(Uploaded {
+        note: format!("uploaded {archive}"),
+        archive,
+    })
+}
+
+/// Switches one target back to the previous version's container (started again if it is
+/// stopped, from its image if it is gone), checks it, retires this deploy's, and publishes
+/// the outcome.
+pub(super) async fn roll_back(
+    ctx: &WorkflowContext,
+    pass: &PassContext<'_>,
+    previous: Option<&EffectiveDescriptor>,
+    outcome: &TargetOutcome,
+    target: &Target,
+) -> Result<TargetOutcome, WorkflowError> {
+    let result = match previous {
+        None => RollbackResult::NothingToRestore(format!(
+            "no earlier successful deploy of {}/{} to return to",
+            pass.eff.application, pass.eff.environment
+        )),
+        Some(prev) if prev.plugin != manent_model::CONTAINER_PLUGIN => {
+            RollbackResult::NothingToRestore(format!(
+                "version {} was not deployed as a container",
+                prev.version
+            ))
+        }
+        Some(prev) => {
+            let on = OnTarget::new(prev, target, pass.deploy_id)?;
+            let mut switched = false;
+            let restored = async {
+                let mut lines = on
+                    .bring_up(ctx, pass.pool, "", false, &mut switched)
+                    .await?;
+                let env = on.env();
+                let after = format!(" after reactivating {}", prev.version);
+                lines
+                    .extend(plugins::run_checks(ctx, pass.pool, prev, target, &env, &after).await?);
+                lines.push(on.retire_others(ctx, pass.pool).await?);
+                Ok::<_, WorkflowError>(lines)
+            }
+            .await;
+            match restored {
+                Ok(_) => RollbackResult::Restored {
+                    version: prev.version.clone(),
+                },
+                Err(WorkflowError::Step { name, message }) => {
+                    RollbackResult::Failed(format!("{name}: {message}"))
+                }
+                Err(other) => return Err(other),
+            }
+        }
+    };
+    let rolled = outcome.after_rollback(&result);
+    publish(ctx, &EventKey::target(&outcome.name), &rolled).await?;
+    Ok(rolled)
+}
+
+/// A step that works on a target: run once, its start recorded (status, `logs`).
+fn shown_running() -> StepPolicy {
+    StepPolicy::default().recording_start()
+}

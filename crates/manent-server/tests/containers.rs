@@ -1,0 +1,520 @@
+//! The `container` plugin on real sshd targets (docs/containers.md): images built here from
+//! a busybox root filesystem (`podman import`, `podman save`; no registry), loaded on two
+//! targets over SSH, each switched by its HAProxy while a load generator sends requests
+//! through every deploy, failed deploy and rollback: none fails. A worker killed with
+//! `kill -9` between a container's start and the switch leaves a deploy that another worker
+//! finishes without a second container of that version.
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+};
+
+use common::Site;
+use manent_testkit::{Db, on_both_backends, signal, sshd::SshHosts};
+use serde_json::Value;
+
+on_both_backends!(
+    container_deploys_failed_deploys_and_rollbacks_switch_without_a_failed_request,
+    a_worker_killed_between_start_and_switch_is_taken_over_without_a_second_container,
+);
+
+/// `podman args…`, its stdout; panics with its stderr when it fails.
+fn podman(args: &[&str]) -> String {
+    let out = Command::new("podman")
+        .args(args)
+        .output()
+        .expect("run podman (scripts/test installs it)");
+    assert!(
+        out.status.success(),
+        "podman {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What one test made with podman and HAProxy, all named with its prefix, removed on drop.
+struct Made {
+    prefix: String,
+}
+
+impl Made {
+    fn new(backend: &str) -> Made {
+        Made {
+            prefix: format!("manent-test-{backend}-{}", std::process::id()),
+        }
+    }
+
+    /// The names of this test's containers, running ones only unless `all`.
+    fn containers(&self, all: bool) -> Vec<String> {
+        let mut args = vec!["ps", "--format", "{{.Names}}"];
+        if all {
+            args.push("-a");
+        }
+        let mut names: Vec<String> = podman(&args)
+            .lines()
+            .filter(|n| n.starts_with(&self.prefix))
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        for name in self.containers(true) {
+            let _ = Command::new("podman").args(["rm", "-f", &name]).output();
+        }
+        let images = podman(&["images", "--format", "{{.Repository}}:{{.Tag}}"]);
+        for image in images.lines().filter(|i| i.contains(&self.prefix)) {
+            let _ = Command::new("podman").args(["rmi", "-f", image]).output();
+        }
+        let proxies = Path::new(&std::env::var("HOME").unwrap_or_default()).join(".manent/proxy");
+        for entry in std::fs::read_dir(&proxies).into_iter().flatten().flatten() {
+            if !entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(&self.prefix)
+            {
+                continue;
+            }
+            if let Ok(pid) = std::fs::read_to_string(entry.path().join("haproxy.pid")) {
+                let _ = Command::new("kill").arg(pid.trim()).output();
+            }
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// An image archive of version `version`: busybox's httpd on 8080 serving `index` (and
+/// `/health` when `healthy`) after printing `app <version> starting`; or, when `index` is
+/// `None`, a program that says why it cannot start and exits. Returns its path and sha256.
+fn image(
+    site: &Site,
+    made: &Made,
+    version: &str,
+    index: Option<&str>,
+    healthy: bool,
+) -> (PathBuf, String) {
+    let root = site.dir.join(format!("rootfs-{version}"));
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::create_dir_all(root.join("www")).unwrap();
+    let busybox = std::env::var("MANENT_TEST_BUSYBOX").unwrap_or_else(|_| "/bin/busybox".into());
+    std::fs::copy(&busybox, root.join("bin/busybox")).expect("busybox-static's /bin/busybox");
+    for tool in ["sh", "httpd", "touch"] {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(tool)).unwrap();
+    }
+    std::fs::write(root.join("www/index.html"), index.unwrap_or("none")).unwrap();
+    if healthy {
+        std::fs::write(root.join("www/health"), "ok").unwrap();
+    }
+    let tar = site.dir.join(format!("rootfs-{version}.tar"));
+    let status = Command::new("tar")
+        .arg("-C")
+        .arg(&root)
+        .arg("-cf")
+        .arg(&tar)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(status.success(), "tar of the root filesystem");
+    let script = match index {
+        Some(_) => format!(
+            "echo app {version} starting; echo greeting=$GREETING; exec /bin/httpd -f -p 8080 -h /www"
+        ),
+        None => format!("echo app {version}: missing configuration, exiting >&2; exit 1"),
+    };
+    let cmd = serde_json::to_string(&["/bin/sh", "-c", &script]).unwrap();
+    let build = format!("localhost/{}-build:{version}", made.prefix);
+    podman(&[
+        "import",
+        "--change",
+        &format!("CMD {cmd}"),
+        tar.to_str().unwrap(),
+        &build,
+    ]);
+    let archive = site.dir.join(format!("image-{version}.tar"));
+    podman(&["save", "-o", archive.to_str().unwrap(), &build]);
+    podman(&["rmi", &build]);
+    let sum = Command::new("sha256sum").arg(&archive).output().unwrap();
+    let sum = String::from_utf8_lossy(&sum.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    (archive, sum)
+}
+
+/// A descriptor deploying the image archive of `version`.
+fn descriptor(site: &Site, version: &str, (archive, sum): &(PathBuf, String)) -> PathBuf {
+    let path = site.dir.join(format!("deploy-{version}.yml"));
+    std::fs::write(
+        &path,
+        format!(
+            "application: acme/web\nenvironment: prod\nartifacts:\n  - {{name: app.tar, type: \
+             image, version: \"{version}\", url: \"file://{}\", sha256: \"{sum}\"}}\n",
+            archive.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// acme/web prod: the hosts as targets, each container behind its proxy on `{host}:listen`,
+/// a check that the page is not `broken`.
+fn environment(site: &Site, made: &Made, hosts: &SshHosts, listen: u16) {
+    let targets: String = hosts
+        .hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            format!(
+                "  - {{name: t{}, host: \"{}\", port: {}}}\n",
+                i + 1,
+                h.addr,
+                h.port
+            )
+        })
+        .collect();
+    site.write_environment(
+        "acme/web",
+        "prod",
+        &format!(
+            "targets:\n{targets}ssh: {{user: \"{}\", key: \"{}\", known_hosts: \"{}\"}}\n\
+             variables: {{GREETING: hello}}\n\
+             deploy:\n  plugin: container\n  container:\n    name: \"{}-{{target}}\"\n    \
+             port: 8080\n    health: {{path: /health, interval: 200ms, timeout: 60s}}\n    \
+             stop_timeout: 5s\n    keep: 1\n  proxy: {{listen: \"{{host}}:{listen}\"}}\n\
+             checks:\n  - {{name: not-broken, type: command, command: \"! curl -s \
+             http://{{host}}:{listen}/ | grep -q broken\", expect_exit: 0, retries: 0, \
+             interval: 1s, timeout: 10s}}\n",
+            hosts.user,
+            hosts.client_key.display(),
+            hosts.known_hosts.display(),
+            made.prefix,
+        ),
+    );
+}
+
+/// Requests sent to every proxy in a loop until stopped: how many answered 200, how many
+/// did not (each failure kept, to be shown).
+struct Load {
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicU64>,
+    failures: Arc<std::sync::Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Load {
+    fn start(urls: Vec<String>) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ok = Arc::new(AtomicU64::new(0));
+        let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (s, o, f) = (stop.clone(), ok.clone(), failures.clone());
+        let task = tokio::spawn(async move {
+            // Connections kept alive, as browsers and clients do: a switch must not break them.
+            let client = reqwest::Client::new();
+            while !s.load(Ordering::Relaxed) {
+                for url in &urls {
+                    match client.get(url).send().await {
+                        Ok(r) if r.status() == 200 => match r.text().await {
+                            Ok(_) => {
+                                o.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => f.lock().unwrap().push(format!("{url}: body: {e:?}")),
+                        },
+                        Ok(r) => f.lock().unwrap().push(format!("{url}: {}", r.status())),
+                        Err(e) => f.lock().unwrap().push(format!("{url}: {e:?}")),
+                    }
+                }
+            }
+        });
+        Load {
+            stop,
+            ok,
+            failures,
+            task,
+        }
+    }
+
+    /// Stops it; returns (answered, failures).
+    async fn finish(self) -> (u64, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        let failures = self.failures.lock().unwrap().clone();
+        let answered = self.ok.load(Ordering::Relaxed);
+        eprintln!(
+            "load: {answered} requests answered, {} failed",
+            failures.len()
+        );
+        (answered, failures)
+    }
+}
+
+/// What the proxy at `url` serves now.
+async fn served(url: &str) -> String {
+    reqwest::get(url)
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+        .text()
+        .await
+        .unwrap()
+}
+
+/// `manent deploy -f <path> --wait`: the exit code and the status.
+fn deploy(site: &Site, token: &str, path: &Path) -> (i32, Value) {
+    site.cli(token, &["deploy", "--wait", "-f", path.to_str().unwrap()])
+}
+
+/// Each target's detail in a status, by name.
+fn details(status: &Value) -> String {
+    status["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| format!("{}={}: {}", t["name"], t["status"], t["detail"]))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Starts the sshd targets, the site, its API and a worker.
+async fn setup(db: Db, made: &Made) -> (SshHosts, Site, String, u16) {
+    let hosts = SshHosts::start(2).await;
+    let mut site = Site::new(db, &["true"]).await;
+    let listen = common::free_port();
+    environment(&site, made, &hosts, listen);
+    let token = site.token();
+    site.start("api", "api");
+    site.start_with("worker", "w1", &[("MANENT__RECOVERY__AUTOMATIC", "true")]);
+    site.wait_api().await;
+    (hosts, site, token, listen)
+}
+
+async fn container_deploys_failed_deploys_and_rollbacks_switch_without_a_failed_request(db: Db) {
+    let made = Made::new(&format!("{db:?}").to_lowercase());
+    let (hosts, site, token, listen) = setup(db, &made).await;
+    let urls: Vec<String> = hosts
+        .hosts
+        .iter()
+        .map(|h| format!("http://{}:{listen}/", h.addr))
+        .collect();
+    let v1 = image(&site, &made, "1", Some("v1"), true);
+    let v2 = image(&site, &made, "2", Some("v2"), true);
+    let v3 = image(&site, &made, "3", None, false);
+    let v4 = image(&site, &made, "4", Some("broken"), true);
+
+    let (code, first) = deploy(&site, &token, &descriptor(&site, "1", &v1));
+    assert_eq!(code, 0, "version 1 is deployed: {}", details(&first));
+    let load = Load::start(urls.clone());
+    assert_eq!(served(&urls[0]).await, "v1", "the proxy serves version 1");
+
+    let (code, second) = deploy(&site, &token, &descriptor(&site, "2", &v2));
+    assert_eq!(code, 0, "version 2 is deployed: {}", details(&second));
+    for url in &urls {
+        assert_eq!(served(url).await, "v2", "{url} serves version 2");
+    }
+    let p = &made.prefix;
+    assert_eq!(
+        made.containers(false),
+        [format!("{p}-t1-2"), format!("{p}-t2-2")],
+        "only version 2's containers run, one a target, each behind its proxy"
+    );
+    assert!(
+        made.containers(true).contains(&format!("{p}-t1-1")),
+        "version 1's container is kept, stopped, for a rollback: {:?}",
+        made.containers(true)
+    );
+    let detail = details(&second);
+    assert!(
+        detail.contains(&format!("container {p}-t1-2 on 127.0.0.1:"))
+            && detail.contains("image localhost/manent/")
+            && detail.contains("sha256:")
+            && detail.contains(&format!(
+                "proxy {}:{listen} -> {p}-t1-2",
+                hosts.hosts[0].addr
+            )),
+        "status shows per target the container, its image's digest and the proxy: {detail}"
+    );
+    let (_, logs) = site.cli_text(&token, &["logs", second["id"].as_str().unwrap()]);
+    assert!(
+        logs.contains("app 2 starting") && logs.contains("greeting=hello"),
+        "manent logs shows the container's start-up output, with the environment's variables: {logs}"
+    );
+
+    let (code, third) = deploy(&site, &token, &descriptor(&site, "3", &v3));
+    let detail = details(&third);
+    assert!(
+        code != 0 && detail.contains("missing configuration, exiting"),
+        "a container that never becomes healthy fails its target, the tail of its log in \
+         the step's output: {code} {detail}"
+    );
+    assert!(
+        !made.containers(true).iter().any(|c| c.ends_with("-3")),
+        "the unhealthy container is removed: {:?}",
+        made.containers(true)
+    );
+    assert_eq!(served(&urls[0]).await, "v2", "traffic stays on version 2");
+
+    let (code, fourth) = deploy(&site, &token, &descriptor(&site, "4", &v4));
+    let detail = details(&fourth);
+    assert!(
+        code != 0 && detail.contains("rolled_back") && detail.contains("re-activated 2"),
+        "a failed check rolls the targets back to version 2's container: {code} {detail}"
+    );
+    for url in &urls {
+        assert_eq!(served(url).await, "v2", "{url} serves version 2 again");
+    }
+    assert_eq!(
+        made.containers(false),
+        [format!("{p}-t1-2"), format!("{p}-t2-2")],
+        "after the automatic rollback only version 2's containers run"
+    );
+
+    let (code, back) = site.cli(&token, &["rollback", "acme/web", "prod", "--wait"]);
+    assert!(
+        code == 0 && back["version"] == "1",
+        "manent rollback returns to version 1: {back}"
+    );
+    assert_eq!(
+        served(&urls[1]).await,
+        "v1",
+        "the kept container of version 1 serves again"
+    );
+    let (code, fast) = site.cli(
+        &token,
+        &["rollback", "acme/web", "prod", "--fast", "--wait"],
+    );
+    assert!(
+        code == 0 && fast["version"] == "2",
+        "manent rollback --fast returns to version 2: {fast}"
+    );
+    assert!(
+        details(&fast).contains("already on the target"),
+        "the fast rollback found the image on the targets: {}",
+        details(&fast)
+    );
+    assert_eq!(served(&urls[1]).await, "v2", "version 2 serves again");
+
+    let (answered, failures) = load.finish().await;
+    assert!(
+        failures.is_empty() && answered > 0,
+        "no request failed through 4 deploys and 3 rollbacks ({answered} answered): {failures:?}"
+    );
+    let (code, apps) = site.cli(&token, &["apps"]);
+    let live = apps
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["application"] == "acme/web")
+        .map(|a| a["live"]["prod"].clone());
+    assert!(
+        code == 0
+            && live.as_ref().is_some_and(|l| {
+                l["version"] == "2" && l["container"] == format!("{p}-{{target}}-2")
+            }),
+        "manent apps shows version 2 live in prod, and its container: {apps}"
+    );
+    drop(hosts);
+}
+
+async fn a_worker_killed_between_start_and_switch_is_taken_over_without_a_second_container(db: Db) {
+    let made = Made::new(&format!("kill-{db:?}").to_lowercase());
+    let (hosts, mut site, token, listen) = setup(db, &made).await;
+    let urls: Vec<String> = hosts
+        .hosts
+        .iter()
+        .map(|h| format!("http://{}:{listen}/", h.addr))
+        .collect();
+    let v1 = image(&site, &made, "1", Some("v1"), true);
+    // Version 2 answers on /health only once the test writes it: the deploy waits there.
+    let v2 = image(&site, &made, "2", Some("v2"), false);
+    let (code, first) = deploy(&site, &token, &descriptor(&site, "1", &v1));
+    assert_eq!(code, 0, "version 1 is deployed: {}", details(&first));
+    let load = Load::start(urls.clone());
+
+    let path = descriptor(&site, "2", &v2);
+    let (code, submitted) = site.cli(&token, &["deploy", "-f", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "version 2 is submitted: {submitted}");
+    let id = submitted["id"].as_str().unwrap().to_string();
+    let p = made.prefix.clone();
+    let new = [format!("{p}-t1-2"), format!("{p}-t2-2")];
+    // Between start and switch: each target's start recorded, its health awaited.
+    site.wait_until(
+        &token,
+        &id,
+        "awaits the health of both new containers",
+        |s| {
+            let steps = s["steps"].as_array().cloned().unwrap_or_default();
+            ["t1", "t2"].iter().all(|t| {
+                steps.iter().any(|step| {
+                    step["name"] == format!("{t}: health {p}-{t}-2") && step["status"] == "RUNNING"
+                })
+            })
+        },
+    )
+    .await;
+    let running = made.containers(false);
+    assert!(
+        new.iter().all(|c| running.contains(c)),
+        "version 2's containers run, beside version 1's: {running:?}"
+    );
+    signal(site.child(1), "KILL");
+    site.child(1).wait().unwrap();
+    site.start_with("worker", "w2", &[("MANENT__RECOVERY__AUTOMATIC", "true")]);
+    assert_eq!(
+        served(&urls[0]).await,
+        "v1",
+        "the proxy still serves version 1"
+    );
+    for c in &new {
+        podman(&["exec", c, "touch", "/www/health"]);
+    }
+    let done = site
+        .wait_until(&token, &id, "ends", |s| {
+            matches!(s["status"].as_str(), Some("SUCCESS" | "ERROR"))
+        })
+        .await;
+    assert_eq!(
+        done["status"],
+        "SUCCESS",
+        "w2 finishes the deploy: {}",
+        details(&done)
+    );
+    let steps = done["steps"].as_array().expect("the deploy's steps");
+    let start = steps
+        .iter()
+        .find(|s| s["name"] == format!("t1: start {p}-t1-2"))
+        .unwrap_or_else(|| panic!("t1's start step: {done}"));
+    assert_eq!(
+        (start["executor_id"].as_str(), start["attempts"].as_i64()),
+        (Some("w1"), Some(1)),
+        "the container was started once, by w1: {start}"
+    );
+    assert_eq!(
+        made.containers(true)
+            .iter()
+            .filter(|c| c.ends_with("-2"))
+            .count(),
+        2,
+        "one container of version 2 a target, never a second: {:?}",
+        made.containers(true)
+    );
+    assert_eq!(
+        made.containers(false),
+        new,
+        "only the containers the proxies point at run"
+    );
+    let (answered, failures) = load.finish().await;
+    assert!(
+        failures.is_empty() && answered > 0,
+        "no request failed across the kill and the take-over ({answered} answered): {failures:?}"
+    );
+    drop(hosts);
+}
