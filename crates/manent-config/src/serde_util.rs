@@ -61,6 +61,8 @@ mod tests {
         let err = serde_json::from_value::<D>(serde_json::json!({ "d": 30 })).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid type: integer `30`, expected a duration such as 30s, 5m, 1h or 250ms", "a number without a unit is refused in words");
+            "invalid type: integer `30`, expected a duration such as 30s, 5m, 1h or 250ms",
+            "a number without a unit is refused in words"
+        );
     }
 }

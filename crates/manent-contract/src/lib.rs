@@ -23,10 +23,10 @@ pub use admin::{
 pub use deploys::StatusFilter;
 pub use deploys::{
     ApprovalView, Artifact, BatchEntry, Decision, DecisionBody, Dependency, DeployAction,
-    DeployLogs, DeployOutput, DeployOverrides, DeployStatus, Descriptor, Missed, OutputLine,
-    InterruptionView, OutputStream, PassMode, PassView, Phase, Recovered, RedeployBody, RedeployKind, Resubmitted,
-    RollbackBody, Schedule, StepStatus, StepView, SubmitBatch, Submitted, SubmittedStatus,
-    TargetState, TargetView, WaveView, WorkflowStatus,
+    DeployLogs, DeployOutput, DeployOverrides, DeployStatus, Descriptor, InterruptionView, Missed,
+    OutputLine, OutputStream, PassMode, PassView, Phase, Recovered, RedeployBody, RedeployKind,
+    Resubmitted, RollbackBody, Schedule, StepStatus, StepView, SubmitBatch, Submitted,
+    SubmittedStatus, TargetState, TargetView, WaveView, WorkflowStatus,
 };
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use fleet::{
@@ -67,6 +67,9 @@ mod tests {
             WorkflowStatus::Success == "SUCCESS",
             "tests and renderers compare with the documented text"
         );
-        assert!(Phase::Other("wave 1/2 (web)".into()) == "wave 1/2 (web)", "an unknown phase compares equal to its text");
+        assert!(
+            Phase::Other("wave 1/2 (web)".into()) == "wave 1/2 (web)",
+            "an unknown phase compares equal to its text"
+        );
     }
 }

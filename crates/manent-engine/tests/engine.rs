@@ -119,7 +119,9 @@ async fn replay_skips_completed_steps_and_reruns_the_interrupted_one(db: Db) {
     let steps = second.client().steps(&wf.id).await.unwrap();
     assert_eq!(
         steps.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
-        ["one", "two", "three"], "every step is recorded once, in order");
+        ["one", "two", "three"],
+        "every step is recorded once, in order"
+    );
     assert!(
         steps.iter().all(|s| s.status == StepStatus::Success),
         "every step recorded as a success"
@@ -401,7 +403,9 @@ async fn messages_reach_recv_and_events_reach_clients(db: Db) {
             .await
             .unwrap()
             .as_deref(),
-        Some("approved"), "the event the workflow set is what a client reads");
+        Some("approved"),
+        "the event the workflow set is what a client reads"
+    );
     let missing = client.send("nope", "approve", "x").await;
     assert!(
         matches!(missing, Err(EngineError::NotFound(_))),
@@ -509,7 +513,9 @@ async fn cancel_stops_a_run_and_resume_continues_it(db: Db) {
     .await;
     assert_eq!(
         client.cancel(&wf.id).await.unwrap(),
-        WorkflowStatus::Cancelled, "cancelling a running workflow cancels it");
+        WorkflowStatus::Cancelled,
+        "cancelling a running workflow cancels it"
+    );
     manent_testkit::eventually("the run notices the cancellation", WAIT, || async {
         (e.running_count() == 0).then_some(())
     })
@@ -522,7 +528,11 @@ async fn cancel_stops_a_run_and_resume_continues_it(db: Db) {
     client.resume(&wf.id).await.unwrap();
     client.send(&wf.id, "go", 7u32).await.unwrap();
     let done = wait_success(&client, &wf.id).await;
-    assert_eq!(done.output.as_deref(), Some("7"), "the resumed workflow finished with its output");
+    assert_eq!(
+        done.output.as_deref(),
+        Some("7"),
+        "the resumed workflow finished with its output"
+    );
     assert_eq!(
         ledger.count("before"),
         1,
@@ -657,15 +667,16 @@ async fn step_retries_follow_the_policy_and_record_attempts(db: Db) {
         .unwrap();
     let running = manent_testkit::eventually("the retried step shows its error", WAIT, || async {
         let steps = client.steps(&patient.id).await.unwrap();
-        steps.into_iter().find(|s| s.status == StepStatus::Running && s.error.is_some())
+        steps
+            .into_iter()
+            .find(|s| s.status == StepStatus::Running && s.error.is_some())
     })
     .await;
     assert!(
         running.attempts == 2
-            && running
-                .error
-                .as_deref()
-                .is_some_and(|e| e.contains("attempt 1 failed") && e.contains("the first try failed")),
+            && running.error.as_deref().is_some_and(
+                |e| e.contains("attempt 1 failed") && e.contains("the first try failed")
+            ),
         "the second attempt runs, the first's error shown: {running:?}"
     );
     gate.open();
@@ -686,7 +697,12 @@ async fn step_retries_follow_the_policy_and_record_attempts(db: Db) {
         .await
         .unwrap();
     let done = client.wait(&bad.id, WAIT).await.unwrap();
-    assert_eq!(done.status, WorkflowStatus::Error, "a step that always fails fails its workflow: {:?}", done.error);
+    assert_eq!(
+        done.status,
+        WorkflowStatus::Error,
+        "a step that always fails fails its workflow: {:?}",
+        done.error
+    );
     assert!(
         done.error.unwrap().contains("always"),
         "the step's error is the workflow's error"
@@ -774,7 +790,10 @@ async fn a_panicking_workflow_ends_in_error(db: Db) {
         WorkflowStatus::Error,
         "a panic fails the workflow, not the executor"
     );
-    assert!(done.error.unwrap().contains("kaboom"), "a panic fails the workflow with its message");
+    assert!(
+        done.error.unwrap().contains("kaboom"),
+        "a panic fails the workflow with its message"
+    );
     e.shutdown(WAIT).await;
 }
 

@@ -75,9 +75,11 @@ async fn a_live_lease_from_another_host_is_suspect_only_once_its_lock_is_free(db
         "a live lease whose lock is held is not suspect"
     );
     drop(guard);
-    eventually("the far worker suspect once its lock is free", WAIT, || async {
-        (client.executor_suspect(&lease).await.ok() == Some(true)).then_some(())
-    })
+    eventually(
+        "the far worker suspect once its lock is free",
+        WAIT,
+        || async { (client.executor_suspect(&lease).await.ok() == Some(true)).then_some(()) },
+    )
     .await;
     let expired = ExecutorLease {
         expires_at_ms: now - 1,

@@ -488,7 +488,11 @@ mod tests {
         let d = parse_descriptor(&text, "d.yml").unwrap();
         assert_eq!(d.artifacts[0].version, "2.0", "the artifact's version");
         assert!(!d.dry_run, "not a dry run unless asked");
-        assert!(d.depends_on.is_empty(), "no dependencies unless given: {:?}", d.depends_on);
+        assert!(
+            d.depends_on.is_empty(),
+            "no dependencies unless given: {:?}",
+            d.depends_on
+        );
     }
 
     #[test]
@@ -542,7 +546,10 @@ mod tests {
         );
         let fixed = text.replace(",\n\t\t\"colour\": 1", "");
         let d = parse_descriptor(&fixed, "d.json").unwrap();
-        assert_eq!(d.artifacts[0].version, "1.10", "a version that looks like a number stays text");
+        assert_eq!(
+            d.artifacts[0].version, "1.10",
+            "a version that looks like a number stays text"
+        );
         check(
             &fixed.replace("\"prod\"", "\"p/q\""),
             expect![

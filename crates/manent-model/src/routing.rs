@@ -387,17 +387,33 @@ tenants:
                 queue: DEFAULT_QUEUE.into(),
                 kind: QueueKind::Default,
                 plugin: None
-            }, "an unreadable environment routes to the default queue");
+            },
+            "an unreadable environment routes to the default queue"
+        );
         assert_eq!(
             queue_kinds(&config),
-            vec![("default".to_owned(), QueueKind::Default)], "the default queue only");
+            vec![("default".to_owned(), QueueKind::Default)],
+            "the default queue only"
+        );
     }
 
     #[test]
     fn names_and_kinds() {
-        assert_eq!(region_queue("default", "eu-west-1"), "default.eu-west-1", "a region queue is the queue dot the region");
-        assert_eq!(region_queue("ml", "us"), "ml.us", "a region queue is the queue dot the region");
-        assert_eq!(partition_key("ml/trainer", "prod"), "ml/trainer/prod", "the partition key is application/environment");
+        assert_eq!(
+            region_queue("default", "eu-west-1"),
+            "default.eu-west-1",
+            "a region queue is the queue dot the region"
+        );
+        assert_eq!(
+            region_queue("ml", "us"),
+            "ml.us",
+            "a region queue is the queue dot the region"
+        );
+        assert_eq!(
+            partition_key("ml/trainer", "prod"),
+            "ml/trainer/prod",
+            "the partition key is application/environment"
+        );
         assert_eq!(
             serde_json::to_string(&Route {
                 queue: "gpu".into(),
@@ -405,7 +421,9 @@ tenants:
                 plugin: None
             })
             .unwrap(),
-            r#"{"queue":"gpu","kind":"routed","plugin":null}"#, "a route's JSON");
+            r#"{"queue":"gpu","kind":"routed","plugin":null}"#,
+            "a route's JSON"
+        );
         let kinds: Vec<String> = [
             QueueKind::Default,
             QueueKind::Tenant,
@@ -424,7 +442,9 @@ tenants:
                 "region=\"region\"",
                 "plugin=\"plugin\"",
                 "routed=\"routed\""
-            ], "every queue kind's serde name");
+            ],
+            "every queue kind's serde name"
+        );
         let listed: Vec<String> = queue_kinds(&config())
             .into_iter()
             .map(|(name, kind)| format!("{name}:{kind}"))
@@ -439,6 +459,8 @@ tenants:
                 "gpu:routed",
                 "gpu-any:routed",
                 "edge:routed"
-            ], "every declared queue with its kind, in order");
+            ],
+            "every declared queue with its kind, in order"
+        );
     }
 }

@@ -605,8 +605,16 @@ mod tests {
     #[test]
     fn templates() {
         let allowed = &["version", "target"];
-        assert_eq!(placeholders("/opt/{version}/{target}", allowed), Ok(()), "known placeholders are accepted");
-        assert_eq!(placeholders("no braces", allowed), Ok(()), "text without placeholders is accepted");
+        assert_eq!(
+            placeholders("/opt/{version}/{target}", allowed),
+            Ok(()),
+            "known placeholders are accepted"
+        );
+        assert_eq!(
+            placeholders("no braces", allowed),
+            Ok(()),
+            "text without placeholders is accepted"
+        );
         assert_eq!(
             placeholders("/opt/{ver}", allowed),
             Err("unknown placeholder `{ver}`; the placeholders allowed here are {version}, {target}".to_owned()), "an unknown placeholder is named with the allowed ones");
@@ -615,7 +623,9 @@ mod tests {
                 "/a/{version}/{x}/{target}{",
                 &[("version", "1.0"), ("target", "web-1")]
             ),
-            "/a/1.0/{x}/web-1{", "known placeholders are filled, unknown ones and a lone brace kept");
+            "/a/1.0/{x}/web-1{",
+            "known placeholders are filled, unknown ones and a lone brace kept"
+        );
     }
 
     #[test]

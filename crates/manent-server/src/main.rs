@@ -294,7 +294,13 @@ async fn copy_database(from: &str, to: &str) -> Result<()> {
     )
     .await
     .context("cannot open the copy")?;
-    let kind = |url: &str| if url.starts_with("sqlite:") { "sqlite" } else { "postgres" };
+    let kind = |url: &str| {
+        if url.starts_with("sqlite:") {
+            "sqlite"
+        } else {
+            "postgres"
+        }
+    };
     audit_admin(
         &Client::new(copy).records(),
         "database.copy",
@@ -757,13 +763,19 @@ mod tests {
         let addr = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
         assert_eq!(
             page_url(None, addr("127.0.0.1:8080"), false),
-            "http://127.0.0.1:8080/", "an IPv4 listener's page URL");
+            "http://127.0.0.1:8080/",
+            "an IPv4 listener's page URL"
+        );
         assert_eq!(
             page_url(None, addr("0.0.0.0:8443"), true),
             "https://localhost:8443/",
             "an unspecified address is opened as localhost"
         );
-        assert_eq!(page_url(None, addr("[::1]:80"), false), "http://[::1]:80/", "an IPv6 listener's page URL, bracketed");
+        assert_eq!(
+            page_url(None, addr("[::1]:80"), false),
+            "http://[::1]:80/",
+            "an IPv6 listener's page URL, bracketed"
+        );
         assert_eq!(
             page_url(
                 Some("https://deploy.example.com/"),

@@ -10,7 +10,6 @@ use std::process::Output;
 
 use common::{SERVER, Site, WAIT, base_config};
 use manent_testkit::{Db, TestDb, signal, wait_exit};
-use serde_json::Value;
 
 /// `manent-server admin copy --from FROM --to TO`.
 fn copy(from: &str, to: &str) -> Output {

@@ -225,7 +225,11 @@ async fn rejection_expiry_and_self_approval_are_refused_with_reasons(db: Db) {
             .is_some_and(|e| e.contains("rejected by bob: not on a Friday")),
         "the rejection and its reason are the error: {rejected}"
     );
-    assert_eq!(approvers(&rejected), ["rejected bob"], "bob's rejection is recorded");
+    assert_eq!(
+        approvers(&rejected),
+        ["rejected bob"],
+        "bob's rejection is recorded"
+    );
     let (code, late) = decide(&site, &bob, "approve", &id, &[]);
     assert_eq!(code, 2, "approving a finished deploy is a conflict: {late}");
     let (_, late) = site.cli_stderr(&bob, &["approve", &id]);

@@ -80,8 +80,7 @@ async fn a_killed_worker_is_suspect_at_once_and_its_deploy_shows_the_interruptio
         .cloned()
         .unwrap_or_default();
     assert_eq!(
-        w1["stale"],
-        false,
+        w1["stale"], false,
         "suspect, not yet silent past stale_after: {w1}"
     );
     let status = site.status(&token, &id);
@@ -103,7 +102,10 @@ async fn a_killed_worker_is_suspect_at_once_and_its_deploy_shows_the_interruptio
     site.start_with("worker", "w2", &hour);
     let done = site.wait_status(&token, &id, "SUCCESS").await;
 
-    let interruptions = done["interruptions"].as_array().cloned().unwrap_or_default();
+    let interruptions = done["interruptions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     assert_eq!(
         interruptions.len(),
         1,

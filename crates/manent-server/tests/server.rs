@@ -108,7 +108,9 @@ async fn a_deploy_killed_mid_way_resumes_on_a_replaced_machine_and_runs_each_com
             .as_array()
             .unwrap()
             .iter()
-            .all(|s| s["executor_id"] == "node-1"), "every step ran on node-1: {done}");
+            .all(|s| s["executor_id"] == "node-1"),
+        "every step ran on node-1: {done}"
+    );
 }
 
 async fn recover_refuses_a_live_executor_and_an_unknown_one_and_force_moves_the_work(db: Db) {
@@ -269,7 +271,10 @@ async fn sigterm_drains_short_work_and_leaves_long_work_pending_for_the_restart(
         (s["status"] == "SUCCESS").then_some(s)
     })
     .await;
-    assert_eq!(done["executor_id"], "node-1", "node-1 ran the deploy: {done}");
+    assert_eq!(
+        done["executor_id"], "node-1",
+        "node-1 ran the deploy: {done}"
+    );
     assert_eq!(
         site.ledger().matches("end").count(),
         1,

@@ -293,8 +293,9 @@ fn control_characters_from_targets_are_shown_escaped() {
         "no raw control character reaches the terminal: {shown:?}"
     );
     assert_eq!(
-        shown,
-        "ok\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\u{d}done\\u{9b}31m", "control characters escaped");
+        shown, "ok\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\u{d}done\\u{9b}31m",
+        "control characters escaped"
+    );
     assert_eq!(
         terminal_safe("line 1\n\tline 2"),
         "line 1\n\tline 2",
@@ -541,16 +542,24 @@ fn times_in_tables_are_relative() {
     );
     assert_eq!(
         relative(now(), now() - chrono::Duration::seconds(42)),
-        "42s ago", "seconds ago");
+        "42s ago",
+        "seconds ago"
+    );
     assert_eq!(
         relative(now(), now() - chrono::Duration::hours(5)),
-        "5h ago", "hours ago");
+        "5h ago",
+        "hours ago"
+    );
     assert_eq!(
         relative(now(), now() - chrono::Duration::days(40)),
-        "40d ago", "days ago");
+        "40d ago",
+        "days ago"
+    );
     assert_eq!(
         relative(now(), now() + chrono::Duration::minutes(5)),
-        "in 5m", "in the future");
+        "in 5m",
+        "in the future"
+    );
 }
 
 #[test]

@@ -105,29 +105,74 @@ fn check(yaml: &str, expected: Expect) {
 #[test]
 fn defaults() {
     let config = Config::default();
-    assert_eq!(config.database.url, "sqlite://manent.db", "default database.url");
+    assert_eq!(
+        config.database.url, "sqlite://manent.db",
+        "default database.url"
+    );
     assert_eq!(config.api.listen, "127.0.0.1:8080", "default api.listen");
     assert_eq!(config.api.public_url, None, "no api.public_url by default");
     assert_eq!(config.dbos.region, None, "no dbos.region by default");
     assert!(!config.dbos.region_routing, "no region routing by default");
-    assert!(config.dbos.plugins.is_empty() && config.dbos.queues.is_empty(), "no plugin or routed queue served by default");
+    assert!(
+        config.dbos.plugins.is_empty() && config.dbos.queues.is_empty(),
+        "no plugin or routed queue served by default"
+    );
     assert!(!config.dbos.exclusive, "not exclusive by default");
     assert_eq!(config.dbos.concurrency, 10, "default dbos.concurrency");
-    assert_eq!(config.dbos.environment_concurrency, 1, "default dbos.environment_concurrency");
-    assert_eq!(config.dbos.global_concurrency, 0, "no global limit by default");
-    assert_eq!(config.dbos.drain_timeout, Duration::from_secs(60), "default dbos.drain_timeout");
-    assert_eq!(config.recovery.stale_after, Duration::from_secs(30), "default recovery.stale_after");
-    assert_eq!(config.recovery.heartbeat_interval, Duration::from_secs(5), "default recovery.heartbeat_interval");
-    assert!(!config.recovery.automatic, "no automatic recovery by default");
-    assert!(config.plugins.is_empty() && config.queues.is_empty() && config.tenants.is_empty(), "no plugins, queues or tenants by default");
-    assert_eq!(config.environments.source, Path::new("environments"), "default environments.source");
+    assert_eq!(
+        config.dbos.environment_concurrency, 1,
+        "default dbos.environment_concurrency"
+    );
+    assert_eq!(
+        config.dbos.global_concurrency, 0,
+        "no global limit by default"
+    );
+    assert_eq!(
+        config.dbos.drain_timeout,
+        Duration::from_secs(60),
+        "default dbos.drain_timeout"
+    );
+    assert_eq!(
+        config.recovery.stale_after,
+        Duration::from_secs(30),
+        "default recovery.stale_after"
+    );
+    assert_eq!(
+        config.recovery.heartbeat_interval,
+        Duration::from_secs(5),
+        "default recovery.heartbeat_interval"
+    );
+    assert!(
+        !config.recovery.automatic,
+        "no automatic recovery by default"
+    );
+    assert!(
+        config.plugins.is_empty() && config.queues.is_empty() && config.tenants.is_empty(),
+        "no plugins, queues or tenants by default"
+    );
+    assert_eq!(
+        config.environments.source,
+        Path::new("environments"),
+        "default environments.source"
+    );
     assert_eq!(config.log.format, LogFormat::Text, "default log.format");
     assert_eq!(config.log.level, "info", "default log.level");
     let host = hostname::get().unwrap().to_string_lossy().into_owned();
-    assert_eq!(config.effective_executor_id(), host, "the host name is the executor id by default");
-    assert_eq!(*config.executor_id_source(), ExecutorIdSource::Hostname, "and says where it came from");
+    assert_eq!(
+        config.effective_executor_id(),
+        host,
+        "the host name is the executor id by default"
+    );
+    assert_eq!(
+        *config.executor_id_source(),
+        ExecutorIdSource::Hostname,
+        "and says where it came from"
+    );
     assert_eq!(config.validate(), vec![], "the defaults are valid");
-    assert!(!config.has_dedicated_queues(), "no dedicated queues by default");
+    assert!(
+        !config.has_dedicated_queues(),
+        "no dedicated queues by default"
+    );
 }
 
 #[test]
@@ -151,7 +196,11 @@ fn empty_files_and_sections_take_the_defaults() {
         "#]],
     );
     let from_env = Config::from_env(env(&[])).unwrap();
-    assert_eq!(render(&from_env), "OK\n", "the variable's value is rendered");
+    assert_eq!(
+        render(&from_env),
+        "OK\n",
+        "the variable's value is rendered"
+    );
 }
 
 #[test]
@@ -211,10 +260,14 @@ fn example_file_is_valid() {
     assert_eq!(config.validate(), vec![], "the example is valid");
     assert_eq!(
         config.plugin_queue_for_artifact_type("ansible"),
-        Some("ansible"), "ansible artifacts go to the ansible queue");
+        Some("ansible"),
+        "ansible artifacts go to the ansible queue"
+    );
     assert_eq!(
         config.routed_queue("gpu").and_then(|q| q.concurrency),
-        Some(2), "the gpu queue's own concurrency");
+        Some(2),
+        "the gpu queue's own concurrency"
+    );
     // The keys commented out in the example (those of one worker or of a pool) are valid too.
     let pool = env(&[
         ("DBOS__VMID", "ansible-0"),
@@ -225,8 +278,16 @@ fn example_file_is_valid() {
         ("MANENT__API__PUBLIC_URL", "https://manent.example.com"),
     ]);
     let config = Config::from_yaml_str(EXAMPLE, "manent.example.yml", pool).unwrap();
-    assert_eq!(config.effective_executor_id(), "ansible-0", "the executor id from DBOS__VMID");
-    assert_eq!(config.dbos.plugins, ["ansible"], "the plugins this worker serves");
+    assert_eq!(
+        config.effective_executor_id(),
+        "ansible-0",
+        "the executor id from DBOS__VMID"
+    );
+    assert_eq!(
+        config.dbos.plugins,
+        ["ansible"],
+        "the plugins this worker serves"
+    );
 }
 
 #[test]
@@ -664,11 +725,15 @@ fn validate_lists_every_problem() {
     let keys: Vec<&str> = issues.iter().map(|issue| issue.key.as_str()).collect();
     assert_eq!(
         keys,
-        ["dbos.concurrency", "dbos.plugins", "dbos.plugins[0]"], "every problem is listed, in order");
+        ["dbos.concurrency", "dbos.plugins", "dbos.plugins[0]"],
+        "every problem is listed, in order"
+    );
     assert!(
         issues
             .iter()
-            .all(|issue| issue.line.is_none() && issue.file == "<defaults>"), "defaults have no file line: {issues:?}");
+            .all(|issue| issue.line.is_none() && issue.file == "<defaults>"),
+        "defaults have no file line: {issues:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -829,10 +894,26 @@ fn load_reads_the_file_and_resolves_paths() {
     )
     .unwrap();
     let config = Config::load(&path, env(&[])).unwrap();
-    assert_eq!(config.log.format, LogFormat::Json, "log.format from the file");
-    assert_eq!(config.environments_source(), dir.path().join("envs"), "environments.source relative to the file");
-    assert_eq!(config.resolve_path(Path::new("/abs")), Path::new("/abs"), "an absolute path stays as it is");
-    assert_eq!(config.file_name(), path.display().to_string(), "the file's name as errors show it");
+    assert_eq!(
+        config.log.format,
+        LogFormat::Json,
+        "log.format from the file"
+    );
+    assert_eq!(
+        config.environments_source(),
+        dir.path().join("envs"),
+        "environments.source relative to the file"
+    );
+    assert_eq!(
+        config.resolve_path(Path::new("/abs")),
+        Path::new("/abs"),
+        "an absolute path stays as it is"
+    );
+    assert_eq!(
+        config.file_name(),
+        path.display().to_string(),
+        "the file's name as errors show it"
+    );
 
     std::fs::write(&path, "dbos:\n  concurrency: 0\n").unwrap();
     let err = Config::load(&path, env(&[])).unwrap_err().to_string();
@@ -841,11 +922,16 @@ fn load_reads_the_file_and_resolves_paths() {
         format!(
             "{}:2: dbos.concurrency: must be at least 1: it is the number of deploys this worker runs at once",
             path.display()
-        ), "the error names the file, line and key, and says why");
+        ),
+        "the error names the file, line and key, and says why"
+    );
 
     let missing = dir.path().join("missing.yml");
     let err = Config::load(&missing, env(&[])).unwrap_err();
-    assert!(matches!(err, ConfigError::Read { .. }), "a missing file is a read error: {err:?}");
+    assert!(
+        matches!(err, ConfigError::Read { .. }),
+        "a missing file is a read error: {err:?}"
+    );
     assert!(
         err.to_string()
             .starts_with(&format!("cannot read {}: ", missing.display())),
@@ -879,21 +965,45 @@ tenants:
     assert!(config.has_dedicated_queues(), "plugin queues are dedicated");
     assert_eq!(
         config.plugin_queue_for_artifact_type("ansible"),
-        Some("ansible"), "ansible artifacts go to the ansible queue");
+        Some("ansible"),
+        "ansible artifacts go to the ansible queue"
+    );
     assert_eq!(
         config.plugin_for_artifact_type("ansible"),
-        Some(("ansible", "ansible")), "the plugin and queue of ansible artifacts");
-    assert_eq!(config.plugin_queue_for_artifact_type("tarball"), None, "a built-in type has no plugin queue");
-    assert_eq!(config.plugin_queue_for_artifact_type("other"), None, "an unknown type has no plugin queue");
-    assert_eq!(config.plugin_queue("ansible"), Some("ansible"), "the ansible plugin's queue");
-    assert_eq!(config.plugin_queue("remote-copy"), None, "a built-in plugin has no queue");
+        Some(("ansible", "ansible")),
+        "the plugin and queue of ansible artifacts"
+    );
+    assert_eq!(
+        config.plugin_queue_for_artifact_type("tarball"),
+        None,
+        "a built-in type has no plugin queue"
+    );
+    assert_eq!(
+        config.plugin_queue_for_artifact_type("other"),
+        None,
+        "an unknown type has no plugin queue"
+    );
+    assert_eq!(
+        config.plugin_queue("ansible"),
+        Some("ansible"),
+        "the ansible plugin's queue"
+    );
+    assert_eq!(
+        config.plugin_queue("remote-copy"),
+        None,
+        "a built-in plugin has no queue"
+    );
     assert_eq!(
         config.routed_queue("gpu").map(|q| q.name.as_str()),
-        Some("gpu"), "the routed queue gpu");
+        Some("gpu"),
+        "the routed queue gpu"
+    );
     assert!(config.routed_queue("cpu").is_none(), "no queue named cpu");
     assert_eq!(
         config.tenant("ml").and_then(|t| t.queue.as_deref()),
-        Some("ml"), "the ml tenant's queue");
+        Some("ml"),
+        "the ml tenant's queue"
+    );
 
     let route = |app: &str, artifacts: &[&str], env: &str| {
         config
@@ -902,13 +1012,29 @@ tenants:
     };
     assert_eq!(
         route("ml/trainer", &["trainer", "config"], "prod"),
-        Some("gpu".into()), "a trainer artifact of ml in prod goes to gpu");
-    assert_eq!(route("ml/trainer", &["config"], "prod"), None, "without the artifact no route");
-    assert_eq!(route("ml/trainer", &["trainer"], "staging"), None, "not in staging");
-    assert_eq!(route("web/api", &["trainer"], "prod"), None, "not for another application");
+        Some("gpu".into()),
+        "a trainer artifact of ml in prod goes to gpu"
+    );
+    assert_eq!(
+        route("ml/trainer", &["config"], "prod"),
+        None,
+        "without the artifact no route"
+    );
+    assert_eq!(
+        route("ml/trainer", &["trainer"], "staging"),
+        None,
+        "not in staging"
+    );
+    assert_eq!(
+        route("web/api", &["trainer"], "prod"),
+        None,
+        "not for another application"
+    );
     assert_eq!(
         route("web/api", &["api"], "prod-eu-west"),
-        Some("eu".into()), "the eu rule matches prod-eu-west");
+        Some("eu".into()),
+        "the eu rule matches prod-eu-west"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1003,7 +1129,10 @@ fn a_webhook_wants_its_events_on_its_applications_and_all_of_them_when_unsaid() 
         all.wants(Started, "ml/trainer"),
         "no filter: every event, every application"
     );
-    assert!(some.wants(Failed, "shop/web"), "a listed event of a listed application");
+    assert!(
+        some.wants(Failed, "shop/web"),
+        "a listed event of a listed application"
+    );
     assert!(!some.wants(Started, "shop/web"), "an event it did not list");
     assert!(
         !some.wants(Failed, "ml/trainer"),

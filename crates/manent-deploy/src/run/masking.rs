@@ -354,7 +354,11 @@ mod tests {
             "password: ",
             "the start of a secret is held back"
         );
-        assert_eq!(String::from_utf8(stream.push(b"ter2!")).unwrap(), "***!", "a secret split across chunks is masked once whole");
+        assert_eq!(
+            String::from_utf8(stream.push(b"ter2!")).unwrap(),
+            "***!",
+            "a secret split across chunks is masked once whole"
+        );
         assert_eq!(stream.finish(), b"", "nothing is left");
     }
 

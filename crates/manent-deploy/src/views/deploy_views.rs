@@ -561,7 +561,10 @@ async fn waiting_reason(
                 .iter()
                 .filter(|e| e.queues.contains(&record.queue))
             {
-                let lease = client.executor_lease(&e.id).await?.filter(|l| l.is_live(now));
+                let lease = client
+                    .executor_lease(&e.id)
+                    .await?
+                    .filter(|l| l.is_live(now));
                 let suspect = match &lease {
                     Some(lease) if e.state == ExecutorState::Running => {
                         client.executor_suspect(lease).await?

@@ -33,7 +33,11 @@ pub enum WorkerState {
 impl WorkerState {
     /// `recorded`, or dead for a worker silent past `stale_after` that did not stop, or
     /// suspect for one that stopped answering before.
-    pub fn of(recorded: ExecutorState, silent_past_stale_after: bool, suspect: bool) -> WorkerState {
+    pub fn of(
+        recorded: ExecutorState,
+        silent_past_stale_after: bool,
+        suspect: bool,
+    ) -> WorkerState {
         match recorded {
             ExecutorState::Stopped => WorkerState::Stopped,
             _ if silent_past_stale_after => WorkerState::Dead,
@@ -184,7 +188,10 @@ pub async fn workers(client: &Client, config: &Config) -> Result<Vec<WorkerView>
         let state = WorkerState::of(e.state, stale, suspect);
         // A stopped worker's last heartbeat is its stop.
         let gone_for = (now - e.stopped_at_ms.unwrap_or(e.heartbeat_at_ms)).max(0);
-        if !state.is_live() && state != WorkerState::Suspect && gone_for > forget_ms && e.running == 0
+        if !state.is_live()
+            && state != WorkerState::Suspect
+            && gone_for > forget_ms
+            && e.running == 0
         {
             continue;
         }

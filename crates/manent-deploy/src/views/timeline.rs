@@ -69,14 +69,15 @@ pub fn interruptions<'a>(
     events: impl IntoIterator<Item = &'a EventRecord>,
     steps: &[StepRecord],
 ) -> Vec<InterruptionView> {
-    let text = |value: &str| {
-        serde_json::from_str::<String>(value).unwrap_or_else(|_| value.to_string())
-    };
+    let text =
+        |value: &str| serde_json::from_str::<String>(value).unwrap_or_else(|_| value.to_string());
     let mut recoveries = BTreeMap::new();
     let mut interrupted = HashMap::new();
     for e in events {
         if let Some(at) = e.key.strip_prefix("recovery:") {
-            recoveries.entry((e.updated_at_ms, at.to_string())).or_insert_with(|| text(&e.value));
+            recoveries
+                .entry((e.updated_at_ms, at.to_string()))
+                .or_insert_with(|| text(&e.value));
         } else if let Some(at) = e.key.strip_prefix("interrupted:") {
             interrupted.insert(at.to_string(), (e.updated_at_ms, text(&e.value)));
         }

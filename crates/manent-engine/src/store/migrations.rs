@@ -436,7 +436,9 @@ mod tests {
         let plan = plan(&[]).expect("nothing applied, nothing to refuse");
         assert_eq!(
             versions(&plan.pending),
-            versions(&MIGRATIONS.iter().collect::<Vec<_>>()), "a new database applies every migration");
+            versions(&MIGRATIONS.iter().collect::<Vec<_>>()),
+            "a new database applies every migration"
+        );
         assert!(
             plan.unstamped.is_empty(),
             "nothing applied, nothing to stamp"
@@ -456,7 +458,11 @@ mod tests {
             (9..=latest_version()).collect::<Vec<_>>(),
             "only the missing versions are applied"
         );
-        assert_eq!(versions(&plan.unstamped), (1..=8).collect::<Vec<_>>(), "migrations applied before checksums are stamped, not applied again");
+        assert_eq!(
+            versions(&plan.unstamped),
+            (1..=8).collect::<Vec<_>>(),
+            "migrations applied before checksums are stamped, not applied again"
+        );
     }
 
     #[test]

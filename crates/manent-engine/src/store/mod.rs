@@ -17,8 +17,8 @@ mod sqlite;
 use std::{fmt, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
-use tokio::sync::broadcast;
 use manent_enum::string_enum;
+use tokio::sync::broadcast;
 
 pub use sql::SqlStore;
 
@@ -89,7 +89,11 @@ pub async fn copy(from: &str, to: &str, now_ms: i64) -> Result<CopyReport, Store
         return Err(StoreError::CopyRefused(format!(
             "the source {from} has tables this release does not copy ({}): copy it with the \
              manent release that created them",
-            extra.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", ")
+            extra
+                .iter()
+                .map(|t| t.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         )));
     }
     if source.non_empty_tables().await?.is_empty() {

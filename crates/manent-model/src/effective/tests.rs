@@ -313,10 +313,24 @@ fn expands_dest_per_target_and_round_trips() {
     .unwrap();
     assert_eq!(
         eff.dest_for(&eff.targets[1]).as_deref(),
-        Some("/opt/ml/trainer/prod/2.1/web-2"), "the second target's destination");
-    assert_eq!(eff.ssh_user_for(&eff.targets[0]), Some("root"), "the first target's user");
-    assert_eq!(eff.ssh_user_for(&eff.targets[1]), Some("deploy"), "the second target's own user");
-    assert_eq!((eff.tenant.as_str(), eff.app.as_str()), ("ml", "trainer"), "tenant and app of ml/trainer");
+        Some("/opt/ml/trainer/prod/2.1/web-2"),
+        "the second target's destination"
+    );
+    assert_eq!(
+        eff.ssh_user_for(&eff.targets[0]),
+        Some("root"),
+        "the first target's user"
+    );
+    assert_eq!(
+        eff.ssh_user_for(&eff.targets[1]),
+        Some("deploy"),
+        "the second target's own user"
+    );
+    assert_eq!(
+        (eff.tenant.as_str(), eff.app.as_str()),
+        ("ml", "trainer"),
+        "tenant and app of ml/trainer"
+    );
     assert_eq!(eff.partition_key(), "ml/trainer/prod", "the partition key");
     let json = serde_json::to_string(&eff).unwrap();
     let back: EffectiveDescriptor = serde_json::from_str(&json).unwrap();
@@ -352,7 +366,10 @@ fn expands_dest_per_target_and_round_trips() {
     ];
     expected.sort();
     assert_eq!(keys, expected, "the keys in their order");
-    assert!(json.starts_with(r#"{"application":"ml/trainer","tenant":"ml","app":"trainer","#), "application, tenant and app come first: {json}");
+    assert!(
+        json.starts_with(r#"{"application":"ml/trainer","tenant":"ml","app":"trainer","#),
+        "application, tenant and app come first: {json}"
+    );
 }
 
 #[test]

@@ -216,7 +216,11 @@ mod tests {
         let ModelError::EnvironmentUnavailable { path, .. } = &missing else {
             unreachable!()
         };
-        assert_eq!(path, &source.join("ml/trainer/staging.yml"), "the environment file's path");
+        assert_eq!(
+            path,
+            &source.join("ml/trainer/staging.yml"),
+            "the environment file's path"
+        );
 
         let dir_err = load_environment(source, "ml/trainer", "dir").unwrap_err();
         assert!(dir_err.is_environment_unavailable(), "{dir_err}");
@@ -228,8 +232,15 @@ mod tests {
         else {
             panic!("{bad:?}")
         };
-        assert!(file.ends_with("bad.yml"), "the error names the file: {file:?}");
-        assert_eq!((*line, field.as_str()), (Some(1), "targets"), "the error names the line and the field");
+        assert!(
+            file.ends_with("bad.yml"),
+            "the error names the file: {file:?}"
+        );
+        assert_eq!(
+            (*line, field.as_str()),
+            (Some(1), "targets"),
+            "the error names the line and the field"
+        );
 
         for (app, env) in [
             ("trainer", "prod"),

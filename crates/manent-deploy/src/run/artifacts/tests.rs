@@ -79,7 +79,11 @@ async fn a_verified_artifact_is_fetched_once_and_a_mismatch_leaves_nothing() {
     let work = dir.path().join("work");
     let a = artifact(format!("file://{}", src.display()), &good);
     let local = ensure_local(&a, APP, &work, &sources).await.expect("fetch");
-    assert_eq!(std::fs::read(&local.path).unwrap(), b"hello", "the fetched artifact holds the source's bytes");
+    assert_eq!(
+        std::fs::read(&local.path).unwrap(),
+        b"hello",
+        "the fetched artifact holds the source's bytes"
+    );
     {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&work).unwrap().permissions().mode() & 0o777;
@@ -322,7 +326,11 @@ mod source_tests {
         )
         .await
         .expect("a redirect to another URL under the source is followed");
-        assert_eq!(std::fs::read(&within.path).unwrap(), b"release", "the artifact within the size limit is fetched whole");
+        assert_eq!(
+            std::fs::read(&within.path).unwrap(),
+            b"release",
+            "the artifact within the size limit is fetched whole"
+        );
 
         let work = dir.path().join("b");
         let err = ensure_local(&fetch("/builds/app.tar", b"secret"), APP, &work, &sources)

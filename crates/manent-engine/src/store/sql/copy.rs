@@ -153,7 +153,8 @@ impl SqlStore {
         let mut found = Vec::new();
         for table in TABLES {
             let sql = format!("SELECT EXISTS (SELECT 1 FROM {table})");
-            let any: bool = with_pool!(self, pool => sqlx::query_scalar(&sql).fetch_one(pool).await)?;
+            let any: bool =
+                with_pool!(self, pool => sqlx::query_scalar(&sql).fetch_one(pool).await)?;
             if any {
                 found.push((*table).to_string());
             }
@@ -186,7 +187,9 @@ impl SqlStore {
                 for table in TABLES {
                     let cols = self.columns(table).await?;
                     let rows = match &self.pool {
-                        Pool::Sqlite { read, .. } => copy_table!(read, sqlite_values, tx, table, &cols),
+                        Pool::Sqlite { read, .. } => {
+                            copy_table!(read, sqlite_values, tx, table, &cols)
+                        }
                         Pool::Postgres(main) => copy_table!(main, pg_values, tx, table, &cols),
                     };
                     report.tables.push(((*table).to_string(), rows));
@@ -198,7 +201,9 @@ impl SqlStore {
                 for table in TABLES {
                     let cols = self.columns(table).await?;
                     let rows = match &self.pool {
-                        Pool::Sqlite { read, .. } => copy_table!(read, sqlite_values, tx, table, &cols),
+                        Pool::Sqlite { read, .. } => {
+                            copy_table!(read, sqlite_values, tx, table, &cols)
+                        }
                         Pool::Postgres(main) => copy_table!(main, pg_values, tx, table, &cols),
                     };
                     report.tables.push(((*table).to_string(), rows));

@@ -154,7 +154,10 @@ impl SqlStore {
 
     /// Whether the liveness lock of `executor_id` is free now; `None` when this backend
     /// cannot tell (an in-memory database).
-    pub(super) async fn liveness_free(&self, executor_id: &str) -> Result<Option<bool>, StoreError> {
+    pub(super) async fn liveness_free(
+        &self,
+        executor_id: &str,
+    ) -> Result<Option<bool>, StoreError> {
         match &self.pool {
             Pool::Postgres(main) => {
                 let held = postgres::liveness_held(self.pg_pool(main), executor_id).await?;

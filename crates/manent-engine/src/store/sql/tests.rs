@@ -25,7 +25,11 @@ fn redact_hides_the_password_only() {
         "postgres://u@h/db",
         "no password, nothing to hide"
     );
-    assert_eq!(redact("sqlite://x.db"), "sqlite://x.db", "a SQLite URL has no password to hide");
+    assert_eq!(
+        redact("sqlite://x.db"),
+        "sqlite://x.db",
+        "a SQLite URL has no password to hide"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -757,7 +761,11 @@ async fn status_reads_use_their_indexes(db: manent_testkit::Db) {
         "two arms, each with its own placeholders: {sql}"
     );
     let values: Vec<&str> = values.iter().map(String::as_str).collect();
-    assert_eq!(values, ["w", "p7", "w", "p70"], "the values in the order they were written");
+    assert_eq!(
+        values,
+        ["w", "p7", "w", "p70"],
+        "the values in the order they were written"
+    );
     for (mode, plan) in plans(&store, &sql, &values, &[100, 0]).await {
         assert!(
             plan.contains("manent_workflows_partition") && !reads_the_whole_table(&plan),
@@ -1135,7 +1143,10 @@ async fn a_copy_lists_every_table_of_the_schema_on_both_backends() {
         store.migrate().await.expect("migrate");
         let mut listed: Vec<String> = copy::TABLES.iter().map(|t| t.to_string()).collect();
         listed.sort();
-        let tables = store.schema_tables().await.expect("read the schema's tables");
+        let tables = store
+            .schema_tables()
+            .await
+            .expect("read the schema's tables");
         assert_eq!(
             tables, listed,
             "the tables of the schema on {backend:?} are the copy's"
