@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Fan-out benchmark runner (issues 4 and 30): builds manent-fanout-bench (bench/fanout) in
-# release mode, sets up ansible-core in a virtualenv (bench/.venv) when missing, then deploys a
-# 50 MB and a 1 MB artifact to 20, 100 and 300 loopback sshd targets (a workload runs at a
-# target count while size x targets stays within --max-total-mb, 1000: so 50 MB at 20 only)
-# with manent, parallel scp + ssh, ansible-playbook and the floor (the same bytes over open
-# OpenSSH connections, `cat > file && sync`), and prints wall times, ratios, the worker's
+# Fan-out benchmark runner (issues 4, 30 and 44): builds manent-fanout-bench (bench/fanout) in
+# release mode, sets up the Python peers from PyPI in a virtualenv (bench/target/peers-venv:
+# ansible-core, Mitogen, pyinfra) when missing, then deploys a 50 MB and a 1 MB artifact to
+# 20, 100 and 300 loopback sshd targets (a workload runs at a target count while size x
+# targets stays within --max-total-mb, 1000: so 50 MB at 20 only) with manent, parallel
+# scp + ssh, ansible-playbook, ansible under Mitogen, pyinfra and the floor (the same bytes
+# over open OpenSSH connections, `cat > file && sync`), and prints wall times, each engine's
+# ratio to the fastest tool of its row, the machine's load at each run's start, the worker's
 # memory per target and the goals' PASS/FAIL (informational: the exit status is 0 unless
-# something could not be built or set up). See bench/README.md, "Fan-out over SSH".
+# something could not be built or set up). Bounded: each engine's run gives up after
+# --run-timeout seconds (300), the whole run after --max-minutes (60). See bench/README.md,
+# "Fan-out over SSH". Not run by CI.
 #
-# usage: bench/run-fanout.sh [--no-build] [--out DIR] [manent-fanout-bench flags...]
-#   flags: --targets 20,100,300  --sizes-mb 50,1  --max-total-mb 1000
-#          --engines manent,manent-pg,manent-warm,scp,ansible,floor,transport
+# usage: bench/run-fanout.sh [--no-build] [--out DIR] [--max-minutes M] [manent-fanout-bench flags...]
+#   flags: --targets 20,100,300  --sizes-mb 50,1  --max-total-mb 1000  --run-timeout 300
+#          --engines manent,manent-pg,manent-warm,scp,ansible,mitogen,pyinfra,floor,transport
 #          --postgres-url ADMIN_URL (manent-pg: fresh database per run; default
 #          $MANENT_TEST_POSTGRES, else postgres://postgres@127.0.0.1:5432/postgres)
 #          --login-user ACCOUNT: the account every engine logs in as. Run as root without it,
@@ -20,9 +24,9 @@
 #          the tools. `--login-user root` measures that way anyway.
 #
 # Needs OpenSSH's sshd (/usr/sbin/sshd), ssh, scp, ssh-keygen, sha256sum, sha1sum, and
-# python3 with venv (pip reaches PyPI once, to install ansible-core), and a reachable
+# python3 with venv (pip reaches PyPI once, to install the peers), and a reachable
 # PostgreSQL for manent-pg. 300 targets take about 4 GB of memory at the peak (ansible with
-# 300 forks, 300 sshd sessions) and 5 minutes. Results go to DIR
+# 300 forks, 300 sshd sessions). Results go to DIR
 # (default bench/target/results/fanout-<UTC timestamp>/): table.md, results.jsonl, run.log.
 set -euo pipefail
 
@@ -31,6 +35,7 @@ export CARGO_TARGET_DIR="$bench/target"
 
 build=1
 out=""
+minutes=60
 login=""
 pass=()
 while (($#)); do
@@ -41,12 +46,17 @@ while (($#)); do
             login=$2
             shift 2
             ;;
+        --max-minutes)
+            (($# >= 2)) || { echo "--max-minutes needs a value" >&2; exit 2; }
+            minutes=$2
+            shift 2
+            ;;
         --out)
             (($# >= 2)) || { echo "--out needs a value" >&2; exit 2; }
             out=$2
             shift 2
             ;;
-        -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) pass+=("$1"); shift ;;
     esac
 done
@@ -58,12 +68,15 @@ if ((build)); then
     (cd "$bench/fanout" && nice -n 19 cargo build --release -j 1)
 fi
 
-venv="$bench/.venv"
-if [[ ! -x $venv/bin/ansible-playbook ]]; then
-    echo "== installing ansible-core from PyPI into $venv" >&2
+# The Python peers, one virtualenv for the three: ansible-core below 2.19 (the newest line
+# Mitogen 0.3 is known to run here), Mitogen, pyinfra.
+venv="$bench/target/peers-venv"
+if [[ ! -x $venv/bin/pyinfra || ! -x $venv/bin/ansible-playbook ]]; then
+    echo "== installing ansible-core, mitogen and pyinfra from PyPI into $venv" >&2
     python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet ansible-core
+    "$venv/bin/pip" install --quiet 'ansible-core<2.19' mitogen pyinfra
 fi
+strategy=$("$venv/bin/python" -c 'import ansible_mitogen, os; print(os.path.join(os.path.dirname(ansible_mitogen.__file__), "plugins", "strategy"))')
 
 if [[ -z $login && $(id -u) == 0 ]]; then
     login=manent-bench
@@ -85,10 +98,14 @@ fi
     echo "commit: $(git -C "$bench" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "openssh: $(ssh -V 2>&1)"
     echo "ansible: $("$venv/bin/ansible-playbook" --version 2>/dev/null | head -n 1)"
+    echo "mitogen: $("$venv/bin/pip" show mitogen 2>/dev/null | sed -n 's/^Version: //p')"
+    echo "pyinfra: $("$venv/bin/pyinfra" --version 2>/dev/null | head -n 1)"
 } | tee "$out/table.md"
 
-# The ansible peer finds its python and tools in the venv.
-PATH="$venv/bin:$PATH" "$CARGO_TARGET_DIR/release/manent-fanout-bench" \
-    --ansible-playbook "$venv/bin/ansible-playbook" --json "$out/results.jsonl" "${pass[@]}" \
+# The Python peers find their python and tools in the venv. The whole run is bounded.
+PATH="$venv/bin:$PATH" timeout --signal=INT --kill-after=30 "$((minutes * 60))" \
+    "$CARGO_TARGET_DIR/release/manent-fanout-bench" \
+    --ansible-playbook "$venv/bin/ansible-playbook" --mitogen-strategy "$strategy" \
+    --pyinfra "$venv/bin/pyinfra" --json "$out/results.jsonl" "${pass[@]}" \
     2> >(tee "$out/run.log" >&2) | tee -a "$out/table.md"
 echo "results: $out" >&2

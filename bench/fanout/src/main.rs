@@ -3,7 +3,8 @@
 //! (in-process engine on a fresh SQLite file — `manent` — or a fresh PostgreSQL database —
 //! `manent-pg` —, every step checkpointed; `manent-warm` a second deploy over the first's
 //! connections, with the worker's memory sampled), plain parallel `scp` + `ssh`,
-//! `ansible-playbook`, and `floor`: the same bytes over already-open OpenSSH connections
+//! `ansible-playbook`, ansible under Mitogen (`mitogen`), `pyinfra` (the Python peers in
+//! `peers.rs`), and `floor`: the same bytes over already-open OpenSSH connections
 //! (ControlMaster, manent's cipher) with `cat > file && sync` on each target. A diagnostic
 //! row (`transport`) does manent's per-target work through `manent-ssh` alone, without the
 //! engine, to show what the engine adds.
@@ -29,18 +30,22 @@ use manent_testkit::{Db, TestDb, sshd::SshHosts};
 use sha2::{Digest, Sha256};
 use tokio::process::Command;
 
+mod peers;
 mod report;
+use peers::{Peers, run_ansible, run_pyinfra};
 use report::report;
 
 /// Longest one engine may take for one workload before the run is called failed.
 const RUN_TIMEOUT: Duration = Duration::from_secs(900);
 const ARTIFACT: &str = "app.bin";
-const ENGINES: [&str; 7] = [
+const ENGINES: [&str; 9] = [
     "manent",
     "manent-pg",
     "manent-warm",
     "scp",
     "ansible",
+    "mitogen",
+    "pyinfra",
     "floor",
     "transport",
 ];
@@ -56,19 +61,22 @@ struct Args {
     /// every target writes to the same disk here (`--max-total-mb`).
     max_total_mb: u64,
     engines: Vec<String>,
-    ansible_playbook: PathBuf,
+    peers: Peers,
     json: Option<PathBuf>,
     postgres_url: Option<String>,
     /// The account every engine logs in as (`--login-user`); the current user when `None`.
     login_user: Option<String>,
     /// manent's `ssh.verify` (`--ssh-verify auto|sftp|command`); its default when `None`.
     ssh_verify: Option<String>,
+    /// The longest one engine's run of one workload may take (`--run-timeout SECS`).
+    run_timeout: Duration,
 }
 
 fn usage() -> &'static str {
     "usage: manent-fanout-bench [--targets 20,100,300] [--sizes-mb 50,1] [--max-total-mb 1000] \
-     [--engines manent,manent-pg,manent-warm,scp,ansible,floor,transport] [--postgres-url ADMIN_URL] \
-     [--ansible-playbook PATH] [--json FILE] [--login-user ACCOUNT] [--ssh-verify auto|sftp|command]\n\
+     [--engines manent,manent-pg,manent-warm,scp,ansible,mitogen,pyinfra,floor,transport] \
+     [--postgres-url ADMIN_URL] [--ansible-playbook PATH] [--mitogen-strategy DIR] [--pyinfra PATH] \
+     [--json FILE] [--run-timeout SECS] [--login-user ACCOUNT] [--ssh-verify auto|sftp|command]\n\
      manent runs on a fresh SQLite file, manent-pg on a fresh PostgreSQL database created \
      (and dropped) through ADMIN_URL (default $MANENT_TEST_POSTGRES, else \
      postgres://postgres@127.0.0.1:5432/postgres); --login-user (as root): every engine logs in \
@@ -81,11 +89,16 @@ fn parse_args() -> Result<Args> {
         sizes_mb: vec![50, 1],
         max_total_mb: 1000,
         engines: ENGINES.iter().map(|s| s.to_string()).collect(),
-        ansible_playbook: PathBuf::from("ansible-playbook"),
+        peers: Peers {
+            ansible_playbook: PathBuf::from("ansible-playbook"),
+            mitogen_strategy: None,
+            pyinfra: PathBuf::from("pyinfra"),
+        },
         json: None,
         postgres_url: None,
         login_user: None,
         ssh_verify: None,
+        run_timeout: Duration::from_secs(300),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -117,7 +130,13 @@ fn parse_args() -> Result<Args> {
                     );
                 }
             }
-            "--ansible-playbook" => args.ansible_playbook = value()?.into(),
+            "--ansible-playbook" => args.peers.ansible_playbook = value()?.into(),
+            "--mitogen-strategy" => args.peers.mitogen_strategy = Some(value()?.into()),
+            "--pyinfra" => args.peers.pyinfra = value()?.into(),
+            "--run-timeout" => {
+                args.run_timeout =
+                    Duration::from_secs(value()?.parse().context("--run-timeout (seconds)")?)
+            }
             "--json" => args.json = Some(value()?.into()),
             "--postgres-url" => args.postgres_url = Some(value()?),
             "--login-user" => args.login_user = Some(value()?),
@@ -196,6 +215,8 @@ struct Measurement {
     /// The worker's resident memory (KiB) before the timed deploy and its peak during it
     /// (manent rows: the engine runs in this process).
     worker_rss_kib: Option<(u64, u64)>,
+    /// The machine's load average (1, 5, 15 minutes) when the run started.
+    load: String,
 }
 
 /// What one engine's run returns: its wall time, a note, and the worker's memory.
@@ -304,17 +325,31 @@ async fn measure(
     engine: &str,
     run_id: &str,
 ) -> Measurement {
+    let load = loadavg().unwrap_or_default();
     let cpu_before = cpu_ticks();
-    let outcome = match engine {
+    let run = async {
+        match engine {
         "manent" => run_manent(site, w, run_id, Db::Sqlite, false).await,
         "manent-pg" => run_manent(site, w, run_id, Db::Postgres, false).await,
         // A second deploy to the same targets: the first's SSH connections are warm.
         "manent-warm" => run_manent(site, w, run_id, Db::Sqlite, true).await,
         "scp" => run_scp(site, w, run_id).await,
-        "ansible" => run_ansible(site, w, run_id, &args.ansible_playbook).await,
+        "ansible" => run_ansible(site, w, run_id, &args.peers, false).await,
+        "mitogen" => run_ansible(site, w, run_id, &args.peers, true).await,
+        "pyinfra" => run_pyinfra(site, w, run_id, &args.peers).await,
         "floor" => run_floor(site, w, run_id).await,
         "transport" => run_transport(site, w, run_id).await,
         _ => unreachable!(),
+        }
+    };
+    // Bounded: an engine that hangs (a peer that cannot reach a target) costs its timeout,
+    // then the run goes on with the next (the peers' processes are killed with it).
+    let outcome = match tokio::time::timeout(args.run_timeout, run).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(anyhow!(
+            "gave up after {} s (--run-timeout)",
+            args.run_timeout.as_secs()
+        )),
     };
     // manent's rows measure their timed deploy's CPU themselves (manent-warm's first deploy
     // is untimed).
@@ -336,6 +371,7 @@ async fn measure(
         seconds,
         note,
         worker_rss_kib,
+        load: load.clone(),
     };
     match outcome {
         Ok(o) => match verify(site, w, run_id).await {
@@ -1035,99 +1071,4 @@ async fn run_floor(site: &Site, w: &Workload, run_id: &str) -> Result<Outcome> {
         r?;
     }
     Ok(Outcome::timed(elapsed, format!("cipher {FLOOR_CIPHER}")))
-}
-
-// ---- peer 2: ansible-playbook ----
-
-async fn run_ansible(
-    site: &Site,
-    w: &Workload,
-    run_id: &str,
-    playbook_bin: &Path,
-) -> Result<Outcome> {
-    let dir = site.scratch.join(format!("ansible-{run_id}"));
-    std::fs::create_dir_all(&dir)?;
-    // A short control path directory of its own: no master from an earlier run is reused.
-    let cp = tempfile::Builder::new()
-        .prefix("fo-cp-")
-        .tempdir_in("/tmp")?;
-    let known = site.hosts.known_hosts.display();
-    let mut inventory = String::from("[targets]\n");
-    for (i, h) in site.hosts.hosts.iter().enumerate() {
-        inventory.push_str(&format!(
-            "{name} ansible_host={addr} ansible_port={port} ansible_user={user} \
-             ansible_ssh_private_key_file={key} \
-             ansible_ssh_common_args='-o UserKnownHostsFile={known} -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes' \
-             ansible_python_interpreter=/usr/bin/python3 root_dir={root}\n",
-            name = target_name(i),
-            addr = h.addr,
-            port = h.port,
-            user = site.hosts.user,
-            key = site.hosts.client_key.display(),
-            root = h.root_dir.display(),
-        ));
-    }
-    std::fs::write(dir.join("inventory.ini"), inventory)?;
-    let forks = site.hosts.hosts.len();
-    std::fs::write(
-        dir.join("ansible.cfg"),
-        format!(
-            "[defaults]\nforks = {forks}\nhost_key_checking = True\ngathering = explicit\n\
-             retry_files_enabled = False\nlocal_tmp = {tmp}/local\n\
-             [ssh_connection]\npipelining = True\n\
-             ssh_args = -o ControlMaster=auto -o ControlPersist=60s\n\
-             control_path_dir = {cp}\n",
-            tmp = dir.display(),
-            cp = cp.path().display(),
-        ),
-    )?;
-    std::fs::write(
-        dir.join("playbook.yml"),
-        format!(
-            "- hosts: targets\n  gather_facts: false\n  tasks:\n\
-             \x20   - name: copy the artifact (SHA-1 verified, atomic rename)\n\
-             \x20     ansible.builtin.copy:\n\
-             \x20       src: {src}\n\
-             \x20       dest: \"{{{{ root_dir }}}}/{run_id}/\"\n\
-             \x20       checksum: {sha1}\n\
-             \x20   - name: check\n\
-             \x20     ansible.builtin.command: test -s \"{{{{ root_dir }}}}/{run_id}/{ARTIFACT}\"\n",
-            src = q(w.path.to_string_lossy()),
-            sha1 = q(&w.sha1),
-        ),
-    )?;
-    let started = Instant::now();
-    let out = Command::new(playbook_bin)
-        .current_dir(&dir)
-        .env("ANSIBLE_CONFIG", dir.join("ansible.cfg"))
-        .args(["-i", "inventory.ini", "playbook.yml"])
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .with_context(|| format!("cannot run {}", playbook_bin.display()))?;
-    let elapsed = started.elapsed().as_secs_f64();
-    std::fs::write(dir.join("output.txt"), &out.stdout)?;
-    if !out.status.success() {
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let tail: Vec<&str> = stdout.lines().rev().take(15).collect();
-        bail!(
-            "ansible-playbook exited {}: {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim_end(),
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-        );
-    }
-    // End the persisted masters (started by this run, one socket each) now rather than in 60 s.
-    for socket in std::fs::read_dir(cp.path())?.flatten() {
-        let _ = Command::new("ssh")
-            .arg("-o")
-            .arg(format!("ControlPath={}", socket.path().display()))
-            .args(["-O", "exit", "placeholder"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .await;
-    }
-    Ok(Outcome::timed(elapsed, String::new()))
 }

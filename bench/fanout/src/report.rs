@@ -47,17 +47,18 @@ pub(crate) fn report(args: &Args, results: &[Measurement]) -> Result<()> {
         loadavg().unwrap_or_default()
     );
     println!();
-    println!("| targets | workload | engine | seconds | note |");
-    println!("| ---: | --- | --- | ---: | --- |");
+    println!("| targets | workload | engine | seconds | load at start | note |");
+    println!("| ---: | --- | --- | ---: | --- | --- |");
     for m in results {
         println!(
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             m.targets,
             m.workload,
             m.engine,
             m.seconds
                 .map(|s| format!("{s:.3}"))
                 .unwrap_or_else(|| "FAILED".into()),
+            m.load,
             m.note.replace('\n', " ").replace('|', "/")
         );
     }
@@ -71,7 +72,8 @@ pub(crate) fn report(args: &Args, results: &[Measurement]) -> Result<()> {
             pairs.push((m.targets, m.workload.clone()));
         }
     }
-    let json = ratios(results, &pairs);
+    let mut json = ratios(results, &pairs);
+    json.extend(to_the_fastest(results, &pairs));
     memory(results);
     goals(args, results, &pairs);
     if let Some(path) = &args.json {
@@ -80,7 +82,7 @@ pub(crate) fn report(args: &Args, results: &[Measurement]) -> Result<()> {
             .map(|m| {
                 serde_json::json!({"workload": m.workload, "engine": m.engine,
                     "targets": m.targets, "seconds": m.seconds, "note": m.note,
-                    "worker_rss_kib": m.worker_rss_kib})
+                    "worker_rss_kib": m.worker_rss_kib, "load": m.load})
                 .to_string()
                     + "\n"
             })
@@ -127,6 +129,50 @@ fn ratios(results: &[Measurement], pairs: &[(usize, String)]) -> Vec<serde_json:
             "manent_warm_over_floor": ratio(warm, floor),
             "manent_over_scp": ratio(m, s), "ansible_over_manent": ratio(a, m),
             "manent_pg_over_scp": ratio(p, s), "ansible_over_manent_pg": ratio(a, p),
+        }));
+    }
+    json
+}
+
+/// The rows that are not a tool doing the whole deploy: the floor (bytes only) and the
+/// transport (manent's SSH without its engine). The fastest is chosen among the others.
+const NOT_A_TOOL: [&str; 2] = ["floor", "transport"];
+
+/// Prints, for each (targets, workload) pair, every engine's time as a ratio to the fastest
+/// tool of that pair (manent against scp, ansible, mitogen and pyinfra alike), fastest
+/// first; returns them as JSON lines.
+fn to_the_fastest(results: &[Measurement], pairs: &[(usize, String)]) -> Vec<serde_json::Value> {
+    println!();
+    println!("Each engine against the fastest tool of its row (1.00x is the fastest):");
+    println!();
+    println!("| targets | workload | fastest | ratios |");
+    println!("| ---: | --- | --- | --- |");
+    let mut json = Vec::new();
+    for (n, w) in pairs {
+        let mut timed: Vec<(&str, f64)> = results
+            .iter()
+            .filter(|m| m.targets == *n && m.workload == *w)
+            .filter_map(|m| Some((m.engine.as_str(), m.seconds?)))
+            .collect();
+        timed.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let Some(&(fastest, best)) = timed
+            .iter()
+            .find(|(engine, _)| !NOT_A_TOOL.contains(engine))
+        else {
+            continue;
+        };
+        let cells: Vec<String> = timed
+            .iter()
+            .map(|(engine, s)| format!("{engine} {:.2}x", s / best))
+            .collect();
+        println!("| {n} | {w} | {fastest} ({best:.3} s) | {} |", cells.join(", "));
+        let ratios: serde_json::Map<String, serde_json::Value> = timed
+            .iter()
+            .map(|(engine, s)| ((*engine).to_string(), serde_json::json!(s / best)))
+            .collect();
+        json.push(serde_json::json!({
+            "workload": w, "targets": n, "fastest": fastest, "fastest_s": best,
+            "over_fastest": ratios,
         }));
     }
     json

@@ -563,7 +563,11 @@ mod tests {
             source("2001:db8:1:2:bbbb::9"),
             "one /64, one source"
         );
-        assert_eq!(source("2001:db8:1:2::1").to_string(), "2001:db8:1:2::/64");
+        assert_eq!(
+            source("2001:db8:1:2::1").to_string(),
+            "2001:db8:1:2::/64",
+            "an IPv6 source is counted by its /64"
+        );
         let mut headers = HeaderMap::new();
         headers.insert(
             "x-forwarded-for",

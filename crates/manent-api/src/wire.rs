@@ -204,6 +204,7 @@ impl ToWire for platform::WorkerState {
             platform::WorkerState::Running => contract::WorkerState::Running,
             platform::WorkerState::Draining => contract::WorkerState::Draining,
             platform::WorkerState::Stopped => contract::WorkerState::Stopped,
+            platform::WorkerState::Suspect => contract::WorkerState::Suspect,
             platform::WorkerState::Dead => contract::WorkerState::Dead,
         }
     }
@@ -338,6 +339,22 @@ impl ToWire for deploy_views::DeployStatus {
             irreversible: self.irreversible,
             waves: self.waves.to_wire(),
             passes: self.passes.to_wire(),
+            interruptions: self.interruptions.to_wire(),
+        }
+    }
+}
+
+impl ToWire for timeline::InterruptionView {
+    type Wire = contract::InterruptionView;
+    fn to_wire(self) -> Self::Wire {
+        use manent_deploy::request::rfc3339;
+        contract::InterruptionView {
+            interrupted_at: self.interrupted_at.map(rfc3339),
+            interruption: self.interruption,
+            recovered_at: rfc3339(self.recovered_at),
+            recovery: self.recovery,
+            resumed_by: self.resumed_by,
+            resumed_at: self.resumed_at.map(rfc3339),
         }
     }
 }

@@ -107,7 +107,9 @@ async fn of_concurrent_creations_of_one_name_exactly_one_makes_a_token(db: Db) {
     for attempt in attempts {
         match attempt.await.expect("a creation does not panic") {
             Ok(_) => created += 1,
-            Err(auth::TokenError::Duplicate(name)) => assert_eq!(name, "ci"),
+            Err(auth::TokenError::Duplicate(name)) => {
+                assert_eq!(name, "ci", "the token is listed under its name")
+            }
             Err(other) => panic!("a concurrent creation fails only as a duplicate: {other}"),
         }
     }

@@ -908,8 +908,16 @@ mod tests {
                  schedule's other runs"
             );
         }
-        assert_eq!(render::short_id(&ids[0]), "sch-1a2b3c4d@1796224050");
-        assert_eq!(render::short_id(&ids[2]), "3f2a9c71");
+        assert_eq!(
+            render::short_id(&ids[0]),
+            "sch-1a2b3c4d@1796224050",
+            "a scheduled run's id keeps its tick"
+        );
+        assert_eq!(
+            render::short_id(&ids[2]),
+            "3f2a9c71",
+            "an id shortened to 8 characters"
+        );
     }
 
     #[test]

@@ -561,6 +561,17 @@ pub fn status(style: &Style, d: &DeployStatus) -> String {
         }
         cells
     }));
+    // A step tried again says why: its last attempt's error (the failed ones' are the
+    // deploy's error).
+    for s in d
+        .steps
+        .iter()
+        .filter(|s| s.status == manent_contract::StepStatus::Running)
+    {
+        if let Some(error) = &s.error {
+            out.push_str(&format!("  step {}: {}\n", s.name.cell(), error.cell()));
+        }
+    }
     out
 }
 

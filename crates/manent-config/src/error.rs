@@ -228,7 +228,11 @@ mod tests {
             ("missing field `name`", "missing key `name`; add it"),
             ("something else", "something else"),
         ] {
-            assert_eq!(humanize(input), expected);
+            assert_eq!(
+                humanize(input),
+                expected,
+                "serde's message {input:?} said in words"
+            );
         }
     }
 }

@@ -88,11 +88,13 @@ mod tests {
     fn a_relative_sqlite_file_is_resolved_and_everything_else_kept() {
         assert_eq!(
             in_config_dir("sqlite://manent.db"),
-            "sqlite:///etc/manent/manent.db"
+            "sqlite:///etc/manent/manent.db",
+            "a relative SQLite path is relative to the config's directory"
         );
         assert_eq!(
             in_config_dir("sqlite:manent.db"),
-            "sqlite:///etc/manent/manent.db"
+            "sqlite:///etc/manent/manent.db",
+            "without the slashes too"
         );
         assert_eq!(
             in_config_dir("sqlite://data/m.db?mode=rwc"),
@@ -125,18 +127,31 @@ mod tests {
             ("XDG_STATE_HOME", "/home/u/.state"),
             ("HOME", "/home/u"),
         ];
-        assert_eq!(state_dir(&all), Path::new("/var/lib/manent"));
-        assert_eq!(state_dir(&all[1..]), Path::new("/home/u/.state/manent"));
+        assert_eq!(
+            state_dir(&all),
+            Path::new("/var/lib/manent"),
+            "the first state directory that exists"
+        );
+        assert_eq!(
+            state_dir(&all[1..]),
+            Path::new("/home/u/.state/manent"),
+            "then $XDG_STATE_HOME"
+        );
         assert_eq!(
             state_dir(&all[2..]),
-            Path::new("/home/u/.local/state/manent")
+            Path::new("/home/u/.local/state/manent"),
+            "then ~/.local/state"
         );
         assert_eq!(
             state_dir(&[("XDG_STATE_HOME", "relative"), ("HOME", "/home/u")]),
             Path::new("/home/u/.local/state/manent"),
             "a relative XDG_STATE_HOME is ignored, as the XDG specification says"
         );
-        assert_eq!(state_dir(&[]), std::env::temp_dir().join("manent"));
+        assert_eq!(
+            state_dir(&[]),
+            std::env::temp_dir().join("manent"),
+            "else the temporary directory"
+        );
     }
 
     #[test]
@@ -214,9 +229,17 @@ mod tests {
 
     #[test]
     fn an_executor_id_becomes_one_safe_path_component() {
-        assert_eq!(file_name_of("manent-0"), "manent-0");
-        assert_eq!(file_name_of("eu/w1"), "eu_w1");
-        assert_eq!(file_name_of(".."), "_..");
-        assert_eq!(file_name_of(""), "_");
+        assert_eq!(
+            file_name_of("manent-0"),
+            "manent-0",
+            "a plain id is its own file name"
+        );
+        assert_eq!(
+            file_name_of("eu/w1"),
+            "eu_w1",
+            "a slash becomes an underscore"
+        );
+        assert_eq!(file_name_of(".."), "_..", "dots alone are prefixed");
+        assert_eq!(file_name_of(""), "_", "an empty id is an underscore");
     }
 }

@@ -52,7 +52,7 @@ mod tests {
             let parsed: D = serde_json::from_value(serde_json::json!({ "d": text })).unwrap();
             assert_eq!(parsed.d, expected, "{text}");
             let back: D = serde_json::from_value(serde_json::to_value(&parsed).unwrap()).unwrap();
-            assert_eq!(back, parsed);
+            assert_eq!(back, parsed, "a duration reads back as written");
         }
     }
 
@@ -61,7 +61,8 @@ mod tests {
         let err = serde_json::from_value::<D>(serde_json::json!({ "d": 30 })).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid type: integer `30`, expected a duration such as 30s, 5m, 1h or 250ms"
+            "invalid type: integer `30`, expected a duration such as 30s, 5m, 1h or 250ms",
+            "a number without a unit is refused in words"
         );
     }
 }

@@ -535,7 +535,10 @@ mod tests {
         let root = std::fs::canonicalize(dir.path()).unwrap();
         let source = format!("file://{}/", root.display());
         let sources = ArtifactSources::parse(&[source]).unwrap();
-        assert!(sources.contains_path("acme/web", &root.join("a/b")));
+        assert!(
+            sources.contains_path("acme/web", &root.join("a/b")),
+            "a path under the source's root belongs to it"
+        );
         assert!(
             !sources.contains_path("acme/web", Path::new("/etc/passwd")),
             "a symlink resolved outside the source is refused"

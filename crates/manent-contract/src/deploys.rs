@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::string_enum;
+use manent_enum::string_enum;
 
 string_enum!(
     /// The life of a deploy, with DBOS's names.
@@ -478,6 +478,31 @@ pub struct DeployStatus {
     /// steps are among `steps`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub passes: Vec<PassView>,
+    /// Each time a worker holding it was lost and the deploy moved on (status only; absent
+    /// when none): the timeline's interruptions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interruptions: Vec<InterruptionView>,
+}
+
+/// A worker lost under a running deploy, and the recovery that moved the deploy on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct InterruptionView {
+    /// When the lost worker was last heard from (absent when it never registered, or when
+    /// the worker itself resumed after a restart).
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub interrupted_at: Option<String>,
+    /// What stopped, in words.
+    pub interruption: Option<String>,
+    /// When the deploy was recovered (handed back to its queue, or resumed).
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub recovered_at: String,
+    /// The recovery's note: who recovered it, from which worker, and why.
+    pub recovery: String,
+    /// The worker that ran its next step after the recovery, and when it started.
+    pub resumed_by: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub resumed_at: Option<String>,
 }
 
 /// One wave of the rollout: its name and its targets, in the order they are deployed.

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::string_enum;
+use manent_enum::string_enum;
 
 string_enum!(
     /// What kind of failure, one per HTTP status (docs/api.md).

@@ -5,17 +5,20 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::string_enum;
+use manent_enum::string_enum;
 
 string_enum!(
     /// The state a worker last recorded for itself, or `dead`.
     WorkerState, listed: true,
-    "running, draining or stopped, as the worker last recorded it; dead: silent for longer \
-     than `recovery.stale_after` without a recorded stop (killed, frozen or cut off; its \
-     deploys wait for it or for recovery)." {
+    "running, draining or stopped, as the worker last recorded it; suspect: its lease still \
+     looks live but it stopped answering (its liveness lock is free or its pid on this host \
+     is gone: killed, most likely); dead: silent for longer than `recovery.stale_after` \
+     without a recorded stop (killed, frozen or cut off; its deploys wait for it or for \
+     recovery)." {
         Running = "running",
         Draining = "draining",
         Stopped = "stopped",
+        Suspect = "suspect",
         Dead = "dead",
     }
 );

@@ -23,10 +23,10 @@ pub use admin::{
 pub use deploys::StatusFilter;
 pub use deploys::{
     ApprovalView, Artifact, BatchEntry, Decision, DecisionBody, Dependency, DeployAction,
-    DeployLogs, DeployOutput, DeployOverrides, DeployStatus, Descriptor, Missed, OutputLine,
-    OutputStream, PassMode, PassView, Phase, Recovered, RedeployBody, RedeployKind, Resubmitted,
-    RollbackBody, Schedule, StepStatus, StepView, SubmitBatch, Submitted, SubmittedStatus,
-    TargetState, TargetView, WaveView, WorkflowStatus,
+    DeployLogs, DeployOutput, DeployOverrides, DeployStatus, Descriptor, InterruptionView, Missed,
+    OutputLine, OutputStream, PassMode, PassView, Phase, Recovered, RedeployBody, RedeployKind,
+    Resubmitted, RollbackBody, Schedule, StepStatus, StepView, SubmitBatch, Submitted,
+    SubmittedStatus, TargetState, TargetView, WaveView, WorkflowStatus,
 };
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use fleet::{
@@ -34,104 +34,6 @@ pub use fleet::{
     WorkerState, WorkerView,
 };
 pub use schedules::{MissedPolicy, RefusedTick, ScheduleDeleted, ScheduleView};
-
-/// A string enum of the contract: known values as variants, anything else kept as
-/// `Other(text)` (see the crate's documentation). `listed` says whether the schema lists
-/// the known values (`enum`); an open set (a workflow's own phases) is a plain string.
-macro_rules! string_enum {
-    (
-        $(#[$meta:meta])*
-        $name:ident, listed: $listed:literal, $description:literal {
-            $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)?
-        }
-    ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-        pub enum $name {
-            $($(#[$vmeta])* $variant,)+
-            /// A value this build does not know, kept as it was written.
-            Other(String),
-        }
-
-        impl $name {
-            /// Every value this build knows.
-            pub const KNOWN: &'static [&'static str] = &[$($text),+];
-
-            pub fn as_str(&self) -> &str {
-                match self {
-                    $($name::$variant => $text,)+
-                    $name::Other(text) => text,
-                }
-            }
-        }
-
-        impl From<&str> for $name {
-            fn from(text: &str) -> Self {
-                match text {
-                    $($text => $name::$variant,)+
-                    other => $name::Other(other.to_string()),
-                }
-            }
-        }
-
-        impl From<String> for $name {
-            fn from(text: String) -> Self {
-                match $name::from(text.as_str()) {
-                    $name::Other(_) => $name::Other(text),
-                    known => known,
-                }
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        impl PartialEq<str> for $name {
-            fn eq(&self, other: &str) -> bool {
-                self.as_str() == other
-            }
-        }
-
-        impl PartialEq<&str> for $name {
-            fn eq(&self, other: &&str) -> bool {
-                self.as_str() == *other
-            }
-        }
-
-        impl serde::Serialize for $name {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                serializer.serialize_str(self.as_str())
-            }
-        }
-
-        impl<'de> serde::Deserialize<'de> for $name {
-            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                String::deserialize(deserializer).map($name::from)
-            }
-        }
-
-        #[cfg(feature = "openapi")]
-        impl utoipa::PartialSchema for $name {
-            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-                let schema = utoipa::openapi::schema::ObjectBuilder::new()
-                    .schema_type(utoipa::openapi::schema::Type::String)
-                    .description(Some($description));
-                if $listed {
-                    schema.enum_values(Some(Self::KNOWN.iter().copied())).into()
-                } else {
-                    schema.into()
-                }
-            }
-        }
-
-        #[cfg(feature = "openapi")]
-        impl utoipa::ToSchema for $name {}
-    };
-}
-pub(crate) use string_enum;
 
 #[cfg(test)]
 mod tests {
@@ -165,6 +67,9 @@ mod tests {
             WorkflowStatus::Success == "SUCCESS",
             "tests and renderers compare with the documented text"
         );
-        assert!(Phase::Other("wave 1/2 (web)".into()) == "wave 1/2 (web)");
+        assert!(
+            Phase::Other("wave 1/2 (web)".into()) == "wave 1/2 (web)",
+            "an unknown phase compares equal to its text"
+        );
     }
 }

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::string_enum;
+use manent_enum::string_enum;
 
 string_enum!(
     /// What a schedule does with ticks missed while no worker ran.

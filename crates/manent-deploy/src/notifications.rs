@@ -407,7 +407,8 @@ mod tests {
         // RFC 4231, test case 2.
         assert_eq!(
             signature(b"Jefe", b"what do ya want for nothing?"),
-            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843",
+            "HMAC-SHA256 of RFC 4231 test case 2"
         );
     }
 
@@ -479,9 +480,21 @@ mod tests {
     #[test]
     fn retries_wait_twice_as_long_each_time_up_to_an_hour() {
         let five = Duration::from_secs(5);
-        assert_eq!(backoff(five, 1), five);
-        assert_eq!(backoff(five, 2), Duration::from_secs(10));
-        assert_eq!(backoff(five, 4), Duration::from_secs(40));
+        assert_eq!(
+            backoff(five, 1),
+            five,
+            "the first retry waits the base delay"
+        );
+        assert_eq!(
+            backoff(five, 2),
+            Duration::from_secs(10),
+            "the second retry waits twice as long"
+        );
+        assert_eq!(
+            backoff(five, 4),
+            Duration::from_secs(40),
+            "the fourth retry waits eight times as long"
+        );
         assert_eq!(backoff(five, 30), MAX_BACKOFF, "never more than an hour");
     }
 }

@@ -57,7 +57,11 @@ async fn keep_releases_leaves_the_newest_release_directories_and_the_live_one_on
             [".shared", "current", "v1", "v3"],
             "{name} after v1 again"
         );
-        assert_eq!(current_of(site.root(i)), Some(PathBuf::from("v1")));
+        assert_eq!(
+            current_of(site.root(i)),
+            Some(PathBuf::from("v1")),
+            "the live link points at v1 on target {i}"
+        );
         assert_eq!(
             step(&status, &format!("{name}: prune releases")).status,
             deploy_views::StepState::Success,

@@ -389,7 +389,12 @@ async fn a_failed_irreversible_deploy_whose_once_task_succeeded_is_not_rolled_ba
 
     site.edit_environment("rollout:", "rollback: {past_irreversible: true}\nrollout:");
     let (record, _) = deploy(&site, &worker, &bad, Some("drops the column users.name")).await;
-    assert_eq!(record.status, WorkflowStatus::Error);
+    assert_eq!(
+        record.status,
+        WorkflowStatus::Error,
+        "the deploy failed: {:?}",
+        record.error
+    );
     for i in 0..2 {
         assert_eq!(
             current_of(site.root(i)),

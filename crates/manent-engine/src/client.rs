@@ -448,6 +448,24 @@ impl Client {
         Ok(self.store.get_executor_lease(id).await?)
     }
 
+    /// Whether the holder of `lease` stopped answering while its lease still looks live:
+    /// the liveness lock of its id is free (its PostgreSQL session gone, or its OS file
+    /// lock on SQLite free), or it ran on this host under a pid that is gone. Suspect, not
+    /// dead: a cut connection frees the lock while the process lives on, so nothing moves
+    /// its work before the lease runs out (ARCHITECTURE.md, invariant 5). False for an
+    /// expired lease (its holder is dead, not suspect) and where the backend cannot tell.
+    pub async fn executor_suspect(&self, lease: &ExecutorLease) -> Result<bool, EngineError> {
+        if !lease.is_live(now_ms()) {
+            return Ok(false);
+        }
+        if lease.host == crate::engine::this_host() {
+            // Its pid says it here (a restart under the id writes a new one), and no lock
+            // is tried, so a worker taking its id never meets this look.
+            return Ok(!crate::engine::process_alive(lease.pid));
+        }
+        Ok(self.store.liveness_free(&lease.executor_id).await? == Some(true))
+    }
+
     /// How many workflows named `name` are queued, per workflow version.
     pub async fn count_enqueued_by_version(
         &self,

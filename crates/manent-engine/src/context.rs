@@ -363,6 +363,23 @@ impl WorkflowContext {
                         // Escaped: a step's error may quote what a target printed, which must
                         // not forge a line of the server's log.
                         tracing::info!(workflow_id = %self.workflow_id(), step = %name, attempt, error = %e.to_string().escape_debug(), retry_in = ?wait, "step failed; retrying");
+                        if policy.record_start {
+                            // The failed attempt's error on the running step, for status and
+                            // logs to show while it is tried again (not only the worker's log).
+                            let mut running = self.record(
+                                index,
+                                &name,
+                                StepStatus::Running,
+                                before + i64::from(attempt) + 1,
+                                started,
+                            );
+                            running.error = Some(format!(
+                                "attempt {} failed, trying again in {}s: {e}",
+                                before + i64::from(attempt),
+                                wait.as_secs_f64()
+                            ));
+                            self.write(&running).await?;
+                        }
                         tokio::time::sleep(wait).await;
                         self.ensure_live()?;
                     }

@@ -51,6 +51,19 @@ pub enum StoreError {
         name: String,
         compatible_from: Option<i64>,
     },
+    /// A copy between databases that would lose or mix data: said with what to do.
+    #[error("{0}")]
+    CopyRefused(String),
+}
+
+/// A stored status this build does not know: damage, never a default.
+impl From<manent_enum::UnknownValue> for StoreError {
+    fn from(e: manent_enum::UnknownValue) -> Self {
+        StoreError::Corrupt {
+            what: e.what.into(),
+            reason: format!("unknown value `{}`", e.value),
+        }
+    }
 }
 
 impl StoreError {

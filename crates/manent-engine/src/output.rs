@@ -292,7 +292,11 @@ mod tests {
 
     #[test]
     fn a_long_line_is_cut_on_a_character_boundary_and_says_how_much() {
-        assert_eq!(cut("short"), ("short", 0));
+        assert_eq!(
+            cut("short"),
+            ("short", 0),
+            "a short line is kept whole, nothing cut"
+        );
         let long = "é".repeat(MAX_LINE_BYTES);
         let (kept, rest) = cut(&long);
         assert_eq!(

@@ -119,7 +119,8 @@ async fn replay_skips_completed_steps_and_reruns_the_interrupted_one(db: Db) {
     let steps = second.client().steps(&wf.id).await.unwrap();
     assert_eq!(
         steps.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
-        ["one", "two", "three"]
+        ["one", "two", "three"],
+        "every step is recorded once, in order"
     );
     assert!(
         steps.iter().all(|s| s.status == StepStatus::Success),
@@ -325,7 +326,7 @@ async fn an_enqueue_wakes_the_claimers_of_another_store_once_it_is_committed(db:
     })
     .await
     .expect("the other store hears of the enqueue");
-    assert_eq!(heard, "woken");
+    assert_eq!(heard, "woken", "the receiver heard the message sent to it");
     assert_eq!(
         claimer
             .get_workflow(&wf.id)
@@ -402,7 +403,8 @@ async fn messages_reach_recv_and_events_reach_clients(db: Db) {
             .await
             .unwrap()
             .as_deref(),
-        Some("approved")
+        Some("approved"),
+        "the event the workflow set is what a client reads"
     );
     let missing = client.send("nope", "approve", "x").await;
     assert!(
@@ -511,7 +513,8 @@ async fn cancel_stops_a_run_and_resume_continues_it(db: Db) {
     .await;
     assert_eq!(
         client.cancel(&wf.id).await.unwrap(),
-        WorkflowStatus::Cancelled
+        WorkflowStatus::Cancelled,
+        "cancelling a running workflow cancels it"
     );
     manent_testkit::eventually("the run notices the cancellation", WAIT, || async {
         (e.running_count() == 0).then_some(())
@@ -525,7 +528,11 @@ async fn cancel_stops_a_run_and_resume_continues_it(db: Db) {
     client.resume(&wf.id).await.unwrap();
     client.send(&wf.id, "go", 7u32).await.unwrap();
     let done = wait_success(&client, &wf.id).await;
-    assert_eq!(done.output.as_deref(), Some("7"));
+    assert_eq!(
+        done.output.as_deref(),
+        Some("7"),
+        "the resumed workflow finished with its output"
+    );
     assert_eq!(
         ledger.count("before"),
         1,
@@ -630,9 +637,50 @@ async fn step_retries_follow_the_policy_and_record_attempts(db: Db) {
         )
         .await
     });
+    // Fails once, then waits: its failed attempt's error is on the running step meanwhile.
+    let gate = Gate::new();
+    let first_try = Arc::new(AtomicUsize::new(0));
+    let (g, f) = (gate.clone(), first_try.clone());
+    e.register("patient", move |ctx: WorkflowContext, _: ()| {
+        let (g, f) = (g.clone(), f.clone());
+        async move {
+            let policy = StepPolicy::retry(2, Duration::from_millis(5)).recording_start();
+            ctx.step_with("patient", policy, || {
+                let (g, f) = (g.clone(), f.clone());
+                async move {
+                    if f.fetch_add(1, Ordering::SeqCst) == 0 {
+                        return Err("the first try failed".to_string());
+                    }
+                    g.wait().await;
+                    Ok(())
+                }
+            })
+            .await
+        }
+    });
     e.listen(QueueSpec::new("q"));
     e.launch().await.unwrap();
     let client = e.client();
+    let patient = client
+        .enqueue(EnqueueRequest::new("patient", "q", ()))
+        .await
+        .unwrap();
+    let running = manent_testkit::eventually("the retried step shows its error", WAIT, || async {
+        let steps = client.steps(&patient.id).await.unwrap();
+        steps
+            .into_iter()
+            .find(|s| s.status == StepStatus::Running && s.error.is_some())
+    })
+    .await;
+    assert!(
+        running.attempts == 2
+            && running.error.as_deref().is_some_and(
+                |e| e.contains("attempt 1 failed") && e.contains("the first try failed")
+            ),
+        "the second attempt runs, the first's error shown: {running:?}"
+    );
+    gate.open();
+    wait_success(&client, &patient.id).await;
     let ok = client
         .enqueue(EnqueueRequest::new("flaky", "q", ()))
         .await
@@ -640,12 +688,21 @@ async fn step_retries_follow_the_policy_and_record_attempts(db: Db) {
     wait_success(&client, &ok.id).await;
     let steps = client.steps(&ok.id).await.unwrap();
     assert_eq!(steps[0].attempts, 3, "two failures then a success");
+    assert_eq!(
+        steps[0].error, None,
+        "a step that succeeded in the end keeps no error"
+    );
     let bad = client
         .enqueue(EnqueueRequest::new("hopeless", "q", ()))
         .await
         .unwrap();
     let done = client.wait(&bad.id, WAIT).await.unwrap();
-    assert_eq!(done.status, WorkflowStatus::Error);
+    assert_eq!(
+        done.status,
+        WorkflowStatus::Error,
+        "a step that always fails fails its workflow: {:?}",
+        done.error
+    );
     assert!(
         done.error.unwrap().contains("always"),
         "the step's error is the workflow's error"
@@ -733,7 +790,10 @@ async fn a_panicking_workflow_ends_in_error(db: Db) {
         WorkflowStatus::Error,
         "a panic fails the workflow, not the executor"
     );
-    assert!(done.error.unwrap().contains("kaboom"));
+    assert!(
+        done.error.unwrap().contains("kaboom"),
+        "a panic fails the workflow with its message"
+    );
     e.shutdown(WAIT).await;
 }
 

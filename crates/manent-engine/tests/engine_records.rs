@@ -57,7 +57,8 @@ async fn records_are_kept_replaced_listed_and_deleted(db: Db) {
     s.put_record("other", "a", "5", 5).await.unwrap();
     assert_eq!(
         s.get_record("token", "a").await.unwrap().as_deref(),
-        Some("1")
+        Some("1"),
+        "the record written is the record read"
     );
     assert_eq!(
         s.list_records("token").await.unwrap(),
@@ -67,12 +68,19 @@ async fn records_are_kept_replaced_listed_and_deleted(db: Db) {
         ],
         "put replaces; kinds are separate"
     );
-    assert!(s.delete_record("token", "a").await.unwrap());
+    assert!(
+        s.delete_record("token", "a").await.unwrap(),
+        "an existing record is deleted"
+    );
     assert!(
         !s.delete_record("token", "a").await.unwrap(),
         "deleting twice reports nothing deleted"
     );
-    assert_eq!(s.get_record("token", "a").await.unwrap(), None);
+    assert_eq!(
+        s.get_record("token", "a").await.unwrap(),
+        None,
+        "a deleted record is gone"
+    );
 }
 
 async fn records_written_together_are_inserted_all_or_none_and_deleted_together(db: Db) {

@@ -117,7 +117,11 @@ async fn manual_recovery_hands_work_to_another_executor_and_fences_the_first(db:
         Some("\"b\""),
         "the other executor finished it"
     );
-    assert_eq!(done.executor_id.as_deref(), Some("b"));
+    assert_eq!(
+        done.executor_id.as_deref(),
+        Some("b"),
+        "b, which took the workflow over, holds it last"
+    );
 
     // a's step body now completes; its checkpoint must be refused.
     gate.open();
@@ -219,6 +223,26 @@ async fn automatic_recovery_takes_over_a_stale_executor(db: Db) {
             && notes[0].contains("recovered automatically by executor alive")
             && notes[0].contains("executor dead"),
         "the recovery is noted in the workflow's events, which its log shows: {notes:?}"
+    );
+    // The interruption beside it, dated at the dead executor's last heartbeat.
+    let dead = client
+        .executor("dead")
+        .await
+        .unwrap()
+        .map(|d| d.heartbeat_at_ms);
+    let interrupted: Vec<(i64, String)> = client
+        .events(&wf.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|ev| ev.key.starts_with("interrupted:"))
+        .map(|ev| (ev.updated_at_ms, ev.value))
+        .collect();
+    assert!(
+        interrupted.len() == 1
+            && Some(interrupted[0].0) == dead
+            && interrupted[0].1.contains("worker dead stopped answering"),
+        "the interruption is noted at the dead executor's last heartbeat {dead:?}: {interrupted:?}"
     );
     e.shutdown(WAIT).await;
 }
@@ -457,7 +481,10 @@ async fn a_duplicate_executor_id_is_refused_while_the_first_is_alive(db: Db) {
         Err(EngineError::DuplicateExecutor {
             executor_id, host, ..
         }) => {
-            assert_eq!(executor_id, "same");
+            assert_eq!(
+                executor_id, "same",
+                "the workflow stays with the executor that restarted under its id"
+            );
             assert_eq!(
                 host,
                 config("x").host,

@@ -97,7 +97,11 @@ async fn a_group_global_limit_counts_every_executor_and_queue(db: Db) {
         enqueue(&client, "b", &format!("b{i}")).await;
     }
     let limits = group(Some(2), None, Some(3));
-    assert_eq!(claim(&store, "a", "w1", limits.clone()).await, 2);
+    assert_eq!(
+        claim(&store, "a", "w1", limits.clone()).await,
+        2,
+        "w1 takes two, its limit"
+    );
     assert_eq!(
         claim(&store, "b", "w2", limits.clone()).await,
         1,
@@ -118,7 +122,11 @@ async fn a_partition_running_on_one_queue_of_a_group_blocks_it_on_the_others(db:
     let blocked = enqueue(&client, "b", "app/prod").await;
     let other = enqueue(&client, "b", "app/staging").await;
     let limits = group(None, Some(1), None);
-    assert_eq!(claim(&store, "a", "w1", limits.clone()).await, 1);
+    assert_eq!(
+        claim(&store, "a", "w1", limits.clone()).await,
+        1,
+        "w1 takes one more once a slot frees"
+    );
     let claimed = store
         .claim(
             "b",
@@ -137,7 +145,11 @@ async fn a_partition_running_on_one_queue_of_a_group_blocks_it_on_the_others(db:
         "app/prod runs on queue a: its deploy on b waits, app/staging does not"
     );
     let waiting = store.get_workflow(&blocked).await.unwrap().unwrap();
-    assert_eq!(waiting.status, WorkflowStatus::Enqueued);
+    assert_eq!(
+        waiting.status,
+        WorkflowStatus::Enqueued,
+        "the workflow over the limit stays queued"
+    );
 }
 
 async fn a_queue_cap_holds_on_top_of_its_group(db: Db) {

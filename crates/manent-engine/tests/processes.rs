@@ -929,7 +929,11 @@ async fn a_worker_rolled_back_to_an_older_release_hands_back_what_it_cannot_repl
     let new = procs.spawn(Spec::worker("w").release("1-2"));
     let pid_new = procs.pid(new);
     procs.ledger.wait_for(&format!("ready {pid_new}")).await;
-    assert_eq!(enqueue_versioned(&client, "held").await, 2);
+    assert_eq!(
+        enqueue_versioned(&client, "held").await,
+        2,
+        "the held workflow is enqueued under version 2"
+    );
     procs
         .ledger
         .wait_for(&format!("held step2 start {pid_new} v2"))

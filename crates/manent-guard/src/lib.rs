@@ -183,7 +183,11 @@ mod tests {
             Some("1"),
             "floored"
         );
-        assert_eq!(timeout(Duration::from_secs(11)).as_deref(), Some("11"));
+        assert_eq!(
+            timeout(Duration::from_secs(11)).as_deref(),
+            Some("11"),
+            "a timeout in whole seconds"
+        );
         assert_eq!(
             timeout(Duration::from_millis(999)),
             None,

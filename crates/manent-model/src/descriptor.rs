@@ -486,9 +486,13 @@ mod tests {
     fn numbers_are_read_as_text_where_text_is_expected() {
         let text = yaml("").replace("version: 1.4.2", "version: 2.0");
         let d = parse_descriptor(&text, "d.yml").unwrap();
-        assert_eq!(d.artifacts[0].version, "2.0");
-        assert!(!d.dry_run);
-        assert!(d.depends_on.is_empty());
+        assert_eq!(d.artifacts[0].version, "2.0", "the artifact's version");
+        assert!(!d.dry_run, "not a dry run unless asked");
+        assert!(
+            d.depends_on.is_empty(),
+            "no dependencies unless given: {:?}",
+            d.depends_on
+        );
     }
 
     #[test]
@@ -542,7 +546,10 @@ mod tests {
         );
         let fixed = text.replace(",\n\t\t\"colour\": 1", "");
         let d = parse_descriptor(&fixed, "d.json").unwrap();
-        assert_eq!(d.artifacts[0].version, "1.10");
+        assert_eq!(
+            d.artifacts[0].version, "1.10",
+            "a version that looks like a number stays text"
+        );
         check(
             &fixed.replace("\"prod\"", "\"p/q\""),
             expect![

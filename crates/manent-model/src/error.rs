@@ -240,7 +240,11 @@ mod tests {
             ("missing field `url`", "missing field `url`; add it"),
             ("anything else", "anything else"),
         ] {
-            assert_eq!(humanize(input), expected);
+            assert_eq!(
+                humanize(input),
+                expected,
+                "serde's message {input:?} said in words"
+            );
         }
     }
 
@@ -258,8 +262,9 @@ mod tests {
         );
         assert_eq!(
             err.to_string(),
-            "prod.yml:3: targets[0].port: fix it\nprod.yml: (top level): fix it"
+            "prod.yml:3: targets[0].port: fix it\nprod.yml: (top level): fix it",
+            "each issue on its own line, with file, line and field"
         );
-        assert_eq!(err.issues().len(), 2);
+        assert_eq!(err.issues().len(), 2, "two issues");
     }
 }

@@ -15,10 +15,10 @@
 //!     "prod.yml", "ml/trainer", "prod",
 //! )?;
 //! let config = manent_config::Config::from_yaml_str("{}", "manent.yml", std::iter::empty()).unwrap();
-//! assert_eq!(route(&config, &descriptor, Ok(&env)).queue, "default");
+//! assert_eq!(route(&config, &descriptor, Ok(&env)).queue, "default", "the default queue");
 //! let eff = EffectiveDescriptor::build(&descriptor, &env)?;
-//! assert_eq!(eff.dest_for(&eff.targets[0]).unwrap(), "/opt/ml/trainer/1.2");
-//! assert_eq!(plan_waves(&eff).len(), 1);
+//! assert_eq!(eff.dest_for(&eff.targets[0]).unwrap(), "/opt/ml/trainer/1.2", "the destination with its placeholders filled");
+//! assert_eq!(plan_waves(&eff).len(), 1, "one wave");
 //! # Ok::<(), manent_model::ModelError>(())
 //! ```
 

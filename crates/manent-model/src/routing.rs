@@ -387,19 +387,33 @@ tenants:
                 queue: DEFAULT_QUEUE.into(),
                 kind: QueueKind::Default,
                 plugin: None
-            }
+            },
+            "an unreadable environment routes to the default queue"
         );
         assert_eq!(
             queue_kinds(&config),
-            vec![("default".to_owned(), QueueKind::Default)]
+            vec![("default".to_owned(), QueueKind::Default)],
+            "the default queue only"
         );
     }
 
     #[test]
     fn names_and_kinds() {
-        assert_eq!(region_queue("default", "eu-west-1"), "default.eu-west-1");
-        assert_eq!(region_queue("ml", "us"), "ml.us");
-        assert_eq!(partition_key("ml/trainer", "prod"), "ml/trainer/prod");
+        assert_eq!(
+            region_queue("default", "eu-west-1"),
+            "default.eu-west-1",
+            "a region queue is the queue dot the region"
+        );
+        assert_eq!(
+            region_queue("ml", "us"),
+            "ml.us",
+            "a region queue is the queue dot the region"
+        );
+        assert_eq!(
+            partition_key("ml/trainer", "prod"),
+            "ml/trainer/prod",
+            "the partition key is application/environment"
+        );
         assert_eq!(
             serde_json::to_string(&Route {
                 queue: "gpu".into(),
@@ -407,7 +421,8 @@ tenants:
                 plugin: None
             })
             .unwrap(),
-            r#"{"queue":"gpu","kind":"routed","plugin":null}"#
+            r#"{"queue":"gpu","kind":"routed","plugin":null}"#,
+            "a route's JSON"
         );
         let kinds: Vec<String> = [
             QueueKind::Default,
@@ -427,7 +442,8 @@ tenants:
                 "region=\"region\"",
                 "plugin=\"plugin\"",
                 "routed=\"routed\""
-            ]
+            ],
+            "every queue kind's serde name"
         );
         let listed: Vec<String> = queue_kinds(&config())
             .into_iter()
@@ -443,7 +459,8 @@ tenants:
                 "gpu:routed",
                 "gpu-any:routed",
                 "edge:routed"
-            ]
+            ],
+            "every declared queue with its kind, in order"
         );
     }
 }

@@ -605,18 +605,26 @@ mod tests {
     #[test]
     fn templates() {
         let allowed = &["version", "target"];
-        assert_eq!(placeholders("/opt/{version}/{target}", allowed), Ok(()));
-        assert_eq!(placeholders("no braces", allowed), Ok(()));
+        assert_eq!(
+            placeholders("/opt/{version}/{target}", allowed),
+            Ok(()),
+            "known placeholders are accepted"
+        );
+        assert_eq!(
+            placeholders("no braces", allowed),
+            Ok(()),
+            "text without placeholders is accepted"
+        );
         assert_eq!(
             placeholders("/opt/{ver}", allowed),
-            Err("unknown placeholder `{ver}`; the placeholders allowed here are {version}, {target}".to_owned())
-        );
+            Err("unknown placeholder `{ver}`; the placeholders allowed here are {version}, {target}".to_owned()), "an unknown placeholder is named with the allowed ones");
         assert_eq!(
             expand(
                 "/a/{version}/{x}/{target}{",
                 &[("version", "1.0"), ("target", "web-1")]
             ),
-            "/a/1.0/{x}/web-1{"
+            "/a/1.0/{x}/web-1{",
+            "known placeholders are filled, unknown ones and a lone brace kept"
         );
     }
 

@@ -91,7 +91,14 @@ mod tests {
             o: Some(Duration::from_millis(1500)),
         };
         let json = serde_json::to_string(&value).unwrap();
-        assert_eq!(json, r#"{"d":"1m 30s","o":"1s 500ms"}"#);
-        assert_eq!(serde_json::from_str::<D>(&json).unwrap(), value);
+        assert_eq!(
+            json, r#"{"d":"1m 30s","o":"1s 500ms"}"#,
+            "durations are written in words"
+        );
+        assert_eq!(
+            serde_json::from_str::<D>(&json).unwrap(),
+            value,
+            "and read back"
+        );
     }
 }

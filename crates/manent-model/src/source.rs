@@ -432,9 +432,21 @@ deploy:
     #[test]
     fn locates_duplicates() {
         let text = "a: 1\nb:\n  c: 1\n  d: 2\n  c: 3\na: 2\n";
-        assert_eq!(line_of_duplicate(text, "b.c"), Some(5));
-        assert_eq!(line_of_duplicate(text, "a"), Some(6));
-        assert_eq!(line_of_duplicate(text, "b.d"), None);
+        assert_eq!(
+            line_of_duplicate(text, "b.c"),
+            Some(5),
+            "the duplicate key b.c is on line 5"
+        );
+        assert_eq!(
+            line_of_duplicate(text, "a"),
+            Some(6),
+            "the duplicate key a is on line 6"
+        );
+        assert_eq!(
+            line_of_duplicate(text, "b.d"),
+            None,
+            "b.d is not duplicated"
+        );
     }
 
     #[test]
@@ -446,11 +458,12 @@ deploy:
                 Seg::Key("waves".into()),
                 Seg::Index(1),
                 Seg::Index(0)
-            ]
+            ],
+            "a path's segments"
         );
-        assert_eq!(segments("."), vec![]);
-        assert_eq!(child(".", "a"), "a");
-        assert_eq!(child("a[0]", "b"), "a[0].b");
+        assert_eq!(segments("."), vec![], "the root has no segments");
+        assert_eq!(child(".", "a"), "a", "a child of the root");
+        assert_eq!(child("a[0]", "b"), "a[0].b", "a child of an index");
     }
 
     #[test]
@@ -459,7 +472,8 @@ deploy:
             yaml_serde::from_str("queue: a\nx: [{queue: b}, {y: {queue: c}}]\n").unwrap();
         assert_eq!(
             key_paths(&value, "queue"),
-            vec!["queue", "x[0].queue", "x[1].y.queue"]
+            vec!["queue", "x[0].queue", "x[1].y.queue"],
+            "every path to a key named queue"
         );
     }
 }

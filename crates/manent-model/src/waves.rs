@@ -217,7 +217,8 @@ deploy: {dest: /srv}
             vec![
                 (Some("eu".to_owned()), vec!["t0", "t2"]),
                 (Some("us".to_owned()), vec!["t1"])
-            ]
+            ],
+            "one pass per region, in target order"
         );
     }
 
@@ -261,6 +262,10 @@ deploy: {dest: /srv}
             .into_iter()
             .map(|w| (w.name, w.targets.len()))
             .collect();
-        assert_eq!(waves, vec![("wave-1".into(), 1), ("unlisted".into(), 2)]);
+        assert_eq!(
+            waves,
+            vec![("wave-1".into(), 1), ("unlisted".into(), 2)],
+            "listed targets first, the others in a wave of their own"
+        );
     }
 }

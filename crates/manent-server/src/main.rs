@@ -73,6 +73,17 @@ enum Admin {
     Token(Token),
     /// Validates the configuration and exits.
     CheckConfig,
+    /// Copies a whole manent database (history, schedules, tokens, audit, output) into an
+    /// empty one, SQLite to PostgreSQL or back: the way from the quickstart's file to a
+    /// shared server. Stop every worker and server on the source first.
+    Copy {
+        /// The database to copy: `sqlite://PATH` or `postgres://…`.
+        #[arg(long)]
+        from: String,
+        /// An empty database to copy into (created if it is a SQLite file that is missing).
+        #[arg(long)]
+        to: String,
+    },
     /// Applies `retention` now (workers do it every `retention.every`): removes finished
     /// deploys past their age (never the newest `keep_last` successful ones of each
     /// environment, nor anything in flight), old output lines and audit entries.
@@ -212,6 +223,9 @@ async fn run(args: Args) -> Result<()> {
         clap_complete::generate(shell, &mut command, "manent-server", &mut std::io::stdout());
         return Ok(());
     }
+    if let Command::Admin(Admin::Copy { from, to }) = &args.command {
+        return copy_database(from, to).await;
+    }
     let config = Arc::new(load_config(args.config.as_ref())?);
     // Clashing queue names stop workers only (the seed's page); every other role reports
     // them and goes on.
@@ -256,6 +270,45 @@ async fn run(args: Args) -> Result<()> {
         Command::Admin(admin) => run_admin(admin, store).await,
         Command::Completion { .. } => unreachable!("handled before the configuration is read"),
     }
+}
+
+/// `admin copy`: the database at `from` into the empty one at `to`, then a line per table
+/// and an audit entry in the copy.
+async fn copy_database(from: &str, to: &str) -> Result<()> {
+    let report = store::copy(from, to, manent_engine::now_ms())
+        .await
+        .with_context(|| "cannot copy the database".to_string())?;
+    let total: u64 = report.tables.iter().map(|(_, rows)| rows).sum();
+    println!("copied {total} row(s) into the new database:");
+    for (table, rows) in &report.tables {
+        println!("  {table} {rows}");
+    }
+    let copy = store::open_with(
+        to,
+        &store::Connections {
+            max: 2,
+            listen: false,
+            application_name: "manent admin".into(),
+            ..Default::default()
+        },
+    )
+    .await
+    .context("cannot open the copy")?;
+    let kind = |url: &str| {
+        if url.starts_with("sqlite:") {
+            "sqlite"
+        } else {
+            "postgres"
+        }
+    };
+    audit_admin(
+        &Client::new(copy).records(),
+        "database.copy",
+        &format!("from {} to {}", kind(from), kind(to)),
+    )
+    .await;
+    println!("point database.url at it, then start the servers and workers there");
+    Ok(())
 }
 
 /// `admin prune`: the retention policy, now (docs/configuration.md, `retention`).
@@ -326,6 +379,7 @@ async fn run_admin(admin: Admin, store: Arc<dyn Store>) -> Result<()> {
         Admin::Token(token) => run_token(token, &client.records()).await,
         Admin::CheckConfig => Ok(()),
         Admin::Prune { .. } => unreachable!("handled with the configuration"),
+        Admin::Copy { .. } => unreachable!("handled before the configuration is read"),
     }
 }
 
@@ -709,14 +763,19 @@ mod tests {
         let addr = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
         assert_eq!(
             page_url(None, addr("127.0.0.1:8080"), false),
-            "http://127.0.0.1:8080/"
+            "http://127.0.0.1:8080/",
+            "an IPv4 listener's page URL"
         );
         assert_eq!(
             page_url(None, addr("0.0.0.0:8443"), true),
             "https://localhost:8443/",
             "an unspecified address is opened as localhost"
         );
-        assert_eq!(page_url(None, addr("[::1]:80"), false), "http://[::1]:80/");
+        assert_eq!(
+            page_url(None, addr("[::1]:80"), false),
+            "http://[::1]:80/",
+            "an IPv6 listener's page URL, bracketed"
+        );
         assert_eq!(
             page_url(
                 Some("https://deploy.example.com/"),

@@ -225,7 +225,11 @@ async fn rejection_expiry_and_self_approval_are_refused_with_reasons(db: Db) {
             .is_some_and(|e| e.contains("rejected by bob: not on a Friday")),
         "the rejection and its reason are the error: {rejected}"
     );
-    assert_eq!(approvers(&rejected), ["rejected bob"]);
+    assert_eq!(
+        approvers(&rejected),
+        ["rejected bob"],
+        "bob's rejection is recorded"
+    );
     let (code, late) = decide(&site, &bob, "approve", &id, &[]);
     assert_eq!(code, 2, "approving a finished deploy is a conflict: {late}");
     let (_, late) = site.cli_stderr(&bob, &["approve", &id]);
@@ -271,7 +275,7 @@ async fn deploys_waiting_for_approval_hold_no_deploy_slot(db: Db) {
     // A dry-run needs no approval: it takes the one slot of acme/web/prod and runs.
     let (code, done) = dry_run_and_wait(&site, &token, "9");
     assert_eq!(code, 0, "the fourth deploy runs while three wait: {done}");
-    assert_eq!(done["status"], "SUCCESS");
+    assert_eq!(done["status"], "SUCCESS", "the deploy succeeded: {done}");
     for id in &waiting {
         assert_eq!(
             site.status(&token, id)["phase"],
@@ -351,7 +355,7 @@ async fn a_dependency_wait_releases_when_the_dependency_succeeds_and_not_before(
     let (code, refused) = site.cli(&token, &["deploy", "-f", path.to_str().unwrap()]);
     assert_eq!(code, 2, "a dependency cycle is refused: {refused}");
     let (code, v) = site.cli(&token, &["list", "--application", "acme/a"]);
-    assert_eq!(code, 0);
+    assert_eq!(code, 0, "the command succeeded");
     assert_eq!(v, serde_json::json!([]), "and nothing was accepted");
 
     let (api_deploy, _) = site.submit(&token, "acme/api");

@@ -37,7 +37,10 @@ async fn a_routed_deploy_waits_for_its_pool_and_plain_workers_never_take_it(db: 
     assert_eq!(queue, "gpu", "ml/* is routed to gpu");
     // A deploy on the default queue completing proves the plain worker is up and claiming.
     let (plain, queue) = site.submit(&token, "acme/web");
-    assert_eq!(queue, "default");
+    assert_eq!(
+        queue, "default",
+        "a deploy no rule routes goes to the default queue"
+    );
     site.wait_status(&token, &plain, "SUCCESS").await;
     assert_eq!(
         site.status(&token, &routed)["status"],

@@ -153,8 +153,11 @@ async fn a_recurring_schedule_yields_one_deploy_per_tick_across_instances_and_re
     );
     let (code, created) = cli_at(port2, &token, &["deploy", "-f", path.to_str().unwrap()]);
     assert_eq!(code, 0, "schedule submission: {created}");
-    assert_eq!(created["status"], "SCHEDULED");
-    assert_eq!(created["queue"], "default");
+    assert_eq!(
+        created["status"], "SCHEDULED",
+        "a deploy with a schedule is a schedule: {created}"
+    );
+    assert_eq!(created["queue"], "default", "its queue: {created}");
     let schedule = created["id"].as_str().unwrap().to_string();
     assert!(schedule.starts_with("sch-"), "{schedule}");
 
@@ -167,8 +170,14 @@ async fn a_recurring_schedule_yields_one_deploy_per_tick_across_instances_and_re
         .find(|s| s["id"] == schedule.as_str())
         .cloned()
         .unwrap_or_else(|| panic!("{schedule} in {list}"));
-    assert_eq!(listed["paused"], false);
-    assert_eq!(listed["cron"], EVERY_TWO_SECONDS);
+    assert_eq!(
+        listed["paused"], false,
+        "a new schedule is not paused: {listed}"
+    );
+    assert_eq!(
+        listed["cron"], EVERY_TWO_SECONDS,
+        "the schedule keeps its cron: {listed}"
+    );
     assert!(listed["next_tick"].is_string(), "{listed}");
 
     let before = wait_ticks(&site, &token, &schedule, "three ticks", |t| t.len() >= 3).await;
@@ -186,14 +195,19 @@ async fn a_recurring_schedule_yields_one_deploy_per_tick_across_instances_and_re
         |t| t.iter().filter(|(tick, _)| *tick > restarted_at).count() >= 3,
     )
     .await;
-    assert!(after.len() > before.len());
+    assert!(
+        after.len() > before.len(),
+        "the schedule ticked again: {} then {} ticks",
+        before.len(),
+        after.len()
+    );
     assert_every_tick_once(&after);
 
     // Pause (through the other API): no tick after it, until resumed.
     // A schedule is named by a unique prefix too, by the rule deploys follow.
     let (code, paused) = cli_at(port2, &token, &["schedule", "pause", &schedule[..8]]);
     assert_eq!(code, 0, "pause: {paused}");
-    assert_eq!(paused["paused"], true);
+    assert_eq!(paused["paused"], true, "the schedule is paused: {paused}");
     assert!(paused["next_tick"].is_null(), "{paused}");
     let paused_at = now_secs();
     let_two_ticks_pass(&site, &token).await;
@@ -207,7 +221,10 @@ async fn a_recurring_schedule_yields_one_deploy_per_tick_across_instances_and_re
     let resumed_at = now_secs();
     let (code, resumed) = site.cli(&token, &["schedule", "resume", &schedule]);
     assert_eq!(code, 0, "resume: {resumed}");
-    assert_eq!(resumed["paused"], false);
+    assert_eq!(
+        resumed["paused"], false,
+        "the schedule is resumed: {resumed}"
+    );
     let after_resume = wait_ticks(
         &site,
         &token,
@@ -226,7 +243,10 @@ async fn a_recurring_schedule_yields_one_deploy_per_tick_across_instances_and_re
     // Delete: gone from the list, and no tick after it.
     let (code, deleted) = site.cli(&token, &["schedule", "delete", &schedule]);
     assert_eq!(code, 0, "delete: {deleted}");
-    assert_eq!(deleted["deleted"], true);
+    assert_eq!(
+        deleted["deleted"], true,
+        "the schedule is deleted: {deleted}"
+    );
     let deleted_at = now_secs();
     let (_, list) = cli_at(port2, &token, &["schedules"]);
     assert!(
@@ -248,8 +268,14 @@ async fn a_recurring_schedule_yields_one_deploy_per_tick_across_instances_and_re
     // Every deploy of a tick was a real deploy of the descriptor, on the recorded queue.
     let (_, status) = site.cli(&token, &["status", &format!("{schedule}@{}", last[0].0)]);
     assert_eq!(status["status"], "SUCCESS", "{status}");
-    assert_eq!(status["queue"], "default");
-    assert_eq!(status["version"], "1");
+    assert_eq!(
+        status["queue"], "default",
+        "the tick's deploy went to the default queue: {status}"
+    );
+    assert_eq!(
+        status["version"], "1",
+        "the tick deploys the schedule's version: {status}"
+    );
 }
 
 async fn a_deploy_at_a_time_starts_no_earlier_than_it(db: Db) {
@@ -266,7 +292,10 @@ async fn a_deploy_at_a_time_starts_no_earlier_than_it(db: Db) {
     let path = scheduled_descriptor(&site, "2", &format!("  at: \"{at_text}\"\n"));
     let (code, created) = site.cli(&token, &["deploy", "-f", path.to_str().unwrap()]);
     assert_eq!(code, 0, "submission: {created}");
-    assert_eq!(created["status"], "ENQUEUED");
+    assert_eq!(
+        created["status"], "ENQUEUED",
+        "a one-off deploy at a past time is enqueued at once: {created}"
+    );
     let id = created["id"].as_str().unwrap().to_string();
     let (_, status) = site.cli(&token, &["status", &id]);
     assert_eq!(status["phase"], "scheduled", "{status}");

@@ -108,7 +108,8 @@ async fn a_deploy_killed_mid_way_resumes_on_a_replaced_machine_and_runs_each_com
             .as_array()
             .unwrap()
             .iter()
-            .all(|s| s["executor_id"] == "node-1")
+            .all(|s| s["executor_id"] == "node-1"),
+        "every step ran on node-1: {done}"
     );
 }
 
@@ -270,7 +271,10 @@ async fn sigterm_drains_short_work_and_leaves_long_work_pending_for_the_restart(
         (s["status"] == "SUCCESS").then_some(s)
     })
     .await;
-    assert_eq!(done["executor_id"], "node-1");
+    assert_eq!(
+        done["executor_id"], "node-1",
+        "node-1 ran the deploy: {done}"
+    );
     assert_eq!(
         site.ledger().matches("end").count(),
         1,
@@ -338,12 +342,12 @@ async fn workers_lists_each_worker_with_state_and_heartbeat(db: Db) {
                 "documented field {field} present in {w}"
             );
         }
-        assert_eq!(w["state"], "running");
+        assert_eq!(w["state"], "running", "the worker is running: {w}");
     }
     signal(site.child(w), "TERM");
     site.child(w).wait().unwrap();
     let (code, workers) = site.cli(&token, &["workers"]);
-    assert_eq!(code, 0);
+    assert_eq!(code, 0, "the command succeeded");
     let w1 = workers
         .as_array()
         .unwrap()

@@ -336,7 +336,7 @@
       el('td', {}, el('code', {}, w.executor_id)),
       el('td', {}, w.host),
       el('td', {}, w.region || ''),
-      el('td', {}, el('span', { class: w.state === 'dead' ? 'stale' : '' }, w.state)),
+      el('td', {}, el('span', { class: (w.state === 'dead' || w.state === 'suspect') ? 'stale' : '' }, w.state)),
       el('td', { title: w.heartbeat_at }, age(w.heartbeat_age_secs)),
       el('td', {}, w.running),
       el('td', {}, (w.queues || []).join(', ')),
@@ -473,7 +473,10 @@
       return null;
     };
     const spans = rows.map(span);
-    const known = spans.filter((s) => s);
+    // An interruption's span counts too: a deploy resumed elsewhere has a gap to show.
+    const marks = (d.interruptions || []).flatMap((i) => [i.interrupted_at, i.recovered_at, i.resumed_at])
+      .filter((t) => t).map((t) => ({ start: Date.parse(t), end: Date.parse(t) }));
+    const known = spans.filter((s) => s).concat(hasSteps ? marks : []);
     const t0 = known.length ? Math.min(...known.map((s) => s.start)) : 0;
     const t1 = known.length ? Math.max(...known.map((s) => s.end)) : 0;
     const total = Math.max(t1 - t0, 1);
@@ -528,7 +531,33 @@
             elapsed) : null));
       }
     });
+    nodes.push(...interruptionMarks(d, t0, total, label, chart, top, height - pad));
     picture.replaceChildren(...nodes);
+  }
+
+  /**
+   * The interruptions of a deploy over its timeline: a hatched span from when the lost
+   * worker was last heard from to when the deploy was resumed (its recovery marked), named
+   * and explained in its tooltip, so the gap between the steps reads as what it was.
+   */
+  function interruptionMarks(d, t0, total, label, chart, y0, y1) {
+    const at = (t) => Math.min(Math.max(label + ((t - t0) / total) * chart, label), label + chart);
+    return (d.interruptions || []).map((i) => {
+      const recovered = Date.parse(i.recovered_at);
+      const from = i.interrupted_at ? Date.parse(i.interrupted_at) : recovered;
+      const to = i.resumed_at ? Date.parse(i.resumed_at) : recovered;
+      const x = at(from);
+      const tip = [
+        i.interruption ? i.interrupted_at + ' ' + i.interruption : null,
+        i.recovered_at + ' ' + i.recovery,
+        i.resumed_by ? i.resumed_at + ' resumed by worker ' + i.resumed_by : 'not resumed yet',
+      ].filter((line) => line).join('\n');
+      return svg('g', { class: 'interruption', 'data-recovered-at': i.recovered_at },
+        svg('title', {}, tip),
+        svg('rect', { class: 'interruption-span', x, y: y0 - 6, width: Math.max(at(to) - x, 2), height: y1 - y0 + 6 }),
+        svg('line', { class: 'recovery', x1: at(recovered), x2: at(recovered), y1: y0 - 6, y2: y1 }),
+        svg('text', { class: 'interruption-label', x: x + 2, y: y0 + 6 }, 'interrupted'));
+    });
   }
 
   /** The pane of `target`'s output ('' for the deploy's own), made when first needed. */

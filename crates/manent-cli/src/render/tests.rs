@@ -293,8 +293,8 @@ fn control_characters_from_targets_are_shown_escaped() {
         "no raw control character reaches the terminal: {shown:?}"
     );
     assert_eq!(
-        shown,
-        "ok\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\u{d}done\\u{9b}31m"
+        shown, "ok\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\u{d}done\\u{9b}31m",
+        "control characters escaped"
     );
     assert_eq!(
         terminal_safe("line 1\n\tline 2"),
@@ -364,10 +364,10 @@ fn a_rollback_says_what_it_came_from() {
 
 #[test]
 fn durations_read_at_a_glance() {
-    assert_eq!(duration(850), "850ms");
-    assert_eq!(duration(12_480), "12.4s");
-    assert_eq!(duration(185_000), "3m05s");
-    assert_eq!(duration(7_830_000), "2h10m");
+    assert_eq!(duration(850), "850ms", "milliseconds");
+    assert_eq!(duration(12_480), "12.4s", "seconds with a tenth");
+    assert_eq!(duration(185_000), "3m05s", "minutes and seconds");
+    assert_eq!(duration(7_830_000), "2h10m", "hours and minutes");
 }
 
 #[test]
@@ -542,19 +542,23 @@ fn times_in_tables_are_relative() {
     );
     assert_eq!(
         relative(now(), now() - chrono::Duration::seconds(42)),
-        "42s ago"
+        "42s ago",
+        "seconds ago"
     );
     assert_eq!(
         relative(now(), now() - chrono::Duration::hours(5)),
-        "5h ago"
+        "5h ago",
+        "hours ago"
     );
     assert_eq!(
         relative(now(), now() - chrono::Duration::days(40)),
-        "40d ago"
+        "40d ago",
+        "days ago"
     );
     assert_eq!(
         relative(now(), now() + chrono::Duration::minutes(5)),
-        "in 5m"
+        "in 5m",
+        "in the future"
     );
 }
 

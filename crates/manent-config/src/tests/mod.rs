@@ -105,29 +105,74 @@ fn check(yaml: &str, expected: Expect) {
 #[test]
 fn defaults() {
     let config = Config::default();
-    assert_eq!(config.database.url, "sqlite://manent.db");
-    assert_eq!(config.api.listen, "127.0.0.1:8080");
-    assert_eq!(config.api.public_url, None);
-    assert_eq!(config.dbos.region, None);
-    assert!(!config.dbos.region_routing);
-    assert!(config.dbos.plugins.is_empty() && config.dbos.queues.is_empty());
-    assert!(!config.dbos.exclusive);
-    assert_eq!(config.dbos.concurrency, 10);
-    assert_eq!(config.dbos.environment_concurrency, 1);
-    assert_eq!(config.dbos.global_concurrency, 0);
-    assert_eq!(config.dbos.drain_timeout, Duration::from_secs(60));
-    assert_eq!(config.recovery.stale_after, Duration::from_secs(30));
-    assert_eq!(config.recovery.heartbeat_interval, Duration::from_secs(5));
-    assert!(!config.recovery.automatic);
-    assert!(config.plugins.is_empty() && config.queues.is_empty() && config.tenants.is_empty());
-    assert_eq!(config.environments.source, Path::new("environments"));
-    assert_eq!(config.log.format, LogFormat::Text);
-    assert_eq!(config.log.level, "info");
+    assert_eq!(
+        config.database.url, "sqlite://manent.db",
+        "default database.url"
+    );
+    assert_eq!(config.api.listen, "127.0.0.1:8080", "default api.listen");
+    assert_eq!(config.api.public_url, None, "no api.public_url by default");
+    assert_eq!(config.dbos.region, None, "no dbos.region by default");
+    assert!(!config.dbos.region_routing, "no region routing by default");
+    assert!(
+        config.dbos.plugins.is_empty() && config.dbos.queues.is_empty(),
+        "no plugin or routed queue served by default"
+    );
+    assert!(!config.dbos.exclusive, "not exclusive by default");
+    assert_eq!(config.dbos.concurrency, 10, "default dbos.concurrency");
+    assert_eq!(
+        config.dbos.environment_concurrency, 1,
+        "default dbos.environment_concurrency"
+    );
+    assert_eq!(
+        config.dbos.global_concurrency, 0,
+        "no global limit by default"
+    );
+    assert_eq!(
+        config.dbos.drain_timeout,
+        Duration::from_secs(60),
+        "default dbos.drain_timeout"
+    );
+    assert_eq!(
+        config.recovery.stale_after,
+        Duration::from_secs(30),
+        "default recovery.stale_after"
+    );
+    assert_eq!(
+        config.recovery.heartbeat_interval,
+        Duration::from_secs(5),
+        "default recovery.heartbeat_interval"
+    );
+    assert!(
+        !config.recovery.automatic,
+        "no automatic recovery by default"
+    );
+    assert!(
+        config.plugins.is_empty() && config.queues.is_empty() && config.tenants.is_empty(),
+        "no plugins, queues or tenants by default"
+    );
+    assert_eq!(
+        config.environments.source,
+        Path::new("environments"),
+        "default environments.source"
+    );
+    assert_eq!(config.log.format, LogFormat::Text, "default log.format");
+    assert_eq!(config.log.level, "info", "default log.level");
     let host = hostname::get().unwrap().to_string_lossy().into_owned();
-    assert_eq!(config.effective_executor_id(), host);
-    assert_eq!(*config.executor_id_source(), ExecutorIdSource::Hostname);
-    assert_eq!(config.validate(), vec![]);
-    assert!(!config.has_dedicated_queues());
+    assert_eq!(
+        config.effective_executor_id(),
+        host,
+        "the host name is the executor id by default"
+    );
+    assert_eq!(
+        *config.executor_id_source(),
+        ExecutorIdSource::Hostname,
+        "and says where it came from"
+    );
+    assert_eq!(config.validate(), vec![], "the defaults are valid");
+    assert!(
+        !config.has_dedicated_queues(),
+        "no dedicated queues by default"
+    );
 }
 
 #[test]
@@ -151,7 +196,11 @@ fn empty_files_and_sections_take_the_defaults() {
         "#]],
     );
     let from_env = Config::from_env(env(&[])).unwrap();
-    assert_eq!(render(&from_env), "OK\n");
+    assert_eq!(
+        render(&from_env),
+        "OK\n",
+        "the variable's value is rendered"
+    );
 }
 
 #[test]
@@ -208,14 +257,16 @@ log:
 #[test]
 fn example_file_is_valid() {
     let config = Config::from_yaml_str(EXAMPLE, "manent.example.yml", env(&[])).unwrap();
-    assert_eq!(config.validate(), vec![]);
+    assert_eq!(config.validate(), vec![], "the example is valid");
     assert_eq!(
         config.plugin_queue_for_artifact_type("ansible"),
-        Some("ansible")
+        Some("ansible"),
+        "ansible artifacts go to the ansible queue"
     );
     assert_eq!(
         config.routed_queue("gpu").and_then(|q| q.concurrency),
-        Some(2)
+        Some(2),
+        "the gpu queue's own concurrency"
     );
     // The keys commented out in the example (those of one worker or of a pool) are valid too.
     let pool = env(&[
@@ -227,8 +278,16 @@ fn example_file_is_valid() {
         ("MANENT__API__PUBLIC_URL", "https://manent.example.com"),
     ]);
     let config = Config::from_yaml_str(EXAMPLE, "manent.example.yml", pool).unwrap();
-    assert_eq!(config.effective_executor_id(), "ansible-0");
-    assert_eq!(config.dbos.plugins, ["ansible"]);
+    assert_eq!(
+        config.effective_executor_id(),
+        "ansible-0",
+        "the executor id from DBOS__VMID"
+    );
+    assert_eq!(
+        config.dbos.plugins,
+        ["ansible"],
+        "the plugins this worker serves"
+    );
 }
 
 #[test]
@@ -666,12 +725,14 @@ fn validate_lists_every_problem() {
     let keys: Vec<&str> = issues.iter().map(|issue| issue.key.as_str()).collect();
     assert_eq!(
         keys,
-        ["dbos.concurrency", "dbos.plugins", "dbos.plugins[0]"]
+        ["dbos.concurrency", "dbos.plugins", "dbos.plugins[0]"],
+        "every problem is listed, in order"
     );
     assert!(
         issues
             .iter()
-            .all(|issue| issue.line.is_none() && issue.file == "<defaults>")
+            .all(|issue| issue.line.is_none() && issue.file == "<defaults>"),
+        "defaults have no file line: {issues:?}"
     );
 }
 
@@ -833,10 +894,26 @@ fn load_reads_the_file_and_resolves_paths() {
     )
     .unwrap();
     let config = Config::load(&path, env(&[])).unwrap();
-    assert_eq!(config.log.format, LogFormat::Json);
-    assert_eq!(config.environments_source(), dir.path().join("envs"));
-    assert_eq!(config.resolve_path(Path::new("/abs")), Path::new("/abs"));
-    assert_eq!(config.file_name(), path.display().to_string());
+    assert_eq!(
+        config.log.format,
+        LogFormat::Json,
+        "log.format from the file"
+    );
+    assert_eq!(
+        config.environments_source(),
+        dir.path().join("envs"),
+        "environments.source relative to the file"
+    );
+    assert_eq!(
+        config.resolve_path(Path::new("/abs")),
+        Path::new("/abs"),
+        "an absolute path stays as it is"
+    );
+    assert_eq!(
+        config.file_name(),
+        path.display().to_string(),
+        "the file's name as errors show it"
+    );
 
     std::fs::write(&path, "dbos:\n  concurrency: 0\n").unwrap();
     let err = Config::load(&path, env(&[])).unwrap_err().to_string();
@@ -845,12 +922,16 @@ fn load_reads_the_file_and_resolves_paths() {
         format!(
             "{}:2: dbos.concurrency: must be at least 1: it is the number of deploys this worker runs at once",
             path.display()
-        )
+        ),
+        "the error names the file, line and key, and says why"
     );
 
     let missing = dir.path().join("missing.yml");
     let err = Config::load(&missing, env(&[])).unwrap_err();
-    assert!(matches!(err, ConfigError::Read { .. }));
+    assert!(
+        matches!(err, ConfigError::Read { .. }),
+        "a missing file is a read error: {err:?}"
+    );
     assert!(
         err.to_string()
             .starts_with(&format!("cannot read {}: ", missing.display())),
@@ -881,27 +962,47 @@ tenants:
         env(&[]),
     )
     .unwrap();
-    assert!(config.has_dedicated_queues());
+    assert!(config.has_dedicated_queues(), "plugin queues are dedicated");
     assert_eq!(
         config.plugin_queue_for_artifact_type("ansible"),
-        Some("ansible")
+        Some("ansible"),
+        "ansible artifacts go to the ansible queue"
     );
     assert_eq!(
         config.plugin_for_artifact_type("ansible"),
-        Some(("ansible", "ansible"))
+        Some(("ansible", "ansible")),
+        "the plugin and queue of ansible artifacts"
     );
-    assert_eq!(config.plugin_queue_for_artifact_type("tarball"), None);
-    assert_eq!(config.plugin_queue_for_artifact_type("other"), None);
-    assert_eq!(config.plugin_queue("ansible"), Some("ansible"));
-    assert_eq!(config.plugin_queue("remote-copy"), None);
+    assert_eq!(
+        config.plugin_queue_for_artifact_type("tarball"),
+        None,
+        "a built-in type has no plugin queue"
+    );
+    assert_eq!(
+        config.plugin_queue_for_artifact_type("other"),
+        None,
+        "an unknown type has no plugin queue"
+    );
+    assert_eq!(
+        config.plugin_queue("ansible"),
+        Some("ansible"),
+        "the ansible plugin's queue"
+    );
+    assert_eq!(
+        config.plugin_queue("remote-copy"),
+        None,
+        "a built-in plugin has no queue"
+    );
     assert_eq!(
         config.routed_queue("gpu").map(|q| q.name.as_str()),
-        Some("gpu")
+        Some("gpu"),
+        "the routed queue gpu"
     );
-    assert!(config.routed_queue("cpu").is_none());
+    assert!(config.routed_queue("cpu").is_none(), "no queue named cpu");
     assert_eq!(
         config.tenant("ml").and_then(|t| t.queue.as_deref()),
-        Some("ml")
+        Some("ml"),
+        "the ml tenant's queue"
     );
 
     let route = |app: &str, artifacts: &[&str], env: &str| {
@@ -911,14 +1012,28 @@ tenants:
     };
     assert_eq!(
         route("ml/trainer", &["trainer", "config"], "prod"),
-        Some("gpu".into())
+        Some("gpu".into()),
+        "a trainer artifact of ml in prod goes to gpu"
     );
-    assert_eq!(route("ml/trainer", &["config"], "prod"), None);
-    assert_eq!(route("ml/trainer", &["trainer"], "staging"), None);
-    assert_eq!(route("web/api", &["trainer"], "prod"), None);
+    assert_eq!(
+        route("ml/trainer", &["config"], "prod"),
+        None,
+        "without the artifact no route"
+    );
+    assert_eq!(
+        route("ml/trainer", &["trainer"], "staging"),
+        None,
+        "not in staging"
+    );
+    assert_eq!(
+        route("web/api", &["trainer"], "prod"),
+        None,
+        "not for another application"
+    );
     assert_eq!(
         route("web/api", &["api"], "prod-eu-west"),
-        Some("eu".into())
+        Some("eu".into()),
+        "the eu rule matches prod-eu-west"
     );
 }
 
@@ -1014,7 +1129,10 @@ fn a_webhook_wants_its_events_on_its_applications_and_all_of_them_when_unsaid() 
         all.wants(Started, "ml/trainer"),
         "no filter: every event, every application"
     );
-    assert!(some.wants(Failed, "shop/web"));
+    assert!(
+        some.wants(Failed, "shop/web"),
+        "a listed event of a listed application"
+    );
     assert!(!some.wants(Started, "shop/web"), "an event it did not list");
     assert!(
         !some.wants(Failed, "ml/trainer"),

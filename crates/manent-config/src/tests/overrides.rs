@@ -269,16 +269,36 @@ fn executor_id_precedence() {
         ],
     ] {
         let config = Config::from_yaml_str(file, "manent.yml", env(&vars)).unwrap();
-        assert_eq!(config.effective_executor_id(), "build01-w1");
-        assert_eq!(*config.executor_id_source(), ExecutorIdSource::Vmid);
-        assert_eq!(config.dbos.executor_id.as_deref(), Some("build01-w1"));
+        assert_eq!(
+            config.effective_executor_id(),
+            "build01-w1",
+            "the executor id from DBOS__VMID"
+        );
+        assert_eq!(
+            *config.executor_id_source(),
+            ExecutorIdSource::Vmid,
+            "its source is DBOS__VMID"
+        );
+        assert_eq!(
+            config.dbos.executor_id.as_deref(),
+            Some("build01-w1"),
+            "dbos.executor_id holds it"
+        );
     }
     let config = Config::from_env(env(&[("DBOS__VMID", "w2")])).unwrap();
-    assert_eq!(config.effective_executor_id(), "w2");
+    assert_eq!(
+        config.effective_executor_id(),
+        "w2",
+        "the configured executor id"
+    );
     // Default: the host name.
     let config = Config::from_yaml_str("", "manent.yml", env(&[])).unwrap();
     let host = hostname::get().unwrap().to_string_lossy().into_owned();
-    assert_eq!(config.effective_executor_id(), host);
+    assert_eq!(
+        config.effective_executor_id(),
+        host,
+        "the host name when nothing sets it"
+    );
 }
 
 #[test]

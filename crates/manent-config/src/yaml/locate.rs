@@ -298,9 +298,21 @@ tenants:
     #[test]
     fn locates_duplicates() {
         let text = "dbos:\n  region: a\n  concurrency: 1\n  region: b\nlog: {}\nlog: {}\n";
-        assert_eq!(locate_duplicate(text, "dbos", "region"), Some(4));
-        assert_eq!(locate_duplicate(text, ".", "log"), Some(6));
-        assert_eq!(locate_duplicate(text, ".", "dbos"), None);
+        assert_eq!(
+            locate_duplicate(text, "dbos", "region"),
+            Some(4),
+            "dbos.region's duplicate is on line 4"
+        );
+        assert_eq!(
+            locate_duplicate(text, ".", "log"),
+            Some(6),
+            "the top-level log's duplicate is on line 6"
+        );
+        assert_eq!(
+            locate_duplicate(text, ".", "dbos"),
+            None,
+            "dbos is not duplicated"
+        );
     }
 
     #[test]
@@ -311,14 +323,34 @@ tenants:
                 Segment::Key("queues".into()),
                 Segment::Index(1),
                 Segment::Key("match".into())
-            ]
+            ],
+            "a path's segments"
         );
-        assert_eq!(join(&segments("queues[1].match")), "queues[1].match");
-        assert_eq!(join(&segments(".")), ".");
-        assert!(path_contains("dbos", "dbos.region"));
-        assert!(path_contains("dbos.region", "dbos.region"));
-        assert!(!path_contains("dbos.region", "dbos"));
-        assert!(!path_contains("dbos.reg", "dbos.region"));
-        assert!(path_contains("queues", "queues[0].name"));
+        assert_eq!(
+            join(&segments("queues[1].match")),
+            "queues[1].match",
+            "segments join back into the path"
+        );
+        assert_eq!(join(&segments(".")), ".", "the root joins back");
+        assert!(
+            path_contains("dbos", "dbos.region"),
+            "a section contains its keys"
+        );
+        assert!(
+            path_contains("dbos.region", "dbos.region"),
+            "a path contains itself"
+        );
+        assert!(
+            !path_contains("dbos.region", "dbos"),
+            "a key does not contain its section"
+        );
+        assert!(
+            !path_contains("dbos.reg", "dbos.region"),
+            "a prefix of a name is not its section"
+        );
+        assert!(
+            path_contains("queues", "queues[0].name"),
+            "a list contains its items' keys"
+        );
     }
 }

@@ -354,7 +354,11 @@ mod tests {
             "password: ",
             "the start of a secret is held back"
         );
-        assert_eq!(String::from_utf8(stream.push(b"ter2!")).unwrap(), "***!");
+        assert_eq!(
+            String::from_utf8(stream.push(b"ter2!")).unwrap(),
+            "***!",
+            "a secret split across chunks is masked once whole"
+        );
         assert_eq!(stream.finish(), b"", "nothing is left");
     }
 
@@ -363,7 +367,7 @@ mod tests {
         let masker = Masker::new(["abcd", "cdefgh"]);
         let text = b"xabcdefghy";
         let whole = masker.redact("xabcdefghy");
-        assert_eq!(whole, "x***y");
+        assert_eq!(whole, "x***y", "a secret inside a line is masked in place");
         for cut in 0..=text.len() {
             for second in cut..=text.len() {
                 assert_eq!(

@@ -259,7 +259,11 @@ mod tests {
                     got.stderr_tail
                 );
             }
-            assert!(got.stderr_tail.len() <= STDERR_TAIL + "…".len());
+            assert!(
+                got.stderr_tail.len() <= STDERR_TAIL + "…".len(),
+                "the stderr tail is bounded: {} bytes",
+                got.stderr_tail.len()
+            );
         }
     }
 
@@ -279,7 +283,8 @@ mod tests {
             Quoted {
                 summary: "the password is ***".into(),
                 stderr_tail: "warning".into()
-            }
+            },
+            "a secret in the quoted output is masked"
         );
         let long = quoted(&masker, &[(Stream::Stdout, "é".repeat(100_000).as_bytes())]);
         assert_eq!(

@@ -901,7 +901,11 @@ mod tests {
             (0o755, 0o750, 0o750),
             "deploy.mode sets the release's own directories, not the one holding them"
         );
-        assert_eq!(artifact_mode(&printed, mode), Some(0o640));
+        assert_eq!(
+            artifact_mode(&printed, mode),
+            Some(0o640),
+            "the artifact's mode is read back as written"
+        );
         assert_eq!(
             artifact_mode("umask 0027\n", None),
             Some(0o640),

@@ -985,13 +985,29 @@ mod tests {
 
     #[test]
     fn schedule_at_is_read_with_its_offset() {
-        assert_eq!(parse_at("2030-01-01T00:00:00Z"), Ok(1_893_456_000_000));
-        assert_eq!(parse_at("2030-01-01T01:00:00+01:00"), Ok(1_893_456_000_000));
+        assert_eq!(
+            parse_at("2030-01-01T00:00:00Z"),
+            Ok(1_893_456_000_000),
+            "an RFC 3339 time in UTC"
+        );
+        assert_eq!(
+            parse_at("2030-01-01T01:00:00+01:00"),
+            Ok(1_893_456_000_000),
+            "an RFC 3339 time with an offset"
+        );
         assert_eq!(
             parse_at("2030-01-01 01:00:00.250+01:00"),
-            Ok(1_893_456_000_250)
+            Ok(1_893_456_000_250),
+            "a space for the T, and milliseconds"
         );
-        assert_eq!(parse_at("2030-01-01t00:00:00z"), Ok(1_893_456_000_000));
-        assert!(parse_at("tomorrow").is_err());
+        assert_eq!(
+            parse_at("2030-01-01t00:00:00z"),
+            Ok(1_893_456_000_000),
+            "lower-case t and z"
+        );
+        assert!(
+            parse_at("tomorrow").is_err(),
+            "a word that is not a time is refused"
+        );
     }
 }

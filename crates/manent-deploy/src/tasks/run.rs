@@ -152,6 +152,10 @@ mod tests {
             "echo 'w'",
             "no release directory: no cd, and no MANENT_RELEASE"
         );
-        assert_eq!(release_dir(&eff, &eff.targets[0]), None);
+        assert_eq!(
+            release_dir(&eff, &eff.targets[0]),
+            None,
+            "a plugin without a release directory gives none"
+        );
     }
 }

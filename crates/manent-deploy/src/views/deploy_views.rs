@@ -75,6 +75,8 @@ pub struct DeployStatus {
     pub waves: Vec<WaveView>,
     /// The region passes of a region-routed deploy (status only).
     pub passes: Vec<PassView>,
+    /// Workers lost under it and the recoveries that moved it on (status only).
+    pub interruptions: Vec<timeline::InterruptionView>,
 }
 
 /// One target of a deploy.
@@ -307,6 +309,7 @@ fn summary(
         irreversible: d.irreversible.clone(),
         waves: Vec::new(),
         passes: Vec::new(),
+        interruptions: Vec::new(),
     })
 }
 
@@ -457,6 +460,7 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
             .filter(|s| !is_internal_step(&s.name))
             .collect(),
     );
+    view.interruptions = timeline::interruptions(events.iter().chain(&passes.events), &steps);
     let ended_at = record
         .finished_at_ms
         .filter(|_| record.status.is_terminal());
@@ -557,8 +561,19 @@ async fn waiting_reason(
                 .iter()
                 .filter(|e| e.queues.contains(&record.queue))
             {
-                let lease = client.executor_lease(&e.id).await?;
-                if e.state == ExecutorState::Running && lease.is_some_and(|l| l.is_live(now)) {
+                let lease = client
+                    .executor_lease(&e.id)
+                    .await?
+                    .filter(|l| l.is_live(now));
+                let suspect = match &lease {
+                    Some(lease) if e.state == ExecutorState::Running => {
+                        client.executor_suspect(lease).await?
+                    }
+                    _ => false,
+                };
+                if suspect {
+                    gone.push(format!("{}, which stopped answering (suspect)", e.id));
+                } else if e.state == ExecutorState::Running && lease.is_some() {
                     if e.workflow_versions.contains(record.workflow_version) {
                         live.push(e.id.clone());
                     } else {
@@ -625,8 +640,26 @@ async fn waiting_reason(
                 return Ok(None);
             };
             let lease = client.executor_lease(executor).await?;
-            if lease.is_some_and(|l| l.is_live(now)) {
-                return Ok(None);
+            if let Some(lease) = lease.filter(|l| l.is_live(now)) {
+                if !client.executor_suspect(&lease).await? {
+                    return Ok(None);
+                }
+                // Killed, most likely: its lock is free (or its pid gone) while its lease
+                // still looks live. Nothing moves its work before the lease runs out.
+                let until = rfc3339(lease.expires_at_ms);
+                let waiting = |who: &str| {
+                    format!(
+                        "worker {executor}, which holds it: worker {executor} stopped answering \
+                         (suspect); its lease runs until {until}, then {who} hands the deploy \
+                         to another worker (or recovery.automatic does)"
+                    )
+                };
+                return Ok(Some(Waiting {
+                    reason: waiting("an admin's `manent recover`"),
+                    to_recoverers: Some(waiting(&format!(
+                        "`manent recover --executor {executor}`"
+                    ))),
+                }));
             }
             // The lease expired: a worker that recorded no stop is dead, whatever it last
             // recorded (running, draining).
@@ -914,19 +947,20 @@ pub async fn logs(
             ),
         ));
     }
-    for recovery in client
-        .events(id)
-        .await?
-        .iter()
-        .filter(|e| e.key.starts_with("recovery:"))
-    {
-        let note = serde_json::from_str::<String>(&recovery.value)
-            .unwrap_or_else(|_| recovery.value.clone());
+    // The interruptions: when the lost worker was last heard from, the recovery, and who
+    // resumed the deploy.
+    for i in &view.interruptions {
+        if let (Some(at), Some(what)) = (i.interrupted_at, &i.interruption) {
+            timed.push((at, 1, format!("{} {what}", rfc3339(at))));
+        }
         timed.push((
-            recovery.updated_at_ms,
+            i.recovered_at,
             1,
-            format!("{} {note}", rfc3339(recovery.updated_at_ms)),
+            format!("{} {}", rfc3339(i.recovered_at), i.recovery),
         ));
+        if let (Some(at), Some(by)) = (i.resumed_at, &i.resumed_by) {
+            timed.push((at, 1, format!("{} resumed by worker {by}", rfc3339(at))));
+        }
     }
     // Stable: equal times keep the order they were read in (output in print order).
     timed.sort_by_key(|(at, order, _)| (*at, *order));
@@ -946,6 +980,9 @@ pub async fn logs(
         "{} {} phase {}",
         view.updated_at, view.status, view.phase
     ));
+    if let Some(waiting) = &view.waiting_for {
+        lines.push(format!("waiting for {waiting}"));
+    }
     Ok(Some(DeployLogs {
         id: id.to_string(),
         lines,

@@ -346,8 +346,12 @@ mod tests {
     #[tokio::test]
     async fn rows_past_the_window_wait_for_the_next_one() {
         let (counted, read_to) = check(&[5, 10, 15], 0, 10).await;
-        assert_eq!((counted, read_to), (vec![5, 10], 10));
+        assert_eq!(
+            (counted, read_to),
+            (vec![5, 10], 10),
+            "the first read counts up to the newest step"
+        );
         let (counted, _) = check(&[5, 10, 15], 10, 20).await;
-        assert_eq!(counted, [15]);
+        assert_eq!(counted, [15], "the next read counts only what is newer");
     }
 }

@@ -21,17 +21,27 @@ pub enum WorkerState {
     Running,
     Draining,
     Stopped,
+    /// Its lease still looks live, but it stopped answering: its liveness lock is free (its
+    /// PostgreSQL session gone, its OS file lock on SQLite free) or its pid on this host is
+    /// gone. Killed, most likely; dead once `recovery.stale_after` passes.
+    Suspect,
     /// Silent for longer than `recovery.stale_after` without a recorded stop: killed,
     /// frozen or cut off. What it recorded last (running, draining) is not true any more.
     Dead,
 }
 
 impl WorkerState {
-    /// `recorded`, or dead for a worker silent past `stale_after` that did not stop.
-    pub fn of(recorded: ExecutorState, silent_past_stale_after: bool) -> WorkerState {
+    /// `recorded`, or dead for a worker silent past `stale_after` that did not stop, or
+    /// suspect for one that stopped answering before.
+    pub fn of(
+        recorded: ExecutorState,
+        silent_past_stale_after: bool,
+        suspect: bool,
+    ) -> WorkerState {
         match recorded {
             ExecutorState::Stopped => WorkerState::Stopped,
             _ if silent_past_stale_after => WorkerState::Dead,
+            _ if suspect => WorkerState::Suspect,
             ExecutorState::Running => WorkerState::Running,
             ExecutorState::Draining => WorkerState::Draining,
         }
@@ -42,6 +52,7 @@ impl WorkerState {
             WorkerState::Running => "running",
             WorkerState::Draining => "draining",
             WorkerState::Stopped => "stopped",
+            WorkerState::Suspect => "suspect",
             WorkerState::Dead => "dead",
         }
     }
@@ -161,39 +172,49 @@ pub async fn workers(client: &Client, config: &Config) -> Result<Vec<WorkerView>
     let millis = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
     let stale_ms = millis(config.recovery.stale_after);
     let forget_ms = millis(config.recovery.forget_after);
-    Ok(client
-        .executors()
-        .await?
-        .into_iter()
-        .filter_map(|e| {
-            let age = (now - e.heartbeat_at_ms).max(0);
-            let stale = e.state != ExecutorState::Stopped && age > stale_ms;
-            let state = WorkerState::of(e.state, stale);
-            // A stopped worker's last heartbeat is its stop.
-            let gone_for = (now - e.stopped_at_ms.unwrap_or(e.heartbeat_at_ms)).max(0);
-            if !state.is_live() && gone_for > forget_ms && e.running == 0 {
-                return None;
+    let mut shown = Vec::new();
+    for e in client.executors().await? {
+        let age = (now - e.heartbeat_at_ms).max(0);
+        let stale = e.state != ExecutorState::Stopped && age > stale_ms;
+        // One look at the lease (and its lock) per worker that says it runs.
+        let suspect = if e.state != ExecutorState::Stopped && !stale {
+            match client.executor_lease(&e.id).await? {
+                Some(lease) => client.executor_suspect(&lease).await?,
+                None => false,
             }
-            Some(WorkerView {
-                stale,
-                executor_id: e.id,
-                host: e.host,
-                region: e.region,
-                state,
-                heartbeat_at: rfc3339(e.heartbeat_at_ms),
-                running: e.running,
-                pid: e.pid,
-                started_at: rfc3339(e.started_at_ms),
-                queues: e
-                    .queues
-                    .into_iter()
-                    .filter(|q| !is_internal_queue(q))
-                    .collect(),
-                heartbeat_age_secs: age / 1000,
-                version: e.version,
-            })
-        })
-        .collect())
+        } else {
+            false
+        };
+        let state = WorkerState::of(e.state, stale, suspect);
+        // A stopped worker's last heartbeat is its stop.
+        let gone_for = (now - e.stopped_at_ms.unwrap_or(e.heartbeat_at_ms)).max(0);
+        if !state.is_live()
+            && state != WorkerState::Suspect
+            && gone_for > forget_ms
+            && e.running == 0
+        {
+            continue;
+        }
+        shown.push(WorkerView {
+            stale,
+            executor_id: e.id,
+            host: e.host,
+            region: e.region,
+            state,
+            heartbeat_at: rfc3339(e.heartbeat_at_ms),
+            running: e.running,
+            pid: e.pid,
+            started_at: rfc3339(e.started_at_ms),
+            queues: e
+                .queues
+                .into_iter()
+                .filter(|q| !is_internal_queue(q))
+                .collect(),
+            heartbeat_age_secs: age / 1000,
+            version: e.version,
+        });
+    }
+    Ok(shown)
 }
 
 /// Declared queues (routed ones show while empty and without workers), plus

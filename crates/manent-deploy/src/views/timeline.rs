@@ -1,9 +1,10 @@
 //! What a deploy's timeline is drawn from besides its own steps: the waves its rollout
 //! plans, and the region passes (child workflows on `<queue>.<region>`) that deployed a
 //! wave's targets under region routing, with their steps, target events and output
-//! (docs/api.md, "The Platform page").
+//! (docs/api.md, "The Platform page"); and the interruptions: a worker lost under the
+//! deploy, the recovery that moved it on and the worker that resumed it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use manent_engine::{
     Client, EngineError, EventRecord, OutputLine, StepRecord, WorkflowFilter, WorkflowRecord,
@@ -43,6 +44,62 @@ pub struct PassView {
     pub targets: Vec<String>,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
+}
+
+/// A worker lost under a running deploy (or one of its passes), and the recovery that moved
+/// it on: from the `recovery:<ms>` and `interrupted:<ms>` events the engine writes in the
+/// transaction that moves the work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterruptionView {
+    /// When the lost worker was last heard from; `None` when nothing says (a worker that
+    /// resumed its own deploys after a restart, or a record from before this was kept).
+    pub interrupted_at: Option<i64>,
+    pub interruption: Option<String>,
+    pub recovered_at: i64,
+    /// Who recovered it, from which worker, and why.
+    pub recovery: String,
+    /// The worker that ran the first step started after the recovery, and when.
+    pub resumed_by: Option<String>,
+    pub resumed_at: Option<i64>,
+}
+
+/// The interruptions `events` record (a deploy's and its passes' events, one recovery
+/// counted once), oldest first, each with the first of `steps` started after it.
+pub fn interruptions<'a>(
+    events: impl IntoIterator<Item = &'a EventRecord>,
+    steps: &[StepRecord],
+) -> Vec<InterruptionView> {
+    let text =
+        |value: &str| serde_json::from_str::<String>(value).unwrap_or_else(|_| value.to_string());
+    let mut recoveries = BTreeMap::new();
+    let mut interrupted = HashMap::new();
+    for e in events {
+        if let Some(at) = e.key.strip_prefix("recovery:") {
+            recoveries
+                .entry((e.updated_at_ms, at.to_string()))
+                .or_insert_with(|| text(&e.value));
+        } else if let Some(at) = e.key.strip_prefix("interrupted:") {
+            interrupted.insert(at.to_string(), (e.updated_at_ms, text(&e.value)));
+        }
+    }
+    recoveries
+        .into_iter()
+        .map(|((recovered_at, key), recovery)| {
+            let (interrupted_at, interruption) = interrupted.remove(&key).unzip();
+            let resumed = steps
+                .iter()
+                .filter(|s| s.started_at_ms >= recovered_at)
+                .min_by_key(|s| s.started_at_ms);
+            InterruptionView {
+                interrupted_at,
+                interruption,
+                recovered_at,
+                recovery,
+                resumed_by: resumed.map(|s| s.executor_id.clone()),
+                resumed_at: resumed.map(|s| s.started_at_ms),
+            }
+        })
+        .collect()
 }
 
 /// The waves `eff` deploys, as status shows them.

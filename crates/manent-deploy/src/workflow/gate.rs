@@ -529,7 +529,10 @@ mod tests {
                 )
             })
             .collect();
-        assert_eq!(shown, expected);
+        assert_eq!(
+            shown, expected,
+            "the dependency waits of a step are shown as one"
+        );
     }
 
     #[test]

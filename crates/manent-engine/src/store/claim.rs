@@ -160,7 +160,11 @@ mod tests {
     fn a_partition_running_on_another_queue_of_the_group_is_full() {
         let running = [run(true, "other", "app/prod", 1)];
         let mut plan = ClaimPlan::new(&group(None, Some(1), None), "me", 64, &running);
-        assert_eq!(plan.full_partitions().collect::<Vec<_>>(), vec!["app/prod"]);
+        assert_eq!(
+            plan.full_partitions().collect::<Vec<_>>(),
+            vec!["app/prod"],
+            "the partition at its limit is the full one"
+        );
         assert!(!plan.take("app/prod"), "app/prod already runs once");
         assert!(plan.take("app/staging"), "an idle partition may start one");
         assert!(!plan.take("app/staging"), "and only one");
@@ -188,7 +192,7 @@ mod tests {
         let mut plan = ClaimPlan::new(&limits, "me", 64, &[run(false, "me", "p", 1)]);
         assert_eq!(plan.free, 1, "2 per worker, 1 mine");
         assert!(!plan.take("p"), "p is at its limit");
-        assert!(plan.take("q"));
+        assert!(plan.take("q"), "a queue with room is taken");
         assert!(!plan.take("r"), "no slot left");
     }
 }

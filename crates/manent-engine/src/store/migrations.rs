@@ -436,7 +436,8 @@ mod tests {
         let plan = plan(&[]).expect("nothing applied, nothing to refuse");
         assert_eq!(
             versions(&plan.pending),
-            versions(&MIGRATIONS.iter().collect::<Vec<_>>())
+            versions(&MIGRATIONS.iter().collect::<Vec<_>>()),
+            "a new database applies every migration"
         );
         assert!(
             plan.unstamped.is_empty(),
@@ -457,7 +458,11 @@ mod tests {
             (9..=latest_version()).collect::<Vec<_>>(),
             "only the missing versions are applied"
         );
-        assert_eq!(versions(&plan.unstamped), (1..=8).collect::<Vec<_>>());
+        assert_eq!(
+            versions(&plan.unstamped),
+            (1..=8).collect::<Vec<_>>(),
+            "migrations applied before checksums are stamped, not applied again"
+        );
     }
 
     #[test]

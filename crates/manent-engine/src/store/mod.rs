@@ -14,9 +14,10 @@ mod session;
 mod sql;
 mod sqlite;
 
-use std::{fmt, str::FromStr, sync::Arc, time::Duration};
+use std::{fmt, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
+use manent_enum::string_enum;
 use tokio::sync::broadcast;
 
 pub use sql::SqlStore;
@@ -57,6 +58,71 @@ pub async fn open_with(url: &str, connections: &Connections) -> Result<Arc<dyn S
     let store = SqlStore::connect_with(url, connections).await?;
     store.migrate().await?;
     Ok(Arc::new(store))
+}
+
+pub use sql::copy::CopyReport;
+
+/// Copies the whole manent database at `from` (history, schedules, tokens, audit, output,
+/// executors) into the empty one at `to`, either backend to either (`manent-server admin
+/// copy`; docs/scaling-and-recovery.md, "From one machine to many"). Both are first brought
+/// to this build's schema, as starting this release on them would. Refused, naming what to
+/// do, when `to` holds anything, or when a process still holds an executor lease on
+/// `from` (stop every worker and server first: what they write after the copy would be
+/// lost). The rows go in in one transaction: a copy that fails leaves `to` empty.
+pub async fn copy(from: &str, to: &str, now_ms: i64) -> Result<CopyReport, StoreError> {
+    let connections = Connections {
+        max: 2,
+        listen: false,
+        application_name: "manent admin copy".into(),
+        ..Connections::default()
+    };
+    // Errors name the databases without their passwords.
+    let (from_url, to_url) = (from, to);
+    let (from, to) = (sql::redact(from), sql::redact(to));
+    let source = SqlStore::connect_with(from_url, &connections).await?;
+    source.migrate().await?;
+    let tables = source.schema_tables().await?;
+    let mut known: Vec<String> = sql::copy::TABLES.iter().map(|t| t.to_string()).collect();
+    known.sort();
+    if tables != known {
+        let extra: Vec<&String> = tables.iter().filter(|t| !known.contains(t)).collect();
+        return Err(StoreError::CopyRefused(format!(
+            "the source {from} has tables this release does not copy ({}): copy it with the \
+             manent release that created them",
+            extra
+                .iter()
+                .map(|t| t.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    if source.non_empty_tables().await?.is_empty() {
+        return Err(StoreError::CopyRefused(format!(
+            "the source {from} holds nothing: check its URL (a SQLite path that does not \
+             exist is opened as a new, empty file)"
+        )));
+    }
+    let live = source.live_holders(now_ms).await?;
+    if !live.is_empty() {
+        return Err(StoreError::CopyRefused(format!(
+            "the source {from} is in use: executor {} holds a live lease. Stop every worker \
+             and server on it (`systemctl stop manent-worker manent-api`, or end `manent-server \
+             serve`) and copy again; a worker killed without a stop is free once its lease \
+             runs out (recovery.stale_after)",
+            live.join(", executor ")
+        )));
+    }
+    let dest = SqlStore::connect_with(to_url, &connections).await?;
+    dest.migrate().await?;
+    let taken = dest.non_empty_tables().await?;
+    if !taken.is_empty() {
+        return Err(StoreError::CopyRefused(format!(
+            "the destination {to} is not empty ({} hold rows): copy into a new, empty \
+             database (`createdb` on PostgreSQL, a new file on SQLite); nothing was copied",
+            taken.join(", ")
+        )));
+    }
+    source.copy_into(&dest).await
 }
 
 /// The PostgreSQL connections a store may hold (docs/scaling-and-recovery.md,
@@ -106,42 +172,9 @@ pub(crate) fn in_background() -> bool {
     BACKGROUND.try_with(|_| ()).is_ok()
 }
 
-macro_rules! string_enum {
-    ($(#[$m:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-        pub enum $name { $(#[serde(rename = $text)] $variant),+ }
-
-        impl $name {
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),+ }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        impl FromStr for $name {
-            type Err = StoreError;
-            fn from_str(s: &str) -> Result<Self, StoreError> {
-                match s {
-                    $($text => Ok($name::$variant),)+
-                    other => Err(StoreError::Corrupt {
-                        what: stringify!($name).into(),
-                        reason: format!("unknown value `{other}`"),
-                    }),
-                }
-            }
-        }
-    };
-}
-
 string_enum!(
     /// The life of a workflow, with DBOS's names.
-    WorkflowStatus {
+    WorkflowStatus, closed {
         Enqueued = "ENQUEUED",
         Pending = "PENDING",
         Success = "SUCCESS",
@@ -162,7 +195,7 @@ impl WorkflowStatus {
 string_enum!(
     /// A recorded step: `RUNNING` rows mark a started step (and hold a durable
     /// deadline for sleeps and receives); they are rerun on replay.
-    StepStatus {
+    StepStatus, closed {
         Running = "RUNNING",
         Success = "SUCCESS",
         Error = "ERROR",
@@ -171,7 +204,7 @@ string_enum!(
 
 string_enum!(
     /// The state an executor reports for itself.
-    ExecutorState {
+    ExecutorState, closed {
         Running = "running",
         Draining = "draining",
         Stopped = "stopped",
@@ -790,6 +823,10 @@ pub trait Store: Send + Sync + 'static {
     async fn list_executors(&self) -> Result<Vec<ExecutorRecord>, StoreError>;
     /// Tries to take the liveness lock of an executor id, held for the life of the guard.
     async fn acquire_liveness(&self, executor_id: &str) -> Result<Liveness, StoreError>;
+    /// Whether the liveness lock of an executor id is free now (looked at, not kept);
+    /// `None` when the backend cannot tell. A free lock under a live lease makes its holder
+    /// suspect, not dead: a cut PostgreSQL connection frees it too.
+    async fn liveness_free(&self, executor_id: &str) -> Result<Option<bool>, StoreError>;
     /// Takes the lease of `lease.executor_id` for `lease.holder` if it is free,
     /// expired or already this holder's; `override_live` takes it even from a
     /// live holder (only with a proof that the holder is dead). Atomic: of

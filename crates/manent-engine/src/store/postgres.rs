@@ -229,6 +229,21 @@ pub(crate) async fn acquire_liveness(
     }
 }
 
+/// Whether any session holds the advisory lock of `executor_id` in this database: read
+/// from `pg_locks`, never taken, so a worker taking its id is never in its way.
+pub(crate) async fn liveness_held(pool: &PgPool, executor_id: &str) -> Result<bool, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+         AND classid::text::bigint = $1 AND objid::text::bigint = (hashtext($2)::bigint & 4294967295) \
+         AND objsubid = 2)",
+    )
+    .bind(i64::from(LOCK_NAMESPACE_EXECUTOR))
+    .bind(executor_id)
+    .fetch_one(pool)
+    .await?)
+}
+
 /// A write of a running workflow, fenced by its lease.
 pub(crate) enum GroupedWrite {
     Step {

@@ -326,24 +326,15 @@ pub(crate) fn wakeup_bus(path: Option<&Path>) -> broadcast::Sender<Wakeup> {
         .clone()
 }
 
-/// An exclusive OS lock on `<database>.executors/<id>.lock`, held for the
-/// executor's life: the kernel drops it when the process dies, however it dies.
-pub(crate) fn acquire_liveness(
-    db_path: Option<&Path>,
-    executor_id: &str,
-) -> Result<Liveness, StoreError> {
-    let Some(db_path) = db_path else {
-        return Ok(Liveness::Unprovable);
-    };
+/// The directory of the executors' lock files beside the database file.
+fn lock_dir(db_path: &Path) -> PathBuf {
     let mut dir = db_path.as_os_str().to_owned();
     dir.push(".executors");
-    let dir = PathBuf::from(dir);
-    std::fs::create_dir_all(&dir).map_err(|e| {
-        StoreError::Database(format!(
-            "cannot create lock directory {}: {e}",
-            dir.display()
-        ))
-    })?;
+    PathBuf::from(dir)
+}
+
+/// The lock file of `executor_id` in `dir` (characters a file name cannot hold as `_`).
+fn lock_path(dir: &Path, executor_id: &str) -> PathBuf {
     let file_name: String = executor_id
         .chars()
         .map(|c| {
@@ -354,7 +345,55 @@ pub(crate) fn acquire_liveness(
             }
         })
         .collect();
-    let path = dir.join(format!("{file_name}.lock"));
+    dir.join(format!("{file_name}.lock"))
+}
+
+/// Whether the OS lock of `executor_id` is free now: `None` when it cannot be told (an
+/// in-memory database, file locks unsupported). Tried and let go at once; a worker taking
+/// its id at that very moment waits for its lease as it would for any holder.
+pub(crate) fn liveness_free(
+    db_path: Option<&Path>,
+    executor_id: &str,
+) -> Result<Option<bool>, StoreError> {
+    let Some(db_path) = db_path else {
+        return Ok(None);
+    };
+    let path = lock_path(&lock_dir(db_path), executor_id);
+    let file = match File::options().write(true).open(&path) {
+        Ok(file) => file,
+        // No process ever took the id on this database: nobody holds its lock.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Some(true)),
+        Err(e) => {
+            return Err(StoreError::Database(format!(
+                "cannot open lock file {}: {e}",
+                path.display()
+            )));
+        }
+    };
+    match file.try_lock_shared() {
+        Ok(()) => Ok(Some(true)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(Some(false)),
+        Err(std::fs::TryLockError::Error(_)) => Ok(None),
+    }
+}
+
+/// An exclusive OS lock on `<database>.executors/<id>.lock`, held for the
+/// executor's life: the kernel drops it when the process dies, however it dies.
+pub(crate) fn acquire_liveness(
+    db_path: Option<&Path>,
+    executor_id: &str,
+) -> Result<Liveness, StoreError> {
+    let Some(db_path) = db_path else {
+        return Ok(Liveness::Unprovable);
+    };
+    let dir = lock_dir(db_path);
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        StoreError::Database(format!(
+            "cannot create lock directory {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let path = lock_path(&dir, executor_id);
     let file = File::options()
         .create(true)
         .truncate(false)

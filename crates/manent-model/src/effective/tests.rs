@@ -313,15 +313,28 @@ fn expands_dest_per_target_and_round_trips() {
     .unwrap();
     assert_eq!(
         eff.dest_for(&eff.targets[1]).as_deref(),
-        Some("/opt/ml/trainer/prod/2.1/web-2")
+        Some("/opt/ml/trainer/prod/2.1/web-2"),
+        "the second target's destination"
     );
-    assert_eq!(eff.ssh_user_for(&eff.targets[0]), Some("root"));
-    assert_eq!(eff.ssh_user_for(&eff.targets[1]), Some("deploy"));
-    assert_eq!((eff.tenant.as_str(), eff.app.as_str()), ("ml", "trainer"));
-    assert_eq!(eff.partition_key(), "ml/trainer/prod");
+    assert_eq!(
+        eff.ssh_user_for(&eff.targets[0]),
+        Some("root"),
+        "the first target's user"
+    );
+    assert_eq!(
+        eff.ssh_user_for(&eff.targets[1]),
+        Some("deploy"),
+        "the second target's own user"
+    );
+    assert_eq!(
+        (eff.tenant.as_str(), eff.app.as_str()),
+        ("ml", "trainer"),
+        "tenant and app of ml/trainer"
+    );
+    assert_eq!(eff.partition_key(), "ml/trainer/prod", "the partition key");
     let json = serde_json::to_string(&eff).unwrap();
     let back: EffectiveDescriptor = serde_json::from_str(&json).unwrap();
-    assert_eq!(back, eff);
+    assert_eq!(back, eff, "the effective descriptor reads back as written");
     let value: serde_json::Value = serde_json::from_str(&json).unwrap();
     let keys: Vec<&str> = value
         .as_object()
@@ -352,8 +365,11 @@ fn expands_dest_per_target_and_round_trips() {
         "schedule",
     ];
     expected.sort();
-    assert_eq!(keys, expected);
-    assert!(json.starts_with(r#"{"application":"ml/trainer","tenant":"ml","app":"trainer","#));
+    assert_eq!(keys, expected, "the keys in their order");
+    assert!(
+        json.starts_with(r#"{"application":"ml/trainer","tenant":"ml","app":"trainer","#),
+        "application, tenant and app come first: {json}"
+    );
 }
 
 #[test]

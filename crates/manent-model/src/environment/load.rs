@@ -209,14 +209,18 @@ mod tests {
         std::fs::create_dir_all(source.join("ml/trainer/dir.yml")).unwrap();
 
         let env = load_environment(source, "ml/trainer", "prod").unwrap();
-        assert!(env.targets[0].is_local());
+        assert!(env.targets[0].is_local(), "host: local is local");
 
         let missing = load_environment(source, "ml/trainer", "staging").unwrap_err();
         assert!(missing.is_environment_unavailable(), "{missing}");
         let ModelError::EnvironmentUnavailable { path, .. } = &missing else {
             unreachable!()
         };
-        assert_eq!(path, &source.join("ml/trainer/staging.yml"));
+        assert_eq!(
+            path,
+            &source.join("ml/trainer/staging.yml"),
+            "the environment file's path"
+        );
 
         let dir_err = load_environment(source, "ml/trainer", "dir").unwrap_err();
         assert!(dir_err.is_environment_unavailable(), "{dir_err}");
@@ -228,8 +232,15 @@ mod tests {
         else {
             panic!("{bad:?}")
         };
-        assert!(file.ends_with("bad.yml"));
-        assert_eq!((*line, field.as_str()), (Some(1), "targets"));
+        assert!(
+            file.ends_with("bad.yml"),
+            "the error names the file: {file:?}"
+        );
+        assert_eq!(
+            (*line, field.as_str()),
+            (Some(1), "targets"),
+            "the error names the line and the field"
+        );
 
         for (app, env) in [
             ("trainer", "prod"),

@@ -51,9 +51,13 @@ fn defaults() {
             count: 1,
             timeout: None,
             allow_self_approval: false,
-        })
+        }),
+        "the approval as written"
     );
-    assert!(!env.targets[0].is_local());
+    assert!(
+        !env.targets[0].is_local(),
+        "a target with a host is not local"
+    );
 }
 
 #[test]
@@ -79,24 +83,28 @@ fn complete_file() {
 
 #[test]
 fn each_kind_of_waves() {
-    assert_eq!(waves(TARGETS), Waves::All);
+    assert_eq!(waves(TARGETS), Waves::All, "all targets at once by default");
     assert_eq!(
         waves(&format!("{TARGETS}rollout: {{waves: all}}\n")),
-        Waves::All
+        Waves::All,
+        "waves: all"
     );
     assert_eq!(
         waves(&format!("{TARGETS}rollout: {{waves: by_region}}\n")),
-        Waves::ByRegion
+        Waves::ByRegion,
+        "waves: by_region"
     );
     assert_eq!(
         waves(&format!("{TARGETS}rollout: {{waves: by_az}}\n")),
-        Waves::ByAz
+        Waves::ByAz,
+        "waves: by_az"
     );
     assert_eq!(
         waves(&format!(
             "{TARGETS}rollout:\n  waves:\n    - [web-2]\n    - [web-1]\n"
         )),
-        Waves::Explicit(vec![vec!["web-2".into()], vec!["web-1".into()]])
+        Waves::Explicit(vec![vec!["web-2".into()], vec!["web-1".into()]]),
+        "explicit waves, in the order written"
     );
 }
 
@@ -160,9 +168,14 @@ fn checks_of_each_type() {
         CheckKind::Http {
             url: "http://10.0.0.1/web-1".into(),
             expect_status: 200
-        }
+        },
+        "the check's URL with its placeholders filled"
     );
-    assert_eq!(env.checks[0].label(), "http http://{host}/{target}");
+    assert_eq!(
+        env.checks[0].label(),
+        "http http://{host}/{target}",
+        "the check's label keeps its placeholders"
+    );
 }
 
 #[test]

@@ -46,7 +46,8 @@ fn spring_forward_in_paris_runs_the_skipped_hour_once() {
             "2025-03-29T02:30:00+01:00",
             "2025-03-30T03:00:00+02:00",
             "2025-03-31T02:30:00+02:00"
-        ]
+        ],
+        "a tick in the spring-forward gap runs at the first valid time after it"
     );
     // Hourly: 02:xx is skipped on the wall clock, never doubled.
     let hourly = ticks(
@@ -61,7 +62,8 @@ fn spring_forward_in_paris_runs_the_skipped_hour_once() {
             "2025-03-30T01:00:00+01:00",
             "2025-03-30T03:00:00+02:00",
             "2025-03-30T04:00:00+02:00"
-        ]
+        ],
+        "the hour that does not exist is skipped"
     );
 }
 
@@ -77,12 +79,21 @@ fn fall_back_in_paris_runs_the_repeated_hour_once() {
             "2025-10-25T02:30:00+02:00",
             "2025-10-26T02:30:00+02:00",
             "2025-10-27T02:30:00+01:00"
-        ]
+        ],
+        "a tick in the fall-back hour runs once"
     );
     // A daily tick is 25 hours after the one before across the change.
     let daily = ticks("0 9 * * *", tz, from, to);
-    assert_eq!(daily[1] - daily[0], 25 * 3600);
-    assert_eq!(daily[2] - daily[1], 24 * 3600);
+    assert_eq!(
+        daily[1] - daily[0],
+        25 * 3600,
+        "the day the clocks go back is 25 hours long"
+    );
+    assert_eq!(
+        daily[2] - daily[1],
+        24 * 3600,
+        "an ordinary day is 24 hours long"
+    );
 }
 
 #[test]
@@ -91,14 +102,21 @@ fn on_time_ticks_each_run_and_nothing_runs_twice() {
     let cron = parse_cron("*/2 * * * * *").unwrap();
     let now = 1_000_000; // even
     let p = plan(&cron, tz, Missed::Skip, now - 5, now);
-    assert_eq!(p.enqueue, [now - 4, now - 2, now]);
-    assert_eq!(p.last_tick, Some(now));
+    assert_eq!(
+        p.enqueue,
+        [now - 4, now - 2, now],
+        "run_all enqueues every missed tick"
+    );
+    assert_eq!(p.last_tick, Some(now), "the last tick is now");
     // The next pass from the recorded last tick finds nothing new.
     let p = plan(&cron, tz, Missed::Skip, now, now + 1);
-    assert_eq!(p, TickPlan::default());
+    assert_eq!(p, TickPlan::default(), "nothing is due: nothing planned");
     // A tick at the floor itself is not due again.
     let p = plan(&cron, tz, Missed::RunOnce, now, now);
-    assert!(p.enqueue.is_empty());
+    assert!(
+        p.enqueue.is_empty(),
+        "a tick at the floor itself is not due again: {p:?}"
+    );
 }
 
 #[test]
@@ -109,11 +127,26 @@ fn missed_ticks_run_once_or_are_skipped() {
     let floor = secs(tz, "2025-06-02 10:30:00");
     let now = secs(tz, "2025-06-02 15:20:00");
     let p = plan(&cron, tz, Missed::RunOnce, floor, now);
-    assert_eq!(show(tz, &p.enqueue), ["2025-06-02T15:00:00+02:00"]);
-    assert_eq!(p.last_tick, Some(secs(tz, "2025-06-02 15:00:00")));
+    assert_eq!(
+        show(tz, &p.enqueue),
+        ["2025-06-02T15:00:00+02:00"],
+        "run_once enqueues the latest missed tick only"
+    );
+    assert_eq!(
+        p.last_tick,
+        Some(secs(tz, "2025-06-02 15:00:00")),
+        "the last tick is the one enqueued"
+    );
     let p = plan(&cron, tz, Missed::Skip, floor, now);
-    assert!(p.enqueue.is_empty());
-    assert_eq!(p.last_tick, Some(secs(tz, "2025-06-02 15:00:00")));
+    assert!(
+        p.enqueue.is_empty(),
+        "skip enqueues none of the missed ticks: {p:?}"
+    );
+    assert_eq!(
+        p.last_tick,
+        Some(secs(tz, "2025-06-02 15:00:00")),
+        "the last tick stays"
+    );
     // The next pass resumes at 16:00 either way.
     let p = plan(
         &cron,
@@ -122,7 +155,11 @@ fn missed_ticks_run_once_or_are_skipped() {
         secs(tz, "2025-06-02 15:00:00"),
         secs(tz, "2025-06-02 16:00:10"),
     );
-    assert_eq!(show(tz, &p.enqueue), ["2025-06-02T16:00:00+02:00"]);
+    assert_eq!(
+        show(tz, &p.enqueue),
+        ["2025-06-02T16:00:00+02:00"],
+        "the next tick is enqueued when it falls due"
+    );
     // Nothing due: nothing to do.
     let p = plan(
         &cron,
@@ -131,7 +168,7 @@ fn missed_ticks_run_once_or_are_skipped() {
         floor,
         secs(tz, "2025-06-02 10:59:59"),
     );
-    assert_eq!(p, TickPlan::default());
+    assert_eq!(p, TickPlan::default(), "a paused schedule plans nothing");
 }
 
 #[test]
@@ -141,16 +178,33 @@ fn a_missed_tick_is_not_run_when_an_on_time_one_runs() {
     // Ticks every 30 s from a floor 200 s back: the ones within a minute run, the late ones do not.
     let now = 1_000_020; // a multiple of 30
     let p = plan(&cron, tz, Missed::RunOnce, now - 200, now);
-    assert_eq!(p.enqueue, [now - 60 + 30, now]);
-    assert_eq!(p.last_tick, Some(now));
+    assert_eq!(
+        p.enqueue,
+        [now - 60 + 30, now],
+        "every tick since the last one is enqueued"
+    );
+    assert_eq!(p.last_tick, Some(now), "the last tick is now");
 }
 
 #[test]
 fn tick_ids_and_timezones() {
-    assert_eq!(tick_id("sch-1", 1_700_000_000), "sch-1@1700000000");
-    assert!(parse_timezone("Mars/Base").is_err());
-    assert!(parse_cron("* * * * *").is_ok());
-    assert!(parse_cron("*/5 * * * * *").is_ok());
+    assert_eq!(
+        tick_id("sch-1", 1_700_000_000),
+        "sch-1@1700000000",
+        "a tick's deploy id is the schedule's id and the tick"
+    );
+    assert!(
+        parse_timezone("Mars/Base").is_err(),
+        "an unknown time zone is refused"
+    );
+    assert!(
+        parse_cron("* * * * *").is_ok(),
+        "a five-field cron is accepted"
+    );
+    assert!(
+        parse_cron("*/5 * * * * *").is_ok(),
+        "a six-field cron (with seconds) is accepted"
+    );
     let refused = parse_cron("61 * * * *").unwrap_err();
     assert!(
         matches!(&refused, ScheduleError::Cron { expr, .. } if expr == "61 * * * *")
@@ -202,7 +256,11 @@ fn the_shortest_interval_is_found_wherever_it_falls() {
     let tz = chrono_tz::UTC;
     let shortest = |expr: &str| shortest_interval(&parse_cron(expr).unwrap(), tz, 1_000_000);
     assert_eq!(shortest("* * * * * *"), Some(1), "a per-second cron");
-    assert_eq!(shortest("*/2 * * * * *"), Some(2));
+    assert_eq!(
+        shortest("*/2 * * * * *"),
+        Some(2),
+        "the shortest interval of every two seconds is two seconds"
+    );
     assert_eq!(shortest("* * * * *"), Some(60), "a per-minute cron");
     assert_eq!(shortest("0 3 * * *"), Some(86_400), "a daily one");
     assert_eq!(
@@ -260,19 +318,27 @@ async fn tickers_enqueue_each_tick_once_and_respect_pause() {
     let second = tick_once(&client, &policy, t0).await.unwrap();
     assert!(first.len() >= 3, "{first:?}");
     assert!(second.is_empty(), "already recorded: {second:?}");
-    assert_eq!(deploys().await, first.iter().cloned().collect());
+    assert_eq!(
+        deploys().await,
+        first.iter().cloned().collect(),
+        "each due tick became one deploy"
+    );
     // A lost update of the tick state re-enqueues existing ids only.
     client.records().delete(TICK_KIND, &s.id).await.unwrap();
     let again = tick_once(&client, &policy, t0).await.unwrap();
-    assert_eq!(again, first);
-    assert_eq!(deploys().await.len(), first.len());
+    assert_eq!(
+        again, first,
+        "a second tick at the same time enqueues the same deploys"
+    );
+    assert_eq!(deploys().await.len(), first.len(), "and no more of them");
     // Paused: nothing, however much time passes.
     set_paused(&client, &s.id, true).await.unwrap();
     assert!(
         tick_once(&client, &policy, t0 + 10_000)
             .await
             .unwrap()
-            .is_empty()
+            .is_empty(),
+        "nothing is due ten seconds later"
     );
     set_paused(&client, &s.id, false).await.unwrap();
     // Down for ten minutes: the ticks of the last minute are on time and run each; the
@@ -287,21 +353,32 @@ async fn tickers_enqueue_each_tick_once_and_respect_pause() {
             .all(|id| id > &tick_id(&s.id, on_time_from)),
         "{after_outage:?}"
     );
-    assert_eq!(deploys().await.len(), first.len() + after_outage.len());
+    assert_eq!(
+        deploys().await.len(),
+        first.len() + after_outage.len(),
+        "the ticks missed during the outage are deployed once each"
+    );
     let view = super::show(&client, &s.id).await.unwrap().unwrap();
     assert!(
         view.next_tick.is_some() && view.last_deploy.is_some(),
         "{view:?}"
     );
     // Deleted: gone, and never ticked again.
-    assert!(delete(&client, &s.id).await.unwrap());
+    assert!(
+        delete(&client, &s.id).await.unwrap(),
+        "the schedule is deleted"
+    );
     assert!(
         tick_once(&client, &policy, late + 10_000)
             .await
             .unwrap()
-            .is_empty()
+            .is_empty(),
+        "a deleted schedule ticks no more"
     );
-    assert!(list(&client).await.unwrap().is_empty());
+    assert!(
+        list(&client).await.unwrap().is_empty(),
+        "no schedule is left"
+    );
 }
 
 /// A tick state someone stored that cannot be read stops its schedule, shown with the

@@ -79,7 +79,11 @@ async fn a_verified_artifact_is_fetched_once_and_a_mismatch_leaves_nothing() {
     let work = dir.path().join("work");
     let a = artifact(format!("file://{}", src.display()), &good);
     let local = ensure_local(&a, APP, &work, &sources).await.expect("fetch");
-    assert_eq!(std::fs::read(&local.path).unwrap(), b"hello");
+    assert_eq!(
+        std::fs::read(&local.path).unwrap(),
+        b"hello",
+        "the fetched artifact holds the source's bytes"
+    );
     {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&work).unwrap().permissions().mode() & 0o777;
@@ -89,7 +93,7 @@ async fn a_verified_artifact_is_fetched_once_and_a_mismatch_leaves_nothing() {
     let again = ensure_local(&a, APP, &work, &sources)
         .await
         .expect("present and verified: no fetch needed");
-    assert_eq!(again, local);
+    assert_eq!(again, local, "a second fetch finds the first's file");
 
     let bad = artifact(
         format!("file://{}", dir.path().join("src.tar").display()),
@@ -322,7 +326,11 @@ mod source_tests {
         )
         .await
         .expect("a redirect to another URL under the source is followed");
-        assert_eq!(std::fs::read(&within.path).unwrap(), b"release");
+        assert_eq!(
+            std::fs::read(&within.path).unwrap(),
+            b"release",
+            "the artifact within the size limit is fetched whole"
+        );
 
         let work = dir.path().join("b");
         let err = ensure_local(&fetch("/builds/app.tar", b"secret"), APP, &work, &sources)

@@ -43,6 +43,34 @@ macro_rules! note_recovery {
     };
 }
 
+/// Keeps, beside a recovery's note, when the run it moved was interrupted: an event
+/// `interrupted:<ms of the recovery>` dated at the last heartbeat `$executor` wrote (the
+/// last moment it was heard from), so a deploy's log and timeline show the gap as the
+/// interruption it was. Nothing is written for an executor that never registered.
+macro_rules! note_interruption {
+    ($tx:ident, $ids:expr, $executor:expr, $now_ms:expr) => {
+        let note = serde_json::Value::String(format!(
+            "worker {} stopped answering (last heard from then): the run it held was interrupted",
+            $executor
+        ))
+        .to_string();
+        for id in $ids {
+            sqlx::query(
+                "INSERT INTO manent_events (workflow_id, event_key, value, updated_at) \
+                 SELECT $1, $2, $3, e.heartbeat_at FROM manent_executors e WHERE e.id = $4 \
+                 ON CONFLICT (workflow_id, event_key) \
+                 DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+            )
+            .bind(id)
+            .bind(format!("interrupted:{}", $now_ms))
+            .bind(&note)
+            .bind($executor)
+            .execute(&mut *$tx)
+            .await?;
+        }
+    };
+}
+
 impl SqlStore {
     pub(super) async fn upsert_executor(&self, e: &ExecutorRecord) -> Result<(), StoreError> {
         let queues = serde_json::to_string(&e.queues)
@@ -121,6 +149,21 @@ impl SqlStore {
                 postgres::acquire_liveness(options, executor_id).await
             }
             _ => sqlite::acquire_liveness(self.sqlite_path.as_deref(), executor_id),
+        }
+    }
+
+    /// Whether the liveness lock of `executor_id` is free now; `None` when this backend
+    /// cannot tell (an in-memory database).
+    pub(super) async fn liveness_free(
+        &self,
+        executor_id: &str,
+    ) -> Result<Option<bool>, StoreError> {
+        match &self.pool {
+            Pool::Postgres(main) => {
+                let held = postgres::liveness_held(self.pg_pool(main), executor_id).await?;
+                Ok(Some(!held))
+            }
+            Pool::Sqlite { .. } => sqlite::liveness_free(self.sqlite_path.as_deref(), executor_id),
         }
     }
 
@@ -284,6 +327,7 @@ impl SqlStore {
                 .await?;
             // Each moved workflow keeps a note of the recovery, in the same transaction.
             note_recovery!(tx, rows.iter().map(|(id, _)| id), note, now_ms);
+            note_interruption!(tx, rows.iter().map(|(id, _)| id), executor_id, now_ms);
             rows
         });
         let mut queues: Vec<String> = rows.iter().map(|(_, q)| q.clone()).collect();
@@ -341,6 +385,7 @@ impl SqlStore {
                 .fetch_all(&mut *tx)
                 .await?;
                 note_recovery!(tx, rows.iter().map(|(id, _)| id), &note, now_ms);
+                note_interruption!(tx, rows.iter().map(|(id, _)| id), &executor, now_ms);
                 rows
             });
             let wakeups: Vec<Wakeup> = rows.iter().map(|(_, q)| Wakeup::Queue(q.clone())).collect();

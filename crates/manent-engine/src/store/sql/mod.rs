@@ -129,6 +129,7 @@ macro_rules! step_cols {
 const ONE_OFF: bool = false;
 
 mod claims;
+pub(crate) mod copy;
 mod executors;
 mod messages;
 mod migrate;
@@ -286,7 +287,7 @@ fn connect_err(url: &str, e: sqlx::Error) -> StoreError {
 }
 
 /// The URL without its password, for messages.
-fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     match (url.find("://"), url.find('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &url[scheme + 3..at];
@@ -556,6 +557,10 @@ impl Store for SqlStore {
 
     async fn acquire_liveness(&self, executor_id: &str) -> Result<Liveness, StoreError> {
         SqlStore::acquire_liveness(self, executor_id).await
+    }
+
+    async fn liveness_free(&self, executor_id: &str) -> Result<Option<bool>, StoreError> {
+        SqlStore::liveness_free(self, executor_id).await
     }
 
     async fn acquire_executor_lease(

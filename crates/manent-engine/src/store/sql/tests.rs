@@ -25,7 +25,11 @@ fn redact_hides_the_password_only() {
         "postgres://u@h/db",
         "no password, nothing to hide"
     );
-    assert_eq!(redact("sqlite://x.db"), "sqlite://x.db");
+    assert_eq!(
+        redact("sqlite://x.db"),
+        "sqlite://x.db",
+        "a SQLite URL has no password to hide"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -757,7 +761,11 @@ async fn status_reads_use_their_indexes(db: manent_testkit::Db) {
         "two arms, each with its own placeholders: {sql}"
     );
     let values: Vec<&str> = values.iter().map(String::as_str).collect();
-    assert_eq!(values, ["w", "p7", "w", "p70"]);
+    assert_eq!(
+        values,
+        ["w", "p7", "w", "p70"],
+        "the values in the order they were written"
+    );
     for (mode, plan) in plans(&store, &sql, &values, &[100, 0]).await {
         assert!(
             plan.contains("manent_workflows_partition") && !reads_the_whole_table(&plan),
@@ -1123,4 +1131,25 @@ async fn newer_schema_needs_a_declaration(db: manent_testkit::Db) {
         .migrate()
         .await
         .expect("a newer migration declared compatible lets this build run beside it");
+}
+
+/// `admin copy` moves every table of the schema: a table a migration adds and the copy's
+/// list leaves out would be lost in every copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_lists_every_table_of_the_schema_on_both_backends() {
+    for backend in [manent_testkit::Db::Sqlite, manent_testkit::Db::Postgres] {
+        let test = manent_testkit::TestDb::new(backend).await;
+        let store = SqlStore::connect(&test.url).await.expect("connect");
+        store.migrate().await.expect("migrate");
+        let mut listed: Vec<String> = copy::TABLES.iter().map(|t| t.to_string()).collect();
+        listed.sort();
+        let tables = store
+            .schema_tables()
+            .await
+            .expect("read the schema's tables");
+        assert_eq!(
+            tables, listed,
+            "the tables of the schema on {backend:?} are the copy's"
+        );
+    }
 }

@@ -257,7 +257,11 @@ fn the_line_of_a_name_is_where_a_tag_uses_it_whole() {
         Some(4),
         "only a whole name in a tag counts"
     );
-    assert_eq!(line_of_name(text, "NOWHERE"), None);
+    assert_eq!(
+        line_of_name(text, "NOWHERE"),
+        None,
+        "a name the text does not hold has no line"
+    );
 }
 
 #[test]
