@@ -15,6 +15,7 @@ use crate::serde_util::{duration, nullable, opt_duration};
 use crate::source::Document;
 use crate::{CHECK_PLACEHOLDERS, DEFAULT_PLUGIN, DEST_PLACEHOLDERS, rules};
 
+pub(crate) mod analysis;
 pub(crate) mod load;
 pub(crate) mod scoped;
 mod tasks;
@@ -22,6 +23,10 @@ pub(crate) mod templates;
 mod validate;
 mod variables;
 
+pub use analysis::{
+    ANALYSIS_PLACEHOLDERS, Analysis, DEFAULT_INCONCLUSIVE_LIMIT, HttpValue, Metric, MetricCommand,
+    PrometheusQuery, Provider, RunOn, condition_problem, evaluate,
+};
 pub use tasks::{DEFAULT_TASK_TIMEOUT, ReleaseMode, Task, TaskWhen, has_role};
 use validate::validate;
 pub(crate) use validate::{
@@ -368,6 +373,9 @@ pub struct Rollout {
         skip_serializing_if = "Option::is_none"
     )]
     pub pause: Option<Duration>,
+    /// The bake after each wave but the last (docs/analysis.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<analysis::Analysis>,
 }
 
 impl Default for Rollout {
@@ -376,6 +384,7 @@ impl Default for Rollout {
             waves: Waves::All,
             max_parallel: default_max_parallel(),
             pause: None,
+            analysis: None,
         }
     }
 }

@@ -75,6 +75,8 @@ pub struct DeployStatus {
     pub waves: Vec<WaveView>,
     /// The region passes of a region-routed deploy (status only).
     pub passes: Vec<PassView>,
+    /// Every measurement of `rollout.analysis` so far (docs/analysis.md).
+    pub measurements: Vec<crate::analysis::Measurement>,
 }
 
 /// One target of a deploy.
@@ -307,6 +309,8 @@ fn summary(
         irreversible: d.irreversible.clone(),
         waves: Vec::new(),
         passes: Vec::new(),
+        // No measurements event: none taken yet.
+        measurements: event(id, events, &EventKey::Measurements)?.unwrap_or_default(),
     })
 }
 

@@ -339,6 +339,7 @@ async fn deploy(
     let mut not_started = 0;
     // What the `once` tasks did before any target was switched (issue 39).
     let mut once = crate::tasks::BeforeAnySwitch::default();
+    let mut measured = Vec::new(); // every measurement of `rollout.analysis` so far
     for (w, wave) in waves.iter().enumerate() {
         phase(
             ctx,
@@ -379,6 +380,10 @@ async fn deploy(
         }
         if failure.is_some() {
             not_started = waves.len() - w - 1;
+            break;
+        }
+        if let Some(reason) = bake_wave(ctx, rt, &pc, &request, &waves, w, &mut measured).await? {
+            (failure, not_started) = (Some(reason), waves.len() - w - 1);
             break;
         }
         if let Some(pause) = eff.rollout.pause
@@ -425,6 +430,52 @@ async fn deploy(
     }
     phase(ctx, Phase::Done).await?;
     Ok(DeployResult { targets: outcomes })
+}
+
+/// The bake after wave `w` (0-based) under `rollout.analysis` (docs/analysis.md), but the
+/// last, in a deploy started under [`crate::request::ANALYSIS_VERSION`] or later and not a
+/// dry run: why the deploy fails, if it does.
+async fn bake_wave(
+    ctx: &WorkflowContext,
+    rt: &Runtime,
+    pc: &PassContext<'_>,
+    request: &DeployRequest,
+    waves: &[Wave],
+    w: usize,
+    measured: &mut Vec<crate::analysis::Measurement>,
+) -> Result<Option<String>, WorkflowError> {
+    let eff = pc.eff;
+    let Some(analysis) = &eff.rollout.analysis else {
+        return Ok(None);
+    };
+    if w + 1 >= waves.len()
+        || eff.dry_run
+        || ctx.workflow_version() < crate::request::ANALYSIS_VERSION
+    {
+        return Ok(None);
+    }
+    // The targets this deploy has not reached yet.
+    let baseline: Vec<Target> = waves[w + 1..]
+        .iter()
+        .flat_map(|wave| wave.targets.iter().cloned())
+        .collect();
+    let bake = crate::analysis::Bake {
+        client: &rt.client,
+        config: &rt.config,
+        request,
+        deploy_id: pc.deploy_id,
+        eff,
+        pool: pc.pool,
+        wave: w + 1,
+        targets: &waves[w].targets,
+        baseline: &baseline,
+    };
+    Ok(
+        match crate::analysis::bake(ctx, &bake, analysis, measured).await? {
+            crate::analysis::Judged::Passed => None,
+            crate::analysis::Judged::Failed(reason) => Some(reason),
+        },
+    )
 }
 
 /// The effective descriptor of a request recorded without one: the environment file read
