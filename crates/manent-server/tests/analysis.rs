@@ -131,24 +131,25 @@ async fn query_value(address: &str, query: &str) -> Option<f64> {
     body["data"]["result"][0]["value"][1].as_str()?.parse().ok()
 }
 
-/// acme/web's prod: targets t1 (the canary wave), t2 and t3; each deploy writes the version
-/// into `deployed-<target>` and a `<target> <version>` line into the ledger; `analysis`
+/// acme/web's prod: targets t1 (the canary wave), t2 and t3; each deploy (its command) and
+/// each rollback (the previous version's `activate`) writes the version into `deployed-<target>` and a
+/// `<target> <version>` line into the ledger; `analysis`
 /// is the text under `rollout.analysis:`.
 fn write_environment(site: &Site, analysis: &str) {
     let dir = site.dir.display();
     let ledger = ledger_path(&site.dir);
-    let command = format!(
+    let command = serde_json::to_string(&format!(
         "echo $MANENT_VERSION > {dir}/deployed-$MANENT_TARGET; echo \"$MANENT_TARGET \
          $MANENT_VERSION\" >> {ledger}"
-    );
+    ))
+    .unwrap();
     site.write_environment(
         "acme/web",
         "prod",
         &format!(
             "targets:\n  - {{name: t1, host: local}}\n  - {{name: t2, host: local}}\n  - {{name: \
-             t3, host: local}}\ndeploy:\n  plugin: command\n  commands:\n    - {}\nrollout:\n  \
+             t3, host: local}}\ndeploy:\n  plugin: command\n  commands: [{command}]\n  activate: {command}\nrollout:\n  \
              waves: [[t1], [t2, t3]]\n  analysis:\n{analysis}",
-            serde_json::to_string(&command).unwrap()
         ),
     );
 }
