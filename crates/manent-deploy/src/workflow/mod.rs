@@ -367,23 +367,14 @@ async fn deploy(
             plugin.deploy_pass(ctx, &pc, &wave.targets).await?
         };
         for outcome in wave_outcomes {
-            if outcome.status == crate::run::targets::TargetState::Failed && failure.is_none() {
-                // A step's detail starts with the target's name (`web1: link shared: …`):
-                // said once.
-                let detail = outcome.detail.as_deref().unwrap_or_default();
-                let detail = detail
-                    .strip_prefix(&format!("{}: ", outcome.name))
-                    .unwrap_or(detail);
-                failure = Some(format!("target {}: {detail}", outcome.name));
-            }
+            failure = failure.or_else(|| target_failure(&outcome));
             outcomes.push(outcome);
+        }
+        if failure.is_none() {
+            failure = bake_wave(ctx, rt, &pc, &request, &waves, w, &mut measured).await?;
         }
         if failure.is_some() {
             not_started = waves.len() - w - 1;
-            break;
-        }
-        if let Some(reason) = bake_wave(ctx, rt, &pc, &request, &waves, w, &mut measured).await? {
-            (failure, not_started) = (Some(reason), waves.len() - w - 1);
             break;
         }
         if let Some(pause) = eff.rollout.pause
@@ -430,6 +421,19 @@ async fn deploy(
     }
     phase(ctx, Phase::Done).await?;
     Ok(DeployResult { targets: outcomes })
+}
+
+/// Why the deploy fails when `outcome` is a failed target.
+fn target_failure(outcome: &TargetOutcome) -> Option<String> {
+    if outcome.status != crate::run::targets::TargetState::Failed {
+        return None;
+    }
+    // A step's detail starts with the target's name (`web1: link shared: …`): said once.
+    let detail = outcome.detail.as_deref().unwrap_or_default();
+    let detail = detail
+        .strip_prefix(&format!("{}: ", outcome.name))
+        .unwrap_or(detail);
+    Some(format!("target {}: {detail}", outcome.name))
 }
 
 /// The bake after wave `w` (0-based) under `rollout.analysis` (docs/analysis.md), but the
