@@ -88,6 +88,7 @@ fn top_routes() -> OpenApiRouter<AppState> {
 fn v1_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::default()
         .merge(routes::deploys::router())
+        .merge(routes::analysis::router())
         .merge(routes::environments::router())
         .merge(routes::schedules::router())
         .merge(routes::workers::router())

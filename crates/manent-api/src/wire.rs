@@ -6,8 +6,8 @@
 
 use manent_contract as contract;
 use manent_deploy::{
-    background::schedules::ScheduleView, history, request::Phase, run::targets, submission,
-    views::deploy_views, views::platform, views::timeline,
+    analysis, background::schedules::ScheduleView, history, request::Phase, run::targets,
+    submission, views::deploy_views, views::platform, views::timeline,
 };
 use manent_engine::WorkflowStatus;
 use manent_model::{Artifact, Missed, QueueKind};
@@ -110,6 +110,7 @@ impl ToWire for Phase {
             Phase::Queued => contract::Phase::Queued,
             Phase::WaitingApproval => contract::Phase::WaitingApproval,
             Phase::WaitingDependency => contract::Phase::WaitingDependency,
+            Phase::WaitingDecision => contract::Phase::WaitingDecision,
             Phase::Running => contract::Phase::Running,
             Phase::Done => contract::Phase::Done,
             Phase::Refused => contract::Phase::Refused,
@@ -117,6 +118,7 @@ impl ToWire for Phase {
             Phase::Fetching
             | Phase::Wave { .. }
             | Phase::PauseBeforeWave(_)
+            | Phase::BakeAfterWave(_)
             | Phase::RollingBack
             | Phase::Other(_) => contract::Phase::Other(self.text().into_owned()),
         }
@@ -340,6 +342,7 @@ impl ToWire for deploy_views::DeployStatus {
             waves: self.waves.to_wire(),
             passes: self.passes.to_wire(),
             interruptions: self.interruptions.to_wire(),
+            measurements: self.measurements.to_wire(),
         }
     }
 }
@@ -355,6 +358,33 @@ impl ToWire for timeline::InterruptionView {
             recovery: self.recovery,
             resumed_by: self.resumed_by,
             resumed_at: self.resumed_at.map(rfc3339),
+        }
+    }
+}
+
+impl ToWire for analysis::Measurement {
+    type Wire = contract::Measurement;
+    fn to_wire(self) -> Self::Wire {
+        contract::Measurement {
+            wave: u32::try_from(self.wave).unwrap_or(u32::MAX),
+            metric: self.metric,
+            target: self.target,
+            at: manent_deploy::request::rfc3339(self.at_ms),
+            value: self.value,
+            baseline: self.baseline,
+            outcome: self.outcome.to_wire(),
+            detail: self.detail,
+        }
+    }
+}
+
+impl ToWire for analysis::Outcome {
+    type Wire = contract::MeasurementOutcome;
+    fn to_wire(self) -> Self::Wire {
+        match self {
+            analysis::Outcome::Passed => contract::MeasurementOutcome::Passed,
+            analysis::Outcome::Failed => contract::MeasurementOutcome::Failed,
+            analysis::Outcome::Inconclusive => contract::MeasurementOutcome::Inconclusive,
         }
     }
 }

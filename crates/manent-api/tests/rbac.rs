@@ -321,8 +321,9 @@ async fn check_one_deploy(site: &Site, who: Who, token: &str, app: &str) {
         );
     }
 
-    // Approve and reject: the deploy waits for nothing, so an allowed caller meets 409.
-    for verb in ["approve", "reject"] {
+    // Approve and reject, promote and abort (docs/analysis.md): the deploy waits for
+    // nothing, so an allowed caller meets 409.
+    for verb in ["approve", "reject", "promote", "abort"] {
         let uri = format!("/api/v1/deploys/{id}/{verb}");
         let expected = on_recorded(who, app, who.may_approve(), StatusCode::CONFLICT);
         check(

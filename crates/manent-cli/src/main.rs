@@ -135,6 +135,21 @@ enum Command {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Passes a deploy's analysis (docs/analysis.md): skips the rest of a bake, or goes on
+    /// from `waiting_decision`; the next wave starts.
+    Promote {
+        /// The deploy's id, or a unique prefix of it.
+        id: String,
+    },
+    /// Fails a deploy's analysis (docs/analysis.md): the deploy fails and
+    /// `rollback.on_failure` applies.
+    Abort {
+        /// The deploy's id, or a unique prefix of it.
+        id: String,
+        /// Why: shown in the deploy's error.
+        #[arg(long)]
+        reason: Option<String>,
+    },
     /// Queues with their kinds, limits, depths and workers.
     Queues,
     /// Workers with their state, last heartbeat and running deploys.
@@ -377,6 +392,8 @@ async fn run(args: Args, given: contexts::settings::Given) -> Result<u8, CliErro
         Command::Reject { id, reason } => {
             commands::decide(api, &id, "/reject", reason, style).await
         }
+        Command::Promote { id } => commands::decide(api, &id, "/promote", None, style).await,
+        Command::Abort { id, reason } => commands::decide(api, &id, "/abort", reason, style).await,
         Command::Queues => {
             commands::show::<Vec<QueueView>, _>(api, "/api/v1/queues", style, render::queues).await
         }

@@ -15,6 +15,8 @@ use manent_contract::{
 
 use crate::client::Answer;
 
+mod analysis;
+
 /// What `--output` asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -520,6 +522,7 @@ pub fn status(style: &Style, d: &DeployStatus) -> String {
         out.push_str(&format!("  waiting for {}\n", waiting.cell()));
     }
     out.push_str(&approvals(style, &d.approvals));
+    out.push_str(&analysis::section(style, d));
     for a in &d.artifacts {
         out.push_str(&format!(
             "  artifact {} ({} {}) from {} sha256 {}\n",

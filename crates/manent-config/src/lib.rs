@@ -606,6 +606,11 @@ pub enum NotificationEvent {
     Failed,
     Cancelled,
     RolledBack,
+    /// A metric of `rollout.analysis` failed more measurements than its `failure_limit`.
+    AnalysisFailed,
+    /// An analysis could not be taken often enough: the deploy waits for `manent promote`
+    /// or `manent abort`.
+    WaitingDecision,
 }
 
 impl NotificationEvent {
@@ -618,6 +623,8 @@ impl NotificationEvent {
             NotificationEvent::Failed => "failed",
             NotificationEvent::Cancelled => "cancelled",
             NotificationEvent::RolledBack => "rolled_back",
+            NotificationEvent::AnalysisFailed => "analysis_failed",
+            NotificationEvent::WaitingDecision => "waiting_decision",
         }
     }
 }

@@ -62,13 +62,17 @@ string_enum!(
     Phase, listed: false,
     "`scheduled`, `queued`, `waiting_approval` or `waiting_dependency` (holding no deploy \
      slot), then while it runs its own phase (`running`, `fetching`, `wave N/M (name)`, \
-     `pause before wave N`, `rolling back`, …), then `done`; `refused` for a scheduled \
+     `bake after wave N`, `pause before wave N`, `rolling back`, …; `waiting_decision`, \
+     holding no slot, when an analysis waits for `manent promote` or `manent abort`), then `done`; `refused` for a scheduled \
      deploy refused when its time came (its token or its environment no longer allows it; \
      its `error` says why)." {
         Scheduled = "scheduled",
         Queued = "queued",
         WaitingApproval = "waiting_approval",
         WaitingDependency = "waiting_dependency",
+        /// `rollout.analysis` could not measure often enough: waiting for `manent promote`
+        /// or `manent abort`, holding no deploy slot (docs/analysis.md).
+        WaitingDecision = "waiting_decision",
         Running = "running",
         Done = "done",
         Refused = "refused",
@@ -482,6 +486,10 @@ pub struct DeployStatus {
     /// when none): the timeline's interruptions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interruptions: Vec<InterruptionView>,
+    /// Every measurement of `rollout.analysis` so far, in the order taken (docs/analysis.md).
+    /// Absent when the deploy has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measurements: Vec<Measurement>,
 }
 
 /// A worker lost under a running deploy, and the recovery that moved the deploy on.
@@ -503,6 +511,41 @@ pub struct InterruptionView {
     pub resumed_by: Option<String>,
     #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub resumed_at: Option<String>,
+}
+
+string_enum!(
+    /// How one measurement of an analysis judged its wave.
+    MeasurementOutcome, listed: true,
+    "passed (its `success` condition held), failed (it did not) or inconclusive (it could \
+     not be taken: no data, an error, a timeout, no baseline)." {
+        Passed = "passed",
+        Failed = "failed",
+        Inconclusive = "inconclusive",
+    }
+);
+
+/// One measurement of a metric of `rollout.analysis` (docs/analysis.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Measurement {
+    /// The wave it judged (1-based).
+    pub wave: u32,
+    pub metric: String,
+    /// The target it was taken on, for a metric measured per target; null otherwise.
+    #[serde(default)]
+    pub target: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub at: String,
+    /// Null when it could not be taken.
+    #[serde(default)]
+    pub value: Option<f64>,
+    /// The same query over the targets not reached yet; null without one.
+    #[serde(default)]
+    pub baseline: Option<f64>,
+    pub outcome: MeasurementOutcome,
+    /// Why it is inconclusive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// One wave of the rollout: its name and its targets, in the order they are deployed.

@@ -23,10 +23,11 @@ pub use admin::{
 pub use deploys::StatusFilter;
 pub use deploys::{
     ApprovalView, Artifact, BatchEntry, Decision, DecisionBody, Dependency, DeployAction,
-    DeployLogs, DeployOutput, DeployOverrides, DeployStatus, Descriptor, InterruptionView, Missed,
-    OutputLine, OutputStream, PassMode, PassView, Phase, Recovered, RedeployBody, RedeployKind,
-    Resubmitted, RollbackBody, Schedule, StepStatus, StepView, SubmitBatch, Submitted,
-    SubmittedStatus, TargetState, TargetView, WaveView, WorkflowStatus,
+    DeployLogs, DeployOutput, DeployOverrides, DeployStatus, Descriptor, InterruptionView,
+    Measurement, MeasurementOutcome, Missed, OutputLine, OutputStream, PassMode, PassView, Phase,
+    Recovered, RedeployBody, RedeployKind, Resubmitted, RollbackBody, Schedule, StepStatus,
+    StepView, SubmitBatch, Submitted, SubmittedStatus, TargetState, TargetView, WaveView,
+    WorkflowStatus,
 };
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use fleet::{

@@ -17,11 +17,13 @@
 //! - [`plugins`]: the `Plugin` trait, the built-in and the external plugins.
 //! - [`tasks`]: `deploy.tasks`, on targets by role or once per deploy; irreversible deploys'
 //!   automatic rollback.
+//! - [`analysis`]: `rollout.analysis`, the bake between waves; promote and abort.
 //! - [`views`]: status, list, logs, timeline, the platform views, `/metrics`.
 //! - [`background`]: what every worker runs beside deploys: schedules, retention.
 //!
 //! `tests/modules.rs` keeps the rooms a DAG.
 
+pub mod analysis;
 pub mod authority;
 pub mod background;
 pub mod containers;

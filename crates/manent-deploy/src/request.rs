@@ -47,10 +47,18 @@ pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 ///   records what it did under 4.
 /// - 6: a deploy with the `container` plugin records its steps (docs/containers.md):
 ///   always started under 6 or later ([`CONTAINERS_VERSION`]).
+///   Also at 6: a deploy whose environment has `rollout.analysis` bakes after each wave but the
+///   last: a recorded start, one `manent.recv:analysis` wait and one `wave N: measure
+///   K/M` step per measurement, and, when it waits for a decision, a move to the gate
+///   queue and back ([`ANALYSIS_VERSION`]). Such a deploy is always started under 6 or
+///   later; one without analysis records what it did under 5.
 pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 6 };
 
 /// The first version whose code runs the `container` plugin (docs/containers.md).
 pub const CONTAINERS_VERSION: u32 = 6;
+
+/// The first version that bakes a wave under `rollout.analysis` (docs/analysis.md).
+pub const ANALYSIS_VERSION: u32 = 6;
 
 /// The first version whose code runs `deploy.tasks` (docs/environments.md, "Tasks and
 /// roles").
@@ -235,6 +243,16 @@ impl DeployRequest {
         } else {
             version
         };
+        // Nor one with an analysis: it would go on to the next wave unjudged.
+        let version = if self
+            .effective
+            .as_ref()
+            .is_some_and(|e| e.rollout.analysis.is_some())
+        {
+            version.max(ANALYSIS_VERSION)
+        } else {
+            version
+        };
         let queue = if self.gated {
             GATE_QUEUE
         } else {
@@ -267,6 +285,9 @@ pub const GATE_QUEUE: &str = "manent.gate";
 /// Message topic of approvals and rejections.
 pub const APPROVAL_TOPIC: &str = "approval";
 
+/// Message topic of `manent promote` and `manent abort` (docs/analysis.md).
+pub const ANALYSIS_TOPIC: &str = "analysis";
+
 /// The key of an event a deploy (or its region pass) publishes. Its text is stored: in the
 /// events table and in the name of the step that recorded it (`manent.event:<key>`), so a
 /// replay by another build of manent meets the same names; never change one.
@@ -282,6 +303,8 @@ pub enum EventKey {
     Approvals,
     /// `target:<name>`: one target's outcome (`targets::TargetOutcome`).
     Target(String),
+    /// `measurements`: every measurement of `rollout.analysis` so far, in order.
+    Measurements,
 }
 
 impl EventKey {
@@ -299,6 +322,7 @@ impl EventKey {
             EventKey::Waiting => "waiting".into(),
             EventKey::ApprovalPolicy => "approval_policy".into(),
             EventKey::Approvals => "approvals".into(),
+            EventKey::Measurements => "measurements".into(),
             EventKey::Target(name) => format!("{}{name}", Self::TARGET_PREFIX).into(),
         }
     }
@@ -311,6 +335,7 @@ impl EventKey {
             "waiting" => Some(EventKey::Waiting),
             "approval_policy" => Some(EventKey::ApprovalPolicy),
             "approvals" => Some(EventKey::Approvals),
+            "measurements" => Some(EventKey::Measurements),
             other => other
                 .strip_prefix(Self::TARGET_PREFIX)
                 .map(|name| EventKey::Target(name.to_string())),
@@ -357,6 +382,11 @@ pub enum Phase {
     },
     /// Pausing (`rollout.pause`) before wave `number` (1-based).
     PauseBeforeWave(usize),
+    /// Measuring (`rollout.analysis`) after wave `number` (1-based).
+    BakeAfterWave(usize),
+    /// An analysis could not be taken often enough: waiting for `manent promote` or
+    /// `manent abort`, holding no deploy slot.
+    WaitingDecision,
     RollingBack,
     Done,
     /// Refused when it fired: a scheduled deploy whose token or environment no longer
@@ -378,6 +408,8 @@ impl Phase {
             Phase::Fetching => "fetching".into(),
             Phase::Wave { number, of, name } => format!("wave {number}/{of} ({name})").into(),
             Phase::PauseBeforeWave(number) => format!("pause before wave {number}").into(),
+            Phase::BakeAfterWave(number) => format!("bake after wave {number}").into(),
+            Phase::WaitingDecision => "waiting_decision".into(),
             Phase::RollingBack => "rolling back".into(),
             Phase::Done => "done".into(),
             Phase::Refused => "refused".into(),
@@ -393,6 +425,7 @@ impl Phase {
             "queued" => Some(Phase::Queued),
             "waiting_approval" => Some(Phase::WaitingApproval),
             "waiting_dependency" => Some(Phase::WaitingDependency),
+            "waiting_decision" => Some(Phase::WaitingDecision),
             "running" => Some(Phase::Running),
             "fetching" => Some(Phase::Fetching),
             "rolling back" => Some(Phase::RollingBack),
@@ -408,6 +441,9 @@ impl Phase {
     fn parse_wave(text: &str) -> Option<Self> {
         if let Some(number) = text.strip_prefix("pause before wave ") {
             return number.parse().ok().map(Phase::PauseBeforeWave);
+        }
+        if let Some(number) = text.strip_prefix("bake after wave ") {
+            return number.parse().ok().map(Phase::BakeAfterWave);
         }
         let (number, rest) = text.strip_prefix("wave ")?.split_once('/')?;
         let (of, name) = rest.split_once(" (")?;
@@ -505,6 +541,8 @@ mod tests {
                 name: "web (eu)".into(),
             },
             Phase::PauseBeforeWave(2),
+            Phase::BakeAfterWave(1),
+            Phase::WaitingDecision,
             Phase::RollingBack,
             Phase::Done,
             Phase::Refused,
@@ -523,6 +561,8 @@ mod tests {
             "fetching"
             "wave 1/2 (web (eu))"
             "pause before wave 2"
+            "bake after wave 1"
+            "waiting_decision"
             "rolling back"
             "done"
             "refused"
@@ -557,6 +597,7 @@ mod tests {
             EventKey::ApprovalPolicy,
             EventKey::Approvals,
             EventKey::target("web-1"),
+            EventKey::Measurements,
         ];
         let texts: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
         expect![[r#"
@@ -564,7 +605,8 @@ mod tests {
             waiting
             approval_policy
             approvals
-            target:web-1"#]]
+            target:web-1
+            measurements"#]]
         .assert_eq(&texts.join("\n"));
         for (key, text) in keys.iter().zip(&texts) {
             assert_eq!(

@@ -16,6 +16,7 @@ use crate::source::Document;
 use crate::{CHECK_PLACEHOLDERS, DEFAULT_PLUGIN, DEST_PLACEHOLDERS, rules};
 
 mod container;
+pub(crate) mod analysis;
 pub(crate) mod load;
 pub(crate) mod scoped;
 mod tasks;
@@ -27,6 +28,10 @@ pub use container::{
     CONTAINER_NAME_PLACEHOLDERS, CONTAINER_PLUGIN, ContainerHealth, ContainerRuntime,
     ContainerSettings, IMAGE_ARTIFACT, PROXY_LISTEN_PLACEHOLDERS, ProxySettings, container_base,
     container_name,
+};
+pub use analysis::{
+    ANALYSIS_PLACEHOLDERS, Analysis, DEFAULT_INCONCLUSIVE_LIMIT, HttpValue, Metric, MetricCommand,
+    PrometheusQuery, Provider, RunOn, condition_problem, evaluate,
 };
 pub use tasks::{DEFAULT_TASK_TIMEOUT, ReleaseMode, Task, TaskWhen, has_role};
 use validate::validate;
@@ -382,6 +387,9 @@ pub struct Rollout {
         skip_serializing_if = "Option::is_none"
     )]
     pub pause: Option<Duration>,
+    /// The bake after each wave but the last (docs/analysis.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<analysis::Analysis>,
 }
 
 impl Default for Rollout {
@@ -390,6 +398,7 @@ impl Default for Rollout {
             waves: Waves::All,
             max_parallel: default_max_parallel(),
             pause: None,
+            analysis: None,
         }
     }
 }

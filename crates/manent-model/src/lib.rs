@@ -46,6 +46,10 @@ pub use environment::templates::{
     TemplateError, TemplateFile, artifact_variable,
 };
 pub use environment::{
+    ANALYSIS_PLACEHOLDERS, Analysis, DEFAULT_INCONCLUSIVE_LIMIT, HttpValue, Metric, MetricCommand,
+    PrometheusQuery, Provider, RunOn, condition_problem, evaluate,
+};
+pub use environment::{
     Approval, Check, CheckKind, DEFAULT_OVERRIDES, DEFAULT_TASK_TIMEOUT, Dependency,
     DeploySettings, EnvironmentFile, InheritEnv, OVERRIDABLE_KEYS, OnFailure, ReleaseMode,
     RollbackPolicy, Rollout, SecretSource, SharedPaths, SshSettings, Target, Task, TaskWhen,

@@ -609,6 +609,42 @@
     }
   }
 
+  /**
+   * The analysis (docs/analysis.md): one small chart per wave and metric, inline SVG: the
+   * measured values over the bake, each dot coloured by its outcome, the baseline dashed.
+   */
+  function drawAnalysis(d) {
+    const taken = d.measurements || [];
+    $('analysis-section').hidden = taken.length === 0;
+    const groups = new Map();
+    for (const m of taken) {
+      const key = 'wave ' + m.wave + ' · ' + m.metric + (m.target ? ' · ' + m.target : '');
+      if (!groups.has(key)) groups.set(key, []);
+      groups.get(key).push(m);
+    }
+    const charts = [];
+    for (const [key, ms] of groups) {
+      const width = 320, height = 80, pad = 6;
+      const values = ms.flatMap((m) => [m.value, m.baseline]).filter((v) => typeof v === 'number');
+      const top = Math.max(...values, 0) || 1;
+      const x = (i) => pad + (ms.length < 2 ? 0 : i * (width - 2 * pad) / (ms.length - 1));
+      const y = (v) => height - pad - (v / top) * (height - 2 * pad);
+      const line = (field, attrs) => {
+        const points = ms.map((m, i) => (typeof m[field] === 'number' ? x(i) + ',' + y(m[field]) : null)).filter(Boolean);
+        return points.length ? svg('polyline', Object.assign({ points: points.join(' '), fill: 'none' }, attrs)) : null;
+      };
+      const dots = ms.map((m, i) => svg('circle', {
+        cx: x(i), cy: typeof m.value === 'number' ? y(m.value) : height - pad, r: 3,
+        class: 'measurement ' + m.outcome,
+      }, svg('title', {}, m.at + ': ' + (m.value ?? '-') + (m.baseline != null ? ' (baseline ' + m.baseline + ')' : '') + ' ' + m.outcome + (m.detail ? ': ' + m.detail : ''))));
+      charts.push(el('figure', { class: 'analysis-chart' },
+        el('figcaption', {}, key + ' (max ' + top + ')'),
+        svg('svg', { width, height, viewBox: '0 0 ' + width + ' ' + height, role: 'img', 'aria-label': key },
+          line('baseline', { class: 'baseline' }), line('value', { class: 'canary' }), ...dots)));
+    }
+    $('analysis').replaceChildren(...charts);
+  }
+
   async function showDeploy(id) {
     const d = await api('GET', '/deploys/' + encodeURIComponent(id));
     await showOutput(id, d.targets || []);
@@ -616,6 +652,7 @@
     $('deploy-facts').replaceChildren(...facts(d));
     $('deploy-actions').replaceChildren(...actionButtons(d));
     drawTimeline(d);
+    drawAnalysis(d);
     replaceRows($('targets'), (d.targets || []).map((t) => {
       const running = runningStepOf(t.name, d);
       // A target the deploy ended before reaching was never started, not pending.

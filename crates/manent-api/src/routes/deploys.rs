@@ -193,7 +193,7 @@ pub(super) fn cursor(before: &Option<String>) -> Option<&str> {
 
 /// The deploy `id` if the caller may see it. Another tenant's deploy answers 404 like a
 /// deploy that does not exist: a scoped token learns nothing of what it may not read.
-async fn visible_deploy(
+pub(super) async fn visible_deploy(
     state: &AppState,
     caller: &Caller,
     id: &str,
@@ -208,7 +208,7 @@ async fn visible_deploy(
 /// A deploy's status as `caller` reads it: what it waits for names `manent recover` only
 /// to a caller who may run it (an unscoped admin), never as a way out to one it would
 /// answer 403.
-fn for_caller(caller: &Caller, mut deploy: deploy_views::DeployStatus) -> DeployStatus {
+pub(super) fn for_caller(caller: &Caller, mut deploy: deploy_views::DeployStatus) -> DeployStatus {
     if let Some(to_recoverers) = deploy.waiting_for_recoverers.take()
         && caller.may(Action::Administer, None)
     {
@@ -595,7 +595,7 @@ async fn redeploy_deploy(
 /// `{id}` of a deploy's routes.
 #[derive(serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Path)]
-struct DeployId {
+pub(super) struct DeployId {
     /// The deploy's id, as answered by the submission.
-    id: String,
+    pub(super) id: String,
 }

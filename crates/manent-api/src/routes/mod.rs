@@ -2,6 +2,7 @@
 //! `#[utoipa::path]`), and what their handlers share: the role check and optional bodies.
 
 pub(crate) mod admin;
+pub(crate) mod analysis;
 pub(crate) mod deploys;
 pub(crate) mod environments;
 pub(crate) mod meta;

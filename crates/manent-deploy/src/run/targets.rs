@@ -504,7 +504,7 @@ pub async fn run(
 
 /// `error` and each error it was caused by, `: `-separated: reqwest's "error sending
 /// request" says why only in its causes (connection refused, a TLS failure).
-fn with_causes(error: &dyn std::error::Error) -> String {
+pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut cause = error.source();
     while let Some(c) = cause {

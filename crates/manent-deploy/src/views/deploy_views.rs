@@ -77,6 +77,8 @@ pub struct DeployStatus {
     pub passes: Vec<PassView>,
     /// Workers lost under it and the recoveries that moved it on (status only).
     pub interruptions: Vec<timeline::InterruptionView>,
+    /// Every measurement of `rollout.analysis` so far (docs/analysis.md).
+    pub measurements: Vec<crate::analysis::Measurement>,
 }
 
 /// One target of a deploy.
@@ -310,6 +312,8 @@ fn summary(
         waves: Vec::new(),
         passes: Vec::new(),
         interruptions: Vec::new(),
+        // No measurements event: none taken yet.
+        measurements: event(id, events, &EventKey::Measurements)?.unwrap_or_default(),
     })
 }
 

@@ -339,6 +339,7 @@ async fn deploy(
     let mut not_started = 0;
     // What the `once` tasks did before any target was switched (issue 39).
     let mut once = crate::tasks::BeforeAnySwitch::default();
+    let mut measured = Vec::new(); // every measurement of `rollout.analysis` so far
     for (w, wave) in waves.iter().enumerate() {
         phase(
             ctx,
@@ -366,16 +367,11 @@ async fn deploy(
             plugin.deploy_pass(ctx, &pc, &wave.targets).await?
         };
         for outcome in wave_outcomes {
-            if outcome.status == crate::run::targets::TargetState::Failed && failure.is_none() {
-                // A step's detail starts with the target's name (`web1: link shared: …`):
-                // said once.
-                let detail = outcome.detail.as_deref().unwrap_or_default();
-                let detail = detail
-                    .strip_prefix(&format!("{}: ", outcome.name))
-                    .unwrap_or(detail);
-                failure = Some(format!("target {}: {detail}", outcome.name));
-            }
+            failure = failure.or_else(|| target_failure(&outcome));
             outcomes.push(outcome);
+        }
+        if failure.is_none() {
+            failure = bake_wave(ctx, rt, &pc, &request, &waves, w, &mut measured).await?;
         }
         if failure.is_some() {
             not_started = waves.len() - w - 1;
@@ -425,6 +421,65 @@ async fn deploy(
     }
     phase(ctx, Phase::Done).await?;
     Ok(DeployResult { targets: outcomes })
+}
+
+/// Why the deploy fails when `outcome` is a failed target.
+fn target_failure(outcome: &TargetOutcome) -> Option<String> {
+    if outcome.status != crate::run::targets::TargetState::Failed {
+        return None;
+    }
+    // A step's detail starts with the target's name (`web1: link shared: …`): said once.
+    let detail = outcome.detail.as_deref().unwrap_or_default();
+    let detail = detail
+        .strip_prefix(&format!("{}: ", outcome.name))
+        .unwrap_or(detail);
+    Some(format!("target {}: {detail}", outcome.name))
+}
+
+/// The bake after wave `w` (0-based) under `rollout.analysis` (docs/analysis.md), but the
+/// last, in a deploy started under [`crate::request::ANALYSIS_VERSION`] or later and not a
+/// dry run: why the deploy fails, if it does.
+async fn bake_wave(
+    ctx: &WorkflowContext,
+    rt: &Runtime,
+    pc: &PassContext<'_>,
+    request: &DeployRequest,
+    waves: &[Wave],
+    w: usize,
+    measured: &mut Vec<crate::analysis::Measurement>,
+) -> Result<Option<String>, WorkflowError> {
+    let eff = pc.eff;
+    let Some(analysis) = &eff.rollout.analysis else {
+        return Ok(None);
+    };
+    if w + 1 >= waves.len()
+        || eff.dry_run
+        || ctx.workflow_version() < crate::request::ANALYSIS_VERSION
+    {
+        return Ok(None);
+    }
+    // The targets this deploy has not reached yet.
+    let baseline: Vec<Target> = waves[w + 1..]
+        .iter()
+        .flat_map(|wave| wave.targets.iter().cloned())
+        .collect();
+    let bake = crate::analysis::Bake {
+        client: &rt.client,
+        config: &rt.config,
+        request,
+        deploy_id: pc.deploy_id,
+        eff,
+        pool: pc.pool,
+        wave: w + 1,
+        targets: &waves[w].targets,
+        baseline: &baseline,
+    };
+    Ok(
+        match crate::analysis::bake(ctx, &bake, analysis, measured).await? {
+            crate::analysis::Judged::Passed => None,
+            crate::analysis::Judged::Failed(reason) => Some(reason),
+        },
+    )
 }
 
 /// The effective descriptor of a request recorded without one: the environment file read

@@ -21,6 +21,7 @@ pub(super) fn validate(doc: &mut Document<'_>, env: &EnvironmentFile, own: (&str
     }
     variables::validate(doc, env);
     tasks::validate(doc, env);
+    analysis::validate(doc, env);
     scoped::validate(doc, env);
     templates::validate(doc, env);
     for (i, key) in env.overrides.iter().flatten().enumerate() {
