@@ -606,6 +606,8 @@ pub enum NotificationEvent {
     Failed,
     Cancelled,
     RolledBack,
+    /// A drift check found a difference it had not reported before (docs/plan-and-drift.md).
+    DriftDetected,
 }
 
 impl NotificationEvent {
@@ -618,6 +620,7 @@ impl NotificationEvent {
             NotificationEvent::Failed => "failed",
             NotificationEvent::Cancelled => "cancelled",
             NotificationEvent::RolledBack => "rolled_back",
+            NotificationEvent::DriftDetected => "drift_detected",
         }
     }
 }

@@ -266,6 +266,7 @@ pub fn body(hook: &Webhook, entry: &Entry) -> serde_json::Value {
                 NotificationEvent::Failed => "failed",
                 NotificationEvent::Cancelled => "was cancelled",
                 NotificationEvent::RolledBack => "failed and was rolled back",
+                NotificationEvent::DriftDetected => "drifted from its recorded release",
             };
             // Every value comes from a deployer (a version, an error a command printed):
             // escaped, so that `<!channel>` or `<https://evil|click>` is shown as text,

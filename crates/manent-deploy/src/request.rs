@@ -45,7 +45,14 @@ pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 ///   ([`VARS_VERSION`]). A deploy with tasks, variables, templates or the `command` and
 ///   `age` secret providers is always started under 5 or later; one with none of them
 ///   records what it did under 4.
-pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 5 };
+/// - 6: after a target's checks pass, a step `<target>: manifest` records what its
+///   release holds ([`MANIFEST_VERSION`]); a dry run records a step `<target>: changes`
+///   per target (its plan, docs/plan-and-drift.md).
+pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 6 };
+
+/// The first version that records release manifests and dry runs' changes
+/// (docs/plan-and-drift.md).
+pub const MANIFEST_VERSION: u32 = 6;
 
 /// The first version whose code runs `deploy.tasks` (docs/environments.md, "Tasks and
 /// roles").
@@ -152,6 +159,10 @@ pub struct DeployRequest {
     /// Always started under [`FAST_ROLLBACK_VERSION`] or later. Left out when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fast: bool,
+    /// Only these targets of the environment are deployed (`manent reconcile`: the drifted
+    /// ones). Always started under [`MANIFEST_VERSION`] or later. Left out when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub only_targets: Vec<String>,
 }
 
 impl DeployRequest {
@@ -172,6 +183,7 @@ impl DeployRequest {
             submitted_at_ms,
             authorise_at_start: false,
             fast: false,
+            only_targets: Vec::new(),
         }
     }
 
@@ -203,6 +215,12 @@ impl DeployRequest {
             version.max(FAST_ROLLBACK_VERSION)
         } else {
             version
+        };
+        // Nor a deploy to some targets only: it would deploy them all.
+        let version = if self.only_targets.is_empty() {
+            version
+        } else {
+            version.max(MANIFEST_VERSION)
         };
         // Nor a deploy with tasks: it would skip them.
         let version = if self.effective.as_ref().is_some_and(|e| !e.tasks.is_empty()) {

@@ -15,6 +15,7 @@ use crate::serde_util::{duration, nullable, opt_duration};
 use crate::source::Document;
 use crate::{CHECK_PLACEHOLDERS, DEFAULT_PLUGIN, DEST_PLACEHOLDERS, rules};
 
+mod drift;
 pub(crate) mod load;
 pub(crate) mod scoped;
 mod tasks;
@@ -22,6 +23,7 @@ pub(crate) mod templates;
 mod validate;
 mod variables;
 
+pub use drift::{DriftSettings, MIN_DRIFT_EVERY};
 pub use tasks::{DEFAULT_TASK_TIMEOUT, ReleaseMode, Task, TaskWhen, has_role};
 use validate::validate;
 pub(crate) use validate::{
@@ -109,6 +111,10 @@ pub struct EnvironmentFile {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub templates: Vec<templates::TemplateFile>,
+    /// Drift detection: how often the targets are compared with their recorded releases,
+    /// and the paths left out (docs/plan-and-drift.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<DriftSettings>,
 }
 
 /// Where a secret's value is read, on the worker: exactly one of `file`, `env`, `command`

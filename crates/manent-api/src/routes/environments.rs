@@ -79,7 +79,7 @@ async fn list_applications(
 /// `{tenant}/{app}/environments/{environment}` of an environment's routes.
 #[derive(serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Path)]
-struct EnvironmentPath {
+pub(crate) struct EnvironmentPath {
     /// The application's tenant (`acme` of `acme/web`).
     #[param(example = "acme")]
     tenant: String,
@@ -93,7 +93,7 @@ struct EnvironmentPath {
 
 /// `tenant/app` and the environment of an environment's route, once the caller may read
 /// that application: another tenant's environment answers 404, whatever it holds.
-fn visible_environment(
+pub(crate) fn visible_environment(
     caller: &Caller,
     EnvironmentPath {
         tenant,

@@ -3,8 +3,10 @@
 
 pub(crate) mod admin;
 pub(crate) mod deploys;
+pub(crate) mod drift;
 pub(crate) mod environments;
 pub(crate) mod meta;
+pub(crate) mod plans;
 pub(crate) mod schedules;
 pub(crate) mod workers;
 

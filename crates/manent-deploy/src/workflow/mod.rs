@@ -305,6 +305,13 @@ async fn deploy(
         eff.rollout.pause = None;
         eff.reuse_releases = true;
     }
+    if !request.only_targets.is_empty()
+        && ctx.workflow_version() >= crate::request::MANIFEST_VERSION
+    {
+        // `manent reconcile`: the drifted targets only (docs/plan-and-drift.md).
+        eff.targets
+            .retain(|t| request.only_targets.contains(&t.name));
+    }
     let eff = eff;
     let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
     values::resolve(ctx, &eff, &deploy_id, &dir, &eff.targets).await?;
@@ -322,6 +329,7 @@ async fn deploy(
 
     let auth = ssh_auth(rt, &eff);
     let pool = ConnectionPool::with_warm(auth.clone(), rt.warm.clone());
+    let records = rt.client.records();
     let pc = PassContext {
         eff: &eff,
         deploy_id: &deploy_id,
@@ -330,6 +338,7 @@ async fn deploy(
         auth: &auth,
         dir: &dir,
         sources: &rt.artifact_sources,
+        records: &records,
     };
     let waves = plan_waves(&eff);
     let region_routing = rt.config.dbos.region_routing;
@@ -623,6 +632,12 @@ fn plugin_for<'r>(
 }
 
 fn ssh_auth(rt: &Runtime, eff: &EffectiveDescriptor) -> SshAuth {
+    ssh_auth_for(&rt.config, eff)
+}
+
+/// How this worker reaches `eff`'s targets: its key and known hosts, relative paths
+/// against the environments source (a drift check reaches them the same way).
+pub(crate) fn ssh_auth_for(config: &Config, eff: &EffectiveDescriptor) -> SshAuth {
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/root"));
@@ -630,7 +645,7 @@ fn ssh_auth(rt: &Runtime, eff: &EffectiveDescriptor) -> SshAuth {
         if p.is_absolute() {
             p.to_path_buf()
         } else {
-            rt.config.environments_source().join(p)
+            config.environments_source().join(p)
         }
     };
     let key = eff
@@ -786,6 +801,7 @@ async fn pass(
     // The pass's own directory: it may run on the deploy's worker, whose directory the
     // deploy removes when it ends.
     let dir = artifacts::deploy_dir(&rt.workdir, ctx.workflow_id());
+    let records = rt.client.records();
     let pc = PassContext {
         eff,
         deploy_id: &deploy_id,
@@ -794,6 +810,7 @@ async fn pass(
         auth: &auth,
         dir: &dir,
         sources: &rt.artifact_sources,
+        records: &records,
     };
     match &request.mode {
         PassMode::Deploy => {
