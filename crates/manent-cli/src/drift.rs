@@ -6,6 +6,7 @@ use std::path::Path;
 use manent_contract::{DriftState, DriftView, PlanView, Resubmitted, WorkflowStatus};
 
 use crate::{
+    Command,
     client::{Answer, ApiClient, CliError},
     deploy_path, environment_path, follow, read_descriptor, render,
     render::{Names, Style, terminal_safe},
@@ -24,6 +25,24 @@ impl Names for DriftView {
             .filter(|t| t.state != DriftState::InSync)
             .map(|t| t.name.clone())
             .collect()
+    }
+}
+
+/// `manent plan`, `drift` and `reconcile`.
+pub async fn dispatch(api: &ApiClient, command: Command, style: &Style) -> Result<u8, CliError> {
+    match command {
+        Command::Plan { file } => plan(api, &file, style).await,
+        Command::Drift {
+            application,
+            environment,
+            last,
+        } => drift(api, (&application, &environment), last, style).await,
+        Command::Reconcile {
+            application,
+            environment,
+            wait,
+        } => reconcile(api, (&application, &environment), wait, style).await,
+        _ => unreachable!("dispatched here only for plan, drift and reconcile"),
     }
 }
 

@@ -451,17 +451,9 @@ async fn run(args: Args, given: contexts::settings::Given) -> Result<u8, CliErro
             limit,
             before,
         } => commands::history(api, (&application, &environment), limit, before, style).await,
-        Command::Plan { file } => drift::plan(api, &file, style).await,
-        Command::Drift {
-            application,
-            environment,
-            last,
-        } => drift::drift(api, (&application, &environment), last, style).await,
-        Command::Reconcile {
-            application,
-            environment,
-            wait,
-        } => drift::reconcile(api, (&application, &environment), wait, style).await,
+        command @ (Command::Plan { .. } | Command::Drift { .. } | Command::Reconcile { .. }) => {
+            drift::dispatch(api, command, style).await
+        }
         Command::Vars {
             application,
             environment,

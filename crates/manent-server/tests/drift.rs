@@ -10,11 +10,14 @@ mod common;
 
 use std::path::Path;
 
-use common::Site;
-use manent_testkit::{Db, on_both_backends, sshd::SshHosts};
+use common::{Site, WAIT};
+use manent_testkit::{Db, eventually, on_both_backends, sshd::SshHosts};
 use serde_json::Value;
 
-on_both_backends!(drift_finds_hand_edits_added_and_removed_files_and_a_moved_link_and_nothing_else,);
+on_both_backends!(
+    drift_finds_hand_edits_added_and_removed_files_and_a_moved_link_and_nothing_else,
+    a_scheduled_check_tells_drift_detected_once_per_new_difference_and_apps_shows_the_state,
+);
 
 /// acme/web prod: `t1` on the sshd host, `t2` local; releases under `<site>/srv/<target>`,
 /// `current` beside them; `activate` writes `config.txt` into the release and switches the
@@ -224,5 +227,141 @@ async fn drift_finds_hand_edits_added_and_removed_files_and_a_moved_link_and_not
             ("t2".into(), "in_sync".into())
         ],
         "t1 unreachable, t2 still compared: {report}"
+    );
+}
+
+/// An HTTP receiver on 127.0.0.1 answering 200 to each request (one per connection); the
+/// bodies it got, as JSON.
+async fn receiver() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = got.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let sink = sink.clone();
+            tokio::spawn(async move {
+                let mut buffer = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let n = socket.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buffer.extend_from_slice(&chunk[..n]);
+                    let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if buffer.len() < end + 4 + length {
+                        continue;
+                    }
+                    let body = serde_json::from_slice(&buffer[end + 4..end + 4 + length])
+                        .unwrap_or(Value::Null);
+                    sink.lock().unwrap().push(body);
+                    let _ = socket
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                        )
+                        .await;
+                    return;
+                }
+            });
+        }
+    });
+    (port, got)
+}
+
+async fn a_scheduled_check_tells_drift_detected_once_per_new_difference_and_apps_shows_the_state(
+    db: Db,
+) {
+    let (port, got) = receiver().await;
+    let mut site = Site::new(db, &[]).await;
+    site.set_config(&format!(
+        "notifications:\n  retry_after: 100ms\n  webhooks:\n\
+         \x20   - {{name: ops, url: \"http://127.0.0.1:{port}/hook\", events: [drift_detected]}}\n"
+    ));
+    let srv = site.dir.join("srv").display().to_string();
+    site.write_environment(
+        "acme/web",
+        "prod",
+        &format!(
+            "targets: [{{name: t1, host: local}}]\n\
+             deploy:\n  dest: {srv}/{{target}}/releases/{{version}}\n  activate: \"ln -sfn {srv}/{{target}}/releases/{{version}} {srv}/{{target}}/current\"\n\
+             drift: {{every: 10s}}\n"
+        ),
+    );
+    let token = site.token();
+    site.start("serve", "s1");
+    site.wait_api().await;
+    let descriptor = site.descriptor("1.0");
+    let (code, status) = site.cli(
+        &token,
+        &["deploy", "--wait", "-f", descriptor.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "1.0 is deployed: {status}");
+    let release = site.dir.join("srv/t1/releases/1.0");
+    std::fs::write(release.join("artifact.txt"), "hot-patched").unwrap();
+
+    // The schedule finds it: drifted, and one notification.
+    let first = eventually("a scheduled check finds t1 drifted", WAIT, || async {
+        let (_, last) = drift(&site, &token, &["--last"]);
+        (last["state"] == "drifted").then_some(last)
+    })
+    .await;
+    let notified = eventually("drift_detected is delivered", WAIT, || async {
+        let got = got.lock().unwrap().clone();
+        (!got.is_empty()).then_some(got)
+    })
+    .await;
+    assert_eq!(
+        notified[0]["event"], "drift_detected",
+        "the event: {notified:?}"
+    );
+    assert!(
+        notified[0]["deploy"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("t1:") && e.contains("artifact.txt")),
+        "it names the new difference: {notified:?}"
+    );
+    let (code, apps) = site.cli(&token, &["apps"]);
+    let shown = apps
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["application"] == "acme/web")
+        .map(|a| a["drift"]["prod"].clone());
+    assert_eq!(
+        (code, shown),
+        (0, Some(Value::from("drifted"))),
+        "manent apps shows the environment's drift state: {apps}"
+    );
+
+    // The next scheduled check finds the same difference: nothing new to tell. A new one
+    // after it is told alone.
+    eventually("the next scheduled check runs", WAIT, || async {
+        let (_, last) = drift(&site, &token, &["--last"]);
+        (last["check_id"] != first["check_id"] && last["state"] == "drifted").then_some(())
+    })
+    .await;
+    std::fs::write(release.join("new.txt"), "added").unwrap();
+    let notified = eventually("the new difference is told", WAIT, || async {
+        let got = got.lock().unwrap().clone();
+        (got.len() >= 2).then_some(got)
+    })
+    .await;
+    let errors: Vec<&str> = notified
+        .iter()
+        .map(|n| n["deploy"]["error"].as_str().unwrap_or("?"))
+        .collect();
+    assert!(
+        errors.len() == 2 && errors[1].contains("new.txt") && !errors[1].contains("artifact.txt"),
+        "one notification per new difference, none for one already told: {errors:?}"
     );
 }

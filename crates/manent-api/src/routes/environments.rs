@@ -72,6 +72,16 @@ async fn list_applications(
         .to_wire();
     for app in &mut apps {
         app.can_deploy = caller.may(Action::Deploy, Some(&app.application));
+        // Each environment's last drift check (docs/plan-and-drift.md).
+        for environment in &app.environments {
+            let last = manent_deploy::drift::last(&state.client, &app.application, environment)
+                .await
+                .map_err(|e| AppError::Internal(e.to_string()))?;
+            if let Some(report) = last {
+                app.drift
+                    .insert(environment.clone(), report.state().as_str().into());
+            }
+        }
     }
     Ok(Json(apps))
 }

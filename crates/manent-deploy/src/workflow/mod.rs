@@ -297,22 +297,7 @@ async fn deploy(
         gate::pass_gate(ctx, &rt.client, &rt.config, &request, &eff).await?;
     }
     let plugin = plugin_for(ctx, rt, &eff)?;
-    let mut eff = eff;
-    if request.fast {
-        // A fast rollback (version 4): one wave, no pause; targets that still hold the
-        // release are reactivated in place.
-        eff.rollout.waves = manent_model::Waves::All;
-        eff.rollout.pause = None;
-        eff.reuse_releases = true;
-    }
-    if !request.only_targets.is_empty()
-        && ctx.workflow_version() >= crate::request::MANIFEST_VERSION
-    {
-        // `manent reconcile`: the drifted targets only (docs/plan-and-drift.md).
-        eff.targets
-            .retain(|t| request.only_targets.contains(&t.name));
-    }
-    let eff = eff;
+    let eff = as_requested(ctx, &request, eff);
     let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
     values::resolve(ctx, &eff, &deploy_id, &dir, &eff.targets).await?;
 
@@ -434,6 +419,28 @@ async fn deploy(
     }
     phase(ctx, Phase::Done).await?;
     Ok(DeployResult { targets: outcomes })
+}
+
+/// `eff` as `request` asks it run: a fast rollback (version 4) in one wave, no pause,
+/// targets that still hold the release reactivated in place; a reconcile (version 6) on
+/// its drifted targets only (docs/plan-and-drift.md).
+fn as_requested(
+    ctx: &WorkflowContext,
+    request: &DeployRequest,
+    mut eff: EffectiveDescriptor,
+) -> EffectiveDescriptor {
+    if request.fast {
+        eff.rollout.waves = manent_model::Waves::All;
+        eff.rollout.pause = None;
+        eff.reuse_releases = true;
+    }
+    if !request.only_targets.is_empty()
+        && ctx.workflow_version() >= crate::request::MANIFEST_VERSION
+    {
+        eff.targets
+            .retain(|t| request.only_targets.contains(&t.name));
+    }
+    eff
 }
 
 /// The effective descriptor of a request recorded without one: the environment file read
