@@ -50,6 +50,10 @@ pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 ///   per target (its plan, docs/plan-and-drift.md).
 pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 6 };
 
+/// The drift check's registered name (`drift`); here, a leaf, so that retention prunes
+/// old checks without depending on the drift room.
+pub const DRIFT_WORKFLOW: &str = "manent.drift";
+
 /// The first version that records release manifests and dry runs' changes
 /// (docs/plan-and-drift.md).
 pub const MANIFEST_VERSION: u32 = 6;

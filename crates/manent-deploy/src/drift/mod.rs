@@ -27,8 +27,7 @@ use serde::{Deserialize, Serialize};
 pub use check::register;
 pub use compare::Difference;
 
-/// The drift check's registered name.
-pub const DRIFT_WORKFLOW: &str = "manent.drift";
+pub use crate::request::DRIFT_WORKFLOW;
 
 /// The kind of the records holding each environment's last drift result, keyed
 /// `<application>/<environment>`.
