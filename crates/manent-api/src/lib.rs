@@ -90,6 +90,8 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .merge(routes::deploys::router())
         .merge(routes::analysis::router())
         .merge(routes::environments::router())
+        .merge(routes::plans::router())
+        .merge(routes::drift::router())
         .merge(routes::schedules::router())
         .merge(routes::workers::router())
         .merge(routes::admin::router())

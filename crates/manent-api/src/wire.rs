@@ -505,6 +505,8 @@ impl ToWire for platform::ApplicationView {
                 .collect(),
             // The route fills it for the asking token.
             can_deploy: false,
+            // The route fills it from the drift records.
+            drift: Default::default(),
         }
     }
 }

@@ -5,6 +5,7 @@
 mod client;
 mod commands;
 mod contexts;
+mod drift;
 mod render;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
@@ -194,6 +195,37 @@ enum Command {
         /// Only deploys submitted before this one (its id or a unique prefix): the next page.
         #[arg(long)]
         before: Option<String>,
+    },
+    /// What a deploy would change on each target, against the release manent recorded
+    /// there: the descriptor submitted as a dry run (nothing changes on any target), its
+    /// plan printed. Exits 0 when the dry run succeeded (docs/plan-and-drift.md).
+    Plan {
+        /// The descriptor's file; `-` reads it from standard input.
+        #[arg(short, long)]
+        file: PathBuf,
+    },
+    /// Each target of an environment compared with the release manent recorded there
+    /// (in_sync, drifted, unreachable, unknown); exits 0 only when every target is in
+    /// sync. Runs a check now (a token that may deploy), or with `--last` shows the last.
+    Drift {
+        /// `tenant/app`.
+        application: String,
+        /// The environment, e.g. `prod`.
+        environment: String,
+        /// The last check's result instead of a check now (a token that may read).
+        #[arg(long)]
+        last: bool,
+    },
+    /// Deploys the live version again to the targets the last drift check found drifted,
+    /// as a deploy like any other (approvals, limits, routing, audit).
+    Reconcile {
+        /// `tenant/app`.
+        application: String,
+        /// The environment, e.g. `prod`.
+        environment: String,
+        /// Waits for the deploy to end, showing its progress.
+        #[arg(long)]
+        wait: bool,
     },
     /// Each variable's effective value per target of an environment, and where it came
     /// from (`environment`, `region eu`, `target web-2`, ...); secrets as `***` with their
@@ -436,6 +468,9 @@ async fn run(args: Args, given: contexts::settings::Given) -> Result<u8, CliErro
             limit,
             before,
         } => commands::history(api, (&application, &environment), limit, before, style).await,
+        command @ (Command::Plan { .. } | Command::Drift { .. } | Command::Reconcile { .. }) => {
+            drift::dispatch(api, command, style).await
+        }
         Command::Vars {
             application,
             environment,

@@ -611,6 +611,8 @@ pub enum NotificationEvent {
     /// An analysis could not be taken often enough: the deploy waits for `manent promote`
     /// or `manent abort`.
     WaitingDecision,
+    /// A drift check found a difference it had not reported before (docs/plan-and-drift.md).
+    DriftDetected,
 }
 
 impl NotificationEvent {
@@ -625,6 +627,7 @@ impl NotificationEvent {
             NotificationEvent::RolledBack => "rolled_back",
             NotificationEvent::AnalysisFailed => "analysis_failed",
             NotificationEvent::WaitingDecision => "waiting_decision",
+            NotificationEvent::DriftDetected => "drift_detected",
         }
     }
 }

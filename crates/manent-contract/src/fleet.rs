@@ -134,6 +134,11 @@ pub struct ApplicationView {
     /// back (the Platform page's Rollback buttons; the route checks again).
     #[serde(default)]
     pub can_deploy: bool,
+    /// By environment, the state its last drift check found (`in_sync`, `drifted`,
+    /// `unreachable`, `unknown`; docs/plan-and-drift.md). Environments never checked are
+    /// absent.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub drift: BTreeMap<String, crate::DriftState>,
 }
 
 /// The version live in one environment: its last successful deploy that was not a dry run.

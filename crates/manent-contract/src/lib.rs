@@ -12,6 +12,7 @@
 
 mod admin;
 mod deploys;
+mod drift;
 mod error;
 mod fleet;
 mod schedules;
@@ -28,6 +29,10 @@ pub use deploys::{
     Recovered, RedeployBody, RedeployKind, Resubmitted, RollbackBody, Schedule, StepStatus,
     StepView, SubmitBatch, Submitted, SubmittedStatus, TargetState, TargetView, WaveView,
     WorkflowStatus,
+};
+pub use drift::{
+    ChangeKind, ChangeView, DifferenceView, DriftState, DriftView, PlanView, TargetDriftView,
+    TargetPlanView,
 };
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use fleet::{

@@ -179,6 +179,9 @@ pub struct Origin {
     /// "The rollback guard"). Left out when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forced_past: Option<String>,
+    /// The only targets deployed (`manent reconcile`: the drifted ones). Left out when all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<String>,
 }
 
 /// The [`Origin`] recorded in a deploy's input, if any.

@@ -18,6 +18,9 @@
 //! - [`tasks`]: `deploy.tasks`, on targets by role or once per deploy; irreversible deploys'
 //!   automatic rollback.
 //! - [`analysis`]: `rollout.analysis`, the bake between waves; promote and abort.
+//! - [`drift`]: each target compared with its manifest, on demand or on a schedule.
+//! - [`manifests`]: what a release holds once checked, recorded per target.
+//! - [`plan`]: what a dry run would change on each target, against the live release.
 //! - [`views`]: status, list, logs, timeline, the platform views, `/metrics`.
 //! - [`background`]: what every worker runs beside deploys: schedules, retention.
 //!
@@ -27,9 +30,12 @@ pub mod analysis;
 pub mod authority;
 pub mod background;
 pub mod containers;
+pub mod drift;
 pub mod history;
 pub mod irreversible;
+pub mod manifests;
 pub mod notifications;
+pub mod plan;
 pub mod plugins;
 pub mod queues;
 pub mod request;

@@ -268,6 +268,7 @@ pub fn body(hook: &Webhook, entry: &Entry) -> serde_json::Value {
                 NotificationEvent::RolledBack => "failed and was rolled back",
                 NotificationEvent::AnalysisFailed => "failed its analysis",
                 NotificationEvent::WaitingDecision => "waits for a decision on its analysis",
+                NotificationEvent::DriftDetected => "drifted from its recorded release",
             };
             // Every value comes from a deployer (a version, an error a command printed):
             // escaped, so that `<!channel>` or `<https://evil|click>` is shown as text,

@@ -51,7 +51,10 @@ pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 ///   last: a recorded start, one `manent.recv:analysis` wait and one `wave N: measure
 ///   K/M` step per measurement, and, when it waits for a decision, a move to the gate
 ///   queue and back ([`ANALYSIS_VERSION`]). Such a deploy is always started under 6 or
-///   later; one without analysis records what it did under 5.
+///   later.
+///   Also at 6: after a target's checks pass, a step `<target>: manifest` records what its
+///   release holds ([`MANIFEST_VERSION`]); a dry run records a step `<target>: changes`
+///   per target (its plan, docs/plan-and-drift.md).
 pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 6 };
 
 /// The first version whose code runs the `container` plugin (docs/containers.md).
@@ -59,6 +62,14 @@ pub const CONTAINERS_VERSION: u32 = 6;
 
 /// The first version that bakes a wave under `rollout.analysis` (docs/analysis.md).
 pub const ANALYSIS_VERSION: u32 = 6;
+
+/// The drift check's registered name (`drift`); here, a leaf, so that retention prunes
+/// old checks without depending on the drift room.
+pub const DRIFT_WORKFLOW: &str = "manent.drift";
+
+/// The first version that records release manifests and dry runs' changes
+/// (docs/plan-and-drift.md).
+pub const MANIFEST_VERSION: u32 = 6;
 
 /// The first version whose code runs `deploy.tasks` (docs/environments.md, "Tasks and
 /// roles").
@@ -165,6 +176,10 @@ pub struct DeployRequest {
     /// Always started under [`FAST_ROLLBACK_VERSION`] or later. Left out when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fast: bool,
+    /// Only these targets of the environment are deployed (`manent reconcile`: the drifted
+    /// ones). Always started under [`MANIFEST_VERSION`] or later. Left out when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub only_targets: Vec<String>,
 }
 
 impl DeployRequest {
@@ -185,6 +200,7 @@ impl DeployRequest {
             submitted_at_ms,
             authorise_at_start: false,
             fast: false,
+            only_targets: Vec::new(),
         }
     }
 
@@ -216,6 +232,12 @@ impl DeployRequest {
             version.max(FAST_ROLLBACK_VERSION)
         } else {
             version
+        };
+        // Nor a deploy to some targets only: it would deploy them all.
+        let version = if self.only_targets.is_empty() {
+            version
+        } else {
+            version.max(MANIFEST_VERSION)
         };
         // Nor a deploy with tasks: it would skip them.
         let version = if self.effective.as_ref().is_some_and(|e| !e.tasks.is_empty()) {

@@ -17,6 +17,7 @@ use crate::{CHECK_PLACEHOLDERS, DEFAULT_PLUGIN, DEST_PLACEHOLDERS, rules};
 
 mod container;
 pub(crate) mod analysis;
+mod drift;
 pub(crate) mod load;
 pub(crate) mod scoped;
 mod tasks;
@@ -33,6 +34,7 @@ pub use analysis::{
     ANALYSIS_PLACEHOLDERS, Analysis, DEFAULT_INCONCLUSIVE_LIMIT, HttpValue, Metric, MetricCommand,
     PrometheusQuery, Provider, RunOn, condition_problem, evaluate,
 };
+pub use drift::{DriftSettings, MIN_DRIFT_EVERY};
 pub use tasks::{DEFAULT_TASK_TIMEOUT, ReleaseMode, Task, TaskWhen, has_role};
 use validate::validate;
 pub(crate) use validate::{
@@ -120,6 +122,10 @@ pub struct EnvironmentFile {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub templates: Vec<templates::TemplateFile>,
+    /// Drift detection: how often the targets are compared with their recorded releases,
+    /// and the paths left out (docs/plan-and-drift.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<DriftSettings>,
 }
 
 /// Where a secret's value is read, on the worker: exactly one of `file`, `env`, `command`

@@ -51,9 +51,9 @@ pub use environment::{
 };
 pub use environment::{
     Approval, Check, CheckKind, DEFAULT_OVERRIDES, DEFAULT_TASK_TIMEOUT, Dependency,
-    DeploySettings, EnvironmentFile, InheritEnv, OVERRIDABLE_KEYS, OnFailure, ReleaseMode,
-    RollbackPolicy, Rollout, SecretSource, SharedPaths, SshSettings, Target, Task, TaskWhen,
-    VerifyBy, Waves, has_role, parse_environment, parse_environment_in,
+    DeploySettings, DriftSettings, EnvironmentFile, InheritEnv, MIN_DRIFT_EVERY, OVERRIDABLE_KEYS,
+    OnFailure, ReleaseMode, RollbackPolicy, Rollout, SecretSource, SharedPaths, SshSettings,
+    Target, Task, TaskWhen, VerifyBy, Waves, has_role, parse_environment, parse_environment_in,
 };
 pub use environment::{
     CONTAINER_NAME_PLACEHOLDERS, CONTAINER_PLUGIN, ContainerHealth, ContainerRuntime,

@@ -718,6 +718,7 @@ async fn start_worker(
     let authority: Arc<dyn manent_deploy::authority::Authority> =
         Arc::new(manent_api::auth::TokenAuthority::new(client.records()));
     let plugins = manent_deploy::register_workflows(&engine, config, authority.clone());
+    manent_deploy::drift::register(&engine, config);
     engine.launch().await.context("the worker did not start")?;
     // After the launch resumed this worker's own deploys: their directories stay.
     manent_deploy::run::workdirs::spawn_sweeper(
@@ -727,6 +728,7 @@ async fn start_worker(
     );
     manent_deploy::background::retention::spawn_pruner(client.clone(), config.retention.clone());
     manent_deploy::notifications::spawn_sender(client.clone(), Arc::new(config.clone()));
+    manent_deploy::drift::schedule::spawn(client.clone(), Arc::new(config.clone()));
     let policy = manent_deploy::background::schedules::TickPolicy {
         config: Arc::new(config.clone()),
         authority,

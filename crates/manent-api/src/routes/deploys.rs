@@ -496,7 +496,7 @@ async fn activity(
     Ok(Json(deploys))
 }
 
-pub(super) fn resubmit_error(e: ResubmitError) -> AppError {
+pub(crate) fn resubmit_error(e: ResubmitError) -> AppError {
     match e {
         ResubmitError::NotFound(m) => AppError::NotFound(m),
         ResubmitError::Nothing(m) => AppError::Conflict(m),

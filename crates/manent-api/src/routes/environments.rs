@@ -72,6 +72,16 @@ async fn list_applications(
         .to_wire();
     for app in &mut apps {
         app.can_deploy = caller.may(Action::Deploy, Some(&app.application));
+        // Each environment's last drift check (docs/plan-and-drift.md).
+        for environment in &app.environments {
+            let last = manent_deploy::drift::last(&state.client, &app.application, environment)
+                .await
+                .map_err(|e| AppError::Internal(e.to_string()))?;
+            if let Some(report) = last {
+                app.drift
+                    .insert(environment.clone(), report.state().as_str().into());
+            }
+        }
     }
     Ok(Json(apps))
 }
@@ -79,7 +89,7 @@ async fn list_applications(
 /// `{tenant}/{app}/environments/{environment}` of an environment's routes.
 #[derive(serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Path)]
-struct EnvironmentPath {
+pub(crate) struct EnvironmentPath {
     /// The application's tenant (`acme` of `acme/web`).
     #[param(example = "acme")]
     tenant: String,
@@ -93,7 +103,7 @@ struct EnvironmentPath {
 
 /// `tenant/app` and the environment of an environment's route, once the caller may read
 /// that application: another tenant's environment answers 404, whatever it holds.
-fn visible_environment(
+pub(crate) fn visible_environment(
     caller: &Caller,
     EnvironmentPath {
         tenant,

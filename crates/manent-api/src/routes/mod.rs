@@ -4,8 +4,10 @@
 pub(crate) mod admin;
 pub(crate) mod analysis;
 pub(crate) mod deploys;
+pub(crate) mod drift;
 pub(crate) mod environments;
 pub(crate) mod meta;
+pub(crate) mod plans;
 pub(crate) mod schedules;
 pub(crate) mod workers;
 

@@ -2,7 +2,8 @@
 //! Finished deploys older than `retention.deploys` go with their passes, steps, events and
 //! output, except the newest `keep_last` successful ones of each environment (the live one
 //! and rollback's choices); output lines older than `retention.output` go from finished
-//! deploys; audit entries older than `retention.audit` go. Nothing in flight or waiting is
+//! deploys; audit entries older than `retention.audit` go; drift checks older than
+//! `retention.deploys` go, but the newest of each environment. Nothing in flight or waiting is
 //! ever chosen, and schedules' definitions are records, never touched here.
 
 use std::time::Duration;
@@ -91,6 +92,11 @@ pub async fn prune(
             }
         }
     }
+    if let Some(before) = cutoff(now_ms, retention.deploys)
+        && !dry_run
+    {
+        prune_drift_checks(client, before, batch).await?;
+    }
     if let Some(before) = output_before {
         let old_lines = drain(batch, dry_run, |limit| {
             client.prune_output(before, limit, dry_run)
@@ -110,6 +116,25 @@ pub async fn prune(
         client.reclaim_space(false).await?;
     }
     Ok(report)
+}
+
+/// Removes finished drift checks (`manent.drift`) older than `before`, but the newest of
+/// each environment (docs/plan-and-drift.md): their results are kept per environment in a
+/// record of their own.
+async fn prune_drift_checks(client: &Client, before: i64, batch: i64) -> Result<(), EngineError> {
+    let query = PruneQuery {
+        name: crate::request::DRIFT_WORKFLOW.to_string(),
+        finished_before_ms: before,
+        keep_successful: 1,
+        limit: batch,
+    };
+    loop {
+        let ids = client.prunable_workflows(&query).await?;
+        if ids.is_empty() || client.delete_workflows(&ids).await?.workflows == 0 {
+            return Ok(());
+        }
+        tokio::task::yield_now().await;
+    }
 }
 
 /// Calls `remove` with `batch` until it removes fewer; with `dry_run`, once, counting all.

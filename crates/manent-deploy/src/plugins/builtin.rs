@@ -12,6 +12,7 @@ use manent_ssh::ConnectionPool;
 
 use super::{PassContext, Plugin};
 use crate::{
+    manifests,
     request::{EventKey, publish},
     run::artifacts::{self, ArtifactError, LocalArtifact},
     run::release_scripts,
@@ -110,7 +111,19 @@ async fn deploy_target(
                 })
                 .await?;
             // Issue 39: the tasks this target would run (docs/environments.md).
-            return Ok([lines, tasks::plan::lines(eff, target)].concat());
+            let mut lines = [lines, tasks::plan::lines(eff, target)].concat();
+            if ctx.workflow_version() >= manifests::MANIFEST_VERSION {
+                // Issue 41: what would change, against the live release (read only).
+                let step = format!("{name}{}", crate::plan::CHANGES_STEP);
+                let plan: crate::plan::TargetPlan = ctx
+                    .step_with(&step, shown_running(), || async {
+                        let present = ensure_all(eff, dir, sources).await?;
+                        crate::plan::compute(pool, pass.records, eff, target, &present).await
+                    })
+                    .await?;
+                lines.push(plan.summary());
+            }
+            return Ok(lines);
         }
         let on = OnTarget {
             ctx,
@@ -131,6 +144,9 @@ async fn deploy_target(
         // No intermediate "checking" event: the target stays "deploying" until its outcome
         // (one checkpoint less per target); a failed check's outcome says it was switched.
         lines.extend(run_checks(ctx, pool, eff, target, &env, "").await?);
+        // Issue 41: what the release holds, once live and checked (docs/plan-and-drift.md).
+        let recorded = manifests::record_step(ctx, pool, pass.records, eff, target, pass.deploy_id);
+        lines.extend(recorded.await?);
         // Once the new release is live and checked: the older ones past keep_releases go
         // (after the checks, so that a failed check still finds the previous release).
         if let Some(releases) = eff.releases_for(target) {

@@ -39,6 +39,8 @@ pub struct PassContext<'a> {
     pub dir: &'a Path,
     /// Where artifacts may be fetched from again (a resumed deploy on another machine).
     pub sources: &'a manent_config::ArtifactSources,
+    /// The engine's records: where release manifests are kept (`manifests`).
+    pub records: &'a manent_engine::Records,
 }
 
 /// A plugin as the deploy workflow uses it. Every method records its work as durable

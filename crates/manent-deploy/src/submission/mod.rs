@@ -276,6 +276,17 @@ async fn submit_recording(
     }
     let mut request = DeployRequest::new(descriptor, effective, route, submitted_by, now_ms());
     request.fast = origin.is_some_and(|o| o.fast);
+    request.only_targets = origin.map(|o| o.targets.clone()).unwrap_or_default();
+    if let Some(eff) = request
+        .effective
+        .as_mut()
+        .filter(|_| !request.only_targets.is_empty())
+    {
+        // What status and the page show: the targets it deploys (the workflow filters too,
+        // for a request recorded without an effective descriptor).
+        eff.targets
+            .retain(|t| request.only_targets.contains(&t.name));
+    }
     if not_before.is_some() {
         // Its token and its environment's policy are checked again when its time comes.
         request = request.authorised_at_start();
@@ -716,8 +727,29 @@ pub async fn resubmit(
     config: &Arc<Config>,
     source: &str,
     request: DeployRequest,
+    how: Resubmit,
+    submitted_by: &Submitter,
+) -> Result<Resubmission, ResubmitError> {
+    resubmit_to(
+        client,
+        config,
+        (source, request),
+        how,
+        submitted_by,
+        Vec::new(),
+    )
+    .await
+}
+
+/// [`resubmit`] to `targets` only (all when empty): `manent reconcile`
+/// (docs/plan-and-drift.md).
+pub async fn resubmit_to(
+    client: &Client,
+    config: &Arc<Config>,
+    (source, request): (&str, DeployRequest),
     Resubmit { kind, fast, force }: Resubmit,
     submitted_by: &Submitter,
+    targets: Vec<String>,
 ) -> Result<Resubmission, ResubmitError> {
     let forced_past = match irreversible::passed_by(client, &request).await? {
         Some(passed) if !force => {
@@ -743,6 +775,7 @@ pub async fn resubmit(
         deploy_id: source.to_string(),
         fast,
         forced_past: forced_past.as_ref().map(|p| p.deploy_id.clone()),
+        targets,
     };
     let submitted = submit_recording(
         client,

@@ -297,15 +297,7 @@ async fn deploy(
         gate::pass_gate(ctx, &rt.client, &rt.config, &request, &eff).await?;
     }
     let plugin = plugin_for(ctx, rt, &eff)?;
-    let mut eff = eff;
-    if request.fast {
-        // A fast rollback (version 4): one wave, no pause; targets that still hold the
-        // release are reactivated in place.
-        eff.rollout.waves = manent_model::Waves::All;
-        eff.rollout.pause = None;
-        eff.reuse_releases = true;
-    }
-    let eff = eff;
+    let eff = as_requested(ctx, &request, eff);
     let dir = artifacts::deploy_dir(&rt.workdir, &deploy_id);
     values::resolve(ctx, &eff, &deploy_id, &dir, &eff.targets).await?;
 
@@ -322,6 +314,7 @@ async fn deploy(
 
     let auth = ssh_auth(rt, &eff);
     let pool = ConnectionPool::with_warm(auth.clone(), rt.warm.clone());
+    let records = rt.client.records();
     let pc = PassContext {
         eff: &eff,
         deploy_id: &deploy_id,
@@ -330,6 +323,7 @@ async fn deploy(
         auth: &auth,
         dir: &dir,
         sources: &rt.artifact_sources,
+        records: &records,
     };
     let waves = plan_waves(&eff);
     let region_routing = rt.config.dbos.region_routing;
@@ -480,6 +474,28 @@ async fn bake_wave(
             crate::analysis::Judged::Failed(reason) => Some(reason),
         },
     )
+}
+
+/// `eff` as `request` asks it run: a fast rollback (version 4) in one wave, no pause,
+/// targets that still hold the release reactivated in place; a reconcile (version 6) on
+/// its drifted targets only (docs/plan-and-drift.md).
+fn as_requested(
+    ctx: &WorkflowContext,
+    request: &DeployRequest,
+    mut eff: EffectiveDescriptor,
+) -> EffectiveDescriptor {
+    if request.fast {
+        eff.rollout.waves = manent_model::Waves::All;
+        eff.rollout.pause = None;
+        eff.reuse_releases = true;
+    }
+    if !request.only_targets.is_empty()
+        && ctx.workflow_version() >= crate::request::MANIFEST_VERSION
+    {
+        eff.targets
+            .retain(|t| request.only_targets.contains(&t.name));
+    }
+    eff
 }
 
 /// The effective descriptor of a request recorded without one: the environment file read
@@ -686,6 +702,12 @@ fn plugin_for<'r>(
 }
 
 fn ssh_auth(rt: &Runtime, eff: &EffectiveDescriptor) -> SshAuth {
+    ssh_auth_for(&rt.config, eff)
+}
+
+/// How this worker reaches `eff`'s targets: its key and known hosts, relative paths
+/// against the environments source (a drift check reaches them the same way).
+pub(crate) fn ssh_auth_for(config: &Config, eff: &EffectiveDescriptor) -> SshAuth {
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/root"));
@@ -693,7 +715,7 @@ fn ssh_auth(rt: &Runtime, eff: &EffectiveDescriptor) -> SshAuth {
         if p.is_absolute() {
             p.to_path_buf()
         } else {
-            rt.config.environments_source().join(p)
+            config.environments_source().join(p)
         }
     };
     let key = eff
@@ -849,6 +871,7 @@ async fn pass(
     // The pass's own directory: it may run on the deploy's worker, whose directory the
     // deploy removes when it ends.
     let dir = artifacts::deploy_dir(&rt.workdir, ctx.workflow_id());
+    let records = rt.client.records();
     let pc = PassContext {
         eff,
         deploy_id: &deploy_id,
@@ -857,6 +880,7 @@ async fn pass(
         auth: &auth,
         dir: &dir,
         sources: &rt.artifact_sources,
+        records: &records,
     };
     match &request.mode {
         PassMode::Deploy => {

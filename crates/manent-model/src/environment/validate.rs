@@ -24,6 +24,7 @@ pub(super) fn validate(doc: &mut Document<'_>, env: &EnvironmentFile, own: (&str
     analysis::validate(doc, env);
     scoped::validate(doc, env);
     templates::validate(doc, env);
+    super::drift::validate(doc, env);
     for (i, key) in env.overrides.iter().flatten().enumerate() {
         if !OVERRIDABLE_KEYS.contains(&key.as_str()) {
             doc.issue(
