@@ -304,7 +304,9 @@ mod tests {
             remove_on_failure: true,
         });
         assert!(
-            script.contains(" -e DB_PASSWORD ") && script.contains("-p 127.0.0.1::8080"),
+            script.contains("-e 'DB_PASSWORD'")
+                && !script.contains("DB_PASSWORD=")
+                && script.contains("-p 127.0.0.1::8080"),
             "the variable is passed by name and the port on loopback only: {script}"
         );
     }

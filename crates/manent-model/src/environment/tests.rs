@@ -382,7 +382,7 @@ fn every_problem_of_a_file_is_reported_in_one_run() {
             prod.yml:2: targets[0].port: expected a whole number from 0 to 65535, found "many"; write a whole number, without quotes
             prod.yml:3: targets[1].hots: unknown field `hots`; remove it or fix its spelling (fields allowed here: name, host, port, user, region, az, labels, roles)
             prod.yml:3: targets[1].host: missing field `host`; add it
-            prod.yml:6: deploy.dst: unknown field `dst`; remove it or fix its spelling (fields allowed here: plugin, dest, activate, commands, params, keep_releases, shared, tasks, mode)
+            prod.yml:6: deploy.dst: unknown field `dst`; remove it or fix its spelling (fields allowed here: plugin, dest, activate, commands, params, keep_releases, shared, tasks, mode, container, proxy)
             prod.yml:7: deploy.keep_releases: expected a whole number, 0 or more, found "ten"; write a whole number, without quotes
             prod.yml:10: checks: expected a list, found 3; write a list, e.g. [a, b]
             prod.yml:13: rollback.extra: unknown field `extra`; remove it or fix its spelling (fields allowed here: on_failure, past_irreversible)
