@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::string_enum;
+use manent_enum::string_enum;
 
 string_enum!(
     /// What a planned change is of.
