@@ -15,8 +15,8 @@ use crate::serde_util::{duration, nullable, opt_duration};
 use crate::source::Document;
 use crate::{CHECK_PLACEHOLDERS, DEFAULT_PLUGIN, DEST_PLACEHOLDERS, rules};
 
-mod container;
 pub(crate) mod analysis;
+mod container;
 mod drift;
 pub(crate) mod load;
 pub(crate) mod scoped;
@@ -25,14 +25,14 @@ pub(crate) mod templates;
 mod validate;
 mod variables;
 
+pub use analysis::{
+    ANALYSIS_PLACEHOLDERS, Analysis, DEFAULT_INCONCLUSIVE_LIMIT, HttpValue, Metric, MetricCommand,
+    PrometheusQuery, Provider, RunOn, condition_problem, evaluate,
+};
 pub use container::{
     CONTAINER_NAME_PLACEHOLDERS, CONTAINER_PLUGIN, ContainerHealth, ContainerRuntime,
     ContainerSettings, IMAGE_ARTIFACT, PROXY_LISTEN_PLACEHOLDERS, ProxySettings, container_base,
     container_name,
-};
-pub use analysis::{
-    ANALYSIS_PLACEHOLDERS, Analysis, DEFAULT_INCONCLUSIVE_LIMIT, HttpValue, Metric, MetricCommand,
-    PrometheusQuery, Provider, RunOn, condition_problem, evaluate,
 };
 pub use drift::{DriftSettings, MIN_DRIFT_EVERY};
 pub use tasks::{DEFAULT_TASK_TIMEOUT, ReleaseMode, Task, TaskWhen, has_role};
