@@ -126,7 +126,7 @@ pub async fn bake(
         let decision: Option<AnalysisDecision> =
             ctx.recv(ANALYSIS_TOPIC, analysis.interval).await?;
         match decision {
-            Some(d) if d.wave == b.wave => return Ok(decided(ctx, b, &d).await?),
+            Some(d) if d.wave == b.wave => return decided(ctx, b, &d).await,
             // A decision about another wave's analysis (sent as it ended): not this one's.
             _ => {}
         }
