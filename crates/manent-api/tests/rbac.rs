@@ -293,6 +293,31 @@ async fn check_one_deploy(site: &Site, who: Who, token: &str, app: &str) {
     let uri = format!("{environment}/vars");
     let vars = on_recorded(who, app, who.may_deploy(), StatusCode::OK);
     check(site.call("GET", &uri, token, "").await, vars, who, &uri);
+    // Plan and drift (docs/plan-and-drift.md): the deploy's plan and the last drift check
+    // are read by any token in scope (no check ran yet: 404 for all); a check reaches every
+    // target and a reconcile deploys, so both need deploy rights. Nothing was deployed
+    // (no worker runs here), so a check finds every target unknown and a reconcile has
+    // nothing to do (409).
+    let uri = format!("/api/v1/deploys/{id}/plan");
+    check(site.call("GET", &uri, token, "").await, read, who, &uri);
+    let uri = format!("{environment}/drift");
+    let last = on_recorded(who, app, true, StatusCode::NOT_FOUND);
+    check(site.call("GET", &uri, token, "").await, last, who, &uri);
+    let check_now = on_recorded(who, app, who.may_deploy(), StatusCode::OK);
+    check(
+        site.call("POST", &uri, token, "").await,
+        check_now,
+        who,
+        &uri,
+    );
+    let uri = format!("{environment}/reconcile");
+    let reconcile = on_recorded(who, app, who.may_deploy(), StatusCode::CONFLICT);
+    check(
+        site.call("POST", &uri, token, "").await,
+        reconcile,
+        who,
+        &uri,
+    );
 
     // Redeploy submits a deploy; a rollback finds no success (no worker runs here),
     // so an allowed caller meets 409. Refused ones enqueue nothing.

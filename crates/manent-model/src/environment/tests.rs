@@ -286,7 +286,7 @@ fn target_and_other_errors() {
     check(
         "targets: [{name: a, host: a}]\nsshh: {}\n",
         expect![
-            "prod.yml:2: sshh: unknown field `sshh`; remove it or fix its spelling (fields allowed here: targets, ssh, deploy, rollout, checks, approval, depends_on, dependents, rollback, overrides, secrets, inherit_env, variables, scoped_variables, templates)"
+            "prod.yml:2: sshh: unknown field `sshh`; remove it or fix its spelling (fields allowed here: targets, ssh, deploy, rollout, checks, approval, depends_on, dependents, rollback, overrides, secrets, inherit_env, variables, scoped_variables, templates, drift)"
         ],
     );
     check(
