@@ -433,6 +433,19 @@ impl EffectiveDescriptor {
         })
     }
 
+    /// The directory holding `target`'s releases (the part of `dest` above the version),
+    /// expanded; `None` when `dest` does not name `{version}` in a directory of its own.
+    pub fn releases_root_for(&self, target: &Target) -> Option<String> {
+        let root = self.dest.as_deref().and_then(releases_root)?;
+        Some(expand_dest(
+            &root,
+            &self.version,
+            &target.name,
+            &self.application,
+            &self.environment,
+        ))
+    }
+
     /// `deploy.shared` on `target`: its directory expanded, and the paths, if set.
     pub fn shared_for(&self, target: &Target) -> Option<(String, Vec<String>)> {
         let shared = self.shared.as_ref()?;

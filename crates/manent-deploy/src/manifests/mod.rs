@@ -80,19 +80,7 @@ pub fn live_link_paths(
     };
     let join = |dir: String| format!("{}/current", dir.trim_end_matches('/'));
     let mut paths = Vec::new();
-    let root = eff
-        .dest
-        .as_deref()
-        .and_then(manent_model::releases_root)
-        .map(|root| {
-            manent_model::expand_dest(
-                &root,
-                &eff.version,
-                &target.name,
-                &eff.application,
-                &eff.environment,
-            )
-        });
+    let root = eff.releases_root_for(target);
     match root {
         Some(root) => {
             paths.push(join(root.clone()));

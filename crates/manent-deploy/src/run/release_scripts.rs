@@ -96,19 +96,7 @@ pub fn release_directories(eff: &EffectiveDescriptor, target: &Target) -> Vec<St
         return Vec::new();
     };
     let dest = dest.trim_end_matches('/').to_string();
-    let root = eff
-        .dest
-        .as_deref()
-        .and_then(manent_model::releases_root)
-        .map(|root| {
-            manent_model::expand_dest(
-                &root,
-                &eff.version,
-                &target.name,
-                &eff.application,
-                &eff.environment,
-            )
-        });
+    let root = eff.releases_root_for(target);
     let Some(below) = root
         .as_deref()
         .and_then(|root| Some((root, dest.strip_prefix(root)?)))
