@@ -332,6 +332,7 @@ impl ToWire for deploy_views::DeployStatus {
             overrides: self.overrides,
             effective: self.effective,
             deployed_now: self.deployed_now,
+            plan: self.plan.map(crate::routes::plans::approval_plan),
             actions: Vec::new(),
             started_at: self.started_at,
             finished_at: self.finished_at,

@@ -16,6 +16,7 @@ use manent_contract::{
 use crate::client::Answer;
 
 mod analysis;
+mod approval_plan;
 
 /// What `--output` asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -544,6 +545,7 @@ pub fn status(style: &Style, d: &DeployStatus) -> String {
     if let Some(now) = &d.deployed_now {
         out.push_str(&format!("  deployed there now: {}\n", now.cell()));
     }
+    out.push_str(&approval_plan::section(d));
     out.push('\n');
     out.push_str(&targets_by_role(style, d));
     out.push_str("\n\n");

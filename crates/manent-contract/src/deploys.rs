@@ -442,6 +442,10 @@ pub struct DeployStatus {
     /// Absent otherwise or when nothing was deployed there yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployed_now: Option<String>,
+    /// While it waits for approval: what it would change, target by target (computed once
+    /// as it started waiting; docs/plan-and-drift.md). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<crate::ApprovalPlanView>,
     /// What the asking token may do to the deploy now (absent when nothing): the Platform
     /// page shows only these buttons.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

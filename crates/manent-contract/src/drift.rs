@@ -108,3 +108,40 @@ pub struct DriftView {
     pub checked_at: String,
     pub targets: Vec<TargetDriftView>,
 }
+
+/// One target's part of the plan shown to approvers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ApprovalTargetView {
+    pub name: String,
+    /// The version its live release recorded; null before its first recorded deploy.
+    pub from_version: Option<String>,
+    pub to_version: String,
+    /// Each artifact, from the live release's sha256 to this deploy's.
+    pub artifacts: Vec<ChangeView>,
+    /// How many files of the archive artifacts differ from the live release's.
+    pub files_changed: u64,
+    /// The first few of them.
+    pub files: Vec<String>,
+    /// Each template by its `dest` (rendered only once approved: `from` is the live
+    /// release's rendered sha256).
+    pub templates: Vec<ChangeView>,
+    /// The variables that differ from the live release's; a secret added or removed as
+    /// `***`.
+    pub variables: Vec<ChangeView>,
+}
+
+/// What a deploy waiting for approval would change (docs/plan-and-drift.md), computed once
+/// as it started waiting.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ApprovalPlanView {
+    pub targets: Vec<ApprovalTargetView>,
+    /// The targets not shown (past the first 100).
+    #[serde(default)]
+    pub more_targets: u64,
+    /// Why part of the plan is missing (an artifact that could not be fetched); absent
+    /// when it is whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}

@@ -31,8 +31,8 @@ pub use deploys::{
     WorkflowStatus,
 };
 pub use drift::{
-    ChangeKind, ChangeView, DifferenceView, DriftState, DriftView, PlanView, TargetDriftView,
-    TargetPlanView,
+    ApprovalPlanView, ApprovalTargetView, ChangeKind, ChangeView, DifferenceView, DriftState,
+    DriftView, PlanView, TargetDriftView, TargetPlanView,
 };
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use fleet::{

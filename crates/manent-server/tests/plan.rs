@@ -3,7 +3,9 @@
 //! live version read from the target, the artifacts from → to, the files of a tar
 //! artifact, the variable changed in the environment file, the template whose rendering
 //! changed (never its content), a secret only as `***`, and the commands, tasks and checks
-//! that would run; and nothing changes on the target.
+//! that would run; and nothing changes on the target. A deploy waiting for approval shows
+//! its plan (computed once as it starts waiting) in `manent status`, its JSON and on the
+//! Platform page.
 
 mod common;
 
@@ -14,13 +16,21 @@ use common::Site;
 use manent_testkit::{Db, on_both_backends};
 use serde_json::Value;
 
-on_both_backends!(a_plan_shows_what_would_change_against_the_live_release_and_changes_nothing,);
+on_both_backends!(
+    a_plan_shows_what_would_change_against_the_live_release_and_changes_nothing,
+    a_deploy_waiting_for_approval_shows_its_plan_in_status_json_text_and_on_the_page,
+);
 
 const SECRET: &str = "s3cr3t-value-never-shown";
 
 /// acme/web prod, one local target: releases under `<site>/srv/t1`, a variable, a secret
 /// read from a file, a template naming both, a task and a check.
 fn environment(site: &Site, greeting: &str) {
+    environment_with(site, greeting, "");
+}
+
+/// [`environment`] with `extra` (YAML lines) appended.
+fn environment_with(site: &Site, greeting: &str, extra: &str) {
     let srv = site.dir.join("srv").display().to_string();
     std::fs::write(site.dir.join("secret.txt"), SECRET).unwrap();
     std::fs::write(
@@ -38,7 +48,7 @@ fn environment(site: &Site, greeting: &str) {
              checks: [{{type: command, name: alive, command: \"true\"}}]\n\
              variables: {{GREETING: {greeting}}}\n\
              secrets: {{DB_PASSWORD: {{file: {}}}}}\n\
-             templates: [{{src: app.conf.j2, dest: app.conf}}]\n",
+             templates: [{{src: app.conf.j2, dest: app.conf}}]\n{extra}",
             site.dir.join("secret.txt").display()
         ),
     );
@@ -141,26 +151,7 @@ async fn a_plan_shows_what_would_change_against_the_live_release_and_changes_not
         (Some("t1"), Some("1.0")),
         "t1's live version is read from its live link: {plan}"
     );
-    let changes: Vec<String> = target["changes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| {
-            let shown = |v: &Value| match v.as_str() {
-                Some(s) if s.len() == 64 => "sha".to_string(),
-                Some(s) => s.to_string(),
-                None => "-".to_string(),
-            };
-            format!(
-                "{} {} {} {} {}",
-                c["kind"].as_str().unwrap_or("?"),
-                c["name"].as_str().unwrap_or("?"),
-                shown(&c["from"]),
-                shown(&c["to"]),
-                c["note"].as_str().unwrap_or("")
-            )
-        })
-        .collect();
+    let changes = change_lines(&target["changes"], None);
     assert_eq!(
         changes,
         [
@@ -181,5 +172,130 @@ async fn a_plan_shows_what_would_change_against_the_live_release_and_changes_not
             )
         )),
         "each change once, in order: {plan}"
+    );
+}
+
+/// The plan's lines of one target, `kind name from to note`, sha256s as `sha`; the kind
+/// is each change's own unless given.
+fn change_lines(changes: &Value, kind: Option<&str>) -> Vec<String> {
+    changes
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let shown = |v: &Value| match v.as_str() {
+                Some(s) if s.len() == 64 => "sha".to_string(),
+                Some(s) => s.to_string(),
+                None => "-".to_string(),
+            };
+            format!(
+                "{} {} {} {} {}",
+                kind.or(c["kind"].as_str()).unwrap_or("?"),
+                c["name"].as_str().unwrap_or("?"),
+                shown(&c["from"]),
+                shown(&c["to"]),
+                c["note"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+async fn a_deploy_waiting_for_approval_shows_its_plan_in_status_json_text_and_on_the_page(db: Db) {
+    let mut site = Site::new(db, &[]).await;
+    environment(&site, "hello");
+    let token = site.token();
+    site.start("serve", "s1");
+    site.wait_api().await;
+    let first = site.descriptor("1.0");
+    let (code, status) = site.cli(&token, &["deploy", "--wait", "-f", first.to_str().unwrap()]);
+    assert_eq!(code, 0, "1.0 is deployed: {status}");
+
+    environment_with(
+        &site,
+        "bonjour",
+        "approval: {approvers: [alice], count: 1}\n",
+    );
+    let next = descriptor_with_archive(&site);
+    let before = tree(&site.dir.join("srv"));
+    let (code, submitted) = site.cli(&token, &["deploy", "-f", next.to_str().unwrap()]);
+    assert_eq!(code, 0, "1.1 is submitted: {submitted}");
+    let id = submitted["id"].as_str().expect("an id").to_string();
+    let status = site
+        .wait_until(&token, &id, "waits for approval with its plan", |s| {
+            s["phase"] == "waiting_approval" && s["plan"].is_object()
+        })
+        .await;
+    let text = status.to_string();
+    assert!(
+        !text.contains(SECRET),
+        "no secret's value in the status: {text}"
+    );
+    let target = &status["plan"]["targets"][0];
+    assert_eq!(
+        (
+            target["name"].as_str(),
+            target["from_version"].as_str(),
+            target["to_version"].as_str()
+        ),
+        (Some("t1"), Some("1.0"), Some("1.1")),
+        "t1 from its live release's version to the deploy's: {status}"
+    );
+    assert_eq!(
+        (target["files_changed"].as_u64(), target["files"].clone()),
+        (Some(1), serde_json::json!(["bin/app"])),
+        "the archive's one file is new on t1: {status}"
+    );
+    let lines = [
+        change_lines(&target["artifacts"], Some("artifact")),
+        change_lines(&target["templates"], Some("template")),
+        change_lines(&target["variables"], Some("variable")),
+    ]
+    .concat();
+    assert_eq!(
+        lines,
+        [
+            "artifact artifact.txt sha sha unchanged",
+            "artifact app.tar.gz - sha ",
+            "template app.conf sha - rendered once approved",
+            "variable GREETING hello bonjour ",
+        ],
+        "artifacts, templates (never rendered before approval) and the changed variable: \
+         {status}"
+    );
+    assert_eq!(
+        tree(&site.dir.join("srv")),
+        before,
+        "nothing changed on the target while the deploy waits"
+    );
+
+    let (code, shown) = site.cli_text(&token, &["status", &id]);
+    assert_eq!(code, 0, "status prints: {shown}");
+    assert!(
+        shown.contains("plan (what approving would change)")
+            && shown.contains("t1: 1.0 -> 1.1")
+            && shown.contains("1 file(s) would change: bin/app")
+            && shown.contains("variable GREETING: hello -> bonjour"),
+        "`manent status` shows the plan to an approver: {shown}"
+    );
+
+    let Some(chromium) = common::browser::chromium() else {
+        return;
+    };
+    let base = format!("http://127.0.0.1:{}/", site.port);
+    let page = common::browser::dump_dom(
+        &chromium,
+        &site.dir,
+        &format!("{base}#deploy={id}&token={token}"),
+    )
+    .await;
+    let plan = page
+        .find("data-plan-target=\"t1\"")
+        .map(|at| &page[at..at + page[at..].find("</ul>").unwrap_or(page.len() - at)])
+        .unwrap_or_else(|| panic!("the deploy page shows t1's plan: {page}"));
+    assert!(
+        plan.contains("1.0 → 1.1")
+            && plan.contains("1 file(s) would change: bin/app")
+            && plan.contains("variable GREETING: hello → bonjour"),
+        "the page's plan says the versions, the file and the variable: {plan}"
     );
 }

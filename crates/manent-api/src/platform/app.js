@@ -347,6 +347,28 @@
 
   // ---- a deploy's page -------------------------------------------------------------------
 
+  /** The plan of a deploy waiting for approval (docs/plan-and-drift.md): one row per target. */
+  function planRows(plan) {
+    if (!plan) return [];
+    const short = (v) => (v === null || v === undefined) ? 'none' : (/^[0-9a-f]{64}$/.test(v) ? v.slice(0, 12) + '…' : v);
+    const change = (what, c) => el('li', {}, what + ' ' + c.name + ': ' + short(c.from) + ' → ' + short(c.to) + (c.note ? ' (' + c.note + ')' : ''));
+    const rows = plan.targets.map((t) => {
+      const items = [];
+      for (const c of t.artifacts || []) items.push(change('artifact', c));
+      if (t.files_changed > 0) {
+        const more = t.files_changed - (t.files || []).length;
+        items.push(el('li', {}, t.files_changed + ' file(s) would change: ' + (t.files || []).join(', ') + (more > 0 ? ' and ' + more + ' more' : '')));
+      }
+      for (const c of t.templates || []) items.push(change('template', c));
+      for (const c of t.variables || []) items.push(change('variable', c));
+      return ['Plan ' + t.name, el('div', { class: 'plan', 'data-plan-target': t.name },
+        (t.from_version || 'nothing recorded') + ' → ' + t.to_version, el('ul', {}, ...items))];
+    });
+    if (plan.more_targets > 0) rows.push(['Plan', 'and ' + plan.more_targets + ' more target(s)']);
+    if (plan.note) rows.push(['Plan note', plan.note]);
+    return rows;
+  }
+
   function facts(d) {
     const rows = [
       ['Application', d.application], ['Environment', d.environment], ['Version', d.version],
@@ -366,6 +388,7 @@
         a.type + ' ' + a.version + ' from ', el('code', {}, a.url), ', sha256 ', el('code', { class: 'sha256' }, a.sha256))]);
     }
     if (d.deployed_now) rows.push(['Live there now', d.deployed_now]);
+    rows.push(...planRows(d.plan));
     for (const [key, value] of Object.entries(d.overrides || {})) {
       rows.push(['Overrides deploy.' + key, el('code', {}, JSON.stringify(value))]);
     }

@@ -5,7 +5,9 @@ use axum::{
     Json,
     extract::{Path, State},
 };
-use manent_contract::{ChangeView, ErrorBody, PlanView, TargetPlanView};
+use manent_contract::{
+    ApprovalPlanView, ApprovalTargetView, ChangeView, ErrorBody, PlanView, TargetPlanView,
+};
 use manent_deploy::{plan, views::deploy_views};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -66,16 +68,41 @@ fn target_plan(plan: plan::TargetPlan) -> TargetPlanView {
     TargetPlanView {
         name: plan.name,
         live_version: plan.live_version,
-        changes: plan
-            .changes
+        changes: changes(plan.changes),
+    }
+}
+
+fn changes(changes: Vec<plan::Change>) -> Vec<ChangeView> {
+    changes
+        .into_iter()
+        .map(|c| ChangeView {
+            kind: manent_contract::ChangeKind::from(c.kind.as_str()),
+            name: c.name,
+            from: c.from,
+            to: c.to,
+            note: c.note,
+        })
+        .collect()
+}
+
+/// The plan shown to approvers, as the contract says it (a deploy's status).
+pub(crate) fn approval_plan(plan: plan::approval::ApprovalPlan) -> ApprovalPlanView {
+    ApprovalPlanView {
+        targets: plan
+            .targets
             .into_iter()
-            .map(|c| ChangeView {
-                kind: manent_contract::ChangeKind::from(c.kind.as_str()),
-                name: c.name,
-                from: c.from,
-                to: c.to,
-                note: c.note,
+            .map(|t| ApprovalTargetView {
+                name: t.name,
+                from_version: t.from_version,
+                to_version: t.to_version,
+                artifacts: changes(t.artifacts),
+                files_changed: t.files_changed as u64,
+                files: t.files,
+                templates: changes(t.templates),
+                variables: changes(t.variables),
             })
             .collect(),
+        more_targets: plan.more_targets as u64,
+        note: plan.note,
     }
 }

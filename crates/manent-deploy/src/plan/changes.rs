@@ -139,7 +139,7 @@ fn version_at(
 
 /// Each artifact: its sha256 in the live release and in this deploy; `already there` when
 /// the new release directory holds it with that sha256.
-fn artifact_changes(
+pub(super) fn artifact_changes(
     eff: &EffectiveDescriptor,
     live: Option<&Manifest>,
     now: Option<&manifests::Snapshot>,
@@ -197,7 +197,7 @@ fn differing(
 
 /// The variables that differ from the live release's, and the secrets added or removed
 /// (a secret's value is never shown, nor compared: `***`).
-fn variable_changes(
+pub(super) fn variable_changes(
     eff: &EffectiveDescriptor,
     target: &Target,
     live: Option<&Manifest>,

@@ -7,12 +7,15 @@
 //! templates by their sha256), and the commands, tasks and checks that would run.
 //!
 //! - `changes`: computing one target's plan.
+//! - `approval`: the plan shown to approvers, recorded as a deploy starts waiting for
+//!   approval (reaching no target).
 //! - `archive`: the regular files of a tar (or gzip-compressed tar) artifact, hashed.
 //!
 //! It depends on `manifests` (the live release), `run` (reaching a target), `vars` (the
 //! run's rendered templates) and `tasks` (which tasks run where); `plugins` runs it in a
 //! dry run, the API reads a dry run's plan back ([`of_deploy`]).
 
+pub mod approval;
 pub mod archive;
 pub mod changes;
 

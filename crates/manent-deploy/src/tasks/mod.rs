@@ -27,7 +27,10 @@ pub use run::{Ran, run_on};
 /// The effective descriptor of a deploy of ml/web's prod at version 1.2, with `descriptor`
 /// (YAML lines) added to the descriptor and `environment` as its environment file.
 #[cfg(test)]
-fn effective_for_tests(environment: &str, descriptor: &str) -> manent_model::EffectiveDescriptor {
+pub(crate) fn effective_for_tests(
+    environment: &str,
+    descriptor: &str,
+) -> manent_model::EffectiveDescriptor {
     let env = manent_model::parse_environment(environment, "prod.yml", "ml/web", "prod")
         .expect("a valid environment");
     let descriptor = manent_model::parse_descriptor(

@@ -79,6 +79,8 @@ pub struct DeployStatus {
     pub interruptions: Vec<timeline::InterruptionView>,
     /// Every measurement of `rollout.analysis` so far (docs/analysis.md).
     pub measurements: Vec<crate::analysis::Measurement>,
+    /// While it waits for approval: what it would change (docs/plan-and-drift.md).
+    pub plan: Option<crate::plan::approval::ApprovalPlan>,
 }
 
 /// One target of a deploy.
@@ -300,6 +302,7 @@ fn summary(
             .unwrap_or_default(),
         effective: None,
         deployed_now: None,
+        plan: None,
         started_at: record.started_at_ms.map(rfc3339),
         finished_at: finished_ms.map(rfc3339),
         duration_ms: record
@@ -449,6 +452,14 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
             .map(|p| p.version);
     }
     let steps = client.steps(id).await?;
+    if view.phase == Phase::WaitingApproval {
+        view.plan =
+            crate::plan::approval::from_steps(id, &steps).map_err(|e| EngineError::Unreadable {
+                kind: "deploy",
+                id: id.to_string(),
+                error: e.to_string(),
+            })?;
+    }
     // The last thing that happened to it, a step started or ended included (docs/api.md).
     let last_ms = steps
         .iter()

@@ -84,7 +84,7 @@ pub async fn pass_gate(
     eff: &EffectiveDescriptor,
 ) -> Result<(), WorkflowError> {
     if let Some(policy) = approval_required(eff) {
-        wait_for_approval(ctx, client, config, request, policy).await?;
+        wait_for_approval(ctx, client, config, request, eff, policy).await?;
     }
     for dep in &eff.depends_on {
         if eff.dry_run && ctx.workflow_version() >= crate::request::DRY_RUNS_DO_NOT_WAIT_VERSION {
@@ -112,9 +112,14 @@ async fn wait_for_approval(
     client: &Client,
     config: &manent_config::Config,
     request: &DeployRequest,
+    eff: &EffectiveDescriptor,
     policy: &Approval,
 ) -> Result<(), WorkflowError> {
     publish(ctx, &EventKey::ApprovalPolicy, policy).await?;
+    // What approvers are shown (version 6): computed once, reaching no target.
+    let records = client.records();
+    let workdir = super::work_directory(config);
+    crate::plan::approval::record_step(ctx, config, &records, eff, &workdir).await?;
     // The deadline is recorded once, so every replay and every worker agrees on it.
     let timeout = policy.timeout;
     let deadline: Option<i64> = ctx

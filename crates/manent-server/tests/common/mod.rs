@@ -11,6 +11,8 @@ use std::{
 use manent_testkit::{Children, Db, TestDb, eventually};
 use serde_json::Value;
 
+pub mod browser;
+
 pub const SERVER: &str = env!("CARGO_BIN_EXE_manent-server");
 pub const WAIT: Duration = Duration::from_secs(90);
 
