@@ -508,6 +508,7 @@ impl ToWire for platform::ApplicationView {
             can_deploy: false,
             // The route fills it from the drift records.
             drift: Default::default(),
+            drift_checks: Default::default(),
         }
     }
 }

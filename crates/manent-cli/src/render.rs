@@ -1055,6 +1055,19 @@ pub fn tenants(style: &Style, tenants: &[TenantView]) -> String {
     )
 }
 
+/// An environment's last drift check in `manent apps`: `in_sync 2m ago`, `drifted 2 of 3
+/// targets 5s ago`, `-` when none ran.
+fn drift_cell(style: &Style, check: Option<&manent_contract::DriftCheckView>) -> String {
+    let Some(check) = check else {
+        return "-".to_string();
+    };
+    let state = match check.drifted_targets {
+        0 => check.state.to_string(),
+        n => format!("drifted {n} of {} targets", check.targets),
+    };
+    format!("{} {}", state.cell(), style.time(Some(&check.checked_at)))
+}
+
 /// What runs where (`manent apps`): one row per application and environment, with the
 /// version live there, since when and the deploy that put it there.
 pub fn applications(style: &Style, applications: &[ApplicationView]) -> String {
@@ -1069,6 +1082,11 @@ pub fn applications(style: &Style, applications: &[ApplicationView]) -> String {
         .any(|(a, e)| a.live.get(*e).is_some_and(|l| l.container.is_some()));
     if containers {
         columns.push("container");
+    }
+    // Each environment's last drift check (docs/plan-and-drift.md), once any ran.
+    let drift = rows.iter().any(|(a, _)| !a.drift_checks.is_empty());
+    if drift {
+        columns.push("drift");
     }
     if style.wide() {
         columns.push("tenant");
@@ -1087,6 +1105,9 @@ pub fn applications(style: &Style, applications: &[ApplicationView]) -> String {
         ];
         if containers {
             cells.push(live.and_then(|l| l.container.clone()).cell());
+        }
+        if drift {
+            cells.push(drift_cell(style, a.drift_checks.get(*environment)));
         }
         if style.wide() {
             cells.push(a.tenant.cell());

@@ -139,6 +139,25 @@ pub struct ApplicationView {
     /// absent.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub drift: BTreeMap<String, crate::DriftState>,
+    /// By environment, its last drift check: the state, how many targets drifted, when it
+    /// was checked (docs/plan-and-drift.md). Environments never checked are absent.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub drift_checks: BTreeMap<String, DriftCheckView>,
+}
+
+/// An environment's last drift check, in `manent apps`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DriftCheckView {
+    pub state: crate::DriftState,
+    /// How many targets were found drifted.
+    pub drifted_targets: u64,
+    /// How many targets were checked.
+    pub targets: u64,
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub checked_at: String,
+    /// The check (`manent status` does not show it: `manent drift --last` does).
+    pub check_id: String,
 }
 
 /// The version live in one environment: its last successful deploy that was not a dry run.

@@ -36,8 +36,8 @@ pub use drift::{
 };
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use fleet::{
-    ApplicationView, LimitUse, LiveVersion, QueueKind, QueueView, TenantView, VariableView,
-    WorkerState, WorkerView,
+    ApplicationView, DriftCheckView, LimitUse, LiveVersion, QueueKind, QueueView, TenantView,
+    VariableView, WorkerState, WorkerView,
 };
 pub use schedules::{MissedPolicy, RefusedTick, ScheduleDeleted, ScheduleView};
 

@@ -17,6 +17,7 @@ use serde_json::Value;
 on_both_backends!(
     drift_finds_hand_edits_added_and_removed_files_and_a_moved_link_and_nothing_else,
     a_scheduled_check_tells_drift_detected_once_per_new_difference_and_apps_shows_the_state,
+    apps_shows_each_environments_last_check_its_drifted_targets_and_when_in_json_text_and_page,
 );
 
 /// acme/web prod: `t1` on the sshd host, `t2` local; releases under `<site>/srv/<target>`,
@@ -46,6 +47,31 @@ fn drift(site: &Site, token: &str, extra: &[&str]) -> (i32, Value) {
     let mut args = vec!["drift", "acme/web", "prod"];
     args.extend_from_slice(extra);
     site.cli(token, &args)
+}
+
+/// acme/web prod on one local target (with `extra` YAML lines) and 1.0 deployed there by
+/// a `serve` process; the token that deployed it.
+async fn local_deploy(site: &mut Site, extra: &str) -> String {
+    let srv = site.dir.join("srv").display().to_string();
+    site.write_environment(
+        "acme/web",
+        "prod",
+        &format!(
+            "targets: [{{name: t1, host: local}}]\n\
+             deploy:\n  dest: {srv}/{{target}}/releases/{{version}}\n  activate: \"ln -sfn {srv}/{{target}}/releases/{{version}} {srv}/{{target}}/current\"\n\
+             {extra}"
+        ),
+    );
+    let token = site.token();
+    site.start("serve", "s1");
+    site.wait_api().await;
+    let descriptor = site.descriptor("1.0");
+    let (code, status) = site.cli(
+        &token,
+        &["deploy", "--wait", "-f", descriptor.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "1.0 is deployed: {status}");
+    token
 }
 
 /// Each target's state, by name.
@@ -287,25 +313,7 @@ async fn a_scheduled_check_tells_drift_detected_once_per_new_difference_and_apps
         "notifications:\n  retry_after: 100ms\n  webhooks:\n\
          \x20   - {{name: ops, url: \"http://127.0.0.1:{port}/hook\", events: [drift_detected]}}\n"
     ));
-    let srv = site.dir.join("srv").display().to_string();
-    site.write_environment(
-        "acme/web",
-        "prod",
-        &format!(
-            "targets: [{{name: t1, host: local}}]\n\
-             deploy:\n  dest: {srv}/{{target}}/releases/{{version}}\n  activate: \"ln -sfn {srv}/{{target}}/releases/{{version}} {srv}/{{target}}/current\"\n\
-             drift: {{every: 10s}}\n"
-        ),
-    );
-    let token = site.token();
-    site.start("serve", "s1");
-    site.wait_api().await;
-    let descriptor = site.descriptor("1.0");
-    let (code, status) = site.cli(
-        &token,
-        &["deploy", "--wait", "-f", descriptor.to_str().unwrap()],
-    );
-    assert_eq!(code, 0, "1.0 is deployed: {status}");
+    let token = local_deploy(&mut site, "drift: {every: 10s}\n").await;
     let release = site.dir.join("srv/t1/releases/1.0");
     std::fs::write(release.join("artifact.txt"), "hot-patched").unwrap();
 
@@ -363,5 +371,60 @@ async fn a_scheduled_check_tells_drift_detected_once_per_new_difference_and_apps
     assert!(
         errors.len() == 2 && errors[1].contains("new.txt") && !errors[1].contains("artifact.txt"),
         "one notification per new difference, none for one already told: {errors:?}"
+    );
+}
+
+async fn apps_shows_each_environments_last_check_its_drifted_targets_and_when_in_json_text_and_page(
+    db: Db,
+) {
+    let mut site = Site::new(db, &[]).await;
+    let token = local_deploy(&mut site, "").await;
+    let (_, apps) = site.cli(&token, &["apps"]);
+    assert!(
+        apps[0].get("drift_checks").is_none(),
+        "no check ran yet: nothing to show: {apps}"
+    );
+    let release = site.dir.join("srv/t1/releases/1.0");
+    std::fs::write(release.join("artifact.txt"), "hot-patched").unwrap();
+    let (code, report) = drift(&site, &token, &[]);
+    assert_eq!(code, 1, "the check finds t1 drifted: {report}");
+
+    let (code, apps) = site.cli(&token, &["apps"]);
+    let check = &apps[0]["drift_checks"]["prod"];
+    assert_eq!(
+        (
+            code,
+            check["state"].as_str(),
+            check["drifted_targets"].as_u64(),
+            check["targets"].as_u64(),
+            check["check_id"].as_str(),
+            check["checked_at"].as_str(),
+        ),
+        (
+            0,
+            Some("drifted"),
+            Some(1),
+            Some(1),
+            report["check_id"].as_str(),
+            report["checked_at"].as_str()
+        ),
+        "manent apps carries the last check: its state, drifted targets and when: {apps}"
+    );
+    let (code, table) = site.cli_text(&token, &["apps"]);
+    assert!(
+        code == 0 && table.contains("DRIFT") && table.contains("drifted 1 of 1 targets"),
+        "the apps table has a drift column: {table}"
+    );
+
+    let Some(chromium) = common::browser::chromium() else {
+        return;
+    };
+    let base = format!("http://127.0.0.1:{}/", site.port);
+    let page =
+        common::browser::dump_dom(&chromium, &site.dir, &format!("{base}#token={token}")).await;
+    assert!(
+        page.contains("data-drift=\"drifted\"")
+            && page.contains("drifted 1 of 1 targets, checked "),
+        "the Platform page's apps table shows the drift and when it was checked: {page}"
     );
 }

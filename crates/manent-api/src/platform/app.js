@@ -298,6 +298,15 @@
       el('td', { class: 'actions' }, ...actionButtons(d, true))));
   }
 
+  /** An environment's last drift check (docs/plan-and-drift.md): state, drifted targets, when. */
+  function driftCell(check) {
+    if (!check) return el('td', { class: 'drift' }, 'unknown (never checked)');
+    const state = check.drifted_targets > 0
+      ? 'drifted ' + check.drifted_targets + ' of ' + check.targets + ' targets' : check.state;
+    return el('td', { class: 'drift', 'data-drift': check.state, title: check.checked_at },
+      state + ', checked ', since(check.checked_at));
+  }
+
   /** One row per application and environment: what runs there, since when, by whom. */
   function appRows(apps) {
     const rows = [];
@@ -311,6 +320,7 @@
           el('td', {}, live ? since(live.finished_at) : ''),
           el('td', {}, live && live.submitted_by ? live.submitted_by : ''),
           el('td', {}, live ? deployLink(live.deploy_id, true) : ''),
+          driftCell((a.drift_checks || {})[environment]),
           el('td', { class: 'actions' }, rollbackButton(a, environment), variablesButton(a, environment))));
       }
     }
@@ -324,7 +334,7 @@
       api('GET', '/workers'),
       api('GET', '/activity'),
     ]);
-    replaceRows($('apps'), appRows(apps), 7);
+    replaceRows($('apps'), appRows(apps), 8);
     replaceRows($('queues'), queues.map((q) => el('tr', { 'data-queue': q.name },
       el('td', {}, el('code', {}, q.name)),
       el('td', {}, q.kind),

@@ -186,3 +186,15 @@ pub(crate) fn view(report: DriftReport) -> DriftView {
             .collect(),
     }
 }
+
+/// An environment's last check as `manent apps` shows it: its state, how many targets
+/// drifted, when.
+pub(crate) fn check_summary(report: &DriftReport) -> manent_contract::DriftCheckView {
+    manent_contract::DriftCheckView {
+        state: report.state().as_str().into(),
+        drifted_targets: report.drifted().len() as u64,
+        targets: report.targets.len() as u64,
+        checked_at: manent_deploy::request::rfc3339(report.checked_at_ms),
+        check_id: report.check_id.clone(),
+    }
+}

@@ -80,6 +80,8 @@ async fn list_applications(
             if let Some(report) = last {
                 app.drift
                     .insert(environment.clone(), report.state().as_str().into());
+                let check = crate::routes::drift::check_summary(&report);
+                app.drift_checks.insert(environment.clone(), check);
             }
         }
     }
