@@ -8,8 +8,8 @@ use manent_enum::string_enum;
 string_enum!(
     /// What a planned change is of.
     ChangeKind, listed: true,
-    "artifact (sha256 from the live release to this deploy's), file (a file inside a tar \
-     artifact that differs from the live release), template (its rendered sha256), variable \
+    "artifact (sha256 from the live release to this deploy's), file (a file inside a tar or \
+     zip artifact that differs from the live release), template (its rendered sha256), variable \
      (its value; a secret as ***), command (what would run: tasks, activate or commands, \
      checks)." {
         Artifact = "artifact",

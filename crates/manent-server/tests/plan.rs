@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::Site;
+use manent_testkit::zip::ZipEntry;
 use manent_testkit::{Db, on_both_backends};
 use serde_json::Value;
 
@@ -82,7 +83,8 @@ fn tree(dir: &Path) -> BTreeMap<String, String> {
     all
 }
 
-/// A descriptor of version 1.1 with the site's artifact and a tar.gz holding `bin/app`.
+/// A descriptor of version 1.1 with the site's artifact, a tar.gz holding `bin/app` and a
+/// zip holding `web/index.html`.
 fn descriptor_with_archive(site: &Site) -> std::path::PathBuf {
     let staging = site.dir.join("staging/bin");
     std::fs::create_dir_all(&staging).unwrap();
@@ -98,13 +100,22 @@ fn descriptor_with_archive(site: &Site) -> std::path::PathBuf {
         .expect("tar runs");
     assert!(made.success(), "the archive is made");
     let sum = manent_plugin::host::file_sha256(&archive).unwrap();
+    let zipped = site.dir.join("web.zip");
+    std::fs::write(
+        &zipped,
+        manent_testkit::zip::zip(&[ZipEntry::stored("web/index.html", b"<p>hi</p>")]),
+    )
+    .unwrap();
+    let zip_sum = manent_plugin::host::file_sha256(&zipped).unwrap();
     let text = std::fs::read_to_string(site.descriptor("1.1")).unwrap();
     let path = site.dir.join("deploy-1.1-archive.yml");
     std::fs::write(
         &path,
         format!(
-            "{text}  - {{name: app.tar.gz, type: tarball, version: \"1.1\", url: \"file://{}\", sha256: \"{sum}\"}}\n",
-            archive.display()
+            "{text}  - {{name: app.tar.gz, type: tarball, version: \"1.1\", url: \"file://{}\", sha256: \"{sum}\"}}\n\
+             \x20 - {{name: web.zip, type: zip, version: \"1.1\", url: \"file://{}\", sha256: \"{zip_sum}\"}}\n",
+            archive.display(),
+            zipped.display()
         ),
     )
     .unwrap();
@@ -157,7 +168,9 @@ async fn a_plan_shows_what_would_change_against_the_live_release_and_changes_not
         [
             "artifact artifact.txt sha sha unchanged",
             "artifact app.tar.gz - sha ",
+            "artifact web.zip - sha ",
             "file bin/app - sha ",
+            "file web/index.html - sha ",
             "template app.conf sha sha ",
             "variable GREETING hello bonjour ",
             "command activate - ln -sfn PLACEHOLDER ",
@@ -242,8 +255,8 @@ async fn a_deploy_waiting_for_approval_shows_its_plan_in_status_json_text_and_on
     );
     assert_eq!(
         (target["files_changed"].as_u64(), target["files"].clone()),
-        (Some(1), serde_json::json!(["bin/app"])),
-        "the archive's one file is new on t1: {status}"
+        (Some(2), serde_json::json!(["bin/app", "web/index.html"])),
+        "the tar's and the zip's files are new on t1: {status}"
     );
     let lines = [
         change_lines(&target["artifacts"], Some("artifact")),
@@ -256,6 +269,7 @@ async fn a_deploy_waiting_for_approval_shows_its_plan_in_status_json_text_and_on
         [
             "artifact artifact.txt sha sha unchanged",
             "artifact app.tar.gz - sha ",
+            "artifact web.zip - sha ",
             "template app.conf sha - rendered once approved",
             "variable GREETING hello bonjour ",
         ],
@@ -273,7 +287,7 @@ async fn a_deploy_waiting_for_approval_shows_its_plan_in_status_json_text_and_on
     assert!(
         shown.contains("plan (what approving would change)")
             && shown.contains("t1: 1.0 -> 1.1")
-            && shown.contains("1 file(s) would change: bin/app")
+            && shown.contains("2 file(s) would change: bin/app, web/index.html")
             && shown.contains("variable GREETING: hello -> bonjour"),
         "`manent status` shows the plan to an approver: {shown}"
     );
@@ -294,7 +308,7 @@ async fn a_deploy_waiting_for_approval_shows_its_plan_in_status_json_text_and_on
         .unwrap_or_else(|| panic!("the deploy page shows t1's plan: {page}"));
     assert!(
         plan.contains("1.0 → 1.1")
-            && plan.contains("1 file(s) would change: bin/app")
+            && plan.contains("2 file(s) would change: bin/app, web/index.html")
             && plan.contains("variable GREETING: hello → bonjour"),
         "the page's plan says the versions, the file and the variable: {plan}"
     );

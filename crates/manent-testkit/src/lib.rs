@@ -13,6 +13,7 @@ use sqlx::{Connection, postgres::PgConnection};
 pub mod netns;
 pub mod pg_cluster;
 pub mod sshd;
+pub mod zip;
 
 pub use netns::NetNs;
 pub use pg_cluster::{PgCluster, StopMode};

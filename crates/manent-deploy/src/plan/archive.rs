@@ -1,7 +1,8 @@
-//! The regular files of an artifact that is a tar archive (plain or gzip-compressed,
-//! recognised by its bytes, not its name), each with its sha256, by its path inside the
-//! archive (`./` dropped): what `activate` would unpack into the release, compared by a
-//! plan with the live release's manifest. Any other artifact has no files here.
+//! The regular files of an artifact that is a tar archive (plain or gzip-compressed) or a
+//! zip archive (entries stored or deflated; not zip64, not encrypted), recognised by its
+//! bytes, not its name, each with its sha256, by its path inside the archive (`./`
+//! dropped): what `activate` would unpack into the release, compared by a plan with the
+//! live release's manifest. Any other artifact has no files here.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek};
@@ -20,6 +21,8 @@ pub fn files(path: &Path, limit: u64) -> Option<BTreeMap<String, String>> {
         list(tar::Archive::new(flate2::read::GzDecoder::new(file)), limit)
     } else if read >= 262 && &head[257..262] == b"ustar" {
         list(tar::Archive::new(file), limit)
+    } else if read >= 4 && head[..4] == *b"PK\x03\x04" {
+        super::zip::files(file, limit)
     } else {
         None
     }

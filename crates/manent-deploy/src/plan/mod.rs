@@ -2,14 +2,15 @@
 //! computed by its dry run under workflow version 6 or later in one step per target,
 //! `<target>: changes`, which only reads: the live version from the target's live link,
 //! each artifact's sha256 from the live release to the new one (or already there), the
-//! files of a tar archive that differ from the live release's manifest, the variables and
+//! files of a tar or zip archive that differ from the live release's manifest, the variables and
 //! rendered templates that differ from what the live release recorded (secrets as `***`,
 //! templates by their sha256), and the commands, tasks and checks that would run.
 //!
 //! - `changes`: computing one target's plan.
 //! - `approval`: the plan shown to approvers, recorded as a deploy starts waiting for
 //!   approval (reaching no target).
-//! - `archive`: the regular files of a tar (or gzip-compressed tar) artifact, hashed.
+//! - `archive`: the regular files of a tar (or gzip-compressed tar) artifact, hashed;
+//!   `zip` those of a zip artifact.
 //!
 //! It depends on `manifests` (the live release), `run` (reaching a target), `vars` (the
 //! run's rendered templates) and `tasks` (which tasks run where); `plugins` runs it in a
@@ -18,6 +19,7 @@
 pub mod approval;
 pub mod archive;
 pub mod changes;
+pub mod zip;
 
 use manent_engine::{Client, EngineError, StepStatus};
 use serde::{Deserialize, Serialize};
