@@ -18,6 +18,7 @@ on_both_backends!(
     drift_finds_hand_edits_added_and_removed_files_and_a_moved_link_and_nothing_else,
     a_scheduled_check_tells_drift_detected_once_per_new_difference_and_apps_shows_the_state,
     apps_shows_each_environments_last_check_its_drifted_targets_and_when_in_json_text_and_page,
+    under_region_routing_each_regions_targets_are_checked_by_a_worker_of_that_region,
 );
 
 /// acme/web prod: `t1` on the sshd host, `t2` local; releases under `<site>/srv/<target>`,
@@ -426,5 +427,105 @@ async fn apps_shows_each_environments_last_check_its_drifted_targets_and_when_in
         page.contains("data-drift=\"drifted\"")
             && page.contains("drifted 1 of 1 targets, checked "),
         "the Platform page's apps table shows the drift and when it was checked: {page}"
+    );
+}
+
+/// A directory holding `sha256sum`, which notes `<worker> <its working directory>` in the
+/// site's ledger and runs the real one: put first on a worker's PATH, it tells which
+/// worker hashed which release.
+fn noting_sha256sum(site: &Site, worker: &str) -> String {
+    let dir = site.dir.join(format!("bin-{worker}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let real = String::from_utf8(
+        std::process::Command::new("sh")
+            .args(["-c", "command -v sha256sum"])
+            .output()
+            .expect("find sha256sum")
+            .stdout,
+    )
+    .unwrap();
+    let script = dir.join("sha256sum");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"{worker} $PWD\" >> {}\nexec {} \"$@\"\n",
+            common::ledger_path(&site.dir),
+            real.trim()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+async fn under_region_routing_each_regions_targets_are_checked_by_a_worker_of_that_region(db: Db) {
+    let mut site = Site::new(db, &[]).await;
+    site.set_config("dbos: {region_routing: true}\n");
+    let srv = site.dir.join("srv").display().to_string();
+    site.write_environment(
+        "acme/web",
+        "prod",
+        &format!(
+            "targets:\n  - {{name: eu-1, host: local, region: eu}}\n  - {{name: us-1, host: local, region: us}}\n\
+             deploy:\n  dest: {srv}/{{target}}/releases/{{version}}\n  activate: \"ln -sfn {srv}/{{target}}/releases/{{version}} {srv}/{{target}}/current\"\n\
+             rollout: {{waves: by_region}}\n"
+        ),
+    );
+    let token = site.token();
+    site.start("api", "api");
+    for (worker, region) in [("worker-eu", "eu"), ("worker-us", "us")] {
+        let path = noting_sha256sum(&site, worker);
+        site.start_with(
+            "worker",
+            worker,
+            &[("MANENT__DBOS__REGION", region), ("PATH", &path)],
+        );
+    }
+    site.wait_api().await;
+    let (id, _) = site.submit(&token, "acme/web");
+    let status = site.wait_status(&token, &id, "SUCCESS").await;
+    std::fs::write(common::ledger_path(&site.dir), "").unwrap();
+
+    let (code, report) = drift(&site, &token, &[]);
+    assert_eq!(
+        (code, states(&report)),
+        (
+            0,
+            vec![
+                ("eu-1".to_string(), "in_sync".to_string()),
+                ("us-1".to_string(), "in_sync".to_string())
+            ]
+        ),
+        "both targets are checked, in the environment file's order: {report} (deploy {status})"
+    );
+    let mut hashed: Vec<(String, String)> = site
+        .ledger()
+        .lines()
+        .map(|l| {
+            let (worker, dir) = l.split_once(' ').expect("`<worker> <dir>` lines");
+            let target = if dir.contains("/eu-1/") {
+                "eu-1"
+            } else {
+                "us-1"
+            };
+            (target.to_string(), worker.to_string())
+        })
+        .collect();
+    hashed.dedup();
+    assert_eq!(
+        hashed
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .cloned()
+            .collect::<Vec<_>>(),
+        [("eu-1", "worker-eu"), ("us-1", "worker-us")].map(|(t, w)| (t.to_string(), w.to_string())),
+        "each region's release is hashed by its region's worker only: {}",
+        site.ledger()
     );
 }

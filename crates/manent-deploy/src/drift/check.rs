@@ -69,12 +69,78 @@ async fn check(
         )
         .await?;
     let eff = &setup.eff;
+    let partition = format!(
+        "drift:{}",
+        manent_model::partition_key(&request.application, &request.environment)
+    );
+    let mut here: Vec<&Target> = Vec::new();
+    let mut passes = Vec::new();
+    if !request.only_targets.is_empty() {
+        // A region's pass: its targets only, the check that started it records.
+        here.extend(
+            eff.targets
+                .iter()
+                .filter(|t| request.only_targets.contains(&t.name)),
+        );
+    } else {
+        // Under region routing each region's targets are reached from that region, by a
+        // worker serving `<queue>.<region>`, as a deploy's passes are.
+        let mut regions: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+        for target in &eff.targets {
+            match target.region.as_deref() {
+                Some(region) if rt.config.dbos.region_routing && !request.queue.is_empty() => {
+                    regions.entry(region).or_default().push(target.name.clone())
+                }
+                _ => here.push(target),
+            }
+        }
+        for (region, names) in regions {
+            let pass = DriftRequest {
+                only_targets: names,
+                ..request.clone()
+            };
+            let queue = manent_model::region_queue(&request.queue, region);
+            passes.push(
+                ctx.start_child(DRIFT_WORKFLOW, &queue, Some(&partition), pass)
+                    .await?,
+            );
+        }
+    }
+    let mut targets = compare_here(ctx, rt, &setup, &here).await?;
+    for pass in &passes {
+        let report: DriftReport = ctx.await_workflow(pass).await?;
+        targets.extend(report.targets);
+    }
+    // In the environment file's order, whichever worker checked them.
+    targets.sort_by_key(|t| eff.targets.iter().position(|e| e.name == t.name));
+    let report = DriftReport {
+        application: request.application.clone(),
+        environment: request.environment.clone(),
+        check_id: ctx.workflow_id().to_string(),
+        checked_at_ms: now_ms(),
+        targets,
+    };
+    if request.only_targets.is_empty() {
+        ctx.step("record result", || record(rt, &report)).await?;
+    }
+    Ok(report)
+}
+
+/// `targets` compared by this worker, each in a step `<target>: drift` of its own,
+/// `rollout.max_parallel` at a time.
+async fn compare_here(
+    ctx: &WorkflowContext,
+    rt: &DriftRuntime,
+    setup: &Setup,
+    targets: &[&Target],
+) -> Result<Vec<TargetDrift>, WorkflowError> {
+    let eff = &setup.eff;
     let auth = crate::workflow::ssh_auth_for(&rt.config, eff);
     let pool = ConnectionPool::with_warm(auth, rt.warm.clone());
     let records = rt.client.records();
-    let branches = ctx.branches(eff.targets.len());
+    let branches = ctx.branches(targets.len());
     let mut pending = Vec::new();
-    for (b, target) in branches.into_iter().zip(&eff.targets) {
+    for (b, target) in branches.into_iter().zip(targets.iter().copied()) {
         let (pool, records, settings) = (&pool, &records, &setup.settings);
         pending.push(async move {
             b.step(&format!("{}: drift", target.name), || async {
@@ -88,15 +154,7 @@ async fn check(
         .buffered(max_parallel)
         .collect()
         .await;
-    let report = DriftReport {
-        application: request.application.clone(),
-        environment: request.environment.clone(),
-        check_id: ctx.workflow_id().to_string(),
-        checked_at_ms: now_ms(),
-        targets: results.into_iter().collect::<Result<_, _>>()?,
-    };
-    ctx.step("record result", || record(rt, &report)).await?;
-    Ok(report)
+    results.into_iter().collect()
 }
 
 /// The live deploy's descriptor over the environment file as it is now.

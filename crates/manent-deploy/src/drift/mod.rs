@@ -111,6 +111,14 @@ impl DriftReport {
 pub struct DriftRequest {
     pub application: String,
     pub environment: String,
+    /// The queue of the environment's live deploy, where the check runs: under region
+    /// routing a region's targets are checked by a pass on `<queue>.<region>`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub queue: String,
+    /// A region's pass of a check: only these targets, compared and returned to the check
+    /// that started it, which records the result.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub only_targets: Vec<String>,
 }
 
 /// Why a check could not be started or read.
@@ -175,6 +183,8 @@ pub async fn start(
     let request = DriftRequest {
         application: application.to_string(),
         environment: environment.to_string(),
+        queue: live.route.queue.clone(),
+        only_targets: Vec::new(),
     };
     let mut enqueue = EnqueueRequest::new(DRIFT_WORKFLOW, live.route.queue.as_str(), &request)
         .partition(format!(
