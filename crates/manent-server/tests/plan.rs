@@ -122,7 +122,8 @@ fn descriptor_with_archive(site: &Site) -> std::path::PathBuf {
     path
 }
 
-async fn a_plan_shows_what_would_change_against_the_live_release_and_changes_nothing(db: Db) {
+/// The site with `serve` running and 1.0 deployed to t1 (greeting `hello`); its token.
+async fn deployed_1_0(db: Db) -> (Site, String) {
     let mut site = Site::new(db, &[]).await;
     environment(&site, "hello");
     let token = site.token();
@@ -131,6 +132,11 @@ async fn a_plan_shows_what_would_change_against_the_live_release_and_changes_not
     let first = site.descriptor("1.0");
     let (code, status) = site.cli(&token, &["deploy", "--wait", "-f", first.to_str().unwrap()]);
     assert_eq!(code, 0, "1.0 is deployed: {status}");
+    (site, token)
+}
+
+async fn a_plan_shows_what_would_change_against_the_live_release_and_changes_nothing(db: Db) {
+    let (site, token) = deployed_1_0(db).await;
 
     // The variable changes in the environment file; 1.1 brings a tar artifact.
     environment(&site, "bonjour");
@@ -214,14 +220,7 @@ fn change_lines(changes: &Value, kind: Option<&str>) -> Vec<String> {
 }
 
 async fn a_deploy_waiting_for_approval_shows_its_plan_in_status_json_text_and_on_the_page(db: Db) {
-    let mut site = Site::new(db, &[]).await;
-    environment(&site, "hello");
-    let token = site.token();
-    site.start("serve", "s1");
-    site.wait_api().await;
-    let first = site.descriptor("1.0");
-    let (code, status) = site.cli(&token, &["deploy", "--wait", "-f", first.to_str().unwrap()]);
-    assert_eq!(code, 0, "1.0 is deployed: {status}");
+    let (site, token) = deployed_1_0(db).await;
 
     environment_with(
         &site,
