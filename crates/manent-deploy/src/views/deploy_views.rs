@@ -630,6 +630,16 @@ async fn waiting_reason(
                 ))));
             }
             let running = client.running_counts().await?;
+            // Read after the deploy's own record, like the holders above: a deploy claimed
+            // meanwhile is counted in `running` and would be said to wait for itself (a
+            // limit "full" on an idle server).
+            if client
+                .get(&record.id)
+                .await?
+                .is_some_and(|now| now.status != WorkflowStatus::Enqueued)
+            {
+                return Ok(None);
+            }
             let queue = client.queues().await?;
             let queue = queue.iter().find(|q| q.name == record.queue);
             Ok(Some(Waiting::to_all(full_limit(
