@@ -180,6 +180,10 @@ pub struct DeployRequest {
     /// ones). Always started under [`MANIFEST_VERSION`] or later. Left out when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub only_targets: Vec<String>,
+    /// A reconcile's files to remove, per target ([`crate::history::Origin::remove_added`]).
+    /// Left out when none.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub remove_added: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl DeployRequest {
@@ -201,6 +205,7 @@ impl DeployRequest {
             authorise_at_start: false,
             fast: false,
             only_targets: Vec::new(),
+            remove_added: Default::default(),
         }
     }
 

@@ -45,6 +45,11 @@ pub struct EffectiveDescriptor {
     /// upload. Left out when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reuse_releases: bool,
+    /// Set by the deploy workflow for a reconcile, never by a file (docs/plan-and-drift.md,
+    /// "Reconcile"): per target, the files the drift check found added to its release,
+    /// removed once the release is live and checked again. Left out when empty.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub remove_added: std::collections::BTreeMap<String, Vec<String>>,
     /// `deploy.shared` (see [`EffectiveDescriptor::shared_for`]). Absent when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared: Option<crate::SharedPaths>,
@@ -158,6 +163,7 @@ impl EffectiveDescriptor {
             params,
             keep_releases: env.deploy.keep_releases,
             reuse_releases: false,
+            remove_added: Default::default(),
             shared: env.deploy.shared.clone(),
             tasks: env.deploy.tasks.clone(),
             mode: env.deploy.mode,

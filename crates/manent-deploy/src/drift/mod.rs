@@ -96,6 +96,28 @@ impl DriftReport {
         .unwrap_or(DriftState::InSync)
     }
 
+    /// Per drifted target, the files and links found in its release that its manifest does
+    /// not hold: what a reconcile removes (a redeploy alone would leave them, and record them).
+    pub fn added_files(&self) -> std::collections::BTreeMap<String, Vec<String>> {
+        self.targets
+            .iter()
+            .filter(|t| t.state == DriftState::Drifted)
+            .map(|t| {
+                let added = t.differences.iter().filter(|d| {
+                    d.expected.is_none()
+                        && d.found
+                            .as_deref()
+                            .is_some_and(|f| f.starts_with("sha256:") || f.starts_with("-> "))
+                });
+                (
+                    t.name.clone(),
+                    added.map(|d| d.path.clone()).collect::<Vec<_>>(),
+                )
+            })
+            .filter(|(_, added)| !added.is_empty())
+            .collect()
+    }
+
     /// The names of the drifted targets.
     pub fn drifted(&self) -> Vec<String> {
         self.targets

@@ -494,6 +494,7 @@ fn as_requested(
     {
         eff.targets
             .retain(|t| request.only_targets.contains(&t.name));
+        eff.remove_added = request.remove_added.clone();
     }
     eff
 }
