@@ -217,8 +217,7 @@ async fn drift_finds_hand_edits_added_and_removed_files_and_a_moved_link_and_not
             && status["targets"][0]["detail"]
                 .as_str()
                 .is_some_and(|d| d.contains("removed 1 added file(s)")),
-        "the file added behind manent's back is removed, and the detail says so (a redeploy \
-         alone would leave it and record it as part of the release): {status}"
+        "the file added behind manent's back is removed, and the detail says so: {status}"
     );
     let (code, report) = drift(&site, &token, &[]);
     assert_eq!(
