@@ -16,6 +16,8 @@ use manent_engine::{
 };
 use serde::Serialize;
 
+use crate::http::{HttpFetch, HttpRequest};
+
 use super::{Entry, FAILED_KIND, body, shown_url, signature, timestamped_signature};
 
 /// The workflow of one delivery.
@@ -44,6 +46,7 @@ pub fn queue_spec() -> QueueSpec {
 struct Notifier {
     config: Arc<Config>,
     client: Client,
+    http: Arc<dyn HttpFetch>,
 }
 
 /// How a delivery ended (its workflow's output).
@@ -57,12 +60,13 @@ pub enum Delivered {
 
 /// Serves the notifications queue on `engine` and registers the delivery workflow. Every
 /// worker does, webhooks configured or not: deliveries recorded under another
-/// configuration still end (a removed webhook's at once).
-pub fn register(engine: &Engine, config: &Config) {
+/// configuration still end (a removed webhook's at once). `http` sends the POSTs.
+pub fn register(engine: &Engine, config: &Config, http: Arc<dyn HttpFetch>) {
     engine.listen(queue_spec());
     let notifier = Arc::new(Notifier {
         config: Arc::new(config.clone()),
         client: engine.client(),
+        http,
     });
     engine.register(
         NOTIFY_WORKFLOW,
@@ -92,7 +96,7 @@ async fn deliver(
     for attempt in first..=last {
         let tried: Result<(), String> = ctx
             .step(&format!("try {attempt}"), || async {
-                Ok::<_, String>(post(hook, &notifier.config, &entry, &key).await)
+                Ok::<_, String>(post(notifier, hook, &entry, &key).await)
             })
             .await?;
         let reason = match tried {
@@ -140,45 +144,44 @@ fn backoff(retry_after: Duration, attempts: u32) -> Duration {
 }
 
 /// One POST of `entry` to `hook`; the reason it failed, if it did.
-async fn post(hook: &Webhook, config: &Config, entry: &Entry, key: &str) -> Result<(), String> {
+async fn post(notifier: &Notifier, hook: &Webhook, entry: &Entry, key: &str) -> Result<(), String> {
     let body = serde_json::to_vec(&body(hook, entry)).expect("a body serializes");
-    let mut request = reqwest::Client::builder()
-        .timeout(DELIVERY_TIMEOUT)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| e.to_string())?
-        .post(&hook.url)
-        .header("content-type", "application/json")
-        .header("x-manent-event", entry.event.as_str())
-        .header("x-manent-delivery", key);
-    if let Some(secret) = hook.secret(config) {
+    let mut headers = vec![
+        ("content-type", "application/json".to_string()),
+        ("x-manent-event", entry.event.as_str().to_string()),
+        ("x-manent-delivery", key.to_string()),
+    ];
+    if let Some(secret) = hook.secret(&notifier.config) {
         let secret = read_secret(&secret).await?;
         let timestamp = now_ms() / 1000;
-        request = request
-            .header("x-manent-signature", signature(secret.as_bytes(), &body))
-            .header("x-manent-timestamp", timestamp)
-            .header(
+        headers.extend([
+            ("x-manent-signature", signature(secret.as_bytes(), &body)),
+            ("x-manent-timestamp", timestamp.to_string()),
+            (
                 "x-manent-signature-256-timestamped",
                 timestamped_signature(secret.as_bytes(), timestamp, &body),
-            );
+            ),
+        ]);
     }
-    let response = request.body(body).send().await.map_err(|e| {
-        // Without the URL, whose path may be the webhook's secret: the log names the
-        // webhook and its host.
-        let e = e.without_url();
-        let mut text = format!("POST to {} failed: {e}", shown_url(&hook.url));
-        let mut cause = std::error::Error::source(&e);
-        while let Some(c) = cause {
-            text.push_str(&format!(": {c}"));
-            cause = c.source();
-        }
-        text
-    })?;
-    let status = response.status();
-    if status.is_success() {
+    let request = headers.into_iter().fold(
+        HttpRequest::post(&hook.url, body).timeout(DELIVERY_TIMEOUT),
+        |request, (name, value)| request.header(name, value),
+    );
+    // The error never holds the URL, whose path may be the webhook's secret: the log names
+    // the webhook and its host.
+    let response = notifier
+        .http
+        .send(request)
+        .await
+        .map_err(|e| format!("POST to {} failed: {e}", shown_url(&hook.url)))?;
+    if response.is_success() {
         Ok(())
     } else {
-        Err(format!("{} answered {status}", shown_url(&hook.url)))
+        Err(format!(
+            "{} answered HTTP {}",
+            shown_url(&hook.url),
+            response.status
+        ))
     }
 }
 

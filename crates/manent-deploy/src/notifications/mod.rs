@@ -198,7 +198,7 @@ pub fn timestamped_signature(secret: &[u8], timestamp: i64, body: &[u8]) -> Stri
 /// Where a webhook is, for logs and errors: its scheme, host and port only. The path and
 /// the query of a webhook's URL are often its secret (a Slack incoming webhook's are).
 fn shown_url(url: &str) -> String {
-    match reqwest::Url::parse(url) {
+    match url::Url::parse(url) {
         Ok(parsed) => {
             let host = parsed.host_str().unwrap_or("?");
             match parsed.port() {
