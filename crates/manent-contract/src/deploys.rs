@@ -215,12 +215,24 @@ pub struct Artifact {
     /// Expanded as `{version}`; no `/`, `\` or `..`. A number is read as text.
     #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub version: String,
-    /// Where to fetch it: `file://`, `http://` or `https://`.
-    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
+    /// Where to fetch it: `file://`, `http://` or `https://`; empty for an image pulled by
+    /// `ref`.
+    #[serde(default)]
     pub url: String,
-    /// Hex SHA-256 of its content, verified after download.
+    /// Hex SHA-256 of its content, verified after download; for an image pulled by `ref`,
+    /// the reference's digest.
     #[cfg_attr(feature = "openapi", schema(pattern = r"^[0-9a-fA-F]{64}$"))]
     pub sha256: String,
+    /// An image in a registry pinned by digest (`registry/app@sha256:<64 hex>`), pulled by
+    /// each target (docs/containers.md, "Registry references"). Absent otherwise.
+    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(examples(
+            "registry.example.com/shop/api@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+        ))
+    )]
+    pub reference: Option<String>,
 }
 
 /// Overrides of the environment file's `deploy:` section: each field set here wins.
@@ -371,6 +383,44 @@ pub struct TargetView {
     /// Its roles in the environment file (`targets[].roles`). Absent when it has none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub roles: Vec<String>,
+    /// Under the `container` plugin, what it runs behind its proxy once switched
+    /// (docs/containers.md). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerView>,
+}
+
+/// A target's container under the `container` plugin, as its steps recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ContainerView {
+    /// `<name>-<version>`.
+    #[cfg_attr(feature = "openapi", schema(examples("shop-api-prod-1.4.0")))]
+    pub name: String,
+    /// The image's tag on the target.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(examples("localhost/manent/shop-api-prod:1.4.0"))
+    )]
+    pub image: String,
+    /// The image's id as the runtime reports it (`sha256:…`); empty when it did not say.
+    pub image_digest: String,
+    /// Where the container's port is published on the target.
+    #[cfg_attr(feature = "openapi", schema(examples("127.0.0.1:41873")))]
+    pub address: String,
+    pub proxy: ContainerProxyView,
+}
+
+/// The proxy in front of a target's containers, as the last switch left it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ContainerProxyView {
+    /// Where it listens (`deploy.proxy.listen` expanded).
+    #[cfg_attr(feature = "openapi", schema(examples("10.0.0.11:80")))]
+    pub listen: String,
+    /// The server new requests go to: the container's name.
+    pub server: String,
+    /// That server's address.
+    pub upstream: String,
 }
 
 /// One approval or rejection.

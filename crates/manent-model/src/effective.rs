@@ -282,7 +282,22 @@ impl EffectiveDescriptor {
     /// environment's `deploy.container` and `deploy.proxy` (docs/containers.md).
     fn check_container(&self) -> Result<(), ModelError> {
         if self.plugin != crate::CONTAINER_PLUGIN {
-            return Ok(());
+            // Only the container plugin has a target pull an image by `ref`.
+            return match self.artifacts.iter().find(|a| a.reference.is_some()) {
+                Some(a) => Err(ModelError::EffectiveInvalid {
+                    application: self.application.clone(),
+                    environment: self.environment.clone(),
+                    field: "artifacts".to_owned(),
+                    message: format!(
+                        "`{}` is an image pulled by `ref`, which only the {} plugin deploys \
+                         (plugin here: {}); give it a `url` and `sha256` instead",
+                        a.name,
+                        crate::CONTAINER_PLUGIN,
+                        self.plugin
+                    ),
+                }),
+                None => Ok(()),
+            };
         }
         let refuse = |field: &str, message: String| ModelError::EffectiveInvalid {
             application: self.application.clone(),

@@ -10,7 +10,8 @@
 //! - `schedule`: `drift: {every}`, checks started on a schedule by every worker, each slot
 //!   once whichever worker starts it.
 //!
-//! It depends on `manifests`, `run`, `history`, `notifications`, `request`, `submission`
+//! It depends on `manifests`, `containers` (a container's manifest), `run`, `history`,
+//! `notifications`, `request`, `submission`
 //! and `workflow`
 //! (how a worker reaches targets); the API and the workers call it.
 

@@ -89,6 +89,8 @@ pub struct TargetView {
     pub detail: Option<String>,
     /// Its roles in the environment file (docs/environments.md, "Tasks and roles").
     pub roles: Vec<String>,
+    /// Under the `container` plugin, what it runs behind its proxy (docs/containers.md).
+    pub container: Option<manent_model::RunningContainer>,
 }
 
 /// One step of a deploy.
@@ -256,6 +258,7 @@ fn summary(
                     status: TargetState::Pending,
                     detail: None,
                     roles: t.roles.clone(),
+                    container: None,
                 })
                 .collect()
         })
@@ -335,12 +338,14 @@ fn apply_target_events<'e>(
             Some(t) => {
                 t.status = outcome.status;
                 t.detail = outcome.detail;
+                t.container = outcome.container;
             }
             None => targets.push(TargetView {
                 name: outcome.name,
                 status: outcome.status,
                 detail: outcome.detail,
                 roles: Vec::new(),
+                container: outcome.container,
             }),
         }
     }

@@ -769,7 +769,8 @@ async fn fetch_all(
 ) -> Result<Vec<LocalArtifact>, WorkflowError> {
     let dir = &artifacts::artifacts_dir(dir);
     let mut local = Vec::new();
-    for artifact in &eff.artifacts {
+    // An image pulled by `ref` is fetched by the target itself (docs/containers.md).
+    for artifact in eff.artifacts.iter().filter(|a| a.reference.is_none()) {
         let fetched: LocalArtifact = ctx
             .step_retrying_if(
                 &format!("fetch {}", artifact.name),
