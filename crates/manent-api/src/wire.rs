@@ -374,6 +374,7 @@ impl ToWire for analysis::Measurement {
             baseline: self.baseline,
             outcome: self.outcome.to_wire(),
             detail: self.detail,
+            threshold: self.threshold,
         }
     }
 }

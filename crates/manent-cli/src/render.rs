@@ -15,7 +15,7 @@ use manent_contract::{
 
 use crate::client::Answer;
 
-mod analysis;
+pub(crate) mod analysis;
 
 /// What `--output` asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -26,9 +26,9 @@ pub use deploys::{
     ApprovalView, Artifact, BatchEntry, Decision, DecisionBody, Dependency, DeployAction,
     DeployLogs, DeployOutput, DeployOverrides, DeployStatus, Descriptor, InterruptionView,
     Measurement, MeasurementOutcome, Missed, OutputLine, OutputStream, PassMode, PassView, Phase,
-    Recovered, RedeployBody, RedeployKind, Resubmitted, RollbackBody, Schedule, StepStatus,
-    StepView, SubmitBatch, Submitted, SubmittedStatus, TargetState, TargetView, WaveView,
-    WorkflowStatus,
+    PlannedBakeView, PlannedMetricView, PlannedQueryView, Recovered, RedeployBody, RedeployKind,
+    Resubmitted, RollbackBody, Schedule, StepStatus, StepView, SubmitBatch, Submitted,
+    SubmittedStatus, TargetState, TargetView, WaveView, WorkflowStatus,
 };
 pub use drift::{
     ChangeKind, ChangeView, DifferenceView, DriftState, DriftView, PlanView, TargetDriftView,
