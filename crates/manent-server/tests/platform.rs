@@ -290,6 +290,12 @@ fn playwright() -> Option<PathBuf> {
     }
 }
 
+/// chromium and the node_modules of its driver, for the tests that click; `None` (said
+/// loudly) when either is missing off CI.
+fn browser_and_driver() -> Option<(String, PathBuf)> {
+    Some((chromium()?, playwright()?))
+}
+
 /// Where the browser test keeps its screenshots: `<target>/test-artifacts/platform`.
 fn artifacts_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -357,8 +363,7 @@ fn decided(status: &Value, by: &str, decision: &str, reason: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approve_reject_and_cancel_clicked_in_a_real_browser_take_effect_and_a_viewer_gets_no_button()
  {
-    let Some(chromium) = chromium() else { return };
-    let Some(node_modules) = playwright() else {
+    let Some((chromium, node_modules)) = browser_and_driver() else {
         return;
     };
     let mut site = Site::new(Db::Sqlite, &["true"]).await;
@@ -712,8 +717,7 @@ rollout:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promote_and_abort_clicked_on_a_deploy_waiting_for_a_decision_take_effect_and_its_chart_draws_the_threshold()
  {
-    let Some(chromium) = chromium() else { return };
-    let Some(node_modules) = playwright() else {
+    let Some((chromium, node_modules)) = browser_and_driver() else {
         return;
     };
     let mut site = Site::new(Db::Sqlite, &["true"]).await;
@@ -734,22 +738,14 @@ async fn promote_and_abort_clicked_on_a_deploy_waiting_for_a_decision_take_effec
         .await;
     }
     let waiting = site.status(&token, &to_promote);
-    let errors = waiting["measurements"]
-        .as_array()
-        .and_then(|ms| ms.iter().find(|m| m["metric"] == "errors"))
-        .cloned()
-        .unwrap_or_default();
+    let errors = element(&waiting["measurements"], "metric", "errors");
     assert!(
         errors["threshold"]
             .as_f64()
             .is_some_and(|t| (t - 0.03).abs() < 1e-9),
         "the measurement carries its threshold, baseline 0.01 * 3: {errors}"
     );
-    let quiet = waiting["measurements"]
-        .as_array()
-        .and_then(|ms| ms.iter().find(|m| m["metric"] == "quiet"))
-        .cloned()
-        .unwrap_or_default();
+    let quiet = element(&waiting["measurements"], "metric", "quiet");
     assert!(
         quiet["threshold"].is_null() && quiet["outcome"] == "inconclusive",
         "a condition without a single bound has no threshold: {quiet}"
@@ -781,11 +777,7 @@ async fn promote_and_abort_clicked_on_a_deploy_waiting_for_a_decision_take_effec
     );
 
     let promoted = site.wait_status(&token, &to_promote, "SUCCESS").await;
-    let t2 = promoted["targets"]
-        .as_array()
-        .and_then(|ts| ts.iter().find(|t| t["name"] == "t2"))
-        .cloned()
-        .unwrap_or_default();
+    let t2 = element(&promoted["targets"], "name", "t2");
     assert_eq!(
         t2["status"], "deployed",
         "the Promote click passed the analysis: the next wave ran: {promoted}"
@@ -802,13 +794,7 @@ async fn promote_and_abort_clicked_on_a_deploy_waiting_for_a_decision_take_effec
 /// The charts of the deploy waiting for a decision: `errors` with its threshold line beside
 /// the canary and the baseline, `quiet` without one and saying so in its title.
 fn the_charts_drew_the_threshold_where_the_condition_has_one(seen: &Value) {
-    let chart = |metric: &str| {
-        seen["charts"]
-            .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["metric"] == metric))
-            .cloned()
-            .unwrap_or_default()
-    };
+    let chart = |metric: &str| element(&seen["charts"], "metric", metric);
     let errors = chart("errors");
     assert_eq!(
         (errors["threshold"].as_str(), errors["lines"].clone()),
@@ -826,4 +812,12 @@ fn the_charts_drew_the_threshold_where_the_condition_has_one(seen: &Value) {
                 .is_some_and(|t| t.contains("math::abs(result) < 1") && t.contains("no threshold")),
         "the quiet chart names its condition and says it has no threshold line: {seen}"
     );
+}
+
+/// The element of the array `list` whose `field` is `value` (null when none).
+fn element(list: &Value, field: &str, value: &str) -> Value {
+    list.as_array()
+        .and_then(|items| items.iter().find(|item| item[field] == value))
+        .cloned()
+        .unwrap_or_default()
 }

@@ -10,23 +10,10 @@
 // JSON has base, chromium, artifacts, approver, viewer, promote and abort.
 'use strict';
 
-const path = require('path');
-const { chromium } = require('playwright-core');
+const { WAIT_MS, main } = require('./driver.cjs');
 
-const WAIT_MS = 60000;
-
-async function main() {
-  const cfg = JSON.parse(process.argv[2]);
-  const seen = { dialogs: [], screenshots: [] };
-  const browser = await chromium.launch({
-    executablePath: cfg.chromium,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
-  });
-  const shot = async (page, name) => {
-    const file = path.join(cfg.artifacts, name + '.png');
-    await page.screenshot({ path: file, fullPage: true });
-    seen.screenshots.push(file);
-  };
+main(async (cfg, browser, seen, shot) => {
+  /** A new page signed in with `token`. */
   const page = async (token) => {
     const p = await (await browser.newContext({ viewport: { width: 1280, height: 900 } })).newPage();
     p.setDefaultTimeout(WAIT_MS);
@@ -35,54 +22,43 @@ async function main() {
     await p.locator('#signed-in strong').waitFor();
     return p;
   };
-  try {
-    const viewer = await page(cfg.viewer);
-    await viewer.goto(cfg.base + '#deploy=' + cfg.promote);
-    await viewer.locator('#deploy-facts dd', { hasText: 'waiting_decision' }).waitFor();
-    await viewer.locator('#analysis figure[data-metric="errors"]').waitFor();
-    seen.viewer_buttons = await viewer.locator('main button').count();
-    await shot(viewer, 'analysis-1-viewer');
+  const viewer = await page(cfg.viewer);
+  await viewer.goto(cfg.base + '#deploy=' + cfg.promote);
+  await viewer.locator('#deploy-facts dd', { hasText: 'waiting_decision' }).waitFor();
+  await viewer.locator('#analysis figure[data-metric="errors"]').waitFor();
+  seen.viewer_buttons = await viewer.locator('main button').count();
+  await shot(viewer, 'analysis-1-viewer');
 
-    const approver = await page(cfg.approver);
-    approver.on('dialog', async (dialog) => {
-      seen.dialogs.push(dialog.type() + ': ' + dialog.message());
-      if (dialog.message().startsWith('Promote')) await dialog.accept('promoted from the browser');
-      else if (dialog.message().startsWith('Abort')) await dialog.accept('aborted from the browser');
-      else await dialog.dismiss();
-    });
-    await approver.goto(cfg.base + '#deploy=' + cfg.promote);
-    // A level line has an empty box, which playwright calls hidden: attached is drawn.
-    await approver.locator('#analysis figure[data-metric="errors"] polyline.threshold').waitFor({ state: 'attached' });
-    await approver.locator('#analysis figure[data-metric="quiet"]').waitFor();
-    seen.charts = await approver.locator('#analysis figure').evaluateAll((figures) => figures.map((f) => ({
-      metric: f.getAttribute('data-metric'),
-      threshold: f.getAttribute('data-threshold'),
-      caption: f.querySelector('figcaption').textContent,
-      title: f.querySelector('svg > title').textContent,
-      lines: Array.from(f.querySelectorAll('polyline')).map((l) => l.getAttribute('class')),
-    })));
-    const promote = approver.locator('#deploy-actions button[data-action="promote"]');
-    seen.promote_label = await promote.textContent();
-    seen.abort_shown = await approver.locator('#deploy-actions button[data-action="abort"]').count();
-    await shot(approver, 'analysis-2-waiting-decision');
-    await promote.click();
-    await promote.waitFor({ state: 'detached' });
-    await shot(approver, 'analysis-3-promoted');
+  const approver = await page(cfg.approver);
+  approver.on('dialog', async (dialog) => {
+    seen.dialogs.push(dialog.type() + ': ' + dialog.message());
+    if (dialog.message().startsWith('Promote')) await dialog.accept('promoted from the browser');
+    else if (dialog.message().startsWith('Abort')) await dialog.accept('aborted from the browser');
+    else await dialog.dismiss();
+  });
+  await approver.goto(cfg.base + '#deploy=' + cfg.promote);
+  // A level line has an empty box, which playwright calls hidden: attached is drawn.
+  await approver.locator('#analysis figure[data-metric="errors"] polyline.threshold').waitFor({ state: 'attached' });
+  await approver.locator('#analysis figure[data-metric="quiet"]').waitFor();
+  seen.charts = await approver.locator('#analysis figure').evaluateAll((figures) => figures.map((f) => ({
+    metric: f.getAttribute('data-metric'),
+    threshold: f.getAttribute('data-threshold'),
+    caption: f.querySelector('figcaption').textContent,
+    title: f.querySelector('svg > title').textContent,
+    lines: Array.from(f.querySelectorAll('polyline')).map((l) => l.getAttribute('class')),
+  })));
+  const promote = approver.locator('#deploy-actions button[data-action="promote"]');
+  seen.promote_label = await promote.textContent();
+  seen.abort_shown = await approver.locator('#deploy-actions button[data-action="abort"]').count();
+  await shot(approver, 'analysis-2-waiting-decision');
+  await promote.click();
+  await promote.waitFor({ state: 'detached' });
+  await shot(approver, 'analysis-3-promoted');
 
-    await approver.goto(cfg.base + '#deploy=' + cfg.abort);
-    const abort = approver.locator('#deploy-actions button[data-action="abort"]');
-    await abort.click();
-    await approver.locator('#deploy-facts .status.ERROR').waitFor();
-    await shot(approver, 'analysis-4-aborted');
-    seen.approver_error = await approver.locator('#error').isVisible();
-  } catch (e) {
-    seen.failure = String(e && e.stack ? e.stack : e);
-  } finally {
-    await browser.close();
-  }
-  process.stdout.write(JSON.stringify(seen) + '\n');
-}
-
-main().catch((e) => {
-  process.stdout.write(JSON.stringify({ failure: String(e && e.stack ? e.stack : e) }) + '\n');
+  await approver.goto(cfg.base + '#deploy=' + cfg.abort);
+  const abort = approver.locator('#deploy-actions button[data-action="abort"]');
+  await abort.click();
+  await approver.locator('#deploy-facts .status.ERROR').waitFor();
+  await shot(approver, 'analysis-4-aborted');
+  seen.approver_error = await approver.locator('#error').isVisible();
 });
