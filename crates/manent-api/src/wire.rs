@@ -386,6 +386,7 @@ impl ToWire for analysis::Measurement {
             baseline: self.baseline,
             outcome: self.outcome.to_wire(),
             detail: self.detail,
+            threshold: self.threshold,
         }
     }
 }

@@ -15,7 +15,7 @@ use manent_contract::{
 
 use crate::client::Answer;
 
-mod analysis;
+pub(crate) mod analysis;
 mod containers;
 
 /// What `--output` asks for.

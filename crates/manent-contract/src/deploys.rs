@@ -129,12 +129,16 @@ string_enum!(
 
 string_enum!(
     /// What the asking token may do to a deploy now.
-    DeployAction, listed: true, "approve, reject, cancel or redeploy." {
+    DeployAction, listed: true, "approve, reject, cancel, redeploy, promote or abort." {
         Approve = "approve",
         Reject = "reject",
         Cancel = "cancel",
         /// Submit its recorded descriptor again (an ended deploy).
         Redeploy = "redeploy",
+        /// Pass its analysis (a bake, or a wait for a decision): `manent promote`.
+        Promote = "promote",
+        /// Fail it on its analysis: `manent abort`.
+        Abort = "abort",
     }
 );
 
@@ -596,6 +600,65 @@ pub struct Measurement {
     /// Why it is inconclusive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The bound of the metric's `success` condition at this measurement (`result <=
+    /// baseline * 1.2` at its baseline); null when the condition is not one comparison of
+    /// `result` with an expression, or its bound names a baseline that was not measured.
+    #[serde(default)]
+    pub threshold: Option<f64>,
+}
+
+/// The bake a deploy would run after one wave (docs/analysis.md, "In plans and dry runs").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PlannedBakeView {
+    /// The wave baked (1-based), and its name.
+    pub after_wave: u32,
+    pub wave: String,
+    /// The wave's targets (`{targets}`).
+    pub targets: Vec<String>,
+    /// The targets it is compared with, those of the later waves (`{baseline}`).
+    pub baseline: Vec<String>,
+    /// `rollout.analysis.bake` and `interval`, as durations (`5m`, `30s`).
+    pub bake: String,
+    pub interval: String,
+    /// How many measurements of each metric a full bake takes.
+    pub measurements: u32,
+    /// How long it would wait for a decision; null: until someone decides.
+    #[serde(default)]
+    pub timeout: Option<String>,
+    pub metrics: Vec<PlannedMetricView>,
+}
+
+/// One metric of a planned bake.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PlannedMetricView {
+    pub name: String,
+    /// `prometheus`, `http` or `command`.
+    pub provider: String,
+    /// The `success` condition.
+    pub success: String,
+    pub failure_limit: u32,
+    pub inconclusive_limit: u32,
+    /// What each measurement asks: one, or one per target for a per-target metric.
+    pub asks: Vec<PlannedQueryView>,
+}
+
+/// What one measurement would ask, its placeholders filled in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PlannedQueryView {
+    /// The target of a per-target metric; null otherwise.
+    #[serde(default)]
+    pub target: Option<String>,
+    /// Where it is asked: the Prometheus address, the URL, `worker` or `target <name>`.
+    pub source: String,
+    /// The PromQL query, the JSON pointer of an HTTP answer, or the command.
+    pub query: String,
+    /// The same over the baseline targets (the query, the URL or the command), for a
+    /// metric whose provider names `{targets}`; null otherwise.
+    #[serde(default)]
+    pub baseline_query: Option<String>,
 }
 
 /// One wave of the rollout: its name and its targets, in the order they are deployed.

@@ -23,7 +23,7 @@ pub use admin::{
 #[cfg(feature = "openapi")]
 pub use deploys::StatusFilter;
 pub use deploys::{
-    ApprovalView, Artifact, BatchEntry, ContainerProxyView, ContainerView, Decision, DecisionBody,
+    ApprovalView, Artifact, BatchEntry, ContainerProxyView, ContainerView, Decision, DecisionBody, PlannedBakeView, PlannedMetricView, PlannedQueryView,
     Dependency, DeployAction, DeployLogs, DeployOutput, DeployOverrides, DeployStatus, Descriptor,
     InterruptionView, Measurement, MeasurementOutcome, Missed, OutputLine, OutputStream, PassMode,
     PassView, Phase, Recovered, RedeployBody, RedeployKind, Resubmitted, RollbackBody, Schedule,

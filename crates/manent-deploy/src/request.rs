@@ -5,7 +5,8 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use manent_engine::{
-    Client, EngineError, EnqueueRequest, WorkflowContext, WorkflowError, WorkflowVersions,
+    Client, EngineError, EnqueueRequest, EventRecord, WorkflowContext, WorkflowError,
+    WorkflowVersions,
 };
 use manent_model::{Approval, Descriptor, EffectiveDescriptor, Route};
 use serde::{Deserialize, Serialize};
@@ -379,6 +380,28 @@ pub async fn publish<T: Serialize + Sync>(
     ctx.set_event(&key.text(), value).await
 }
 
+/// Deploy `id`'s event `key`, if it was published. One that cannot be read is an error
+/// naming the deploy and the key: what it would have said (an approval, a phase) is not
+/// taken as unsaid.
+pub fn event<T: serde::de::DeserializeOwned>(
+    id: &str,
+    events: &[EventRecord],
+    key: &EventKey,
+) -> Result<Option<T>, EngineError> {
+    let key = key.text();
+    events
+        .iter()
+        .find(|e| e.key == key)
+        .map(|e| {
+            serde_json::from_str(&e.value).map_err(|error| EngineError::Unreadable {
+                kind: "deploy event",
+                id: format!("{id} {key}"),
+                error: error.to_string(),
+            })
+        })
+        .transpose()
+}
+
 impl std::fmt::Display for EventKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.text())
@@ -494,7 +517,7 @@ impl Phase {
 
     /// The phase an older manent stored as `text`. Whatever it is, its [`Phase::text`] is
     /// `text` again (a wave written `wave 01/2 (web)` is kept as `Other`, not rewritten).
-    fn parse_text(text: &str) -> Self {
+    pub fn parse_text(text: &str) -> Self {
         let named = match text {
             "scheduled" => Some(Phase::Scheduled),
             "queued" => Some(Phase::Queued),

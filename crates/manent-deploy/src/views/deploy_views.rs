@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use crate::{
     history::{OriginKind, last_success, origin_of, read_request, request_of},
-    request::{DEPLOY_WORKFLOW, Decision, DeployRequest, EventKey, Phase, rfc3339},
+    request::{DEPLOY_WORKFLOW, Decision, DeployRequest, EventKey, Phase, event, rfc3339},
     run::targets::{TargetOutcome, TargetState},
     views::timeline::{self, PassView, WaveView},
 };
@@ -180,28 +180,6 @@ pub struct OutputLine {
     /// `stdout`, `stderr` or `progress`, as the engine recorded it.
     pub stream: String,
     pub line: String,
-}
-
-/// Deploy `id`'s event `key`, if it was published. One that cannot be read is an error
-/// naming the deploy and the key: what it would have said (an approval, a phase) is not
-/// taken as unsaid.
-pub(crate) fn event<T: serde::de::DeserializeOwned>(
-    id: &str,
-    events: &[EventRecord],
-    key: &EventKey,
-) -> Result<Option<T>, EngineError> {
-    let key = key.text();
-    events
-        .iter()
-        .find(|e| e.key == key)
-        .map(|e| {
-            serde_json::from_str(&e.value).map_err(|error| EngineError::Unreadable {
-                kind: "deploy event",
-                id: format!("{id} {key}"),
-                error: error.to_string(),
-            })
-        })
-        .transpose()
 }
 
 /// The summary of deploy `record`, which recorded `request` (no steps, waves or passes);
@@ -446,6 +424,11 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
         }
         None => None,
     };
+    let analysis = request
+        .effective
+        .as_ref()
+        .and_then(|e| e.rollout.analysis.as_ref());
+    crate::analysis::threshold::fill(analysis, &mut view.measurements);
     if view.phase == Phase::WaitingApproval {
         // What the approver would replace: a database error is an error, not "nothing".
         view.deployed_now = last_success(client, &view.application, &view.environment, None)
