@@ -540,6 +540,15 @@ async fn a_plan_lists_the_analysis_after_each_wave_with_its_queries_filled_in_an
         dry_run["measurements"].is_null(),
         "the dry run measured nothing: {dry_run}"
     );
+    let (code, logs) = site.cli_text(&token, &["logs", &id]);
+    assert!(
+        code == 0
+            && logs.contains("analysis after wave 1 would take 10 measurement(s) of each metric, one every 30s over 5m")
+            && logs.contains("metric p99 on t1 (http, condition `result < 0.5`")
+            && logs.contains("http://local:8080/7/stats: /latency/p99")
+            && logs.contains("baseline: max(app_error_ratio{instance=~\"t2|t3\"})"),
+        "the dry run's output lists the bake it did not run: {logs}"
+    );
     let (code, text) = site.cli_text(&token, &["plan", "-f", path.to_str().unwrap()]);
     assert!(
         code == 0

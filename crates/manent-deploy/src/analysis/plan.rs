@@ -3,10 +3,12 @@
 //! command with the placeholders filled in for that wave, and the same over the baseline),
 //! its condition and limits, and the bake's interval and length. Computed from the
 //! effective descriptor alone, so `manent plan` and a dry run's plan list it without
-//! measuring anything.
+//! measuring anything; a dry run also prints it, one recorded step per bake
+//! ([`list_in_dry_run`]).
 
 use std::time::Duration;
 
+use manent_engine::{WorkflowContext, WorkflowError};
 use manent_model::{EffectiveDescriptor, Metric, Provider, RunOn, Target, plan_waves};
 
 use super::providers::Over;
@@ -156,4 +158,67 @@ fn asked(metric: &Metric, over: Over<'_>) -> PlannedQuery {
         query,
         baseline_query,
     }
+}
+
+impl PlannedBake {
+    /// The bake in words, a line for it and one per metric and measurement asked.
+    pub fn lines(&self) -> Vec<String> {
+        let one_line = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut lines = vec![format!(
+            "analysis after wave {} would take {} measurement(s) of each metric, one every {} \
+             over {} ({}: {}; baseline {})",
+            self.after_wave,
+            self.measurements,
+            humantime::format_duration(self.interval),
+            humantime::format_duration(self.bake),
+            self.wave,
+            self.targets.join(", "),
+            self.baseline.join(", "),
+        )];
+        for m in &self.metrics {
+            for q in &m.asks {
+                let baseline = q
+                    .baseline_query
+                    .as_deref()
+                    .map_or(String::new(), |b| format!("; baseline: {}", one_line(b)));
+                let on = q
+                    .target
+                    .as_deref()
+                    .map_or(String::new(), |t| format!(" on {t}"));
+                lines.push(format!(
+                    "  metric {}{on} ({}, condition `{}`, failure_limit {}, inconclusive_limit \
+                     {}): {}: {}{baseline}",
+                    m.name,
+                    m.provider,
+                    one_line(&m.success),
+                    m.failure_limit,
+                    m.inconclusive_limit,
+                    q.source,
+                    one_line(&q.query),
+                ));
+            }
+        }
+        lines
+    }
+}
+
+/// A dry run's bake after wave `wave` (1-based): nothing is measured; one recorded step
+/// prints what the bake would do into the dry run's output (source `analysis`).
+pub async fn list_in_dry_run(
+    ctx: &WorkflowContext,
+    eff: &EffectiveDescriptor,
+    wave: usize,
+) -> Result<(), WorkflowError> {
+    let Some(bake) = planned(eff).into_iter().find(|b| b.after_wave == wave) else {
+        return Ok(());
+    };
+    let output = ctx.output("analysis");
+    let lines = bake.lines();
+    ctx.step(&format!("dry run: analysis after wave {wave}"), || async {
+        for line in &lines {
+            output.line("progress", line);
+        }
+        Ok::<_, String>(())
+    })
+    .await
 }
