@@ -200,7 +200,7 @@ struct Workload {
 struct Site {
     hosts: SshHosts,
     scratch: PathBuf,
-    /// `<base>/t<i>` → host i's `root_dir` (manent's `deploy.dest` is `<base>/{target}/{version}`).
+    /// `<base>/t<i>` is host i's `root_dir` (manent's `deploy.dest` is `<base>/{target}/{version}`).
     base: PathBuf,
     /// manent's `ssh.verify`, when set.
     ssh_verify: Option<String>,
@@ -288,11 +288,11 @@ async fn run(args: Args, scratch: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Starts `targets` sshd hosts (one server per 16 loopback addresses) and links their
-/// scratch directories under `<scratch>/targets-<n>/t<i>`; every host answers before it returns.
+/// Starts `targets` sshd hosts (one server per 16 loopback addresses) with their scratch
+/// directories at `<scratch>/targets-<n>/t<i>`; every host answers before it returns.
 async fn start_site(args: &Args, scratch: &Path, targets: usize) -> Result<Site> {
     eprintln!("starting {targets} sshd targets");
-    let hosts = SshHosts::start_fleet(targets, args.login_user.as_deref()).await;
+    let mut hosts = SshHosts::start_fleet(targets, args.login_user.as_deref()).await;
     eprintln!("logging in as {}", hosts.user);
     let base = scratch.join(format!("targets-{targets}"));
     std::fs::create_dir_all(&base)?;
@@ -303,8 +303,16 @@ async fn start_site(args: &Args, scratch: &Path, targets: usize) -> Result<Site>
         std::fs::set_permissions(scratch, std::fs::Permissions::from_mode(0o711))?;
         std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o711))?;
     }
-    for (i, h) in hosts.hosts.iter().enumerate() {
-        std::os::unix::fs::symlink(&h.root_dir, base.join(target_name(i)))?;
+    // Real directories, owned as the hosts' own: manent refuses a release path that passes
+    // through a symbolic link (docs/environments.md), so `<base>/t<i>` becomes each host's
+    // scratch directory, where every engine writes and every copy is verified.
+    for (i, h) in hosts.hosts.iter_mut().enumerate() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = base.join(target_name(i));
+        std::fs::create_dir_all(&dir)?;
+        let owner = std::fs::metadata(&h.root_dir)?;
+        std::os::unix::fs::chown(&dir, Some(owner.uid()), Some(owner.gid()))?;
+        h.root_dir = dir;
     }
     let site = Site {
         hosts,

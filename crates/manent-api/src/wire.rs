@@ -230,6 +230,7 @@ impl ToWire for Artifact {
             version: self.version,
             url: self.url,
             sha256: self.sha256,
+            reference: self.reference,
         }
     }
 }
@@ -242,6 +243,17 @@ impl ToWire for deploy_views::TargetView {
             status: self.status.to_wire(),
             detail: self.detail,
             roles: self.roles,
+            container: self.container.map(|c| contract::ContainerView {
+                name: c.name,
+                image: c.image,
+                image_digest: c.image_digest,
+                address: c.address,
+                proxy: contract::ContainerProxyView {
+                    listen: c.proxy.listen,
+                    server: c.proxy.server,
+                    upstream: c.proxy.upstream,
+                },
+            }),
         }
     }
 }
@@ -375,6 +387,7 @@ impl ToWire for analysis::Measurement {
             baseline: self.baseline,
             outcome: self.outcome.to_wire(),
             detail: self.detail,
+            threshold: self.threshold,
         }
     }
 }

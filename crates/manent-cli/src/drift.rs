@@ -93,6 +93,7 @@ fn show_plan(_: &Style, plan: &PlanView) -> String {
     if out.is_empty() {
         out.push("no target planned (the dry run ran under a workflow version before 6?)".into());
     }
+    out.extend(render::analysis::planned(&plan.analysis));
     out.join("\n")
 }
 

@@ -15,8 +15,9 @@ use manent_contract::{
 
 use crate::client::Answer;
 
-mod analysis;
+pub(crate) mod analysis;
 mod approval_plan;
+mod containers;
 
 /// What `--output` asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -548,6 +549,7 @@ pub fn status(style: &Style, d: &DeployStatus) -> String {
     out.push_str(&approval_plan::section(d));
     out.push('\n');
     out.push_str(&targets_by_role(style, d));
+    out.push_str(&containers::section(style, d));
     out.push_str("\n\n");
     let mut columns = vec!["step", "status", "attempts", "started_at", "finished_at"];
     if style.wide() {

@@ -537,7 +537,7 @@ impl Default for RetentionConfig {
 }
 
 /// `notifications` (docs/configuration.md, `notifications`): webhooks told of deploys'
-/// events, delivered by the workers from an outbox, with retries.
+/// events, delivered by the workers as durable work, with retries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NotificationsConfig {

@@ -129,12 +129,16 @@ string_enum!(
 
 string_enum!(
     /// What the asking token may do to a deploy now.
-    DeployAction, listed: true, "approve, reject, cancel or redeploy." {
+    DeployAction, listed: true, "approve, reject, cancel, redeploy, promote or abort." {
         Approve = "approve",
         Reject = "reject",
         Cancel = "cancel",
         /// Submit its recorded descriptor again (an ended deploy).
         Redeploy = "redeploy",
+        /// Pass its analysis (a bake, or a wait for a decision): `manent promote`.
+        Promote = "promote",
+        /// Fail it on its analysis: `manent abort`.
+        Abort = "abort",
     }
 );
 
@@ -215,12 +219,24 @@ pub struct Artifact {
     /// Expanded as `{version}`; no `/`, `\` or `..`. A number is read as text.
     #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub version: String,
-    /// Where to fetch it: `file://`, `http://` or `https://`.
-    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
+    /// Where to fetch it: `file://`, `http://` or `https://`; empty for an image pulled by
+    /// `ref`.
+    #[serde(default)]
     pub url: String,
-    /// Hex SHA-256 of its content, verified after download.
+    /// Hex SHA-256 of its content, verified after download; for an image pulled by `ref`,
+    /// the reference's digest.
     #[cfg_attr(feature = "openapi", schema(pattern = r"^[0-9a-fA-F]{64}$"))]
     pub sha256: String,
+    /// An image in a registry pinned by digest (`registry/app@sha256:<64 hex>`), pulled by
+    /// each target (docs/containers.md, "Registry references"). Absent otherwise.
+    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(examples(
+            "registry.example.com/shop/api@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+        ))
+    )]
+    pub reference: Option<String>,
 }
 
 /// Overrides of the environment file's `deploy:` section: each field set here wins.
@@ -371,6 +387,44 @@ pub struct TargetView {
     /// Its roles in the environment file (`targets[].roles`). Absent when it has none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub roles: Vec<String>,
+    /// Under the `container` plugin, what it runs behind its proxy once switched
+    /// (docs/containers.md). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerView>,
+}
+
+/// A target's container under the `container` plugin, as its steps recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ContainerView {
+    /// `<name>-<version>`.
+    #[cfg_attr(feature = "openapi", schema(examples("shop-api-prod-1.4.0")))]
+    pub name: String,
+    /// The image's tag on the target.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(examples("localhost/manent/shop-api-prod:1.4.0"))
+    )]
+    pub image: String,
+    /// The image's id as the runtime reports it (`sha256:…`); empty when it did not say.
+    pub image_digest: String,
+    /// Where the container's port is published on the target.
+    #[cfg_attr(feature = "openapi", schema(examples("127.0.0.1:41873")))]
+    pub address: String,
+    pub proxy: ContainerProxyView,
+}
+
+/// The proxy in front of a target's containers, as the last switch left it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ContainerProxyView {
+    /// Where it listens (`deploy.proxy.listen` expanded).
+    #[cfg_attr(feature = "openapi", schema(examples("10.0.0.11:80")))]
+    pub listen: String,
+    /// The server new requests go to: the container's name.
+    pub server: String,
+    /// That server's address.
+    pub upstream: String,
 }
 
 /// One approval or rejection.
@@ -550,6 +604,65 @@ pub struct Measurement {
     /// Why it is inconclusive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The bound of the metric's `success` condition at this measurement (`result <=
+    /// baseline * 1.2` at its baseline); null when the condition is not one comparison of
+    /// `result` with an expression, or its bound names a baseline that was not measured.
+    #[serde(default)]
+    pub threshold: Option<f64>,
+}
+
+/// The bake a deploy would run after one wave (docs/analysis.md, "In plans and dry runs").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PlannedBakeView {
+    /// The wave baked (1-based), and its name.
+    pub after_wave: u32,
+    pub wave: String,
+    /// The wave's targets (`{targets}`).
+    pub targets: Vec<String>,
+    /// The targets it is compared with, those of the later waves (`{baseline}`).
+    pub baseline: Vec<String>,
+    /// `rollout.analysis.bake` and `interval`, as durations (`5m`, `30s`).
+    pub bake: String,
+    pub interval: String,
+    /// How many measurements of each metric a full bake takes.
+    pub measurements: u32,
+    /// How long it would wait for a decision; null: until someone decides.
+    #[serde(default)]
+    pub timeout: Option<String>,
+    pub metrics: Vec<PlannedMetricView>,
+}
+
+/// One metric of a planned bake.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PlannedMetricView {
+    pub name: String,
+    /// `prometheus`, `http` or `command`.
+    pub provider: String,
+    /// The `success` condition.
+    pub success: String,
+    pub failure_limit: u32,
+    pub inconclusive_limit: u32,
+    /// What each measurement asks: one, or one per target for a per-target metric.
+    pub asks: Vec<PlannedQueryView>,
+}
+
+/// What one measurement would ask, its placeholders filled in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PlannedQueryView {
+    /// The target of a per-target metric; null otherwise.
+    #[serde(default)]
+    pub target: Option<String>,
+    /// Where it is asked: the Prometheus address, the URL, `worker` or `target <name>`.
+    pub source: String,
+    /// The PromQL query, the JSON pointer of an HTTP answer, or the command.
+    pub query: String,
+    /// The same over the baseline targets (the query, the URL or the command), for a
+    /// metric whose provider names `{targets}`; null otherwise.
+    #[serde(default)]
+    pub baseline_query: Option<String>,
 }
 
 /// One wave of the rollout: its name and its targets, in the order they are deployed.

@@ -65,6 +65,10 @@ pub struct PlanView {
     /// The dry run (or deploy) that planned it.
     pub deploy_id: String,
     pub targets: Vec<TargetPlanView>,
+    /// The analysis the deploy would run after each wave but the last (docs/analysis.md);
+    /// absent without `rollout.analysis`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub analysis: Vec<crate::PlannedBakeView>,
 }
 
 /// One difference between a target and its recorded release.

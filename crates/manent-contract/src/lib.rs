@@ -23,12 +23,12 @@ pub use admin::{
 #[cfg(feature = "openapi")]
 pub use deploys::StatusFilter;
 pub use deploys::{
-    ApprovalView, Artifact, BatchEntry, Decision, DecisionBody, Dependency, DeployAction,
-    DeployLogs, DeployOutput, DeployOverrides, DeployStatus, Descriptor, InterruptionView,
-    Measurement, MeasurementOutcome, Missed, OutputLine, OutputStream, PassMode, PassView, Phase,
-    Recovered, RedeployBody, RedeployKind, Resubmitted, RollbackBody, Schedule, StepStatus,
-    StepView, SubmitBatch, Submitted, SubmittedStatus, TargetState, TargetView, WaveView,
-    WorkflowStatus,
+    ApprovalView, Artifact, BatchEntry, ContainerProxyView, ContainerView, Decision, DecisionBody,
+    Dependency, DeployAction, DeployLogs, DeployOutput, DeployOverrides, DeployStatus, Descriptor,
+    InterruptionView, Measurement, MeasurementOutcome, Missed, OutputLine, OutputStream, PassMode,
+    PassView, Phase, PlannedBakeView, PlannedMetricView, PlannedQueryView, Recovered, RedeployBody,
+    RedeployKind, Resubmitted, RollbackBody, Schedule, StepStatus, StepView, SubmitBatch,
+    Submitted, SubmittedStatus, TargetState, TargetView, WaveView, WorkflowStatus,
 };
 pub use drift::{
     ApprovalPlanView, ApprovalTargetView, ChangeKind, ChangeView, DifferenceView, DriftState,

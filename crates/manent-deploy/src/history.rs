@@ -182,6 +182,10 @@ pub struct Origin {
     /// The only targets deployed (`manent reconcile`: the drifted ones). Left out when all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<String>,
+    /// A reconcile's: per target, the files its drift check found added, removed by the
+    /// deploy ([`manent_model::EffectiveDescriptor::remove_added`]). Left out when none.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub remove_added: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// The [`Origin`] recorded in a deploy's input, if any.

@@ -32,6 +32,7 @@ pub mod background;
 pub mod containers;
 pub mod drift;
 pub mod history;
+pub mod http;
 pub mod irreversible;
 pub mod manifests;
 pub mod notifications;

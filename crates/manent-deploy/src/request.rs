@@ -5,7 +5,8 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use manent_engine::{
-    Client, EngineError, EnqueueRequest, WorkflowContext, WorkflowError, WorkflowVersions,
+    Client, EngineError, EnqueueRequest, EventRecord, WorkflowContext, WorkflowError,
+    WorkflowVersions,
 };
 use manent_model::{Approval, Descriptor, EffectiveDescriptor, Route};
 use serde::{Deserialize, Serialize};
@@ -180,6 +181,10 @@ pub struct DeployRequest {
     /// ones). Always started under [`MANIFEST_VERSION`] or later. Left out when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub only_targets: Vec<String>,
+    /// A reconcile's files to remove, per target ([`crate::history::Origin::remove_added`]).
+    /// Left out when none.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub remove_added: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl DeployRequest {
@@ -201,6 +206,7 @@ impl DeployRequest {
             authorise_at_start: false,
             fast: false,
             only_targets: Vec::new(),
+            remove_added: Default::default(),
         }
     }
 
@@ -374,6 +380,28 @@ pub async fn publish<T: Serialize + Sync>(
     ctx.set_event(&key.text(), value).await
 }
 
+/// Deploy `id`'s event `key`, if it was published. One that cannot be read is an error
+/// naming the deploy and the key: what it would have said (an approval, a phase) is not
+/// taken as unsaid.
+pub fn event<T: serde::de::DeserializeOwned>(
+    id: &str,
+    events: &[EventRecord],
+    key: &EventKey,
+) -> Result<Option<T>, EngineError> {
+    let key = key.text();
+    events
+        .iter()
+        .find(|e| e.key == key)
+        .map(|e| {
+            serde_json::from_str(&e.value).map_err(|error| EngineError::Unreadable {
+                kind: "deploy event",
+                id: format!("{id} {key}"),
+                error: error.to_string(),
+            })
+        })
+        .transpose()
+}
+
 impl std::fmt::Display for EventKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.text())
@@ -381,9 +409,11 @@ impl std::fmt::Display for EventKey {
 }
 
 /// Where a deploy stands: what the views derive from its status (`scheduled`, `queued`,
-/// `done`) and what the workflow publishes as event `phase` while it runs. Stored as its
-/// text (the event's JSON string); a text this build does not name (a newer worker's) is
-/// kept as written (`Other`), never refused.
+/// `done`) and what the workflow publishes as event `phase` while it runs. Stored as a
+/// stable code ([`Phase::code`], a JSON string: `wave:1:2:web`, `rolling_back`), apart from
+/// how it is shown ([`Phase::text`]: `wave 1/2 (web)`, `rolling back`); the text an older
+/// manent stored reads too. A code this build does not name (a newer worker's) is kept as
+/// written (`Other`); a code it names that cannot be read is an error, never a default.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Phase {
     /// Enqueued with a start time still to come.
@@ -439,9 +469,55 @@ impl Phase {
         }
     }
 
-    /// The phase `text` names. Whatever it is, its [`Phase::text`] is `text` again (a
-    /// wave written `wave 01/2 (web)` is kept as `Other`, not rewritten).
-    pub fn parse(text: &str) -> Self {
+    /// The phase as stored: a stable code, which the way it is shown may change without.
+    pub fn code(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Phase::Wave { number, of, name } => format!("wave:{number}:{of}:{name}").into(),
+            Phase::PauseBeforeWave(number) => format!("pause_before_wave:{number}").into(),
+            Phase::BakeAfterWave(number) => format!("bake_after_wave:{number}").into(),
+            Phase::RollingBack => "rolling_back".into(),
+            // The others' codes are their texts: names that never change.
+            _ => self.text(),
+        }
+    }
+
+    /// The phase a stored value names: its code, or the text an older manent stored. A
+    /// value this build does not name is kept as written ([`Phase::Other`]); a code it names
+    /// whose numbers cannot be read is an error.
+    pub fn from_stored(stored: &str) -> Result<Self, String> {
+        let numbered = |rest: &str| {
+            rest.parse::<usize>()
+                .map_err(|e| format!("the phase `{stored}` has no readable wave number: {e}"))
+        };
+        if let Some(rest) = stored.strip_prefix("pause_before_wave:") {
+            return numbered(rest).map(Phase::PauseBeforeWave);
+        }
+        if let Some(rest) = stored.strip_prefix("bake_after_wave:") {
+            return numbered(rest).map(Phase::BakeAfterWave);
+        }
+        if let Some(rest) = stored.strip_prefix("wave:") {
+            let mut parts = rest.splitn(3, ':');
+            let (number, of, name) = (parts.next(), parts.next(), parts.next());
+            let (Some(number), Some(of), Some(name)) = (number, of, name) else {
+                return Err(format!(
+                    "the phase `{stored}` is not `wave:<number>:<of>:<name>`"
+                ));
+            };
+            return Ok(Phase::Wave {
+                number: numbered(number)?,
+                of: numbered(of)?,
+                name: name.to_string(),
+            });
+        }
+        if stored == "rolling_back" {
+            return Ok(Phase::RollingBack);
+        }
+        Ok(Self::parse_text(stored))
+    }
+
+    /// The phase an older manent stored as `text`. Whatever it is, its [`Phase::text`] is
+    /// `text` again (a wave written `wave 01/2 (web)` is kept as `Other`, not rewritten).
+    pub fn parse_text(text: &str) -> Self {
         let named = match text {
             "scheduled" => Some(Phase::Scheduled),
             "queued" => Some(Phase::Queued),
@@ -491,13 +567,14 @@ impl PartialEq<&str> for Phase {
 
 impl Serialize for Phase {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.text())
+        serializer.serialize_str(&self.code())
     }
 }
 
 impl<'de> Deserialize<'de> for Phase {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        String::deserialize(deserializer).map(|text| Phase::parse(&text))
+        let stored = String::deserialize(deserializer)?;
+        Phase::from_stored(&stored).map_err(serde::de::Error::custom)
     }
 }
 
@@ -547,9 +624,10 @@ mod tests {
 
     use super::*;
 
-    /// Every phase as the events table holds it (a JSON string); each reads back as itself.
+    /// Every phase as the events table holds it (a JSON string, its code); each reads back
+    /// as itself.
     #[test]
-    fn every_phase_is_recorded_as_before_and_reads_back() {
+    fn every_phase_is_stored_as_its_code_and_reads_back() {
         let phases = [
             Phase::Scheduled,
             Phase::Queued,
@@ -560,7 +638,7 @@ mod tests {
             Phase::Wave {
                 number: 1,
                 of: 2,
-                name: "web (eu)".into(),
+                name: "web (eu): a".into(),
             },
             Phase::PauseBeforeWave(2),
             Phase::BakeAfterWave(1),
@@ -581,11 +659,11 @@ mod tests {
             "waiting_dependency"
             "running"
             "fetching"
-            "wave 1/2 (web (eu))"
-            "pause before wave 2"
-            "bake after wave 1"
+            "wave:1:2:web (eu): a"
+            "pause_before_wave:2"
+            "bake_after_wave:1"
             "waiting_decision"
-            "rolling back"
+            "rolling_back"
             "done"
             "refused"
             "warming caches""#]]
@@ -597,9 +675,54 @@ mod tests {
     }
 
     #[test]
+    fn the_text_an_older_manent_stored_reads_as_its_phase() {
+        for (text, phase) in [
+            (
+                "wave 1/2 (web (eu))",
+                Phase::Wave {
+                    number: 1,
+                    of: 2,
+                    name: "web (eu)".into(),
+                },
+            ),
+            ("pause before wave 2", Phase::PauseBeforeWave(2)),
+            ("bake after wave 1", Phase::BakeAfterWave(1)),
+            ("rolling back", Phase::RollingBack),
+            ("waiting_approval", Phase::WaitingApproval),
+        ] {
+            let json = serde_json::to_string(text).unwrap();
+            let read: Phase = serde_json::from_str(&json).expect("an older phase reads");
+            assert_eq!(read, phase, "{text}, as stored before codes, is that phase");
+            assert_eq!(read.text(), text, "and it is shown as before");
+        }
+    }
+
+    #[test]
+    fn a_phase_code_that_cannot_be_read_is_an_error_never_a_default() {
+        for stored in [
+            "wave:x:2:web",
+            "wave:1:2",
+            "pause_before_wave:",
+            "bake_after_wave:-1",
+        ] {
+            let json = serde_json::to_string(stored).unwrap();
+            let error = serde_json::from_str::<Phase>(&json)
+                .expect_err("a damaged code is not read as some phase");
+            assert!(
+                error.to_string().contains(stored),
+                "the error quotes what was stored: {error}"
+            );
+        }
+        assert!(
+            serde_json::from_str::<Phase>("3").is_err(),
+            "a phase that is not a string is an error"
+        );
+    }
+
+    #[test]
     fn a_phase_text_this_build_would_write_otherwise_is_kept_as_written() {
         for text in ["wave 01/2 (web)", "wave 1/2", "pause before wave x", "Done"] {
-            let phase = Phase::parse(text);
+            let phase = Phase::from_stored(text).expect("a text is kept");
             assert_eq!(
                 phase,
                 Phase::Other(text.into()),

@@ -54,10 +54,19 @@ pub struct Artifact {
     pub artifact_type: String,
     /// Its version, expanded as `{version}`.
     pub version: String,
-    /// Where to fetch it: `file://`, `http://` or `https://`.
+    /// Where to fetch it: `file://`, `http://` or `https://`. Empty for an image pulled by
+    /// `ref`.
+    #[serde(default)]
     pub url: String,
-    /// Hex SHA-256 of its content (lower case after parsing), verified after download.
+    /// Hex SHA-256 of its content (lower case after parsing), verified after download; for
+    /// an image pulled by `ref`, its digest (written or not, it is the reference's).
+    #[serde(default)]
     pub sha256: String,
+    /// An image in a registry, pinned by digest (`registry/app@sha256:<64 hex>`), pulled
+    /// by the target instead of fetched from `url` (docs/containers.md, "Registry
+    /// references").
+    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
 }
 
 /// `deploy:` in a descriptor: each field set here wins over the environment file's.
@@ -256,7 +265,20 @@ fn validate(doc: &mut Document<'_>, d: &mut Descriptor) {
         if let Err(e) = rules::version(&artifact.version) {
             doc.issue(at("version"), format!("`{}` {e}", artifact.version));
         }
-        if let Err(e) = rules::url(&artifact.url) {
+        if artifact.reference.is_some() {
+            match crate::environment::check_image_reference(artifact) {
+                Ok(digest) => artifact.sha256 = digest,
+                Err((field, e)) => doc.issue(at(field), e),
+            }
+            continue;
+        }
+        if artifact.url.is_empty() {
+            doc.issue(
+                at("url"),
+                "is missing; write where to fetch the artifact (file://, http:// or https://), \
+                 or `ref:` for an image in a registry",
+            );
+        } else if let Err(e) = rules::url(&artifact.url) {
             doc.issue(at("url"), format!("`{}` {e}", artifact.url));
         }
         match rules::sha256(&artifact.sha256) {
@@ -541,7 +563,7 @@ mod tests {
         check(
             &text,
             expect![
-                "d.yml:10: artifacts[0].colour: unknown field `colour`; remove it or fix its spelling (fields allowed here: name, type, version, url, sha256)"
+                "d.yml:10: artifacts[0].colour: unknown field `colour`; remove it or fix its spelling (fields allowed here: name, type, version, url, sha256, ref)"
             ],
         );
         let fixed = text.replace(",\n\t\t\"colour\": 1", "");

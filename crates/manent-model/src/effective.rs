@@ -45,6 +45,11 @@ pub struct EffectiveDescriptor {
     /// upload. Left out when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reuse_releases: bool,
+    /// Set by the deploy workflow for a reconcile, never by a file (docs/plan-and-drift.md,
+    /// "Reconcile"): per target, the files the drift check found added to its release,
+    /// removed once the release is live and checked again. Left out when empty.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub remove_added: std::collections::BTreeMap<String, Vec<String>>,
     /// `deploy.shared` (see [`EffectiveDescriptor::shared_for`]). Absent when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared: Option<crate::SharedPaths>,
@@ -158,6 +163,7 @@ impl EffectiveDescriptor {
             params,
             keep_releases: env.deploy.keep_releases,
             reuse_releases: false,
+            remove_added: Default::default(),
             shared: env.deploy.shared.clone(),
             tasks: env.deploy.tasks.clone(),
             mode: env.deploy.mode,
@@ -276,7 +282,22 @@ impl EffectiveDescriptor {
     /// environment's `deploy.container` and `deploy.proxy` (docs/containers.md).
     fn check_container(&self) -> Result<(), ModelError> {
         if self.plugin != crate::CONTAINER_PLUGIN {
-            return Ok(());
+            // Only the container plugin has a target pull an image by `ref`.
+            return match self.artifacts.iter().find(|a| a.reference.is_some()) {
+                Some(a) => Err(ModelError::EffectiveInvalid {
+                    application: self.application.clone(),
+                    environment: self.environment.clone(),
+                    field: "artifacts".to_owned(),
+                    message: format!(
+                        "`{}` is an image pulled by `ref`, which only the {} plugin deploys \
+                         (plugin here: {}); give it a `url` and `sha256` instead",
+                        a.name,
+                        crate::CONTAINER_PLUGIN,
+                        self.plugin
+                    ),
+                }),
+                None => Ok(()),
+            };
         }
         let refuse = |field: &str, message: String| ModelError::EffectiveInvalid {
             application: self.application.clone(),

@@ -29,10 +29,11 @@ pub use analysis::{
     ANALYSIS_PLACEHOLDERS, Analysis, DEFAULT_INCONCLUSIVE_LIMIT, HttpValue, Metric, MetricCommand,
     PrometheusQuery, Provider, RunOn, condition_problem, evaluate,
 };
+pub(crate) use container::check_image_reference;
 pub use container::{
     CONTAINER_NAME_PLACEHOLDERS, CONTAINER_PLUGIN, ContainerHealth, ContainerRuntime,
-    ContainerSettings, IMAGE_ARTIFACT, PROXY_LISTEN_PLACEHOLDERS, ProxySettings, container_base,
-    container_name,
+    ContainerSettings, IMAGE_ARTIFACT, PROXY_LISTEN_PLACEHOLDERS, ProxySettings, ProxyState,
+    RunningContainer, container_base, container_name, image_reference,
 };
 pub use drift::{DriftSettings, MIN_DRIFT_EVERY};
 pub use tasks::{DEFAULT_TASK_TIMEOUT, ReleaseMode, Task, TaskWhen, has_role};

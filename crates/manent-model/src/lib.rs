@@ -57,8 +57,8 @@ pub use environment::{
 };
 pub use environment::{
     CONTAINER_NAME_PLACEHOLDERS, CONTAINER_PLUGIN, ContainerHealth, ContainerRuntime,
-    ContainerSettings, IMAGE_ARTIFACT, PROXY_LISTEN_PLACEHOLDERS, ProxySettings, container_base,
-    container_name,
+    ContainerSettings, IMAGE_ARTIFACT, PROXY_LISTEN_PLACEHOLDERS, ProxySettings, ProxyState,
+    RunningContainer, container_base, container_name, image_reference,
 };
 pub use error::{EnvironmentsSourceUnreadable, Issue, ModelError};
 pub use routing::{

@@ -17,6 +17,7 @@ use manent_deploy::{Plugins, background::schedules::Ticker};
 use manent_engine::{Client, Engine, EngineConfig, Records, Store, store};
 use tokio::signal::unix::{SignalKind, signal};
 
+mod http;
 mod listener;
 
 /// jemalloc for every allocation of the process, SQLite's included: a worker that runs for
@@ -719,6 +720,8 @@ async fn start_worker(
         Arc::new(manent_api::auth::TokenAuthority::new(client.records()));
     let plugins = manent_deploy::register_workflows(&engine, config, authority.clone());
     manent_deploy::drift::register(&engine, config);
+    let http: Arc<dyn manent_deploy::http::HttpFetch> = Arc::new(http::Reqwest::new()?);
+    manent_deploy::notifications::register(&engine, config, http);
     engine.launch().await.context("the worker did not start")?;
     // After the launch resumed this worker's own deploys: their directories stay.
     manent_deploy::run::workdirs::spawn_sweeper(
@@ -727,7 +730,7 @@ async fn start_worker(
         config.effective_executor_id().to_string(),
     );
     manent_deploy::background::retention::spawn_pruner(client.clone(), config.retention.clone());
-    manent_deploy::notifications::spawn_sender(client.clone(), Arc::new(config.clone()));
+    manent_deploy::notifications::outbox::spawn_adopter(client.clone());
     manent_deploy::drift::schedule::spawn(client.clone(), Arc::new(config.clone()));
     let policy = manent_deploy::background::schedules::TickPolicy {
         config: Arc::new(config.clone()),

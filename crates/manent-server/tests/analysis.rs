@@ -17,6 +17,7 @@ on_both_backends!(
     a_canary_whose_error_rate_rises_fails_the_deploy_and_the_later_waves_never_get_it,
     an_analysis_without_data_waits_for_a_decision_then_promote_goes_on_and_abort_rolls_back,
     a_bake_whose_worker_is_killed_goes_on_elsewhere_without_a_measurement_lost_or_repeated,
+    a_plan_lists_the_analysis_after_each_wave_with_its_queries_filled_in_and_measures_nothing,
 );
 
 /// The Prometheus `scripts/prometheus` started, and its file_sd directory.
@@ -442,5 +443,118 @@ async fn a_bake_whose_worker_is_killed_goes_on_elsewhere_without_a_measurement_l
         "w1 took the first measurements, w2 the rest: w1 {}, w2 {}",
         by("w1"),
         by("w2")
+    );
+}
+
+async fn a_plan_lists_the_analysis_after_each_wave_with_its_queries_filled_in_and_measures_nothing(
+    db: Db,
+) {
+    let mut site = Site::new(db, &[]).await;
+    // Nothing answers there: a plan asks nothing of a provider.
+    let address = "http://prometheus.invalid:9090";
+    let p99 = "      - name: p99\n        success: \"result < 0.5\"\n        http: {url: \
+               \"http://{host}:8080/{version}/stats\", value: /latency/p99}\n";
+    write_environment(
+        &site,
+        &format!(
+            "    bake: 5m\n    interval: 30s\n    timeout: 1h\n    metrics:\n{}{p99}",
+            errors_metric(address, "max(app_error_ratio{instance=~\"{targets}\"})", "")
+        ),
+    );
+    let token = site.token();
+    site.start("api", "api");
+    site.start("worker", "w1");
+    site.wait_api().await;
+    let path = site.descriptor("7");
+    let (code, plan) = site.cli(&token, &["plan", "-f", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "the dry run succeeds: {plan}");
+    let bakes = plan["analysis"].as_array().cloned().unwrap_or_default();
+    assert_eq!(
+        bakes.len(),
+        1,
+        "one bake: after wave 1 of 2, none after the last: {plan}"
+    );
+    let bake = &bakes[0];
+    assert_eq!(
+        (
+            bake["after_wave"].as_u64(),
+            bake["targets"].clone(),
+            bake["baseline"].clone(),
+            bake["measurements"].as_u64(),
+            bake["interval"].as_str(),
+            bake["bake"].as_str(),
+            bake["timeout"].as_str(),
+        ),
+        (
+            Some(1),
+            serde_json::json!(["t1"]),
+            serde_json::json!(["t2", "t3"]),
+            Some(10),
+            Some("30s"),
+            Some("5m"),
+            Some("1h")
+        ),
+        "the bake's wave, baseline, rhythm and wait: {bake}"
+    );
+    let errors = &bake["metrics"][0];
+    assert_eq!(
+        (
+            errors["provider"].as_str(),
+            errors["success"].as_str(),
+            errors["asks"][0]["source"].as_str(),
+            errors["asks"][0]["query"].as_str(),
+            errors["asks"][0]["baseline_query"].as_str(),
+        ),
+        (
+            Some("prometheus"),
+            Some("result <= baseline * 1.2 + 0.01"),
+            Some(address),
+            Some("max(app_error_ratio{instance=~\"t1\"})"),
+            Some("max(app_error_ratio{instance=~\"t2|t3\"})"),
+        ),
+        "the query over the canary and over the baseline, placeholders filled in: {errors}"
+    );
+    let p99 = &bake["metrics"][1];
+    assert_eq!(
+        (
+            p99["asks"][0]["target"].as_str(),
+            p99["asks"][0]["source"].as_str(),
+            p99["asks"][0]["query"].as_str(),
+            p99["asks"][0]["baseline_query"].clone(),
+            p99["failure_limit"].as_u64(),
+            p99["inconclusive_limit"].as_u64(),
+        ),
+        (
+            Some("t1"),
+            Some("http://local:8080/7/stats"),
+            Some("/latency/p99"),
+            Value::Null,
+            Some(0),
+            Some(2)
+        ),
+        "a per-target metric asks each target of the wave, with its limits: {p99}"
+    );
+    let id = plan["deploy_id"].as_str().unwrap_or_default().to_string();
+    let dry_run = site.status(&token, &id);
+    assert!(
+        dry_run["measurements"].is_null(),
+        "the dry run measured nothing: {dry_run}"
+    );
+    let (code, logs) = site.cli_text(&token, &["logs", &id]);
+    assert!(
+        code == 0
+            && logs.contains("analysis after wave 1 would take 10 measurement(s) of each metric, one every 30s over 5m")
+            && logs.contains("metric p99 on t1 (http, condition `result < 0.5`")
+            && logs.contains("http://local:8080/7/stats: /latency/p99")
+            && logs.contains("baseline: max(app_error_ratio{instance=~\"t2|t3\"})"),
+        "the dry run's output lists the bake it did not run: {logs}"
+    );
+    let (code, text) = site.cli_text(&token, &["plan", "-f", path.to_str().unwrap()]);
+    assert!(
+        code == 0
+            && text.contains("analysis after wave 1 (wave-1: t1; baseline t2, t3): 10 measurement(s), one every 30s over 5m")
+            && text.contains(&format!("{address}: max(app_error_ratio{{instance=~\"t1\"}})"))
+            && text.contains("baseline: max(app_error_ratio{instance=~\"t2|t3\"})"),
+        "manent plan prints the analysis: {text}"
     );
 }

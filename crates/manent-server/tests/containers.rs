@@ -23,6 +23,7 @@ use serde_json::Value;
 on_both_backends!(
     container_deploys_failed_deploys_and_rollbacks_switch_without_a_failed_request,
     a_worker_killed_between_start_and_switch_is_taken_over_without_a_second_container,
+    drift_finds_a_stopped_container_another_one_and_a_proxy_pointing_elsewhere,
 );
 
 /// `podman args…`, its stdout; panics with its stderr when it fails.
@@ -297,6 +298,30 @@ async fn setup(db: Db, made: &Made) -> (SshHosts, Site, String, u16) {
     (hosts, site, token, listen)
 }
 
+/// `manent status` of a deploy that switched t1 and t2 to `<p>-t*-2`: the container, its
+/// image's digest and the proxy (`listen`, t1's) as fields in JSON and as a table.
+fn shows_containers(site: &Site, token: &str, second: &Value, p: &str, listen: &str) {
+    let c = &second["targets"][0]["container"];
+    assert!(
+        c["name"] == format!("{p}-t1-2")
+            && c["image"]
+                .as_str()
+                .is_some_and(|i| i.starts_with("localhost/manent/"))
+            && c["image_digest"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("sha256:") && d.len() == 71)
+            && c["proxy"]["listen"] == listen
+            && c["proxy"]["server"] == c["name"]
+            && c["proxy"]["upstream"] == c["address"],
+        "status --output json has t1's container, image digest and proxy as fields: {c}"
+    );
+    let (_, text) = site.cli_text(token, &["status", second["id"].as_str().unwrap()]);
+    assert!(
+        text.contains("IMAGE_DIGEST") && text.contains(&format!("-> {p}-t2-2")),
+        "manent status shows a containers table with the proxy's server: {text}"
+    );
+}
+
 async fn container_deploys_failed_deploys_and_rollbacks_switch_without_a_failed_request(db: Db) {
     let made = Made::new(&format!("{db:?}").to_lowercase());
     let (hosts, site, token, listen) = setup(db, &made).await;
@@ -342,6 +367,13 @@ async fn container_deploys_failed_deploys_and_rollbacks_switch_without_a_failed_
             )),
         "status shows per target the container, its image's digest and the proxy: {detail}"
     );
+    shows_containers(
+        &site,
+        &token,
+        &second,
+        p,
+        &format!("{}:{listen}", hosts.hosts[0].addr),
+    );
     let (_, logs) = site.cli_text(&token, &["logs", second["id"].as_str().unwrap()]);
     assert!(
         logs.contains("app 2 starting") && logs.contains("greeting=hello"),
@@ -354,6 +386,16 @@ async fn container_deploys_failed_deploys_and_rollbacks_switch_without_a_failed_
         code != 0 && detail.contains("missing configuration, exiting"),
         "a container that never becomes healthy fails its target, the tail of its log in \
          the step's output: {code} {detail}"
+    );
+    let (_, logs) = site.cli_text(&token, &["logs", third["id"].as_str().unwrap()]);
+    assert!(
+        logs.contains("app 3: missing configuration, exiting"),
+        "manent logs of a failed start shows the container's last lines: {logs}"
+    );
+    assert!(
+        third["targets"][0]["container"].is_null(),
+        "a target never switched runs no new container: {}",
+        third["targets"][0]
     );
     assert!(
         !made.containers(true).iter().any(|c| c.ends_with("-3")),
@@ -371,6 +413,12 @@ async fn container_deploys_failed_deploys_and_rollbacks_switch_without_a_failed_
     for url in &urls {
         assert_eq!(served(url).await, "v2", "{url} serves version 2 again");
     }
+    assert_eq!(
+        fourth["targets"][0]["container"]["name"],
+        format!("{p}-t1-2"),
+        "after the rollback the status names version 2's container again: {}",
+        fourth["targets"][0]
+    );
     assert_eq!(
         made.containers(false),
         [format!("{p}-t1-2"), format!("{p}-t2-2")],
@@ -515,6 +563,141 @@ async fn a_worker_killed_between_start_and_switch_is_taken_over_without_a_second
     assert!(
         failures.is_empty() && answered > 0,
         "no request failed across the kill and the take-over ({answered} answered): {failures:?}"
+    );
+    drop(hosts);
+}
+
+/// `manent drift acme/web prod`: its exit code, and each target's state with its
+/// differences (`path expected found`).
+fn drift(site: &Site, token: &str) -> (i32, Vec<String>) {
+    let (code, report) = site.cli(token, &["drift", "acme/web", "prod"]);
+    let shown = report["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            let differences: Vec<String> = t["differences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|d| format!("{} {} {}", d["path"], d["expected"], d["found"]))
+                .collect();
+            format!(
+                "{} {} [{}] {}",
+                t["name"],
+                t["state"],
+                differences.join("; "),
+                t["detail"]
+            )
+        })
+        .collect();
+    (code, shown)
+}
+
+/// The proxy of `base`'s runtime API on this machine (the targets are loopback sshd hosts
+/// of this user): `command`'s answer.
+fn proxy_api(base: &str, command: &str) -> String {
+    let home = std::env::var("HOME").expect("HOME");
+    let out = Command::new("socat")
+        .args([
+            "-t",
+            "5",
+            "stdio",
+            &format!("unix-connect:{home}/.manent/proxy/{base}/admin.sock"),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .expect("socat's stdin")
+                .write_all(format!("{command}\n").as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("run socat");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn drift_finds_a_stopped_container_another_one_and_a_proxy_pointing_elsewhere(db: Db) {
+    let made = Made::new(&format!("drift-{db:?}").to_lowercase());
+    let (hosts, site, token, listen) = setup(db, &made).await;
+    let v1 = image(&site, &made, "1", Some("v1"), true);
+    let (code, first) = deploy(&site, &token, &descriptor(&site, "1", &v1));
+    assert_eq!(code, 0, "version 1 is deployed: {}", details(&first));
+    assert!(
+        details(&first).contains("manifest: container "),
+        "each target's detail says its manifest records the container: {}",
+        details(&first)
+    );
+    let p = &made.prefix;
+    let in_sync = ["\"t1\" \"in_sync\" [] null", "\"t2\" \"in_sync\" [] null"];
+    assert_eq!(
+        drift(&site, &token),
+        (0, in_sync.map(String::from).to_vec()),
+        "the containers as deployed are in sync"
+    );
+
+    let t1 = format!("{p}-t1-1");
+    podman(&["stop", "-t", "1", &t1]);
+    let (code, found) = drift(&site, &token);
+    assert!(
+        code == 1
+            && found[0].contains(&format!("\"container {t1}\" \"running\" \"stopped\""))
+            && found[1] == in_sync[1],
+        "the recorded container stopped by hand is drifted on t1 only: {found:?}"
+    );
+    podman(&["start", &t1]);
+    assert_eq!(
+        drift(&site, &token).0,
+        0,
+        "the container started again is in sync"
+    );
+
+    let other = format!("{p}-t2-by-hand");
+    podman(&[
+        "run",
+        "-d",
+        "--name",
+        &other,
+        "--label",
+        &format!("manent.owner={p}-t2"),
+        &format!("localhost/manent/{p}-t2:1"),
+    ]);
+    let (code, found) = drift(&site, &token);
+    assert!(
+        code == 1
+            && found[1].contains(&format!("\"container {other}\" null \"running\""))
+            && found[0] == in_sync[0],
+        "a second container of the application running on t2 is drifted: {found:?}"
+    );
+    podman(&["rm", "-f", &other]);
+    assert_eq!(
+        drift(&site, &token).0,
+        0,
+        "the container removed, t2 is in sync again"
+    );
+
+    proxy_api(
+        &format!("{p}-t1"),
+        &format!("set server live/{t1} state drain"),
+    );
+    let (code, found) = drift(&site, &token);
+    let proxy = format!("proxy {}:{listen}", hosts.hosts[0].addr);
+    assert!(
+        code == 1 && found[0].contains(&format!("\"{proxy}\" \"-> {t1} (127.0.0.1:")),
+        "a proxy that no longer sends new requests to the recorded container is drifted: {found:?}"
+    );
+    proxy_api(
+        &format!("{p}-t1"),
+        &format!("set server live/{t1} state ready"),
+    );
+    assert_eq!(
+        drift(&site, &token),
+        (0, in_sync.map(String::from).to_vec()),
+        "the proxy back on the recorded container is in sync"
     );
     drop(hosts);
 }

@@ -162,7 +162,7 @@ async fn drift_finds_hand_edits_added_and_removed_files_and_a_moved_link_and_not
     );
 
     // Behind manent's back: on t1 (over SSH) a hand edit, a file added and a log written
-    // (ignored); on t2 a file removed and the live link moved.
+    // (ignored); on t2 a file removed, one added and the live link moved.
     let srv = site.dir.join("srv");
     let t1 = srv.join("t1/releases/1.0");
     std::fs::write(t1.join("artifact.txt"), "hot-patched").unwrap();
@@ -171,6 +171,7 @@ async fn drift_finds_hand_edits_added_and_removed_files_and_a_moved_link_and_not
     std::fs::write(t1.join("log/app.log"), "a log line").unwrap();
     let t2 = srv.join("t2");
     std::fs::remove_file(t2.join("releases/1.0/config.txt")).unwrap();
+    std::fs::write(t2.join("releases/1.0/stray.txt"), "added").unwrap();
     std::fs::create_dir_all(t2.join("releases/0.9")).unwrap();
     std::fs::remove_file(t2.join("current")).unwrap();
     std::os::unix::fs::symlink(t2.join("releases/0.9"), t2.join("current")).unwrap();
@@ -193,9 +194,10 @@ async fn drift_finds_hand_edits_added_and_removed_files_and_a_moved_link_and_not
         differences(&report, "t2", &srv),
         [
             "t2/releases/1.0/config.txt sha256 none",
+            "t2/releases/1.0/stray.txt none sha256",
             "t2/current -> t2/releases/1.0 -> t2/releases/0.9",
         ],
-        "t2: the removed file and the moved live link: {report}"
+        "t2: the removed file, the added one and the moved live link: {report}"
     );
 
     let (code, last) = drift(&site, &viewer, &["--last"]);
@@ -236,6 +238,13 @@ async fn drift_finds_hand_edits_added_and_removed_files_and_a_moved_link_and_not
         (deployed, status["version"].as_str()),
         (vec!["t2"], Some("1.0")),
         "the live version, deployed to the drifted target only: {status}"
+    );
+    assert!(
+        !t2.join("releases/1.0/stray.txt").exists()
+            && status["targets"][0]["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("removed 1 added file(s)")),
+        "the file added behind manent's back is removed, and the detail says so: {status}"
     );
     let (code, report) = drift(&site, &token, &[]);
     assert_eq!(

@@ -2,7 +2,10 @@
 //! webhook is told of a deploy's start and end (signed with HMAC-SHA256 when it has a
 //! secret), of a wait for approval and of a cancellation; a Slack webhook filtered to
 //! failures gets only those; a webhook that is down delays no deploy, is retried, and is
-//! kept as failed after its last try (docs/configuration.md, `notifications`).
+//! kept as failed after its last try (docs/configuration.md, `notifications`). Deliveries
+//! are the engine's durable work: a webhook that never answers holds up no other webhook's
+//! delivery, and with two workers each delivery (also one an older manent left in its
+//! outbox) is made once.
 
 mod common;
 
@@ -15,6 +18,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 on_both_backends!(
     webhooks_hear_of_starts_ends_approvals_and_cancellations_and_one_that_is_down_delays_nothing,
+    a_webhook_that_never_answers_does_not_delay_another_webhooks_delivery,
+    two_workers_make_each_delivery_once_also_those_an_older_manent_left_in_its_outbox,
 );
 
 /// One request the receiver got: its headers (lower-case names) and body.
@@ -294,5 +299,190 @@ async fn assert_down_delivery_kept_as_failed(site: &Site) {
                 .as_deref()
                 .is_some_and(|e| e.contains("refused")),
         "its two tries and why they failed are kept: {entry:?}"
+    );
+}
+
+/// A receiver on 127.0.0.1 that reads each request and never answers; `log` gets `got`
+/// when a request has arrived and `closed` when the sender gave up on it.
+async fn never_answering(log: Arc<Mutex<Vec<String>>>) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut chunk = [0u8; 4096];
+                let mut said = false;
+                while socket.read(&mut chunk).await.unwrap_or(0) > 0 {
+                    if !said {
+                        log.lock().unwrap().push("stuck: got".into());
+                        said = true;
+                    }
+                }
+                log.lock().unwrap().push("stuck: closed".into());
+            });
+        }
+    });
+    port
+}
+
+/// The site's configuration as a worker reads it (to record events from the test).
+fn site_config(site: &Site) -> manent_config::Config {
+    let text = std::fs::read_to_string(site.dir.join("manent.yml")).unwrap();
+    manent_config::Config::from_yaml_str(&text, "manent.yml", std::iter::empty())
+        .expect("the site's configuration")
+}
+
+/// A client on the site's database.
+async fn engine_client(site: &Site) -> manent_engine::Client {
+    manent_engine::Client::new(
+        manent_engine::store::open(&site.db.url)
+            .await
+            .expect("open the database"),
+    )
+}
+
+/// The facts of a deploy `id` of `application` (no deploy runs: events are recorded as a
+/// deploy would record them).
+fn facts(id: &str, application: &str) -> manent_deploy::notifications::Facts {
+    manent_deploy::notifications::Facts {
+        deploy_id: id.into(),
+        application: application.into(),
+        environment: "prod".into(),
+        version: "1.0.0".into(),
+        submitted_by: "ci".into(),
+        error: None,
+    }
+}
+
+async fn a_webhook_that_never_answers_does_not_delay_another_webhooks_delivery(db: Db) {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let stuck_port = never_answering(log.clone()).await;
+    let (ok_port, ok) = receiver().await;
+    let mut site = Site::new(db, &["true"]).await;
+    site.set_config(&format!(
+        "notifications:\n  max_attempts: 1\n  webhooks:\n\
+         \x20   - {{name: stuck, url: \"http://127.0.0.1:{stuck_port}/\", applications: [\"acme/first\"]}}\n\
+         \x20   - {{name: ok, url: \"http://127.0.0.1:{ok_port}/\", applications: [\"acme/second\"]}}\n"
+    ));
+    site.start("worker", "w1");
+    let (client, config) = (engine_client(&site).await, site_config(&site));
+    use manent_config::NotificationEvent::Started;
+    manent_deploy::notifications::record(&client, &config, Started, &facts("d-1", "acme/first"))
+        .await;
+    eventually("the stuck webhook gets its request", WAIT, || async {
+        log.lock()
+            .unwrap()
+            .contains(&"stuck: got".to_string())
+            .then_some(())
+    })
+    .await;
+    // While that request hangs, the other webhook's event is recorded and delivered.
+    manent_deploy::notifications::record(&client, &config, Started, &facts("d-2", "acme/second"))
+        .await;
+    eventually("the other webhook gets its delivery", WAIT, || async {
+        (!ok.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    log.lock().unwrap().push("ok: got".into());
+    let order = log.lock().unwrap().clone();
+    assert_eq!(
+        order,
+        ["stuck: got", "ok: got"],
+        "the other webhook's delivery arrived while the stuck one's try was still waiting \
+         for an answer (one after the other, it would have come only after that try gave up)"
+    );
+}
+
+async fn two_workers_make_each_delivery_once_also_those_an_older_manent_left_in_its_outbox(db: Db) {
+    use manent_deploy::notifications::{Entry, FAILED_KIND, NOTIFY_WORKFLOW, OUTBOX_KIND};
+    let (ops_port, ops) = receiver().await;
+    let site = Site::new(db, &["true"]).await;
+    site.set_config(&format!(
+        "notifications:\n  webhooks:\n\
+         \x20   - {{name: ops, url: \"http://127.0.0.1:{ops_port}/hook\"}}\n"
+    ));
+    let (client, config) = (engine_client(&site).await, site_config(&site));
+    // What an older manent left: three entries waiting (one tried once already) and one
+    // that cannot be read.
+    let records = client.records();
+    for (i, attempts) in [(1, 0), (2, 1), (3, 0)] {
+        let entry = Entry {
+            webhook: "ops".into(),
+            event: manent_config::NotificationEvent::Succeeded,
+            deploy: facts(&format!("old-{i}"), "acme/web"),
+            at_ms: 1,
+            attempts,
+            next_at_ms: 1,
+            last_error: None,
+        };
+        let value = serde_json::to_string(&entry).unwrap();
+        records
+            .put(OUTBOX_KIND, &entry.key(), &value, 1)
+            .await
+            .unwrap();
+    }
+    records
+        .put(OUTBOX_KIND, "old-4/succeeded/ops", "{not json", 1)
+        .await
+        .unwrap();
+    let mut site = site;
+    site.start("worker", "w1");
+    site.start("worker", "w2");
+    for i in 1..=10 {
+        let event = manent_config::NotificationEvent::Started;
+        manent_deploy::notifications::record(
+            &client,
+            &config,
+            event,
+            &facts(&format!("new-{i}"), "acme/web"),
+        )
+        .await;
+    }
+    let filter = manent_engine::WorkflowFilter {
+        name: Some(NOTIFY_WORKFLOW.into()),
+        ..Default::default()
+    };
+    let ended = eventually("every delivery has ended", WAIT, || async {
+        let all = client.list(&filter).await.ok()?;
+        (all.len() == 13 && all.iter().all(|w| w.status.is_terminal())).then_some(all)
+    })
+    .await;
+    assert!(
+        ended
+            .iter()
+            .all(|w| w.status == manent_engine::WorkflowStatus::Success),
+        "every delivery went through: {ended:?}"
+    );
+    let mut keys: Vec<String> = ops
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.header("x-manent-delivery")
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    keys.sort();
+    let mut unique = keys.clone();
+    unique.dedup();
+    assert_eq!(
+        (keys.len(), unique.len()),
+        (13, 13),
+        "three old entries and ten new events, each delivered once by one of two workers: {keys:?}"
+    );
+    assert!(
+        records.list(OUTBOX_KIND).await.unwrap().is_empty(),
+        "the old outbox is empty once moved onto the queue"
+    );
+    let failed = records.list(FAILED_KIND).await.unwrap();
+    assert_eq!(
+        failed,
+        [("old-4/succeeded/ops".to_string(), "{not json".to_string())],
+        "the unreadable old entry is kept as failed, as it was, never dropped"
     );
 }

@@ -221,6 +221,12 @@ fn playwright() -> Option<PathBuf> {
     }
 }
 
+/// chromium and the node_modules of its driver, for the tests that click; `None` (said
+/// loudly) when either is missing off CI.
+fn browser_and_driver() -> Option<(String, PathBuf)> {
+    Some((chromium()?, playwright()?))
+}
+
 /// Where the browser test keeps its screenshots: `<target>/test-artifacts/platform`.
 fn artifacts_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -233,7 +239,14 @@ fn artifacts_dir() -> PathBuf {
 
 /// Runs `platform-browser/clicks.cjs` with `config` and returns what it saw.
 async fn click_through(node_modules: &Path, config: &Value, scratch: &Path) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/platform-browser/clicks.cjs");
+    drive(node_modules, "clicks.cjs", config, scratch).await
+}
+
+/// Runs the driver `platform-browser/<script>` with `config` and returns what it saw.
+async fn drive(node_modules: &Path, script: &str, config: &Value, scratch: &Path) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/platform-browser")
+        .join(script);
     let stdout_path = scratch.join("clicks.out");
     let stderr_path = scratch.join("clicks.err");
     let mut child = Command::new("node")
@@ -281,8 +294,7 @@ fn decided(status: &Value, by: &str, decision: &str, reason: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approve_reject_and_cancel_clicked_in_a_real_browser_take_effect_and_a_viewer_gets_no_button()
  {
-    let Some(chromium) = chromium() else { return };
-    let Some(node_modules) = playwright() else {
+    let Some((chromium, node_modules)) = browser_and_driver() else {
         return;
     };
     let mut site = Site::new(Db::Sqlite, &["true"]).await;
@@ -608,4 +620,135 @@ async fn a_region_routed_deploy_is_drawn_as_wave_bands_with_their_region_passes_
             &page[pane..end]
         );
     }
+}
+
+/// An environment of two targets, t1 the canary, whose analysis measures `errors` (0.02 on
+/// the canary, 0.01 on the baseline: within `result <= baseline * 3`, a bound the chart
+/// draws) and `quiet` (a command printing nothing: inconclusive at once, over a limit of 0,
+/// so the deploy waits for a decision; its condition has no single bound).
+const DECIDED_ENVIRONMENT: &str = "targets: [{name: t1, host: local}, {name: t2, host: local}]
+deploy:
+  plugin: command
+  commands: [\"true\"]
+rollout:
+  waves: [[t1], [t2]]
+  analysis:
+    bake: 600s
+    interval: 1s
+    metrics:
+      - name: errors
+        success: \"result <= baseline * 3\"
+        command: {run: \"case '{targets}' in t1) echo 0.02;; *) echo 0.01;; esac\"}
+      - name: quiet
+        success: \"math::abs(result) < 1\"
+        inconclusive_limit: 0
+        command: {run: \"true\"}
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promote_and_abort_clicked_on_a_deploy_waiting_for_a_decision_take_effect_and_its_chart_draws_the_threshold()
+ {
+    let Some((chromium, node_modules)) = browser_and_driver() else {
+        return;
+    };
+    let mut site = Site::new(Db::Sqlite, &["true"]).await;
+    for application in ["acme/promote", "acme/abort"] {
+        site.write_environment(application, "prod", DECIDED_ENVIRONMENT);
+    }
+    let token = site.token();
+    let approver = site.token_named("carol", "admin");
+    let viewer = site.token_named("eve", "viewer");
+    site.start("serve", "s1");
+    site.wait_api().await;
+    let (to_promote, _) = site.submit(&token, "acme/promote");
+    let (to_abort, _) = site.submit(&token, "acme/abort");
+    for id in [&to_promote, &to_abort] {
+        site.wait_until(&token, id, "phase waiting_decision", |s: &Value| {
+            s["phase"] == "waiting_decision"
+        })
+        .await;
+    }
+    let waiting = site.status(&token, &to_promote);
+    let errors = element(&waiting["measurements"], "metric", "errors");
+    assert!(
+        errors["threshold"]
+            .as_f64()
+            .is_some_and(|t| (t - 0.03).abs() < 1e-9),
+        "the measurement carries its threshold, baseline 0.01 * 3: {errors}"
+    );
+    let quiet = element(&waiting["measurements"], "metric", "quiet");
+    assert!(
+        quiet["threshold"].is_null() && quiet["outcome"] == "inconclusive",
+        "a condition without a single bound has no threshold: {quiet}"
+    );
+
+    let artifacts = artifacts_dir();
+    let config = serde_json::json!({
+        "base": format!("http://127.0.0.1:{}/", site.port),
+        "chromium": chromium,
+        "artifacts": artifacts,
+        "approver": approver,
+        "viewer": viewer,
+        "promote": to_promote,
+        "abort": to_abort,
+    });
+    let seen = drive(&node_modules, "analysis.cjs", &config, &site.dir).await;
+    the_charts_drew_the_threshold_where_the_condition_has_one(&seen);
+    assert_eq!(
+        seen["viewer_buttons"], 0,
+        "a viewer gets no Promote or Abort button: {seen}"
+    );
+    assert!(
+        seen["promote_label"] == "Promote" && seen["abort_shown"] == 1,
+        "an approver gets Promote and Abort on a deploy waiting for a decision: {seen}"
+    );
+    assert_eq!(
+        seen["approver_error"], false,
+        "no click answered an error: {seen}"
+    );
+
+    let promoted = site.wait_status(&token, &to_promote, "SUCCESS").await;
+    let t2 = element(&promoted["targets"], "name", "t2");
+    assert_eq!(
+        t2["status"], "deployed",
+        "the Promote click passed the analysis: the next wave ran: {promoted}"
+    );
+    let aborted = site.wait_status(&token, &to_abort, "ERROR").await;
+    assert!(
+        aborted["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("aborted by carol: aborted from the browser")),
+        "the Abort click failed the deploy as carol, with the prompt's reason: {aborted}"
+    );
+}
+
+/// The charts of the deploy waiting for a decision: `errors` with its threshold line beside
+/// the canary and the baseline, `quiet` without one and saying so in its title.
+fn the_charts_drew_the_threshold_where_the_condition_has_one(seen: &Value) {
+    let chart = |metric: &str| element(&seen["charts"], "metric", metric);
+    let errors = chart("errors");
+    assert_eq!(
+        (errors["threshold"].as_str(), errors["lines"].clone()),
+        (
+            Some("yes"),
+            serde_json::json!(["threshold", "baseline", "canary"])
+        ),
+        "the errors chart draws the threshold, the baseline and the canary: {seen}"
+    );
+    let quiet = chart("quiet");
+    assert!(
+        quiet["threshold"] == "no"
+            && quiet["title"]
+                .as_str()
+                .is_some_and(|t| t.contains("math::abs(result) < 1") && t.contains("no threshold")),
+        "the quiet chart names its condition and says it has no threshold line: {seen}"
+    );
+}
+
+/// The element of the array `list` whose `field` is `value` (null when none).
+fn element(list: &Value, field: &str, value: &str) -> Value {
+    list.as_array()
+        .and_then(|items| items.iter().find(|item| item[field] == value))
+        .cloned()
+        .unwrap_or_default()
 }

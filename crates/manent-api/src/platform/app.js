@@ -1,6 +1,6 @@
 // The Platform page's script (docs/api.md): keeps the API token of this tab, reads what runs
 // where, deploys, queues and workers from /api/v1 with it, draws a deploy's timeline as an SVG
-// picture, and sends approve / reject / cancel / rollback / redeploy. Vanilla JavaScript, inlined by platform.rs;
+// picture, and sends approve / reject / cancel / rollback / redeploy / promote / abort. Vanilla JavaScript, inlined by platform.rs;
 // every piece of data reaches the DOM as text (textContent, setAttribute), never as markup.
 'use strict';
 
@@ -175,7 +175,9 @@
     return Math.floor(ms / 60000) + ' min ' + Math.round((ms % 60000) / 1000) + ' s';
   }
 
-  const ACTION_LABELS = { approve: 'Approve', reject: 'Reject', cancel: 'Cancel', redeploy: 'Redeploy' };
+  const ACTION_LABELS = {
+    approve: 'Approve', reject: 'Reject', cancel: 'Cancel', redeploy: 'Redeploy', promote: 'Promote', abort: 'Abort',
+  };
 
   /**
    * The buttons of what this token may do to the deploy now, as the server says (`actions`);
@@ -250,6 +252,15 @@
       body = { reason };
     } else if (action === 'approve') {
       const reason = prompt('Approve deploy ' + id + ' (comment, optional):', '');
+      if (reason === null) return;
+      body = reason.trim() ? { reason: reason.trim() } : undefined;
+    } else if (action === 'promote') {
+      // docs/analysis.md: the rest of the bake is skipped, or a wait for a decision passes.
+      const reason = prompt('Promote deploy ' + id + ': its analysis passes and the next wave starts (comment, optional):', '');
+      if (reason === null) return;
+      body = reason.trim() ? { reason: reason.trim() } : undefined;
+    } else if (action === 'abort') {
+      const reason = prompt('Abort deploy ' + id + ': it fails, and rollback.on_failure applies. Why?');
       if (reason === null) return;
       body = reason.trim() ? { reason: reason.trim() } : undefined;
     } else if (action === 'cancel') {
@@ -642,9 +653,18 @@
     }
   }
 
+  /** A metric's `success` condition, from the deploy's effective descriptor ('' when unknown). */
+  function conditionOf(d, metric) {
+    const metrics = (((d.effective || {}).rollout || {}).analysis || {}).metrics || [];
+    const found = metrics.find((m) => m.name === metric);
+    return found && typeof found.success === 'string' ? found.success : '';
+  }
+
   /**
    * The analysis (docs/analysis.md): one small chart per wave and metric, inline SVG: the
-   * measured values over the bake, each dot coloured by its outcome, the baseline dashed.
+   * canary's measured values over the bake, each dot coloured by its outcome, the baseline
+   * dashed, and the threshold (the condition's bound, computed by the server at each
+   * measurement) in red; a condition without a single bound says so in the chart's title.
    */
   function drawAnalysis(d) {
     const taken = d.measurements || [];
@@ -658,22 +678,31 @@
     const charts = [];
     for (const [key, ms] of groups) {
       const width = 320, height = 80, pad = 6;
-      const values = ms.flatMap((m) => [m.value, m.baseline]).filter((v) => typeof v === 'number');
+      const condition = conditionOf(d, ms[0].metric);
+      const values = ms.flatMap((m) => [m.value, m.baseline, m.threshold]).filter((v) => typeof v === 'number');
       const top = Math.max(...values, 0) || 1;
       const x = (i) => pad + (ms.length < 2 ? 0 : i * (width - 2 * pad) / (ms.length - 1));
       const y = (v) => height - pad - (v / top) * (height - 2 * pad);
       const line = (field, attrs) => {
-        const points = ms.map((m, i) => (typeof m[field] === 'number' ? x(i) + ',' + y(m[field]) : null)).filter(Boolean);
-        return points.length ? svg('polyline', Object.assign({ points: points.join(' '), fill: 'none' }, attrs)) : null;
+        const points = ms.map((m, i) => (typeof m[field] === 'number' ? [x(i), y(m[field])] : null)).filter(Boolean);
+        // One point is a level, drawn across the chart.
+        if (points.length === 1) points.splice(0, 1, [pad, points[0][1]], [width - pad, points[0][1]]);
+        return points.length ? svg('polyline', Object.assign({ points: points.map((p) => p.join(',')).join(' '), fill: 'none' }, attrs)) : null;
       };
+      const bounded = ms.some((m) => typeof m.threshold === 'number');
+      const title = 'condition ' + (condition ? '`' + condition + '`' : 'unknown') + (bounded
+        ? ': the red line is its threshold at each measurement'
+        : ': no threshold line, the condition is not one comparison of result with an expression over baseline and numbers (or no baseline was measured)');
       const dots = ms.map((m, i) => svg('circle', {
         cx: x(i), cy: typeof m.value === 'number' ? y(m.value) : height - pad, r: 3,
         class: 'measurement ' + m.outcome,
-      }, svg('title', {}, m.at + ': ' + (m.value ?? '-') + (m.baseline != null ? ' (baseline ' + m.baseline + ')' : '') + ' ' + m.outcome + (m.detail ? ': ' + m.detail : ''))));
-      charts.push(el('figure', { class: 'analysis-chart' },
-        el('figcaption', {}, key + ' (max ' + top + ')'),
+      }, svg('title', {}, m.at + ': ' + (m.value ?? '-') + (m.baseline != null ? ' (baseline ' + m.baseline + ')' : '') +
+        (m.threshold != null ? ' (threshold ' + m.threshold + ')' : '') + ' ' + m.outcome + (m.detail ? ': ' + m.detail : ''))));
+      charts.push(el('figure', { class: 'analysis-chart', 'data-metric': ms[0].metric, 'data-threshold': bounded ? 'yes' : 'no' },
+        el('figcaption', { title }, key + ' (max ' + top + ')' + (bounded ? '' : ' · no threshold')),
         svg('svg', { width, height, viewBox: '0 0 ' + width + ' ' + height, role: 'img', 'aria-label': key },
-          line('baseline', { class: 'baseline' }), line('value', { class: 'canary' }), ...dots)));
+          svg('title', {}, title),
+          line('threshold', { class: 'threshold' }), line('baseline', { class: 'baseline' }), line('value', { class: 'canary' }), ...dots)));
     }
     $('analysis').replaceChildren(...charts);
   }

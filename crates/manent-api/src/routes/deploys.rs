@@ -278,6 +278,9 @@ fn fill_actions(caller: &Caller, deploy: &mut DeployStatus) {
     {
         actions.extend([DeployAction::Approve, DeployAction::Reject]);
     }
+    if super::analysis::may_decide(caller, deploy) {
+        actions.extend([DeployAction::Promote, DeployAction::Abort]);
+    }
     let may_deploy = caller.may(Action::Deploy, application);
     if matches!(
         deploy.status,
@@ -412,33 +415,27 @@ async fn decide_deploy(
     body: String,
     approve: bool,
 ) -> Result<Json<DeployStatus>, AppError> {
-    let body: DecisionBody = optional_body(&body, "reason", r#"{"reason": "…"}"#)?;
-    let deploy = visible_deploy(&state, &caller, &id).await?;
-    require(&caller, Action::Approve, Some(&deploy.application))?;
     let approver = Approver {
         name: caller.token.name.clone(),
         token_id: caller.token.id.clone(),
         role: caller.token.role.to_string(),
     };
-    match approvals::decide(&state.client, &id, &approver, approve, body.reason).await {
-        Ok(()) => {}
-        Err(DecideError::NotFound(m)) => {
-            return Err(AppError::NotFound(format!("no deploy `{m}`")));
-        }
-        Err(DecideError::NotWaiting(m)) => return Err(AppError::Conflict(m)),
-        Err(DecideError::Forbidden(m)) => {
-            return Err(AppError::Forbidden {
-                token: caller.token.name.clone(),
-                action: m,
-            });
-        }
-        Err(DecideError::Engine(e)) => return Err(e.into()),
-    }
-    tracing::info!(deploy = %id, by = %caller.token.name, approve, "approval decision");
-    deploy_views::status(&state.client, &id)
-        .await?
-        .map(|deploy| Json(for_caller(&caller, deploy)))
-        .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))
+    super::analysis::decision(&state, &caller, &id, &body, async |reason| {
+        approvals::decide(&state.client, &id, &approver, approve, reason)
+            .await
+            .map_err(|e| match e {
+                DecideError::NotFound(m) => AppError::NotFound(format!("no deploy `{m}`")),
+                DecideError::NotWaiting(m) => AppError::Conflict(m),
+                DecideError::Forbidden(m) => AppError::Forbidden {
+                    token: caller.token.name.clone(),
+                    action: m,
+                },
+                DecideError::Engine(e) => e.into(),
+            })?;
+        tracing::info!(deploy = %id, by = %caller.token.name, approve, "approval decision");
+        Ok(())
+    })
+    .await
 }
 
 /// Approve a deploy waiting for approval.

@@ -48,10 +48,11 @@ async fn deploy_plan(
     axum::Extension(caller): axum::Extension<Caller>,
     Path(PlanPath { id }): Path<PlanPath>,
 ) -> Result<Json<PlanView>, AppError> {
-    deploy_views::status(&state.client, &id)
+    let deploy = deploy_views::status(&state.client, &id)
         .await?
         .filter(|deploy| caller.may(Action::Read, Some(&deploy.application)))
         .ok_or_else(|| AppError::NotFound(format!("no deploy `{id}`")))?;
+    let analysis = super::analysis::planned(deploy.effective.as_ref())?;
     let targets = plan::of_deploy(&state.client, &id)
         .await
         .map_err(|e| match e {
@@ -61,6 +62,7 @@ async fn deploy_plan(
     Ok(Json(PlanView {
         deploy_id: id,
         targets: targets.into_iter().map(target_plan).collect(),
+        analysis,
     }))
 }
 

@@ -1,7 +1,8 @@
 //! The analysis in `manent status` (docs/analysis.md): per wave and metric, its condition,
-//! its measurements and the outcome so far.
+//! its measurements and the outcome so far; and in `manent plan`, the bakes a deploy would
+//! run.
 
-use manent_contract::{DeployStatus, Measurement, MeasurementOutcome};
+use manent_contract::{DeployStatus, Measurement, MeasurementOutcome, PlannedBakeView};
 
 use super::{Cell, Style};
 
@@ -82,4 +83,60 @@ fn limits(d: &DeployStatus, metric: &str) -> Option<(String, usize, usize)> {
         limit("failure_limit", 0),
         limit("inconclusive_limit", 2),
     ))
+}
+
+/// `manent plan`'s analysis: per bake, its targets, its rhythm, then each metric with its
+/// condition, limits and what it would ask (multi-line queries on one line).
+pub(crate) fn planned(bakes: &[PlannedBakeView]) -> Vec<String> {
+    let one_line =
+        |text: &str| super::terminal_safe(&text.split_whitespace().collect::<Vec<_>>().join(" "));
+    let mut out = Vec::new();
+    for b in bakes {
+        let wait = b
+            .timeout
+            .as_deref()
+            .map_or("until someone decides".to_string(), |t| {
+                format!("up to {t}")
+            });
+        out.push(one_line(&format!(
+            "analysis after wave {} ({}: {}; baseline {}): {} measurement(s), one every {} over \
+             {}; a decision waited for {wait}",
+            b.after_wave,
+            b.wave,
+            b.targets.join(", "),
+            if b.baseline.is_empty() {
+                "none".to_string()
+            } else {
+                b.baseline.join(", ")
+            },
+            b.measurements,
+            b.interval,
+            b.bake,
+        )));
+        for m in &b.metrics {
+            out.push(format!(
+                "  metric {} ({})  condition `{}`  failure_limit {}, inconclusive_limit {}",
+                one_line(&m.name),
+                m.provider,
+                one_line(&m.success),
+                m.failure_limit,
+                m.inconclusive_limit
+            ));
+            for q in &m.asks {
+                let on = q
+                    .target
+                    .as_deref()
+                    .map_or(String::new(), |t| format!("{} ", one_line(t)));
+                out.push(format!(
+                    "    {on}{}: {}",
+                    one_line(&q.source),
+                    one_line(&q.query)
+                ));
+                if let Some(baseline) = &q.baseline_query {
+                    out.push(format!("    {on}baseline: {}", one_line(baseline)));
+                }
+            }
+        }
+    }
+    out
 }

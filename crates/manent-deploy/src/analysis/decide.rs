@@ -2,10 +2,10 @@
 //! the deploy bakes or waits for a decision, then sends the decision on the topic
 //! `analysis`. Who may decide is the API's question (the approve permission).
 
-use manent_engine::{Client, EngineError, EventRecord, now_ms};
+use manent_engine::{Client, EngineError, now_ms};
 
 use super::{AnalysisDecision, Measurement};
-use crate::request::{ANALYSIS_TOPIC, DEPLOY_WORKFLOW, EventKey, Phase};
+use crate::request::{ANALYSIS_TOPIC, DEPLOY_WORKFLOW, EventKey, Phase, event};
 
 /// Who decides: the API token's name and stable id.
 #[derive(Debug, Clone)]
@@ -39,13 +39,13 @@ pub async fn decide(
         return Err(AnalysisDecideError::NotFound(id.to_string()));
     };
     let events = client.events(id).await?;
-    let phase: Option<Phase> = read(id, &events, &EventKey::Phase)?;
+    let phase: Option<Phase> = event(id, &events, &EventKey::Phase)?;
     let verb = if promote { "promote" } else { "abort" };
     let wave = match (&phase, record.status.is_terminal()) {
         (Some(Phase::BakeAfterWave(wave)), false) => *wave,
         (Some(Phase::WaitingDecision), false) => {
             let measured: Vec<Measurement> =
-                read(id, &events, &EventKey::Measurements)?.unwrap_or_default();
+                event(id, &events, &EventKey::Measurements)?.unwrap_or_default();
             measured.last().map_or(0, |m| m.wave)
         }
         _ => {
@@ -76,24 +76,4 @@ pub async fn decide(
     };
     client.send(id, ANALYSIS_TOPIC, &decision).await?;
     Ok(())
-}
-
-/// Deploy `id`'s event `key`; one that cannot be read is an error naming it.
-fn read<T: serde::de::DeserializeOwned>(
-    id: &str,
-    events: &[EventRecord],
-    key: &EventKey,
-) -> Result<Option<T>, EngineError> {
-    let key = key.text();
-    events
-        .iter()
-        .find(|e| e.key == key)
-        .map(|e| {
-            serde_json::from_str(&e.value).map_err(|error| EngineError::Unreadable {
-                kind: "deploy event",
-                id: format!("{id} {key}"),
-                error: error.to_string(),
-            })
-        })
-        .transpose()
 }

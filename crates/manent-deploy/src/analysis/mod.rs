@@ -10,11 +10,15 @@
 //!   `waiting_decision` on the gate queue, holding no deploy slot (invariant 7).
 //! - `providers.rs`: one measurement: `prometheus`, `http`, `command`.
 //! - `decide.rs`: `manent promote` and `manent abort`, as the API sends them.
+//! - `plan.rs`: the bakes a deploy would run, as `manent plan` lists them.
+//! - `threshold.rs`: the bound of a `success` condition, drawn on the Platform page.
 //!
 //! It depends on `request`, `run` (a target's connection) and `notifications`.
 
 pub mod decide;
+pub mod plan;
 pub mod providers;
+pub mod threshold;
 
 use std::time::Duration;
 
@@ -70,6 +74,10 @@ pub struct Measurement {
     /// Why it is inconclusive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The condition's bound at this measurement ([`threshold`]): computed when the
+    /// deploy's status is read, never recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f64>,
 }
 
 /// `manent promote` (pass the analysis, skipping the rest of a bake) or `manent abort`
@@ -276,6 +284,7 @@ async fn measure(b: &Bake<'_>, metric: &Metric, over: Over<'_>) -> Measurement {
         baseline: baseline.as_ref().and_then(|r| r.as_ref().ok().copied()),
         outcome: Outcome::Inconclusive,
         detail: None,
+        threshold: None,
     };
     let judged = match (value, baseline) {
         (Err(e), _) => Err(e),

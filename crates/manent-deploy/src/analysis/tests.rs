@@ -31,6 +31,7 @@ fn measured(wave: usize, outcomes: &[Outcome]) -> Vec<Measurement> {
             baseline: None,
             outcome,
             detail: (outcome == Outcome::Inconclusive).then(|| "no data".to_string()),
+            threshold: None,
         })
         .collect()
 }

@@ -3,7 +3,8 @@
 //! output, except the newest `keep_last` successful ones of each environment (the live one
 //! and rollback's choices); output lines older than `retention.output` go from finished
 //! deploys; audit entries older than `retention.audit` go; drift checks older than
-//! `retention.deploys` go, but the newest of each environment. Nothing in flight or waiting is
+//! `retention.deploys` go, but the newest of each environment, and so do notifications'
+//! deliveries (`manent.notify`) ended before then. Nothing in flight or waiting is
 //! ever chosen, and schedules' definitions are records, never touched here.
 
 use std::time::Duration;
@@ -96,6 +97,14 @@ pub async fn prune(
         && !dry_run
     {
         prune_drift_checks(client, before, batch).await?;
+        prune_finished(
+            client,
+            crate::notifications::NOTIFY_WORKFLOW,
+            before,
+            0,
+            batch,
+        )
+        .await?;
     }
     if let Some(before) = output_before {
         let old_lines = drain(batch, dry_run, |limit| {
@@ -122,10 +131,22 @@ pub async fn prune(
 /// each environment (docs/plan-and-drift.md): their results are kept per environment in a
 /// record of their own.
 async fn prune_drift_checks(client: &Client, before: i64, batch: i64) -> Result<(), EngineError> {
+    prune_finished(client, crate::request::DRIFT_WORKFLOW, before, 1, batch).await
+}
+
+/// Removes finished workflows named `name` that ended before `before`, but the newest
+/// `keep` successful ones of each partition, `batch` at a time.
+async fn prune_finished(
+    client: &Client,
+    name: &str,
+    before: i64,
+    keep: i64,
+    batch: i64,
+) -> Result<(), EngineError> {
     let query = PruneQuery {
-        name: crate::request::DRIFT_WORKFLOW.to_string(),
+        name: name.to_string(),
         finished_before_ms: before,
-        keep_successful: 1,
+        keep_successful: keep,
         limit: batch,
     };
     loop {

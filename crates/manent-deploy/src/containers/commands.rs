@@ -93,6 +93,23 @@ case \"$id\" in sha256:*) echo \"$id\" ;; *) echo \"sha256:$id\" ;; esac
     )
 }
 
+/// Pulls `reference` (an image pinned by digest, docs/containers.md "Registry references")
+/// unless the version's image is there, tags it as the version's image and prints its id.
+/// The runtime verifies what it pulls against the digest.
+pub fn pull(names: &Names, reference: &str) -> String {
+    let tag = q(&names.tag);
+    let reference = q(reference);
+    format!(
+        "if ! $rt image inspect {tag} >/dev/null 2>&1; then
+  $rt pull -q {reference} >/dev/null || {{ echo \"the target could not pull \"{reference}\"; check that it reaches the registry and is logged in to it ($rt login)\" >&2; exit 4; }}
+  $rt tag {reference} {tag} || exit $?
+fi
+id=$($rt image inspect --format '{{{{.Id}}}}' {tag}) || exit $?
+case \"$id\" in sha256:*) echo \"$id\" ;; *) echo \"sha256:$id\" ;; esac
+"
+    )
+}
+
 /// What a container is started with.
 pub struct Start<'a> {
     pub names: &'a Names,
@@ -123,7 +140,8 @@ fn removal(names: &Names, remove: bool) -> String {
 
 /// Starts the version's container if it is not running (again if it is stopped, created
 /// from the image if it is gone), its port published on 127.0.0.1 only, and prints
-/// `127.0.0.1:<port>`. Run twice, it finds the container running: never a second one.
+/// `127.0.0.1:<port> sha256:<image id>` ([`started`] reads it). Run twice, it finds the
+/// container running: never a second one.
 pub fn start(s: &Start<'_>) -> String {
     let name = q(&s.names.container);
     let mut run = format!(
@@ -161,13 +179,25 @@ if [ -z \"$address\" ]; then
   $rt logs --tail 20 {name} >&2 2>&1
   {remove}exit {UNHEALTHY}
 fi
-echo \"$address\"
+image=$($rt container inspect --format '{{{{.Image}}}}' {name} 2>/dev/null)
+case \"$image\" in ''|sha256:*) ;; *) image=\"sha256:$image\" ;; esac
+echo \"$address $image\"
 ",
         tag = q(&s.names.tag),
         version = q(&s.names.version),
         port = s.port,
         remove = removal(s.names, s.remove_on_failure),
     )
+}
+
+/// What [`start`] printed: the container's address and its image's id (empty when the
+/// runtime did not say).
+pub fn started(printed: &str) -> (String, String) {
+    let printed = printed.trim();
+    match printed.split_once(' ') {
+        Some((address, image)) => (address.to_string(), image.trim().to_string()),
+        None => (printed.to_string(), String::new()),
+    }
 }
 
 /// How the health of a new container is awaited.
@@ -289,6 +319,24 @@ mod tests {
             }
         "#]]
         .assert_debug_eq(&names);
+    }
+
+    #[test]
+    fn a_registry_image_is_pulled_by_its_pinned_reference_and_tagged_as_the_version() {
+        let names = Names::new("shop-api-prod", "1.4");
+        let reference = format!("registry.example.com/shop/api@sha256:{}", "ab".repeat(32));
+        let script = pull(&names, &reference);
+        assert!(
+            script.contains(&format!("$rt pull -q '{reference}'"))
+                && script.contains(&format!(
+                    "$rt tag '{reference}' 'localhost/manent/shop-api-prod:1.4'"
+                ))
+                && script.starts_with(
+                    "if ! $rt image inspect 'localhost/manent/shop-api-prod:1.4' >/dev/null 2>&1"
+                ),
+            "the target pulls the pinned reference only when the version's image is absent, \
+             and tags it so start, rollback and prune work as for an archive: {script}"
+        );
     }
 
     #[test]

@@ -9,11 +9,14 @@
 //! - `commands.rs`: the runtime's shell, one small function per action.
 //! - `proxy.rs`: HAProxy's configuration and runtime API.
 //! - `target.rs`: one target's steps, for a deploy and for a rollback.
+//! - `manifest.rs`: the container in the release manifest, and `manent drift` against it.
 //!
-//! It depends on `plugins` (the trait it implements), `run` and `request`; the workflow
+//! It depends on `plugins` (the trait it implements), `run`, `request` and `manifests`
+//! (`drift` calls `manifest.rs`); the workflow
 //! finds it by name beside the registry of `plugins` (which cannot name it without a cycle).
 
 mod commands;
+pub mod manifest;
 mod proxy;
 mod target;
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use manent_engine::{StepPolicy, WorkflowContext, WorkflowError};
-use manent_model::{ContainerSettings, EffectiveDescriptor, Target};
+use manent_model::{ContainerSettings, EffectiveDescriptor, ProxyState, RunningContainer, Target};
 use serde::{Deserialize, Serialize};
 
 use super::{commands, proxy};
@@ -105,7 +105,8 @@ impl<'a> OnTarget<'a> {
     }
 
     /// Starts the container (again), awaits its health and switches the proxy to it:
-    /// the lines to show. `new`: a deploy's new container, removed when unhealthy.
+    /// the lines to show and what the target runs now. `new`: a deploy's new container,
+    /// removed when unhealthy.
     async fn bring_up(
         &self,
         ctx: &WorkflowContext,
@@ -113,7 +114,7 @@ impl<'a> OnTarget<'a> {
         archive: &str,
         new: bool,
         switched: &mut bool,
-    ) -> Result<Vec<String>, WorkflowError> {
+    ) -> Result<(Vec<String>, RunningContainer), WorkflowError> {
         let t = &self.target.name;
         let name = &self.names.container;
         let step = format!("{t}: start {name}");
@@ -126,11 +127,12 @@ impl<'a> OnTarget<'a> {
             archive,
             remove_on_failure: new,
         });
-        let address: String = ctx
+        let started: String = ctx
             .step_with(&step, shown_running(), || async {
                 self.run(ctx, pool, &step, &start).await
             })
             .await?;
+        let (address, image_digest) = commands::started(&started);
         let step = format!("{t}: health {name}");
         let health = commands::health(&commands::Health {
             names: &self.names,
@@ -154,10 +156,21 @@ impl<'a> OnTarget<'a> {
                 self.run(ctx, pool, &step, &switch).await
             })
             .await?;
-        Ok(vec![
-            format!("container {name} on {address}: {healthy}"),
-            proxied,
-        ])
+        let running = RunningContainer {
+            name: name.clone(),
+            image: self.names.tag.clone(),
+            image_digest,
+            address: address.clone(),
+            proxy: ProxyState {
+                listen: self.listen.clone(),
+                server: name.clone(),
+                upstream: address.clone(),
+            },
+        };
+        Ok((
+            vec![format!("container {name} on {address}: {healthy}"), proxied],
+            running,
+        ))
     }
 
     /// Takes every other container out of the proxy once its requests are done, and stops
@@ -211,6 +224,7 @@ pub(super) async fn deploy(
     )
     .await?;
     let mut switched = false;
+    let mut running = None;
     let result: Result<Vec<String>, WorkflowError> = async {
         let on = OnTarget::new(pass.eff, target, pass.deploy_id)?;
         if pass.eff.dry_run {
@@ -219,12 +233,13 @@ pub(super) async fn deploy(
                 on.names.tag, on.names.container, on.listen
             )]);
         }
-        deploy_steps(ctx, pass, &on, &mut switched).await
+        deploy_steps(ctx, pass, &on, &mut switched, &mut running).await
     }
     .await;
     let outcome = match result {
         Ok(lines) => TargetOutcome {
             switched,
+            container: running,
             ..TargetOutcome::new(
                 &target.name,
                 if pass.eff.dry_run {
@@ -237,6 +252,7 @@ pub(super) async fn deploy(
         },
         Err(WorkflowError::Step { name, message }) => TargetOutcome {
             switched,
+            container: running,
             ..TargetOutcome::new(
                 &target.name,
                 TargetState::Failed,
@@ -254,12 +270,16 @@ async fn deploy_steps(
     pass: &PassContext<'_>,
     on: &OnTarget<'_>,
     switched: &mut bool,
+    running: &mut Option<RunningContainer>,
 ) -> Result<Vec<String>, WorkflowError> {
     let pool = pass.pool;
     let t = &on.target.name;
     let artifact = pass.eff.artifacts.first().ok_or_else(|| {
         WorkflowError::failed("the container plugin deploys one image artifact; there is none")
     })?;
+    if let Some(reference) = &artifact.reference {
+        return pulled_steps(ctx, pass, on, reference, switched, running).await;
+    }
     let step = format!("{t}: upload {}", artifact.name);
     let uploaded: Uploaded = ctx
         .step_retrying_if(
@@ -276,14 +296,51 @@ async fn deploy_steps(
             on.run(ctx, pool, &step, &load).await
         })
         .await?;
-    let mut lines = vec![uploaded.note, format!("image {} {image}", on.names.tag)];
-    lines.extend(
-        on.bring_up(ctx, pool, &uploaded.archive, true, switched)
-            .await?,
-    );
+    let lines = vec![uploaded.note, format!("image {} {image}", on.names.tag)];
+    after_image(ctx, pass, on, &uploaded.archive, lines, switched, running).await
+}
+
+/// A deploy of an image the target pulls by its pinned `reference` (no archive): pull, then
+/// as for an archive.
+async fn pulled_steps(
+    ctx: &WorkflowContext,
+    pass: &PassContext<'_>,
+    on: &OnTarget<'_>,
+    reference: &str,
+    switched: &mut bool,
+    running: &mut Option<RunningContainer>,
+) -> Result<Vec<String>, WorkflowError> {
+    let step = format!("{}: pull {reference}", on.target.name);
+    let pull = commands::pull(&on.names, reference);
+    let image: String = ctx
+        .step_with(&step, shown_running(), || async {
+            on.run(ctx, pass.pool, &step, &pull).await
+        })
+        .await?;
+    let lines = vec![format!("image {} {image} from {reference}", on.names.tag)];
+    after_image(ctx, pass, on, "", lines, switched, running).await
+}
+
+/// Once the version's image is on the target: start, health, switch, checks, retire the
+/// others, the manifest, prune.
+async fn after_image(
+    ctx: &WorkflowContext,
+    pass: &PassContext<'_>,
+    on: &OnTarget<'_>,
+    archive: &str,
+    mut lines: Vec<String>,
+    switched: &mut bool,
+    running: &mut Option<RunningContainer>,
+) -> Result<Vec<String>, WorkflowError> {
+    let (pool, t) = (pass.pool, &on.target.name);
+    let (up, now) = on.bring_up(ctx, pool, archive, true, switched).await?;
+    lines.extend(up);
+    *running = Some(now.clone());
     let env = on.env();
     lines.extend(plugins::run_checks(ctx, pool, pass.eff, on.target, &env, "").await?);
     lines.push(on.retire_others(ctx, pool).await?);
+    // Issue 41: what the target runs, once live and checked and the others retired.
+    lines.push(super::manifest::record_step(ctx, pass, pass.eff, on.target, &now).await?);
     let step = format!("{t}: prune containers");
     let prune = commands::prune(&on.names, on.settings.keep);
     let pruned: Result<String, WorkflowError> = ctx
@@ -376,6 +433,7 @@ pub(super) async fn roll_back(
     outcome: &TargetOutcome,
     target: &Target,
 ) -> Result<TargetOutcome, WorkflowError> {
+    let mut back = None;
     let result = match previous {
         None => RollbackResult::NothingToRestore(format!(
             "no earlier successful deploy of {}/{} to return to",
@@ -391,7 +449,7 @@ pub(super) async fn roll_back(
             let on = OnTarget::new(prev, target, pass.deploy_id)?;
             let mut switched = false;
             let restored = async {
-                let mut lines = on
+                let (mut lines, now) = on
                     .bring_up(ctx, pass.pool, "", false, &mut switched)
                     .await?;
                 let env = on.env();
@@ -399,13 +457,18 @@ pub(super) async fn roll_back(
                 lines
                     .extend(plugins::run_checks(ctx, pass.pool, prev, target, &env, &after).await?);
                 lines.push(on.retire_others(ctx, pass.pool).await?);
-                Ok::<_, WorkflowError>(lines)
+                // The manifest follows the container the proxy points at again.
+                super::manifest::record_step(ctx, pass, prev, target, &now).await?;
+                Ok::<_, WorkflowError>(now)
             }
             .await;
             match restored {
-                Ok(_) => RollbackResult::Restored {
-                    version: prev.version.clone(),
-                },
+                Ok(now) => {
+                    back = Some(now);
+                    RollbackResult::Restored {
+                        version: prev.version.clone(),
+                    }
+                }
                 Err(WorkflowError::Step { name, message }) => {
                     RollbackResult::Failed(format!("{name}: {message}"))
                 }
@@ -413,7 +476,11 @@ pub(super) async fn roll_back(
             }
         }
     };
-    let rolled = outcome.after_rollback(&result);
+    let mut rolled = outcome.after_rollback(&result);
+    if back.is_some() {
+        // The previous version's container runs behind the proxy again.
+        rolled.container = back;
+    }
     publish(ctx, &EventKey::target(&outcome.name), &rolled).await?;
     Ok(rolled)
 }

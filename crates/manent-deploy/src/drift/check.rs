@@ -210,6 +210,9 @@ async fn one_target(
             }
             Err(e) => return outcome(DriftState::Unknown, e.to_string()),
         };
+    if let Some(recorded) = &manifest.container {
+        return containers(pool, eff, target, &manifest, recorded).await;
+    }
     if let Some(n) = manifest.snapshot.too_many_files {
         return TargetDrift {
             version: Some(manifest.version.clone()),
@@ -248,6 +251,41 @@ async fn one_target(
         differences,
         detail: None,
         version: Some(manifest.version),
+    }
+}
+
+/// A container target against the container its manifest records
+/// (`containers::manifest`, docs/containers.md "Drift").
+async fn containers(
+    pool: &ConnectionPool,
+    eff: &EffectiveDescriptor,
+    target: &Target,
+    manifest: &manifests::Manifest,
+    recorded: &manent_model::RunningContainer,
+) -> TargetDrift {
+    let (state, differences, detail) =
+        match crate::containers::manifest::drift(pool, eff, target, recorded).await {
+            Ok(found) if found.is_empty() => (DriftState::InSync, Vec::new(), None),
+            Ok(found) => (
+                DriftState::Drifted,
+                found
+                    .into_iter()
+                    .map(|m| compare::Difference {
+                        path: m.what,
+                        expected: m.expected,
+                        found: m.found,
+                    })
+                    .collect(),
+                None,
+            ),
+            Err(e) => (DriftState::Unreachable, Vec::new(), Some(e.to_string())),
+        };
+    TargetDrift {
+        name: target.name.clone(),
+        state,
+        differences,
+        detail,
+        version: Some(manifest.version.clone()),
     }
 }
 

@@ -10,7 +10,8 @@
 //! - `schedule`: `drift: {every}`, checks started on a schedule by every worker, each slot
 //!   once whichever worker starts it.
 //!
-//! It depends on `manifests`, `run`, `history`, `notifications`, `request`, `submission`
+//! It depends on `manifests`, `containers` (a container's manifest), `run`, `history`,
+//! `notifications`, `request`, `submission`
 //! and `workflow`
 //! (how a worker reaches targets); the API and the workers call it.
 
@@ -94,6 +95,28 @@ impl DriftReport {
         .into_iter()
         .find(|s| self.targets.iter().any(|t| t.state == *s))
         .unwrap_or(DriftState::InSync)
+    }
+
+    /// Per drifted target, the files and links found in its release that its manifest does
+    /// not hold: what a reconcile removes (a redeploy alone would leave them, and record them).
+    pub fn added_files(&self) -> std::collections::BTreeMap<String, Vec<String>> {
+        self.targets
+            .iter()
+            .filter(|t| t.state == DriftState::Drifted)
+            .map(|t| {
+                let added = t.differences.iter().filter(|d| {
+                    d.expected.is_none()
+                        && d.found
+                            .as_deref()
+                            .is_some_and(|f| f.starts_with("sha256:") || f.starts_with("-> "))
+                });
+                (
+                    t.name.clone(),
+                    added.map(|d| d.path.clone()).collect::<Vec<_>>(),
+                )
+            })
+            .filter(|(_, added)| !added.is_empty())
+            .collect()
     }
 
     /// The names of the drifted targets.

@@ -56,6 +56,11 @@ pub struct Manifest {
     /// Each template's rendered sha256, by its `dest` as written.
     #[serde(default)]
     pub templates: BTreeMap<String, String>,
+    /// Under the `container` plugin, the container the target runs and the proxy's
+    /// upstream (`containers::manifest`); no release directory is listed then. Left out
+    /// otherwise, so manifests read and write as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<manent_model::RunningContainer>,
 }
 
 /// The paths where a live link (`current`) is looked for on `target`, given the release

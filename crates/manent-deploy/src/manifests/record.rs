@@ -48,11 +48,20 @@ async fn build(
     let release = release.trim_end_matches('/').to_string();
     let snapshot = snapshot(pool, eff, target, &release, &live_link_paths(eff, target)).await?;
     Ok(Some(Manifest {
+        release,
+        snapshot,
+        templates: template_digests(eff, target),
+        ..of_run(eff, target, deploy_id)
+    }))
+}
+
+/// What every manifest of `target` holds from the run alone: the deploy, the version, when,
+/// each artifact's sha256, the variables that are not secrets and the secrets' names.
+pub fn of_run(eff: &EffectiveDescriptor, target: &Target, deploy_id: &str) -> Manifest {
+    Manifest {
         deploy_id: deploy_id.to_string(),
         version: eff.version.clone(),
         at_ms: now_ms(),
-        release,
-        snapshot,
         artifacts: eff
             .artifacts
             .iter()
@@ -64,8 +73,8 @@ async fn build(
             .map(|v| (v.name, v.value))
             .collect(),
         secrets: eff.secrets.keys().cloned().collect(),
-        templates: template_digests(eff, target),
-    }))
+        ..Manifest::default()
+    }
 }
 
 /// Each template's rendered sha256 on `target`, by its `dest` as written, from what this
@@ -86,7 +95,7 @@ pub fn template_digests(
         .collect()
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

@@ -144,9 +144,17 @@ async fn deploy_target(
         // No intermediate "checking" event: the target stays "deploying" until its outcome
         // (one checkpoint less per target); a failed check's outcome says it was switched.
         lines.extend(run_checks(ctx, pool, eff, target, &env, "").await?);
-        // Issue 41: what the release holds, once live and checked (docs/plan-and-drift.md).
-        let recorded = manifests::record_step(ctx, pool, pass.records, eff, target, pass.deploy_id);
-        lines.extend(recorded.await?);
+        // A reconcile: what the drift check found added goes (docs/plan-and-drift.md).
+        let removed = crate::drift::reconcile::remove_added(ctx, pool, eff, target).await?;
+        let all_removed = removed.as_ref().is_none_or(|(_, all)| *all);
+        lines.extend(removed.map(|(line, _)| line));
+        // Issue 41: what the release holds, once live and checked (docs/plan-and-drift.md);
+        // kept as it was when a reconcile left added files, which the next check shows.
+        if all_removed {
+            let recorded =
+                manifests::record_step(ctx, pool, pass.records, eff, target, pass.deploy_id);
+            lines.extend(recorded.await?);
+        }
         // Once the new release is live and checked: the older ones past keep_releases go
         // (after the checks, so that a failed check still finds the previous release).
         if let Some(releases) = eff.releases_for(target) {

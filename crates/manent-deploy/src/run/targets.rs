@@ -202,6 +202,10 @@ pub struct TargetOutcome {
     /// "Irreversible deploys"). Left out when none, so outcomes read and write as before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub once_tasks: Vec<String>,
+    /// Under the `container` plugin, what the target runs behind its proxy (docs/containers.md).
+    /// Left out otherwise, so outcomes read and write as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<manent_model::RunningContainer>,
 }
 
 impl TargetOutcome {
@@ -212,6 +216,7 @@ impl TargetOutcome {
             detail,
             switched: false,
             once_tasks: Vec::new(),
+            container: None,
         }
     }
 }
@@ -259,6 +264,7 @@ impl TargetOutcome {
             }),
             switched,
             once_tasks: self.once_tasks.clone(),
+            container: self.container.clone(),
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use manent_engine::{Client, EngineError, WorkflowStatus, now_ms};
 
-use crate::views::deploy_views::event;
+use crate::request::event;
 use crate::{
     history::read_request,
     request::{DEPLOY_WORKFLOW, Decision, EventKey, Phase, same_token},

@@ -277,6 +277,7 @@ async fn submit_recording(
     let mut request = DeployRequest::new(descriptor, effective, route, submitted_by, now_ms());
     request.fast = origin.is_some_and(|o| o.fast);
     request.only_targets = origin.map(|o| o.targets.clone()).unwrap_or_default();
+    request.remove_added = origin.map(|o| o.remove_added.clone()).unwrap_or_default();
     if let Some(eff) = request
         .effective
         .as_mut()
@@ -736,20 +737,20 @@ pub async fn resubmit(
         (source, request),
         how,
         submitted_by,
-        Vec::new(),
+        Default::default(),
     )
     .await
 }
 
-/// [`resubmit`] to `targets` only (all when empty): `manent reconcile`
-/// (docs/plan-and-drift.md).
+/// [`resubmit`] to `targets` only (all when empty), removing the files `remove_added` names
+/// on each: `manent reconcile` (docs/plan-and-drift.md).
 pub async fn resubmit_to(
     client: &Client,
     config: &Arc<Config>,
     (source, request): (&str, DeployRequest),
     Resubmit { kind, fast, force }: Resubmit,
     submitted_by: &Submitter,
-    targets: Vec<String>,
+    (targets, remove_added): (Vec<String>, std::collections::BTreeMap<String, Vec<String>>),
 ) -> Result<Resubmission, ResubmitError> {
     let forced_past = match irreversible::passed_by(client, &request).await? {
         Some(passed) if !force => {
@@ -776,6 +777,7 @@ pub async fn resubmit_to(
         fast,
         forced_past: forced_past.as_ref().map(|p| p.deploy_id.clone()),
         targets,
+        remove_added,
     };
     let submitted = submit_recording(
         client,

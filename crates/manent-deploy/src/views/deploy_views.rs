@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use crate::{
     history::{OriginKind, last_success, origin_of, read_request, request_of},
-    request::{DEPLOY_WORKFLOW, Decision, DeployRequest, EventKey, Phase, rfc3339},
+    request::{DEPLOY_WORKFLOW, Decision, DeployRequest, EventKey, Phase, event, rfc3339},
     run::targets::{TargetOutcome, TargetState},
     views::timeline::{self, PassView, WaveView},
 };
@@ -91,6 +91,8 @@ pub struct TargetView {
     pub detail: Option<String>,
     /// Its roles in the environment file (docs/environments.md, "Tasks and roles").
     pub roles: Vec<String>,
+    /// Under the `container` plugin, what it runs behind its proxy (docs/containers.md).
+    pub container: Option<manent_model::RunningContainer>,
 }
 
 /// One step of a deploy.
@@ -182,28 +184,6 @@ pub struct OutputLine {
     pub line: String,
 }
 
-/// Deploy `id`'s event `key`, if it was published. One that cannot be read is an error
-/// naming the deploy and the key: what it would have said (an approval, a phase) is not
-/// taken as unsaid.
-pub(crate) fn event<T: serde::de::DeserializeOwned>(
-    id: &str,
-    events: &[EventRecord],
-    key: &EventKey,
-) -> Result<Option<T>, EngineError> {
-    let key = key.text();
-    events
-        .iter()
-        .find(|e| e.key == key)
-        .map(|e| {
-            serde_json::from_str(&e.value).map_err(|error| EngineError::Unreadable {
-                kind: "deploy event",
-                id: format!("{id} {key}"),
-                error: error.to_string(),
-            })
-        })
-        .transpose()
-}
-
 /// The summary of deploy `record`, which recorded `request` (no steps, waves or passes);
 /// an error when one of its events cannot be read.
 fn summary(
@@ -258,6 +238,7 @@ fn summary(
                     status: TargetState::Pending,
                     detail: None,
                     roles: t.roles.clone(),
+                    container: None,
                 })
                 .collect()
         })
@@ -338,12 +319,14 @@ fn apply_target_events<'e>(
             Some(t) => {
                 t.status = outcome.status;
                 t.detail = outcome.detail;
+                t.container = outcome.container;
             }
             None => targets.push(TargetView {
                 name: outcome.name,
                 status: outcome.status,
                 detail: outcome.detail,
                 roles: Vec::new(),
+                container: outcome.container,
             }),
         }
     }
@@ -444,6 +427,11 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
         }
         None => None,
     };
+    let analysis = request
+        .effective
+        .as_ref()
+        .and_then(|e| e.rollout.analysis.as_ref());
+    crate::analysis::threshold::fill(analysis, &mut view.measurements);
     if view.phase == Phase::WaitingApproval {
         // What the approver would replace: a database error is an error, not "nothing".
         view.deployed_now = last_success(client, &view.application, &view.environment, None)
@@ -641,6 +629,16 @@ async fn waiting_reason(
                 ))));
             }
             let running = client.running_counts().await?;
+            // Read after the deploy's own record, like the holders above: a deploy claimed
+            // meanwhile is counted in `running` and would be said to wait for itself (a
+            // limit "full" on an idle server).
+            if client
+                .get(&record.id)
+                .await?
+                .is_some_and(|now| now.status != WorkflowStatus::Enqueued)
+            {
+                return Ok(None);
+            }
             let queue = client.queues().await?;
             let queue = queue.iter().find(|q| q.name == record.queue);
             Ok(Some(Waiting::to_all(full_limit(

@@ -226,14 +226,25 @@ async fn gauges(
 
     let notifications = Family::<Labels, Gauge>::default();
     let records = client.records();
-    for (state, kind) in [
-        ("pending", crate::notifications::OUTBOX_KIND),
-        ("failed", crate::notifications::FAILED_KIND),
+    // Pending: deliveries on the queue (waiting, being tried, waiting to be tried again),
+    // and the entries an older manent's outbox holds until a worker moves them there.
+    let queued = client
+        .queue_depths()
+        .await?
+        .into_iter()
+        .filter(|d| d.queue == crate::notifications::NOTIFY_QUEUE)
+        .map(|d| d.enqueued + d.running)
+        .sum::<i64>();
+    let old_outbox = records.list(crate::notifications::OUTBOX_KIND).await?.len();
+    let failed = records.list(crate::notifications::FAILED_KIND).await?.len();
+    let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    for (state, n) in [
+        ("pending", queued.saturating_add(count(old_outbox))),
+        ("failed", count(failed)),
     ] {
-        let n = records.list(kind).await?.len();
         notifications
             .get_or_create(&vec![("state", state.to_string())])
-            .set(i64::try_from(n).unwrap_or(i64::MAX));
+            .set(n);
     }
     registry.register(
         "manent_notifications",

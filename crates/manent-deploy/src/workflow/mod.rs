@@ -431,8 +431,8 @@ fn target_failure(outcome: &TargetOutcome) -> Option<String> {
 }
 
 /// The bake after wave `w` (0-based) under `rollout.analysis` (docs/analysis.md), but the
-/// last, in a deploy started under [`crate::request::ANALYSIS_VERSION`] or later and not a
-/// dry run: why the deploy fails, if it does.
+/// last, in a deploy started under [`crate::request::ANALYSIS_VERSION`] or later (a dry run
+/// lists it instead): why the deploy fails, if it does.
 async fn bake_wave(
     ctx: &WorkflowContext,
     rt: &Runtime,
@@ -446,10 +446,12 @@ async fn bake_wave(
     let Some(analysis) = &eff.rollout.analysis else {
         return Ok(None);
     };
-    if w + 1 >= waves.len()
-        || eff.dry_run
-        || ctx.workflow_version() < crate::request::ANALYSIS_VERSION
-    {
+    if w + 1 >= waves.len() || ctx.workflow_version() < crate::request::ANALYSIS_VERSION {
+        return Ok(None);
+    }
+    if eff.dry_run {
+        // It bakes nothing; it says what the bake would do (docs/analysis.md).
+        crate::analysis::plan::list_in_dry_run(ctx, eff, w + 1).await?;
         return Ok(None);
     }
     // The targets this deploy has not reached yet.
@@ -494,6 +496,7 @@ fn as_requested(
     {
         eff.targets
             .retain(|t| request.only_targets.contains(&t.name));
+        eff.remove_added = request.remove_added.clone();
     }
     eff
 }
@@ -768,7 +771,8 @@ async fn fetch_all(
 ) -> Result<Vec<LocalArtifact>, WorkflowError> {
     let dir = &artifacts::artifacts_dir(dir);
     let mut local = Vec::new();
-    for artifact in &eff.artifacts {
+    // An image pulled by `ref` is fetched by the target itself (docs/containers.md).
+    for artifact in eff.artifacts.iter().filter(|a| a.reference.is_none()) {
         let fetched: LocalArtifact = ctx
             .step_retrying_if(
                 &format!("fetch {}", artifact.name),

@@ -122,6 +122,35 @@ pub struct ProxySettings {
     pub listen: String,
 }
 
+/// What runs on a target under the `container` plugin once a deploy switched it (or a
+/// rollback switched it back): its container, image and the proxy in front, as the
+/// container steps recorded them (`manent status`, the release manifest, `manent drift`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningContainer {
+    /// `<name>-<version>`.
+    pub name: String,
+    /// The image's tag on the target (`localhost/manent/<name>:<version>`).
+    pub image: String,
+    /// The image's id as the runtime reports it (`sha256:…`, the digest of its
+    /// configuration); empty when the runtime did not say.
+    pub image_digest: String,
+    /// Where the container's port is published on the target (`127.0.0.1:<port>`).
+    pub address: String,
+    /// The proxy in front of it.
+    pub proxy: ProxyState,
+}
+
+/// The proxy in front of a target's containers, as the switch left it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxyState {
+    /// `deploy.proxy.listen` expanded for the target.
+    pub listen: String,
+    /// The server it sends new requests to: the container's name.
+    pub server: String,
+    /// That server's address (the container's `address`).
+    pub upstream: String,
+}
+
 fn default_stop_timeout() -> Duration {
     Duration::from_secs(10)
 }
@@ -140,6 +169,97 @@ fn default_interval() -> Duration {
 
 fn default_health_timeout() -> Duration {
     Duration::from_secs(30)
+}
+
+/// An artifact's `ref` checked (docs/containers.md, "Registry references"): an image in
+/// a registry pinned by digest, `registry/app@sha256:<64 hex>`, of type `image`, without a
+/// `url`, and a `sha256` (if written) equal to the digest. The digest (lower case), or the
+/// field at fault and what to do.
+pub(crate) fn check_image_reference(
+    artifact: &crate::Artifact,
+) -> Result<String, (&'static str, String)> {
+    let reference = artifact.reference.as_deref().unwrap_or_default();
+    let digest = image_reference(reference).map_err(|e| ("ref", e))?;
+    if artifact.artifact_type != IMAGE_ARTIFACT {
+        return Err((
+            "type",
+            format!(
+                "is `{}`, but a `ref` names an image in a registry; write type: {IMAGE_ARTIFACT}",
+                artifact.artifact_type
+            ),
+        ));
+    }
+    if !artifact.url.is_empty() {
+        return Err((
+            "url",
+            "is set beside `ref`; keep one: `ref` for an image the target pulls, `url` for an \
+             archive manent fetches"
+                .to_owned(),
+        ));
+    }
+    if !artifact.sha256.is_empty() && !artifact.sha256.eq_ignore_ascii_case(&digest) {
+        return Err((
+            "sha256",
+            format!(
+                "is not the digest of `ref` ({digest}); remove it (the reference's digest is \
+                 the one verified) or correct it"
+            ),
+        ));
+    }
+    Ok(digest)
+}
+
+/// The digest of `reference` if it is `name@sha256:<64 hex>`, `name` a registry's image
+/// name (lower-case letters, digits, `.`, `_`, `-`, `/`, and a `:port` after the registry).
+pub fn image_reference(reference: &str) -> Result<String, String> {
+    let pin = "pin it by digest: `registry.example.com/app@sha256:<64 hex digits>` (the \
+               digest `podman image inspect --format '{{.Digest}}' IMAGE` or the registry \
+               prints); a tag can be moved to another image, a digest cannot";
+    let Some((name, digest)) = reference.split_once('@') else {
+        return Err(format!("`{reference}` is not pinned by digest; {pin}"));
+    };
+    let Some(hex) = digest.strip_prefix("sha256:") else {
+        return Err(format!(
+            "`{reference}`: the digest must be `sha256:` and 64 hexadecimal digits; {pin}"
+        ));
+    };
+    if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!(
+            "`{reference}`: the digest must be `sha256:` and 64 hexadecimal digits (found {} \
+             characters); {pin}",
+            hex.chars().count()
+        ));
+    }
+    let path = name
+        .split_once(':')
+        .map_or(name, |(registry, port_and_path)| {
+            // `registry:5000/app`: the port belongs to the registry, a tag after it is refused.
+            if port_and_path.split('/').next().is_some_and(|p| {
+                !p.is_empty()
+                    && p.chars().all(|c| c.is_ascii_digit())
+                    && port_and_path.contains('/')
+            }) {
+                registry
+            } else {
+                ""
+            }
+        });
+    let valid = !name.is_empty()
+        && !path.is_empty()
+        && name.chars().all(|c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-' | '/' | ':')
+        })
+        && name.matches(':').count() <= 1
+        && !name.starts_with(['/', '.', '-'])
+        && !name.ends_with('/')
+        && !name.contains("//");
+    if !valid {
+        return Err(format!(
+            "`{reference}`: `{name}` is not an image name (lower-case letters, digits, `.`, `_`, \
+             `-`, `/`, a registry's `:port`; no tag beside the digest); {pin}"
+        ));
+    }
+    Ok(hex.to_ascii_lowercase())
 }
 
 /// Whether `name` may be a variable name passed to a container.
@@ -297,6 +417,66 @@ mod tests {
         expect_test::expect!["shop-api-prod-1.2+build3"].assert_eq(&format!("{base}-1.2+build3"));
         expect_test::expect!["shop-api-prod-1.2-build3"]
             .assert_eq(&container_name(&base, "1.2+build3"));
+    }
+
+    #[test]
+    fn a_registry_reference_is_taken_only_pinned_by_digest() {
+        let hex = "ab".repeat(32);
+        assert_eq!(
+            image_reference(&format!(
+                "registry.example.com:5000/shop/api@sha256:{}",
+                hex.to_uppercase()
+            )),
+            Ok(hex.clone()),
+            "a reference with a registry's port and a digest is taken, the digest lower-cased"
+        );
+        for (reference, why) in [
+            ("registry.example.com/shop/api:1.4", "not pinned by digest"),
+            (
+                "registry.example.com/shop/api@sha256:abc",
+                "found 3 characters",
+            ),
+            ("registry.example.com/shop/api@md5:abc", "must be `sha256:`"),
+            (
+                &format!("registry.example.com/shop/api:1.4@sha256:{hex}"),
+                "no tag beside the digest",
+            ),
+            (&format!("Shop/API@sha256:{hex}"), "is not an image name"),
+        ] {
+            let e = image_reference(reference).unwrap_err();
+            assert!(
+                e.contains(why) && e.contains("pin it by digest"),
+                "`{reference}` is refused saying {why:?} and what to write: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_descriptor_with_an_unpinned_reference_is_refused_naming_its_file_line_and_field() {
+        let text = |reference: &str| {
+            format!(
+                "application: shop/api\nenvironment: prod\nartifacts:\n  - name: api\n    \
+                 type: image\n    version: \"1.4\"\n    ref: {reference}\n"
+            )
+        };
+        let e = crate::parse_descriptor(&text("registry.example.com/shop/api:1.4"), "deploy.yml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("deploy.yml:7: artifacts[0].ref:") && e.contains("pin it by digest"),
+            "the error names the file, line and field, and says to pin the digest: {e}"
+        );
+        let hex = "cd".repeat(32);
+        let d = crate::parse_descriptor(
+            &text(&format!("registry.example.com/shop/api@sha256:{hex}")),
+            "deploy.yml",
+        )
+        .expect("a pinned reference is taken");
+        assert_eq!(
+            (d.artifacts[0].sha256.as_str(), d.artifacts[0].url.as_str()),
+            (hex.as_str(), ""),
+            "the artifact's sha256 is the reference's digest and it has no url: {d:?}"
+        );
     }
 
     #[test]

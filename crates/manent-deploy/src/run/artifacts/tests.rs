@@ -25,6 +25,7 @@ fn artifact(url: String, sha256: &str) -> Artifact {
         version: "1".into(),
         url,
         sha256: sha256.into(),
+        reference: None,
     }
 }
 
@@ -233,6 +234,7 @@ mod source_tests {
             version: "1".into(),
             url: format!("file://{}/app.tar", root.display()),
             sha256: hex::encode(Sha256::digest(b"private key")),
+            reference: None,
         };
         let work = dir.path().join("work");
         let err = ensure_local(&artifact, APP, &work, &sources)
@@ -316,6 +318,7 @@ mod source_tests {
             version: "1".into(),
             url: format!("{base}{path}"),
             sha256: hex::encode(Sha256::digest(body)),
+            reference: None,
         };
 
         let within = ensure_local(
@@ -405,6 +408,7 @@ mod source_tests {
             version: "1".into(),
             url,
             sha256: hex::encode(Sha256::digest(body)),
+            reference: None,
         }
     }
 

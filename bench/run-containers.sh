@@ -1,0 +1,279 @@
+#!/usr/bin/env bash
+# Container deploy benchmark (issue 40, item 7): a container deploy with manent's `container`
+# plugin to 1 and 10 loopback sshd targets, against the floor: the same steps as one shell
+# script per target over an OpenSSH connection opened first (archive copied with `cat`,
+# `podman load`, `podman run`, health polled, HAProxy switched through its runtime API, the
+# old server retired once idle and its container stopped), no checkpoints, no verification.
+# During each timed deploy `hey` sends requests to every target's proxy; the requests served
+# and failed are counted. Prints wall times, the ratio manent/floor, the failed requests and
+# `uptime`. Bounded: each deploy gives up after --run-timeout seconds (300). Not run by CI.
+# See bench/README.md, "Container deploys".
+#
+# usage: bench/run-containers.sh [--bin DIR] [--targets 1,10] [--rounds 1] [--out DIR]
+#   --bin DIR: where manent-server and manent are (default $CARGO_TARGET_DIR/release, else
+#              target/release; build them with `cargo build --release -p manent-server -p
+#              manent-cli`). Debug binaries work and say so in the table.
+#
+# Needs podman (and catatonit), haproxy, socat, curl, hey, OpenSSH's sshd, ssh, ssh-keygen,
+# and busybox (static, /bin/busybox or $MANENT_TEST_BUSYBOX) for the images. Runs as the
+# current user: the targets are this machine's loopback addresses 127.0.0.2… logged in to as
+# this user, so every target shares one podman storage (as the floor does).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bin=""
+counts="1,10"
+rounds=1
+out=""
+timeout=300
+while (($#)); do
+    case "$1" in
+        --bin) bin=$2; shift 2 ;;
+        --targets) counts=$2; shift 2 ;;
+        --rounds) rounds=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        --run-timeout) timeout=$2; shift 2 ;;
+        -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+if [[ -z $bin ]]; then
+    bin=${CARGO_TARGET_DIR:-$root/target}/release
+fi
+for tool in "$bin/manent-server" "$bin/manent"; do
+    [[ -x $tool ]] || { echo "$tool is missing: cargo build --release -p manent-server -p manent-cli, or --bin DIR" >&2; exit 2; }
+done
+for tool in podman haproxy socat curl hey sshd ssh ssh-keygen; do
+    command -v "$tool" >/dev/null || [[ -x /usr/sbin/$tool ]] || { echo "$tool is not installed" >&2; exit 2; }
+done
+busybox=${MANENT_TEST_BUSYBOX:-/bin/busybox}
+USER=${USER:-$(id -un)}
+out=${out:-$root/bench/target/results/containers-$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$out"
+work=$(mktemp -d /tmp/manent-containers-bench.XXXXXX)
+log=$out/run.log
+: >"$log"
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for c in $(podman ps -a --format '{{.Names}}' | grep '^mbench-' || true); do podman rm -f "$c" >/dev/null 2>&1 || true; done
+    for i in $(podman images --format '{{.Repository}}:{{.Tag}}' | grep 'mbench' || true); do podman rmi -f "$i" >/dev/null 2>&1 || true; done
+    for d in "$HOME"/.manent/proxy/mbench-*; do
+        [[ -f $d/haproxy.pid ]] && kill "$(cat "$d/haproxy.pid")" 2>/dev/null || true
+        rm -rf "$d"
+    done
+    for s in "$work"/floor-*.sock; do [[ -S $s ]] && ssh -S "$s" -O exit x 2>/dev/null || true; done
+    rm -f "$HOME"/.manent/floor-n*.tar
+    rm -rf "$work"
+}
+trap cleanup EXIT
+max=$(tr ',' '\n' <<<"$counts" | sort -n | tail -n 1)
+
+# sshd on 127.0.0.2 … (max+1), one server, one port.
+ssh-keygen -q -t ed25519 -N '' -f "$work/host_key"
+ssh-keygen -q -t ed25519 -N '' -f "$work/client_key"
+cp "$work/client_key.pub" "$work/authorized_keys"
+sshd_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+{
+    for i in $(seq 1 "$max"); do echo "ListenAddress 127.0.0.$((i + 1)):$sshd_port"; done
+    cat <<EOF
+HostKey $work/host_key
+PidFile $work/sshd.pid
+AuthorizedKeysFile $work/authorized_keys
+StrictModes no
+UsePAM no
+PubkeyAuthentication yes
+PasswordAuthentication no
+PermitRootLogin prohibit-password
+UseDNS no
+MaxStartups 100
+MaxSessions 100
+Subsystem sftp internal-sftp
+EOF
+} >"$work/sshd_config"
+mkdir -p /run/sshd
+/usr/sbin/sshd -D -f "$work/sshd_config" -E "$work/sshd.log" &
+pids+=($!)
+for i in $(seq 1 "$max"); do
+    echo "[127.0.0.$((i + 1))]:$sshd_port $(cut -d' ' -f1,2 "$work/host_key.pub")"
+done >"$work/known_hosts"
+ssh_opts=(-i "$work/client_key" -o "UserKnownHostsFile=$work/known_hosts" -o StrictHostKeyChecking=yes -o BatchMode=yes -p "$sshd_port")
+for _ in $(seq 1 50); do ssh "${ssh_opts[@]}" "$USER@127.0.0.2" true 2>/dev/null && break; sleep 0.1; done
+
+# Images: busybox httpd on 8080 serving its version, /health answering once started.
+image() {
+    local v=$1 rootfs=$work/rootfs-$1
+    mkdir -p "$rootfs/bin" "$rootfs/www"
+    [[ -x $busybox ]] || { echo "busybox (static) is needed at $busybox or \$MANENT_TEST_BUSYBOX" >&2; exit 2; }
+    cp "$busybox" "$rootfs/bin/busybox"
+    ln -sf busybox "$rootfs/bin/sh"
+    ln -sf busybox "$rootfs/bin/httpd"
+    echo "v$v" >"$rootfs/www/index.html"
+    echo ok >"$rootfs/www/health"
+    tar -C "$rootfs" -cf "$work/rootfs-$v.tar" .
+    podman import -q --change 'CMD ["/bin/httpd","-f","-p","8080","-h","/www"]' "$work/rootfs-$v.tar" "localhost/mbench-build:$v" >/dev/null
+    podman save -q -o "$work/image-$v.tar" "localhost/mbench-build:$v"
+    podman rmi -f "localhost/mbench-build:$v" >/dev/null
+    sha256sum "$work/image-$v.tar" | cut -d' ' -f1
+}
+
+# manent: one `serve` on SQLite.
+api_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+mkdir -p "$work/site/environments"
+cat >"$work/site/manent.yml" <<EOF
+database: {url: "sqlite://$work/site/manent.db"}
+api: {listen: "127.0.0.1:$api_port"}
+environments: {source: environments}
+artifacts: {sources: ["file://$work/"]}
+EOF
+server() { DBOS__VMID=w1 MANENT_WORKDIR=$work/site/work "$bin/manent-server" -c "$work/site/manent.yml" "$@"; }
+token=$(server admin token create --name bench --role admin)
+server serve 2>>"$work/server.log" &
+pids+=($!)
+for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$api_port/healthz" >/dev/null && break; sleep 0.1; done
+cli() { "$bin/manent" --server "http://127.0.0.1:$api_port" --token "$token" "$@"; }
+
+environment() { # application n listen-port
+    local app=$1 n=$2 port=$3
+    mkdir -p "$work/site/environments/bench/$app"
+    {
+        echo "targets:"
+        for i in $(seq 1 "$n"); do echo "  - {name: t$i, host: 127.0.0.$((i + 1)), port: $sshd_port}"; done
+        echo "ssh: {user: \"$USER\", key: \"$work/client_key\", known_hosts: \"$work/known_hosts\"}"
+        echo "rollout: {max_parallel: $n}"
+        echo "deploy:"
+        echo "  plugin: container"
+        echo "  container: {name: \"mbench-$app-{target}\", port: 8080, health: {path: /health, interval: 100ms, timeout: 60s}, stop_timeout: 5s, keep: 1}"
+        echo "  proxy: {listen: \"{host}:$port\"}"
+    } >"$work/site/environments/bench/$app/prod.yml"
+}
+
+descriptor() { # application version sha
+    cat >"$work/deploy-$1-$2.yml" <<EOF
+application: bench/$1
+environment: prod
+artifacts:
+  - {name: app.tar, type: image, version: "$2", url: "file://$work/image-$2.tar", sha256: "$3"}
+EOF
+    echo "$work/deploy-$1-$2.yml"
+}
+
+# The floor's script on one target: the steps of a container deploy, nothing else.
+floor_script() { # base version archive
+    cat <<EOF
+set -e
+rt=podman base=$1 name=$1-$2 tag=localhost/manent/$1:$2
+ref=\$(\$rt load -i $3 | sed -n 's/^Loaded image[^:]*: *//p' | tail -n 1)
+\$rt tag "\$ref" "\$tag"
+\$rt run -d --init --name "\$name" --label manent.owner=\$base -p 127.0.0.1::8080 "\$tag" >/dev/null
+addr=\$(\$rt port "\$name" 8080/tcp | head -n 1)
+tries=0
+until [ "\$(curl -s -o /dev/null -m 5 -w '%{http_code}' "http://\$addr/health")" = 200 ]; do
+  tries=\$((tries + 1)); [ \$tries -lt 600 ] || { echo "\$name never became healthy" >&2; exit 5; }
+  sleep 0.1
+done
+sock=\$HOME/.manent/proxy/\$base/admin.sock
+api() { printf '%s\n' "\$1" | socat -t 5 stdio "unix-connect:\$sock"; }
+api "add server live/\$name \$addr" >/dev/null
+api "set server live/\$name state ready" >/dev/null
+others=\$(api 'show servers state live' | awk 'NR > 2 && NF > 3 { print \$4 }' | grep -vx "\$name" || true)
+for s in \$others; do api "set server live/\$s state drain" >/dev/null; done
+for s in \$others; do
+  while [ "\$(api 'show stat' | awk -F, -v s="\$s" '\$1 == "live" && \$2 == s { print \$5 }')" != 0 ]; do sleep 0.2; done
+  api "set server live/\$s state maint" >/dev/null
+  api "del server live/\$s" >/dev/null
+done
+for c in \$(\$rt ps --filter label=manent.owner=\$base --format '{{.Names}}'); do
+  [ "\$c" = "\$name" ] || \$rt stop -t 5 "\$c" >/dev/null
+done
+EOF
+}
+
+floor() { # application n version
+    local app=$1 n=$2 v=$3 i
+    for i in $(seq 1 "$n"); do
+        ssh "${ssh_opts[@]}" -M -N -f -S "$work/floor-$app-$i.sock" -o ControlPersist=300 "$USER@127.0.0.$((i + 1))"
+    done
+    local start end
+    start=$(date +%s.%N)
+    for i in $(seq 1 "$n"); do
+        (
+            s=$work/floor-$app-$i.sock
+            ssh -S "$s" "${ssh_opts[@]}" "$USER@127.0.0.$((i + 1))" "mkdir -p ~/.manent && cat > ~/.manent/floor-$app-$i-$v.tar" <"$work/image-$v.tar"
+            floor_script "mbench-$app-t$i" "$v" "\$HOME/.manent/floor-$app-$i-$v.tar" | ssh -S "$s" "${ssh_opts[@]}" "$USER@127.0.0.$((i + 1))" sh 2>>"$log"
+        ) &
+    done
+    wait
+    end=$(date +%s.%N)
+    for i in $(seq 1 "$n"); do ssh -S "$work/floor-$app-$i.sock" -O exit x 2>/dev/null || true; done
+    awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }'
+}
+
+# hey against every target's proxy while a deploy runs; prints "served failed".
+load_start() { # n listen-port
+    local i
+    loads=()
+    for i in $(seq 1 "$1"); do
+        hey -z "${timeout}s" -c 2 "http://127.0.0.$((i + 1)):$2/" >"$work/hey-$i.txt" 2>&1 &
+        loads+=($!)
+    done
+}
+load_stop() { # in this shell (it waits for hey); "served failed" into $work/load.txt
+    local pid served=0 failed=0 f ok all errors
+    for pid in "${loads[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
+    for pid in "${loads[@]}"; do wait "$pid" 2>/dev/null || true; done
+    for f in "$work"/hey-*.txt; do
+        ok=$(awk '/\[200\]/ { print $2 }' "$f" | head -n 1)
+        all=$(awk '/\[[0-9]+\]/ { n += $2 } END { print n + 0 }' "$f")
+        errors=$(awk '/Error distribution:/ { on = 1; next } on && /\[[0-9]+\]/ { n += substr($1, 2, length($1) - 2) } END { print n + 0 }' "$f")
+        served=$((served + ${ok:-0}))
+        failed=$((failed + all - ${ok:-0} + errors))
+        cat "$f" >>"$log"
+        rm -f "$f"
+    done
+    echo "$served $failed" >"$work/load.txt"
+}
+
+build=$(basename "$(dirname "$bin")")
+table=$out/table.md
+{
+    echo "| targets | round | manent s | floor s | manent/floor | manent served/failed | floor served/failed | load at start |"
+    echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+} >"$table"
+version=0
+port=8100
+for n in ${counts//,/ }; do
+    app=n$n
+    port=$((port + 1))
+    environment "$app" "$n" "$port"
+    version=$((version + 1))
+    sha=$(image $version 2>>"$log")
+    echo "== $n target(s): first deploy (untimed, starts the proxies)" >&2
+    cli deploy --wait -f "$(descriptor "$app" "$version" "$sha")" >>"$log" 2>&1
+    for round in $(seq 1 "$rounds"); do
+        version=$((version + 1)); sha=$(image $version 2>>"$log")
+        d=$(descriptor "$app" "$version" "$sha")
+        load=$(cut -d' ' -f1-3 /proc/loadavg)
+        load_start "$n" "$port"
+        start=$(date +%s.%N)
+        timeout "$timeout" "$bin/manent" --server "http://127.0.0.1:$api_port" --token "$token" deploy --wait -f "$d" >>"$log" 2>&1 || echo "manent's deploy failed: see $log" >&2
+        end=$(date +%s.%N)
+        load_stop
+        read -r m_served m_failed <"$work/load.txt"
+        m=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }')
+        version=$((version + 1)); image $version >/dev/null 2>>"$log"
+        load_start "$n" "$port"
+        f=$(floor "$app" "$n" "$version")
+        load_stop
+        read -r f_served f_failed <"$work/load.txt"
+        ratio=$(awk -v m="$m" -v f="$f" 'BEGIN { printf "%.2f", m / f }')
+        printf '| %s | %s | %.2f | %.2f | %s | %s/%s | %s/%s | %s |\n' "$n" "$round" "$m" "$f" "$ratio" \
+            "$m_served" "$m_failed" "$f_served" "$f_failed" "$load" | tee -a "$table" >&2
+    done
+done
+{
+    echo
+    echo "binaries: $bin ($build); $(nproc) CPUs; uptime: $(uptime)"
+    echo "goal: manent/floor <= 1.2 and 0 failed requests"
+} | tee -a "$table" >&2
+cat "$table"
