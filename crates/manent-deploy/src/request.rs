@@ -181,7 +181,7 @@ pub struct DeployRequest {
     /// ones). Always started under [`MANIFEST_VERSION`] or later. Left out when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub only_targets: Vec<String>,
-    /// A reconcile's files to remove, per target ([`crate::history::Origin::remove_added`]).
+    /// A reconcile's files to remove, per target (the `remove_added` of its recorded origin).
     /// Left out when none.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub remove_added: std::collections::BTreeMap<String, Vec<String>>,

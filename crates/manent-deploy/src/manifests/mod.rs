@@ -14,6 +14,7 @@
 //! It depends on `run` (reaching a target), `vars` (a run's rendered templates) and
 //! `request` (the workflow version); `plugins`, `drift` and `plan` use it.
 
+pub mod added;
 pub mod record;
 pub mod script;
 

@@ -145,7 +145,7 @@ async fn deploy_target(
         // (one checkpoint less per target); a failed check's outcome says it was switched.
         lines.extend(run_checks(ctx, pool, eff, target, &env, "").await?);
         // A reconcile: what the drift check found added goes (docs/plan-and-drift.md).
-        let removed = crate::drift::reconcile::remove_added(ctx, pool, eff, target).await?;
+        let removed = crate::manifests::added::remove_added(ctx, pool, eff, target).await?;
         let all_removed = removed.as_ref().is_none_or(|(_, all)| *all);
         lines.extend(removed.map(|(line, _)| line));
         // Issue 41: what the release holds, once live and checked (docs/plan-and-drift.md);
