@@ -132,6 +132,7 @@ pub struct AuditQuery {
 
 /// A duration ago as the audit query takes it: a whole number (at most 9 digits) and one
 /// unit, `ms`, `s`, `m`, `h`, `d` or `w` (`90s`, `1h`, `7d`).
+#[cfg(feature = "openapi")]
 pub const DURATION_AGO_PATTERN: &str = "^[0-9]{1,9}(ms|s|m|h|d|w)$";
 
 /// The schema of `since` and `until`: an RFC 3339 time, or a duration ago.

@@ -6,6 +6,9 @@ use manent_engine::{StepPolicy, WorkflowContext, WorkflowError};
 use manent_model::{EffectiveDescriptor, Target};
 use manent_ssh::ConnectionPool;
 
+use crate::run::release_scripts::failure;
+use crate::run::targets::{TargetError, connection};
+
 /// The step `<target>: remove added files` of a reconcile, once the target's release is live
 /// and checked again: the files and links its drift check found added to the release are
 /// removed (`rm -f`), so that the manifest recorded next is the release as deployed, not as
@@ -29,17 +32,15 @@ pub async fn remove_added(
     let removed: Result<String, WorkflowError> = ctx
         .step_with(&step, StepPolicy::default().recording_start(), || async {
             if script.is_empty() {
-                return Ok::<_, crate::run::targets::TargetError>(String::new());
+                return Ok::<_, TargetError>(String::new());
             }
-            let conn = crate::run::targets::connection(pool, eff, target).await?;
+            let conn = connection(pool, eff, target).await?;
             let out = conn
                 .exec(&script, &[])
                 .await
-                .map_err(|e| crate::run::targets::TargetError::Transport(e.to_string()))?;
+                .map_err(|e| TargetError::Transport(e.to_string()))?;
             if !out.success() {
-                return Err(crate::run::targets::TargetError::Script(
-                    crate::run::release_scripts::failure(&out.stderr, out.status),
-                ));
+                return Err(TargetError::Script(failure(&out.stderr, out.status)));
             }
             Ok(String::new())
         })

@@ -5,12 +5,12 @@ use super::*;
 #[test]
 fn a_deploy_is_never_said_to_wait_for_itself() {
     assert_eq!(
-        others(["a3b2010e", "c0ffee12"].into_iter(), "a3b2010e"),
+        waiting::others(["a3b2010e", "c0ffee12"].into_iter(), "a3b2010e"),
         ["c0ffee12"],
         "the deploy that just started is not the one it waits for"
     );
     assert!(
-        others(["a3b2010e"].into_iter(), "a3b2010e").is_empty(),
+        waiting::others(["a3b2010e"].into_iter(), "a3b2010e").is_empty(),
         "alone in its environment, it waits for no deploy"
     );
 }
@@ -61,7 +61,7 @@ fn waiting_for_names_the_limit_that_is_full_and_none_on_an_idle_server() {
     ];
     for (what, running, registered, expected) in cases {
         assert_eq!(
-            full_limit("default", &live, &running, Some(&registered)),
+            waiting::full_limit("default", &live, &running, Some(&registered)),
             expected,
             "{what}"
         );
