@@ -75,12 +75,17 @@ pub fn image_present(names: &Names) -> String {
 }
 
 /// Loads the archive `file` (unless the image is there), tags it as the version's image and
-/// prints its id.
+/// prints its id. Loads on one host take turns (`flock` where the host has it): targets or
+/// environments sharing a runtime's storage and loading the same image at once made one
+/// load's tag vanish ("image not known").
 pub fn load(names: &Names, file: &str) -> String {
     let tag = q(&names.tag);
     let file = q(file);
     format!(
-        "if ! $rt image inspect {tag} >/dev/null 2>&1; then
+        "if command -v flock >/dev/null 2>&1; then
+  exec 9>\"${{TMPDIR:-/tmp}}/manent-image-load.lock\" && flock 9
+fi
+if ! $rt image inspect {tag} >/dev/null 2>&1; then
   out=$($rt load -i {file}) || exit $?
   ref=$(printf '%s\\n' \"$out\" | sed -n 's/^Loaded image[^:]*: *//p' | tail -n 1)
   ref=${{ref%%,*}}
@@ -306,6 +311,44 @@ echo \"$kept stopped version(s) kept, removed:${{removed:- none}}\"
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_load_runs_in_a_real_shell_under_the_hosts_lock_and_prints_the_images_id() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let names = Names::new("web", "2");
+        // A runtime that has no image until it loads one, then knows the tag.
+        let fake = format!(
+            "rt() {{ case \"$1 $2\" in \
+               'image inspect') [ -f {d}/tagged ] && echo abc123 || return 1 ;; \
+               'load -i') echo 'Loaded image: localhost/app:2' ;; \
+               'tag localhost/app:2') touch {d}/tagged ;; \
+               *) return 9 ;; esac; }}\nrt=rt\nTMPDIR={d}\n",
+            d = dir.path().display()
+        );
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{fake}{}", load(&names, "/srv/app.tar")))
+            .output()
+            .expect("run sh");
+        assert_eq!(
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).trim()
+            ),
+            (Some(0), "sha256:abc123"),
+            "loaded, tagged and its id printed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let locked = dir.path().join("manent-image-load.lock").exists();
+        let has_flock = std::process::Command::new("sh")
+            .args(["-c", "command -v flock"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert_eq!(
+            locked, has_flock,
+            "the load takes the host's lock where flock exists"
+        );
+    }
 
     #[test]
     fn a_version_has_one_container_name_and_one_image_tag() {
