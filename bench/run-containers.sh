@@ -15,9 +15,13 @@
 #              manent-cli`). Debug binaries work and say so in the table.
 #
 # Needs podman (and catatonit), haproxy, socat, curl, hey, OpenSSH's sshd, ssh, ssh-keygen,
-# and busybox (static, /bin/busybox or $MANENT_TEST_BUSYBOX) for the images. Runs as the
-# current user: the targets are this machine's loopback addresses 127.0.0.2… logged in to as
-# this user, so every target shares one podman storage (as the floor does).
+# and busybox (static, /bin/busybox or $MANENT_TEST_BUSYBOX) for the images. The targets are
+# this machine's loopback addresses 127.0.0.2… logged in to as the current user, so every
+# target shares one podman storage (as the floor does). sshd runs every command through the
+# login shell, which reads its start-up files first (root's ~/.bashrc runs `pyenv init` on
+# these machines: 0.23 s a session); run as root, the bench logs in as `manent-bench`, the
+# same uid 0 and home with /bin/sh as its shell, added to /etc/passwd for the run and removed
+# at its end (--login-as-self: log in as the current user and its shell instead).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,6 +30,7 @@ counts="1,10"
 rounds=1
 out=""
 timeout=300
+login_as_self=""
 while (($#)); do
     case "$1" in
         --bin) bin=$2; shift 2 ;;
@@ -33,7 +38,8 @@ while (($#)); do
         --rounds) rounds=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --run-timeout) timeout=$2; shift 2 ;;
-        -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --login-as-self) login_as_self=1; shift ;;
+        -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -65,8 +71,20 @@ cleanup() {
     for s in "$work"/floor-*.sock; do [[ -S $s ]] && ssh -S "$s" -O exit x 2>/dev/null || true; done
     rm -f "$HOME"/.manent/floor-n*.tar
     rm -rf "$work"
+    [[ -z $alias_added ]] || sed -i '/^manent-bench:/d' /etc/passwd /etc/shadow
 }
+alias_added=""
 trap cleanup EXIT
+# The login: a uid-0 alias whose shell reads no start-up file (see the top).
+if [[ -z $login_as_self && $(id -u) = 0 && $(getent passwd "$USER" | cut -d: -f7) != /bin/sh ]]; then
+    if ! getent passwd manent-bench >/dev/null; then
+        # `*`, not useradd's `!`: sshd refuses a locked account even its keys.
+        useradd -o -u 0 -g 0 -M -d "$HOME" -s /bin/sh -p '*' manent-bench
+        alias_added=1
+    fi
+    USER=manent-bench
+fi
+login_shell=$(getent passwd "$USER" | cut -d: -f7)
 max=$(tr ',' '\n' <<<"$counts" | sort -n | tail -n 1)
 
 # sshd on 127.0.0.2 … (max+1), one server, one port.
@@ -126,9 +144,9 @@ api: {listen: "127.0.0.1:$api_port"}
 environments: {source: environments}
 artifacts: {sources: ["file://$work/"]}
 EOF
-server() { DBOS__VMID=w1 MANENT_WORKDIR=$work/site/work "$bin/manent-server" -c "$work/site/manent.yml" "$@"; }
+server() { DBOS__VMID=w1 MANENT_WORKDIR=$work/site/work exec "$bin/manent-server" -c "$work/site/manent.yml" "$@"; }
 token=$(server admin token create --name bench --role admin)
-server serve 2>>"$work/server.log" &
+(server serve 2>>"$work/server.log") &
 pids+=($!)
 for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$api_port/healthz" >/dev/null && break; sleep 0.1; done
 cli() { "$bin/manent" --server "http://127.0.0.1:$api_port" --token "$token" "$@"; }
@@ -256,8 +274,12 @@ for n in ${counts//,/ }; do
         load=$(cut -d' ' -f1-3 /proc/loadavg)
         load_start "$n" "$port"
         start=$(date +%s.%N)
-        timeout "$timeout" "$bin/manent" --server "http://127.0.0.1:$api_port" --token "$token" deploy --wait -f "$d" >>"$log" 2>&1 || echo "manent's deploy failed: see $log" >&2
+        timeout "$timeout" "$bin/manent" --server "http://127.0.0.1:$api_port" --token "$token" deploy --wait -f "$d" >"$work/deploy.out" 2>&1 || echo "manent's deploy failed: see $log" >&2
         end=$(date +%s.%N)
+        cat "$work/deploy.out" >>"$log"
+        # Its steps with their times, to see where a deploy spends them.
+        id=$(grep -m 1 -o '[0-9a-f]\{8\}-[0-9a-f-]\{27\}' "$work/deploy.out" || true)
+        [[ -z $id ]] || cli status "$id" -o json >"$out/status-n$n-r$round.json" 2>>"$log" || true
         load_stop
         read -r m_served m_failed <"$work/load.txt"
         m=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }')
@@ -273,7 +295,7 @@ for n in ${counts//,/ }; do
 done
 {
     echo
-    echo "binaries: $bin ($build); $(nproc) CPUs; uptime: $(uptime)"
+    echo "binaries: $bin ($build); login $USER with $login_shell; $(nproc) CPUs; uptime: $(uptime)"
     echo "goal: manent/floor <= 1.2 and 0 failed requests"
 } | tee -a "$table" >&2
 cat "$table"

@@ -77,15 +77,21 @@ pub fn image_present(names: &Names) -> String {
 /// Loads the archive `file` (unless the image is there), tags it as the version's image and
 /// prints its id. Loads on one host take turns (`flock` where the host has it): targets or
 /// environments sharing a runtime's storage and loading the same image at once made one
-/// load's tag vanish ("image not known").
-pub fn load(names: &Names, file: &str) -> String {
+/// load's tag vanish ("image not known"). `absent`: the upload step has just found the
+/// image missing, so the load does not ask again (loading twice is harmless).
+pub fn load(names: &Names, file: &str, absent: bool) -> String {
     let tag = q(&names.tag);
     let file = q(file);
+    let unless_present = if absent {
+        "true".to_string()
+    } else {
+        format!("! $rt image inspect {tag} >/dev/null 2>&1")
+    };
     format!(
         "if command -v flock >/dev/null 2>&1; then
   exec 9>\"${{TMPDIR:-/tmp}}/manent-image-load.lock\" && flock 9
 fi
-if ! $rt image inspect {tag} >/dev/null 2>&1; then
+if {unless_present}; then
   out=$($rt load -i {file}) || exit $?
   ref=$(printf '%s\\n' \"$out\" | sed -n 's/^Loaded image[^:]*: *//p' | tail -n 1)
   ref=${{ref%%,*}}
@@ -129,6 +135,8 @@ pub struct Start<'a> {
     /// Whether a container that stops as it starts is removed (a new one; never the kept
     /// one a rollback starts again).
     pub remove_on_failure: bool,
+    /// The image's id when the deploy has just loaded it (the runtime is not asked again).
+    pub image_id: Option<&'a str>,
 }
 
 /// The line that removes a container that failed, if it is to be removed.
@@ -175,8 +183,11 @@ case \"$state\" in
   true) ;;
   false) $rt start {name} >/dev/null || exit $? ;;
   *)
-    $rt image inspect {tag} >/dev/null 2>&1 || {{ echo \"the image \"{tag}\" is not on this target any more: deploy version \"{version}\" again\" >&2; exit 4; }}
-    {run} >/dev/null || exit $? ;;
+    {run} >/dev/null || {{
+      st=$?
+      $rt image inspect {tag} >/dev/null 2>&1 || {{ echo \"the image \"{tag}\" is not on this target any more: deploy version \"{version}\" again\" >&2; exit 4; }}
+      exit $st
+    }} ;;
 esac
 address=$($rt port {name} {port}/tcp 2>/dev/null | head -n 1)
 if [ -z \"$address\" ]; then
@@ -184,7 +195,7 @@ if [ -z \"$address\" ]; then
   $rt logs --tail 20 {name} >&2 2>&1
   {remove}exit {UNHEALTHY}
 fi
-image=$($rt container inspect --format '{{{{.Image}}}}' {name} 2>/dev/null)
+{image}
 case \"$image\" in ''|sha256:*) ;; *) image=\"sha256:$image\" ;; esac
 echo \"$address $image\"
 ",
@@ -192,6 +203,12 @@ echo \"$address $image\"
         version = q(&s.names.version),
         port = s.port,
         remove = removal(s.names, s.remove_on_failure),
+        image = match s.image_id {
+            Some(id) => format!("image={}", q(id)),
+            None => format!(
+                "image=$($rt container inspect --format '{{{{.Image}}}}' {name} 2>/dev/null)"
+            ),
+        },
     )
 }
 
@@ -234,7 +251,8 @@ pub fn health(h: &Health<'_>) -> String {
   if command -v curl >/dev/null 2>&1; then curl -s -o /dev/null -m 5 -w '%{{http_code}}' \"$1\"
   else wget -q -T 5 -O /dev/null \"$1\" && echo 200; fi
 }}
-end=$(( $(date +%s) + {timeout} ))
+checked=$(date +%s)
+end=$(( checked + {timeout} ))
 why=\"did not answer 2xx on {path} within {timeout_text}\"
 while :; do
   code=$(get {url} 2>/dev/null)
@@ -243,9 +261,15 @@ while :; do
     echo \"GET {path}: $code\"
     exit 0 ;;
   esac
-  running=$($rt container inspect --format '{{{{.State.Running}}}}' {name} 2>/dev/null)
-  if [ \"$running\" != true ]; then why=\"exited before it answered on {path}\"; break; fi
-  [ \"$(date +%s)\" -ge \"$end\" ] && break
+  now=$(date +%s)
+  # Whether it still runs, asked of the runtime once a second (each question costs a
+  # process as heavy as the start-up being waited for).
+  if [ \"$now\" -ne \"$checked\" ]; then
+    checked=$now
+    running=$($rt container inspect --format '{{{{.State.Running}}}}' {name} 2>/dev/null)
+    if [ \"$running\" != true ]; then why=\"exited before it answered on {path}\"; break; fi
+  fi
+  [ \"$now\" -ge \"$end\" ] && break
   sleep {interval}
 done
 echo \"the container \"{name}\" $why (last answer: ${{code:-none}}); the last lines of its log:\" >&2
@@ -283,24 +307,28 @@ done
 }
 
 /// Removes the stopped containers of `names.base` past the `keep` stopped last (never the live
-/// one), with their images and archives, and prints what it removed and kept.
+/// one), with their images and archives, and prints what it removed and kept. One `inspect`
+/// reads every container's state, end time, image and archive.
 pub fn prune(names: &Names, keep: u32) -> String {
     format!(
         "kept=0; removed=
-for line in $(for c in $($rt ps -a --filter label=manent.owner={base} --format '{{{{.Names}}}}'); do
-    [ \"$c\" = {live} ] && continue
-    [ \"$($rt container inspect --format '{{{{.State.Running}}}}' \"$c\")\" = true ] && continue
-    printf '%s|%s\\n' \"$($rt container inspect --format '{{{{.State.FinishedAt}}}}' \"$c\" | tr ' ' '_')\" \"$c\"
-  done | sort -r); do
-  c=${{line#*|}}
+all=$($rt ps -a --filter label=manent.owner={base} --format '{{{{.Names}}}}') || exit $?
+stopped=
+if [ -n \"$all\" ]; then
+  stopped=$($rt container inspect --format '{{{{.State.Running}}}}|{{{{.State.FinishedAt}}}}|{{{{.Name}}}}|{{{{.Config.Image}}}}|{{{{index .Config.Labels \"manent.archive\"}}}}' $all | grep '^false|' | sort -t '|' -k 2,2 -r) || true
+fi
+while IFS='|' read -r running finished c image archive; do
+  [ -n \"$c\" ] || continue
+  c=${{c#/}}
+  [ \"$c\" = {live} ] && continue
   if [ \"$kept\" -lt {keep} ]; then kept=$((kept + 1)); continue; fi
-  image=$($rt container inspect --format '{{{{.ImageName}}}}' \"$c\")
-  archive=$($rt container inspect --format '{{{{index .Config.Labels \"manent.archive\"}}}}' \"$c\")
   $rt rm \"$c\" >/dev/null || exit $?
   $rt rmi \"$image\" >/dev/null 2>&1
   [ -n \"$archive\" ] && rm -f -- \"$archive\"
   removed=\"$removed $c\"
-done
+done <<MANENT_EOF
+$stopped
+MANENT_EOF
 echo \"$kept stopped version(s) kept, removed:${{removed:- none}}\"
 ",
         base = q(&names.base),
@@ -327,7 +355,7 @@ mod tests {
         );
         let out = std::process::Command::new("sh")
             .arg("-c")
-            .arg(format!("{fake}{}", load(&names, "/srv/app.tar")))
+            .arg(format!("{fake}{}", load(&names, "/srv/app.tar", false)))
             .output()
             .expect("run sh");
         assert_eq!(
@@ -347,6 +375,70 @@ mod tests {
         assert_eq!(
             locked, has_flock,
             "the load takes the host's lock where flock exists"
+        );
+    }
+
+    /// Runs `script` in a real sh after `fake` (a runtime as a shell function named `rt`):
+    /// its exit status, stdout and the calls the fake logged to `$log`.
+    fn run_with_fake_runtime(fake: &str, script: &str) -> (Option<i32>, String, String) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let log = dir.path().join("calls");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("log={}\n{fake}\nrt=rt\n{script}", log.display()))
+            .output()
+            .expect("run sh");
+        let calls = std::fs::read_to_string(&log).unwrap_or_default();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            calls,
+        )
+    }
+
+    #[test]
+    fn a_prune_keeps_the_newest_stopped_versions_and_removes_the_rest_with_their_images() {
+        let names = Names::new("web", "4");
+        // web-4 runs; web-3 stopped last, then web-2, then web-1 (docker's `/` before names).
+        let fake = r#"rt() { echo "$*" >> "$log"; case "$1 $2" in
+  'ps -a') printf 'web-4\nweb-3\nweb-2\nweb-1\n' ;;
+  'container inspect')
+    echo 'true|0001-01-01 00:00:00 +0000 UTC|web-4|localhost/manent/web:4|'
+    echo 'false|2026-12-06 10:00:00 +0000 UTC|/web-3|localhost/manent/web:3|/h/3.tar'
+    echo 'false|2026-12-06 08:00:00 +0000 UTC|web-1|localhost/manent/web:1|'
+    echo 'false|2026-12-06 09:00:00 +0000 UTC|web-2|localhost/manent/web:2|/nonexistent/2.tar' ;;
+  'rm web-2'|'rm web-1'|'rmi localhost/manent/web:2'|'rmi localhost/manent/web:1') ;;
+  *) echo "unexpected: $*" >&2; return 9 ;;
+esac; }"#;
+        let (status, out, calls) = run_with_fake_runtime(fake, &prune(&names, 1));
+        assert_eq!(
+            (status, out.as_str()),
+            (Some(0), "1 stopped version(s) kept, removed: web-2 web-1"),
+            "the newest stopped (web-3) is kept, the two older removed, the live one untouched"
+        );
+        assert_eq!(
+            calls
+                .lines()
+                .filter(|l| l.starts_with("container inspect"))
+                .count(),
+            1,
+            "one inspect reads every container: {calls}"
+        );
+        assert!(
+            calls.contains("rmi localhost/manent/web:2") && !calls.contains("web:3"),
+            "the removed versions' images go with them, the kept one's stays: {calls}"
+        );
+    }
+
+    #[test]
+    fn a_prune_with_no_container_of_its_own_removes_nothing() {
+        let fake =
+            r#"rt() { echo "$*" >> "$log"; case "$1 $2" in 'ps -a') ;; *) return 9 ;; esac; }"#;
+        let (status, out, _) = run_with_fake_runtime(fake, &prune(&Names::new("web", "1"), 2));
+        assert_eq!(
+            (status, out.as_str()),
+            (Some(0), "0 stopped version(s) kept, removed: none"),
+            "nothing to inspect, nothing removed"
         );
     }
 
@@ -393,6 +485,7 @@ mod tests {
             volumes: &[],
             archive: "/root/.manent/images/x.tar",
             remove_on_failure: true,
+            image_id: None,
         });
         assert!(
             script.contains("-e 'DB_PASSWORD'")

@@ -112,6 +112,7 @@ impl<'a> OnTarget<'a> {
         ctx: &WorkflowContext,
         pool: &manent_ssh::ConnectionPool,
         archive: &str,
+        image_id: Option<&str>,
         new: bool,
         switched: &mut bool,
     ) -> Result<(Vec<String>, RunningContainer), WorkflowError> {
@@ -126,6 +127,7 @@ impl<'a> OnTarget<'a> {
             volumes: &self.settings.volumes,
             archive,
             remove_on_failure: new,
+            image_id,
         });
         let started: String = ctx
             .step_with(&step, shown_running(), || async {
@@ -208,6 +210,10 @@ impl<'a> OnTarget<'a> {
 struct Uploaded {
     archive: String,
     note: String,
+    /// Whether the image was found missing (recorded by this build; older records say
+    /// nothing, and the load asks again).
+    #[serde(default)]
+    absent: bool,
 }
 
 /// Deploys one target in its own branch and publishes its outcome.
@@ -290,14 +296,18 @@ async fn deploy_steps(
         )
         .await?;
     let step = format!("{t}: load image {}", on.names.tag);
-    let load = commands::load(&on.names, &uploaded.archive);
+    let load = commands::load(&on.names, &uploaded.archive, uploaded.absent);
     let image: String = ctx
         .step_with(&step, shown_running(), || async {
             on.run(ctx, pool, &step, &load).await
         })
         .await?;
     let lines = vec![uploaded.note, format!("image {} {image}", on.names.tag)];
-    after_image(ctx, pass, on, &uploaded.archive, lines, switched, running).await
+    let loaded = Loaded {
+        archive: &uploaded.archive,
+        id: image.trim(),
+    };
+    after_image(ctx, pass, on, loaded, lines, switched, running).await
 }
 
 /// A deploy of an image the target pulls by its pinned `reference` (no archive): pull, then
@@ -318,7 +328,19 @@ async fn pulled_steps(
         })
         .await?;
     let lines = vec![format!("image {} {image} from {reference}", on.names.tag)];
-    after_image(ctx, pass, on, "", lines, switched, running).await
+    let loaded = Loaded {
+        archive: "",
+        id: image.trim(),
+    };
+    after_image(ctx, pass, on, loaded, lines, switched, running).await
+}
+
+/// The version's image on the target, as the load or the pull step recorded it.
+struct Loaded<'a> {
+    /// Where its archive is (none when pulled).
+    archive: &'a str,
+    /// Its id (`sha256:…`), as the step printed it.
+    id: &'a str,
 }
 
 /// Once the version's image is on the target: start, health, switch, checks, retire the
@@ -327,13 +349,18 @@ async fn after_image(
     ctx: &WorkflowContext,
     pass: &PassContext<'_>,
     on: &OnTarget<'_>,
-    archive: &str,
+    loaded: Loaded<'_>,
     mut lines: Vec<String>,
     switched: &mut bool,
     running: &mut Option<RunningContainer>,
 ) -> Result<Vec<String>, WorkflowError> {
     let (pool, t) = (pass.pool, &on.target.name);
-    let (up, now) = on.bring_up(ctx, pool, archive, true, switched).await?;
+    // The id the load printed, unless it printed something else (a runtime's surprise).
+    let id =
+        Some(loaded.id).filter(|id| id.starts_with("sha256:") && !id.contains(char::is_whitespace));
+    let (up, now) = on
+        .bring_up(ctx, pool, loaded.archive, id, true, switched)
+        .await?;
     lines.extend(up);
     *running = Some(now.clone());
     let env = on.env();
@@ -366,32 +393,30 @@ async fn upload(
 ) -> Result<Uploaded, TargetError> {
     let conn = targets::connection(pass.pool, pass.eff, on.target).await?;
     let transport = |e: manent_ssh::TransportError| TargetError::Transport(e.to_string());
-    let home = conn
-        .exec("printf '%s' \"$HOME\"", &[])
-        .await
-        .map_err(transport)?
-        .stdout;
+    // One session asks for the home directory and whether the image is there.
+    let script = format!(
+        "printf '%s\\n' \"$HOME\"\n{}{}",
+        commands::runtime(on.settings.runtime),
+        commands::image_present(&on.names)
+    );
+    let probe = conn.exec(&script, &[]).await.map_err(transport)?;
+    if !probe.success() {
+        return Err(TargetError::Script(crate::run::release_scripts::failure(
+            &probe.stderr,
+            probe.status,
+        )));
+    }
+    let (home, present) = probe.stdout.split_once('\n').unwrap_or((&probe.stdout, ""));
     let archive = format!(
         "{}/.manent/images/{}.tar",
         home.trim_end_matches('/'),
         artifact.sha256
     );
-    let script = format!(
-        "{}{}",
-        commands::runtime(on.settings.runtime),
-        commands::image_present(&on.names)
-    );
-    let present = conn.exec(&script, &[]).await.map_err(transport)?;
-    if !present.success() {
-        return Err(TargetError::Script(crate::run::release_scripts::failure(
-            &present.stderr,
-            present.status,
-        )));
-    }
-    if present.stdout.trim() == "present" {
+    if present.trim() == "present" {
         return Ok(Uploaded {
             note: format!("image {} already on the target", on.names.tag),
             archive,
+            absent: false,
         });
     }
     if conn
@@ -403,6 +428,7 @@ async fn upload(
         return Ok(Uploaded {
             note: format!("{archive} already on the target"),
             archive,
+            absent: true,
         });
     }
     let dir = artifacts::artifacts_dir(pass.dir);
@@ -420,6 +446,7 @@ async fn upload(
     Ok(Uploaded {
         note: format!("uploaded {archive}"),
         archive,
+        absent: true,
     })
 }
 
@@ -450,7 +477,7 @@ pub(super) async fn roll_back(
             let mut switched = false;
             let restored = async {
                 let (mut lines, now) = on
-                    .bring_up(ctx, pass.pool, "", false, &mut switched)
+                    .bring_up(ctx, pass.pool, "", None, false, &mut switched)
                     .await?;
                 let env = on.env();
                 let after = format!(" after reactivating {}", prev.version);
