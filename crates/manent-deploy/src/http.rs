@@ -219,3 +219,111 @@ pub async fn read_body(
     }
     Ok(Some(body))
 }
+
+/// An in-process [`HttpFetch`] for this crate's unit tests, which hold no HTTP client: the
+/// real one is manent-server's, tested there and, over the network, by its integration
+/// tests. It answers each request with what `answer` says of its URL, the body in small
+/// chunks (as a network would), and keeps every request it was sent.
+#[cfg(test)]
+pub(crate) mod canned {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// One answer: a status, headers, a body.
+    pub struct Answer {
+        pub status: u16,
+        pub headers: Vec<(String, String)>,
+        pub body: Vec<u8>,
+    }
+
+    impl Answer {
+        /// `200 OK` with `body`, its length announced.
+        pub fn ok(body: impl Into<Vec<u8>>) -> Self {
+            let body = body.into();
+            Answer::status(200)
+                .header("content-length", body.len().to_string())
+                .body(body)
+        }
+
+        /// `302 Found` to `location`.
+        pub fn redirect(location: impl Into<String>) -> Self {
+            Answer::status(302).header("location", location)
+        }
+
+        /// `status` with no header and no body.
+        pub fn status(status: u16) -> Self {
+            Answer {
+                status,
+                headers: Vec::new(),
+                body: Vec::new(),
+            }
+        }
+
+        pub fn header(mut self, name: &str, value: impl Into<String>) -> Self {
+            self.headers.push((name.to_string(), value.into()));
+            self
+        }
+
+        pub fn body(mut self, body: impl Into<Vec<u8>>) -> Self {
+            self.body = body.into();
+            self
+        }
+    }
+
+    /// Answers requests by URL and keeps them.
+    pub struct Canned {
+        answer: Box<dyn Fn(&str) -> Answer + Send + Sync>,
+        pub seen: Mutex<Vec<HttpRequest>>,
+    }
+
+    impl Canned {
+        pub fn new(answer: impl Fn(&str) -> Answer + Send + Sync + 'static) -> Self {
+            Canned {
+                answer: Box::new(answer),
+                seen: Mutex::new(Vec::new()),
+            }
+        }
+
+        /// The URLs requested, in order.
+        pub fn urls(&self) -> Vec<String> {
+            self.seen
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|r| r.url.clone())
+                .collect()
+        }
+    }
+
+    struct Chunks(std::collections::VecDeque<Vec<u8>>);
+
+    #[async_trait]
+    impl HttpBody for Chunks {
+        async fn chunk(&mut self) -> Result<Option<Vec<u8>>, HttpError> {
+            Ok(self.0.pop_front())
+        }
+    }
+
+    #[async_trait]
+    impl HttpFetch for Canned {
+        async fn send(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
+            let answer = (self.answer)(&request.url);
+            self.seen.lock().unwrap().push(request);
+            Ok(HttpResponse {
+                status: answer.status,
+                reason: match answer.status {
+                    200 => Some("OK".into()),
+                    302 => Some("Found".into()),
+                    404 => Some("Not Found".into()),
+                    503 => Some("Service Unavailable".into()),
+                    _ => None,
+                },
+                headers: answer.headers,
+                body: Box::new(Chunks(
+                    answer.body.chunks(1000).map(<[u8]>::to_vec).collect(),
+                )),
+            })
+        }
+    }
+}
