@@ -712,6 +712,8 @@ async fn run_manent(
         &engine,
         &config,
         std::sync::Arc::new(manent_deploy::authority::NoTokens),
+        // A `file://` artifact and command checks: nothing over HTTP.
+        std::sync::Arc::new(manent_deploy::http::NoClient),
     );
     engine.launch().await.map_err(|e| anyhow!("launch: {e}"))?;
     let client = engine.client();

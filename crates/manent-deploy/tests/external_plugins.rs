@@ -79,6 +79,7 @@ impl Site {
             &engine,
             &config,
             std::sync::Arc::new(manent_deploy::authority::NoTokens),
+            std::sync::Arc::new(manent_deploy::http::NoClient),
         );
         engine.launch().await.expect("launch the worker");
         (config, Worker { engine, plugins })

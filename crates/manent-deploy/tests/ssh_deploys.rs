@@ -6,23 +6,12 @@
 
 mod ssh_site;
 
-use std::{
-    path::PathBuf,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
-};
+use std::{path::PathBuf, time::Duration};
 
 use manent_deploy::{run::artifacts, views::deploy_views};
 use manent_engine::WorkflowStatus;
 use manent_testkit::{Db, process_gone};
 use ssh_site::*;
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    sync::mpsc,
-};
 
 // ---- the tests ----
 
@@ -402,66 +391,29 @@ async fn a_dry_run_plans_every_target_and_changes_nothing() {
     worker.stop().await;
 }
 
-/// An HTTP server for checks: it holds the first request for `/t1` without answering
-/// (and reports it on the channel), and answers 200 to every other request.
-async fn holding_check_server() -> (u16, mpsc::UnboundedReceiver<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind the check server on loopback");
-    let port = listener.local_addr().unwrap().port();
-    let (arrived, rx) = mpsc::unbounded_channel();
-    let held = Arc::new(AtomicBool::new(false));
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let (arrived, held) = (arrived.clone(), held.clone());
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match socket.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&head);
-                let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
-                if path == "/t1" && !held.swap(true, Ordering::SeqCst) {
-                    let _ = arrived.send(());
-                    // Hold: no answer until the client goes away.
-                    while matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {}
-                    return;
-                }
-                let _ = socket
-                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                    .await;
-                let _ = socket.shutdown().await;
-            });
-        }
-    });
-    (port, rx)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deploy_resumed_on_another_worker_fetches_and_verifies_the_artifact_again() {
     let site = Site::new(Db::Sqlite, TWO_TARGETS_TWO_REGIONS).await;
-    let (port, mut arrived) = holding_check_server().await;
-    // Wave 1 is t1 (eu), wave 2 is t2 (us). t1's first check never answers, which holds
-    // the deploy on worker A after the fetch and t1's upload.
+    // Wave 1 is t1 (eu), wave 2 is t2 (us). t1's first check makes its mark and never ends,
+    // which holds the deploy on worker A after the fetch and t1's upload; every later
+    // check passes.
+    let held = site.base.join("t1-check-held");
     site.write_environment(
         &site.hosts.known_hosts,
         "by_region",
         &format!(
-            "checks:\n  - {{name: health, type: http, url: \"http://127.0.0.1:{port}/{{target}}\", \
-             retries: 0, timeout: 1h}}\n"
+            "checks:\n  - {{name: health, type: command, command: 'if [ \"$MANENT_TARGET\" = t1 ] \
+             && mkdir {} 2>/dev/null; then exec sleep 3600; fi', retries: 0, timeout: 1h}}\n",
+            held.display()
         ),
     );
     let a = site.worker(&executor_id("a")).await;
     let v1 = site.artifact("v1");
     let id = site.submit(&a, &v1, &v1.sha256, false).await;
-    tokio::time::timeout(WAIT, arrived.recv())
-        .await
-        .expect("worker A reaches t1's check")
-        .expect("the check server runs");
+    manent_testkit::eventually("worker A reaches t1's check", WAIT, || async {
+        held.is_dir().then_some(())
+    })
+    .await;
 
     // Worker A goes away mid-deploy, and its copy of the artifact with it.
     let a_id = a.engine.executor_id().to_string();

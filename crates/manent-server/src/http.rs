@@ -1,10 +1,11 @@
 //! manent-deploy's HTTP port (`manent_deploy::http::HttpFetch`) implemented with reqwest:
-//! the worker's one HTTP client, which follows no redirect by itself (a caller that follows
-//! them checks each hop) and never puts a URL in an error (its path may be a secret).
+//! the worker's one HTTP client (webhooks, artifact downloads, HTTP checks, the analysis'
+//! HTTP and Prometheus providers), which follows no redirect by itself (a caller that
+//! follows them checks each hop) and never puts a URL in an error (its path may be a secret).
 
 use async_trait::async_trait;
 use manent_deploy::http::{
-    HttpBody, HttpError, HttpErrorKind, HttpFetch, HttpRequest, HttpResponse, Method,
+    HttpAuth, HttpBody, HttpError, HttpErrorKind, HttpFetch, HttpRequest, HttpResponse, Method,
 };
 
 /// The worker's HTTP client.
@@ -76,6 +77,14 @@ impl HttpFetch for Reqwest {
         for (name, value) in &request.headers {
             builder = builder.header(name.as_str(), value.as_str());
         }
+        // reqwest marks both headers sensitive: never shown by its `Debug`.
+        builder = match request.auth {
+            None => builder,
+            Some(HttpAuth::Bearer(token)) => builder.bearer_auth(token),
+            Some(HttpAuth::Basic { username, password }) => {
+                builder.basic_auth(username, Some(password))
+            }
+        };
         if let Some(timeout) = request.timeout {
             builder = builder.timeout(timeout);
         }
@@ -90,8 +99,176 @@ impl HttpFetch for Reqwest {
             .collect();
         Ok(HttpResponse {
             status: response.status().as_u16(),
+            reason: response.status().canonical_reason().map(str::to_string),
             headers,
             body: Box::new(Body(response)),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use manent_deploy::http::read_body;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// An HTTP/1.1 server on loopback answering `answer(path)` (status line and headers
+    /// without the final blank line, then the body) to each connection, and keeping each
+    /// request's head. Returns its base URL.
+    async fn server(
+        answer: impl Fn(&str) -> (String, Vec<u8>) + Send + Sync + 'static,
+    ) -> (String, Arc<Mutex<Vec<String>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (answer, record) = (Arc::new(answer), seen.clone());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let (answer, record) = (answer.clone(), record.clone());
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&head).to_string();
+                    let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+                    record.lock().unwrap().push(head);
+                    let (status, body) = answer(&path);
+                    let _ = socket
+                        .write_all(format!("{status}\r\n\r\n").as_bytes())
+                        .await;
+                    let _ = socket.write_all(&body).await;
+                });
+            }
+        });
+        (base, seen)
+    }
+
+    /// The value of header `name` in a request's `head`.
+    fn header(head: &str, name: &str) -> Option<String> {
+        head.lines().find_map(|line| {
+            let (n, v) = line.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    }
+
+    #[tokio::test]
+    async fn a_redirect_is_answered_as_it_came_and_credentials_go_as_given() {
+        let (base, seen) = server(|path| match path {
+            "/moved" => (
+                "HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 0\r\nConnection: close".into(),
+                Vec::new(),
+            ),
+            _ => ("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close".into(), Vec::new()),
+        })
+        .await;
+        let http = Reqwest::new().expect("the worker's client");
+        let bearer = Some(HttpAuth::Bearer("s3cret".into()));
+        let moved = http
+            .send(HttpRequest::get(format!("{base}/moved")).auth(bearer))
+            .await
+            .expect("an answer");
+        assert_eq!(
+            (moved.status, moved.header("location")),
+            (302, Some("/elsewhere")),
+            "the redirect is the answer, its headers by lower-case name: the caller follows it"
+        );
+        let basic = Some(HttpAuth::Basic {
+            username: "ci".into(),
+            password: "hunter2".into(),
+        });
+        let missing = http
+            .send(HttpRequest::get(format!("{base}/missing")).auth(basic))
+            .await
+            .expect("an answer");
+        assert_eq!(
+            missing.status_text(),
+            "404 Not Found",
+            "the status with its reason"
+        );
+        let heads = seen.lock().unwrap().clone();
+        let sent: Vec<Option<String>> = heads.iter().map(|h| header(h, "authorization")).collect();
+        assert_eq!(
+            sent,
+            [
+                Some("Bearer s3cret".to_string()),
+                Some("Basic Y2k6aHVudGVyMg==".to_string())
+            ],
+            "each request carries its credentials, and only the two requests were sent: {heads:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_arrives_in_chunks_whole_announced_or_not() {
+        let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let served = body.clone();
+        let (base, _) = server(move |path| {
+            let head = if path == "/announced" {
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close",
+                    served.len()
+                )
+            } else {
+                "HTTP/1.1 200 OK\r\nConnection: close".to_string()
+            };
+            (head, served.clone())
+        })
+        .await;
+        let http = Reqwest::new().expect("the worker's client");
+        for (path, length) in [("/announced", Some(body.len() as u64)), ("/streamed", None)] {
+            let mut response = http
+                .send(HttpRequest::get(format!("{base}{path}")))
+                .await
+                .expect("an answer");
+            assert_eq!(
+                response.content_length(),
+                length,
+                "{path}: the length announced"
+            );
+            let read = read_body(&mut response, body.len())
+                .await
+                .expect("the body");
+            assert!(
+                read.as_ref() == Some(&body),
+                "{path}: the body arrives whole"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_nobody_answers_says_why_and_not_where() {
+        // A port nobody listens on: bound, then closed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let http = Reqwest::new().expect("the worker's client");
+        let request = HttpRequest::get(format!(
+            "http://127.0.0.1:{port}/hooks/s3cret-path?token=t0ken"
+        ));
+        let Err(error) = http.send(request).await else {
+            panic!("nothing listens on port {port}");
+        };
+        let text = error.to_string();
+        assert!(
+            error.kind == HttpErrorKind::Transport
+                && text.contains("error sending request")
+                && text.to_lowercase().contains("refused"),
+            "the cause (connection refused) follows reqwest's own words: {error:?}"
+        );
+        assert!(
+            !text.contains("s3cret-path")
+                && !text.contains("t0ken")
+                && !text.contains(&port.to_string()),
+            "the error names no part of the URL: {text}"
+        );
     }
 }

@@ -718,9 +718,12 @@ async fn start_worker(
     let client = Client::new(store);
     let authority: Arc<dyn manent_deploy::authority::Authority> =
         Arc::new(manent_api::auth::TokenAuthority::new(client.records()));
-    let plugins = manent_deploy::register_workflows(&engine, config, authority.clone());
-    manent_deploy::drift::register(&engine, config);
+    // The worker's one HTTP client (manent-deploy asks through its port, `HttpFetch`):
+    // artifact downloads, HTTP checks, the analysis' providers, webhooks.
     let http: Arc<dyn manent_deploy::http::HttpFetch> = Arc::new(http::Reqwest::new()?);
+    let plugins =
+        manent_deploy::register_workflows(&engine, config, authority.clone(), http.clone());
+    manent_deploy::drift::register(&engine, config);
     manent_deploy::notifications::register(&engine, config, http);
     engine.launch().await.context("the worker did not start")?;
     // After the launch resumed this worker's own deploys: their directories stay.

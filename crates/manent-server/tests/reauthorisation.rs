@@ -182,6 +182,8 @@ impl Installation {
             &engine,
             &self.config,
             Arc::new(auth::TokenAuthority::new(self.client.records())),
+            // Its deploys reach nothing over HTTP.
+            Arc::new(manent_deploy::http::NoClient),
         );
         engine.launch().await.expect("launch the worker");
         engine

@@ -184,7 +184,9 @@ impl Api {
         for queue in manent_deploy::worker_queues(&config) {
             engine.listen(queue.spec());
         }
-        manent_deploy::register_workflows(&engine, &config, self.authority());
+        // The API's tests deploy nothing that is fetched or checked over HTTP.
+        let http = Arc::new(manent_deploy::http::NoClient);
+        manent_deploy::register_workflows(&engine, &config, self.authority(), http);
         engine.launch().await.expect("launch the worker");
         self.work_dirs.push(config.worker_workdir());
         engine

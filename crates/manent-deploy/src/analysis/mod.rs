@@ -113,6 +113,8 @@ pub struct Bake<'a> {
     pub deploy_id: &'a str,
     pub eff: &'a EffectiveDescriptor,
     pub pool: &'a ConnectionPool,
+    /// Asks the HTTP providers (Prometheus, HTTP JSON pointer).
+    pub http: &'a dyn crate::http::HttpFetch,
     /// The wave baked (1-based).
     pub wave: usize,
     pub targets: &'a [Target],
@@ -268,9 +270,9 @@ async fn take_round(b: &Bake<'_>, analysis: &Analysis) -> Vec<Measurement> {
 }
 
 async fn measure(b: &Bake<'_>, metric: &Metric, over: Over<'_>) -> Measurement {
-    let value = providers::measure(metric, over, false, b.pool).await;
+    let value = providers::measure(metric, over, false, b.pool, b.http).await;
     let baseline = if metric.has_baseline() {
-        Some(providers::measure(metric, over, true, b.pool).await)
+        Some(providers::measure(metric, over, true, b.pool, b.http).await)
     } else {
         None
     };

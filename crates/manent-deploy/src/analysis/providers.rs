@@ -1,19 +1,25 @@
 //! Taking one measurement of a metric (docs/analysis.md, "Providers"): the placeholders
 //! filled in, then an instant query to Prometheus (`GET /api/v1/query`), a GET whose JSON
-//! answer holds the number at a JSON pointer, or a command (on the worker, or on a target
-//! over its transport) whose stdout is the number. Every failure is a sentence: the bake
-//! records it as an inconclusive measurement, never as a pass.
+//! answer holds the number at a JSON pointer (both through the HTTP port, `crate::http`,
+//! following redirects), or a command (on the worker, or on a target over its transport)
+//! whose stdout is the number. Every failure is a sentence: the bake records it as an
+//! inconclusive measurement, never as a pass.
 
 use std::time::Duration;
 
 use manent_model::{EffectiveDescriptor, Metric, Provider, RunOn, Target};
 use manent_ssh::{Connection, ConnectionPool, LocalConnection};
 
+use crate::http::{HttpFetch, HttpResponse};
+
 /// The longest one measurement may take (a query, a GET, a command).
 pub const MEASUREMENT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The most of a command's stdout or an HTTP answer quoted in a message.
 const QUOTED: usize = 200;
+
+/// The largest HTTP answer read: a metric is one number, an instant query one series.
+const MAX_ANSWER: usize = 4 * 1024 * 1024;
 
 /// What a measurement is taken over: the wave's targets, the targets not reached yet, and
 /// the one target a per-target metric is measured on.
@@ -56,12 +62,14 @@ impl Over<'_> {
     }
 }
 
-/// One value of `metric` over `over` (with `as_baseline`, its baseline).
+/// One value of `metric` over `over` (with `as_baseline`, its baseline); `http` asks the
+/// HTTP providers.
 pub async fn measure(
     metric: &Metric,
     over: Over<'_>,
     as_baseline: bool,
     pool: &ConnectionPool,
+    http: &dyn HttpFetch,
 ) -> Result<f64, String> {
     let Some(provider) = metric.provider() else {
         return Err(format!("metric `{}` has no single provider", metric.name));
@@ -70,9 +78,11 @@ pub async fn measure(
         match provider {
             Provider::Prometheus(p) => {
                 let address = over.fill(&p.address, as_baseline);
-                prometheus(&address, &over.fill(&p.query, as_baseline)).await
+                prometheus(http, &address, &over.fill(&p.query, as_baseline)).await
             }
-            Provider::Http(h) => http(&over.fill(&h.url, as_baseline), &h.value).await,
+            Provider::Http(h) => {
+                json_pointer(http, &over.fill(&h.url, as_baseline), &h.value).await
+            }
             Provider::Command(c) => {
                 let run = over.fill(&c.run, as_baseline);
                 match (c.on, over.target) {
@@ -104,19 +114,17 @@ pub async fn measure(
 
 /// An instant query: `GET <address>/api/v1/query?query=…`; its answer must be a scalar or
 /// a vector of exactly one series.
-pub async fn prometheus(address: &str, query: &str) -> Result<f64, String> {
+pub async fn prometheus(http: &dyn HttpFetch, address: &str, query: &str) -> Result<f64, String> {
     let url = format!("{}/api/v1/query", address.trim_end_matches('/'));
-    let answer = reqwest::Client::new()
-        .get(&url)
-        .query(&[("query", query)])
-        .send()
+    let mut asked = url::Url::parse(&url).map_err(|e| format!("GET {url}: not a URL: {e}"))?;
+    asked.query_pairs_mut().append_pair("query", query);
+    let mut answer = crate::http::get_following_redirects(http, asked.as_str())
         .await
-        .map_err(|e| format!("GET {url}: {}", crate::run::targets::with_causes(&e)))?;
-    let status = answer.status();
-    let body: serde_json::Value = answer
-        .json()
+        .map_err(|e| format!("GET {url}: {e}"))?;
+    let status = answer.status_text();
+    let body = json(&mut answer)
         .await
-        .map_err(|e| format!("GET {url}: {status}, an answer that is not JSON: {e}"))?;
+        .map_err(|why| format!("GET {url}: {status}, {why}"))?;
     if body["status"] != "success" {
         return Err(format!(
             "Prometheus refused `{query}`: {}",
@@ -149,20 +157,16 @@ pub async fn prometheus(address: &str, query: &str) -> Result<f64, String> {
 }
 
 /// A GET whose JSON answer holds the number at the JSON pointer `pointer`.
-pub async fn http(url: &str, pointer: &str) -> Result<f64, String> {
-    let answer = reqwest::Client::new()
-        .get(url)
-        .send()
+pub async fn json_pointer(http: &dyn HttpFetch, url: &str, pointer: &str) -> Result<f64, String> {
+    let mut answer = crate::http::get_following_redirects(http, url)
         .await
-        .map_err(|e| format!("GET {url}: {}", crate::run::targets::with_causes(&e)))?;
-    let status = answer.status();
-    if !status.is_success() {
-        return Err(format!("GET {url}: {status}"));
+        .map_err(|e| format!("GET {url}: {e}"))?;
+    if !answer.is_success() {
+        return Err(format!("GET {url}: {}", answer.status_text()));
     }
-    let body: serde_json::Value = answer
-        .json()
+    let body = json(&mut answer)
         .await
-        .map_err(|e| format!("GET {url}: an answer that is not JSON: {e}"))?;
+        .map_err(|why| format!("GET {url}: {why}"))?;
     let found = body
         .pointer(pointer)
         .ok_or_else(|| format!("GET {url}: the answer has nothing at {pointer}"))?;
@@ -171,6 +175,15 @@ pub async fn http(url: &str, pointer: &str) -> Result<f64, String> {
         shown.truncate(QUOTED);
         format!("GET {url}: {pointer} is {shown}, not a number")
     })
+}
+
+/// The JSON of `answer`'s body, at most [`MAX_ANSWER`] bytes; why not, in words.
+async fn json(answer: &mut HttpResponse) -> Result<serde_json::Value, String> {
+    let body = crate::http::read_body(answer, MAX_ANSWER)
+        .await
+        .map_err(|e| format!("the answer could not be read: {e}"))?
+        .ok_or_else(|| format!("an answer larger than {MAX_ANSWER} bytes"))?;
+    serde_json::from_slice(&body).map_err(|e| format!("an answer that is not JSON: {e}"))
 }
 
 /// A number, or a string holding one (Prometheus writes its samples as strings).
@@ -222,28 +235,13 @@ async fn command(conn: &dyn Connection, run: &str, over: Over<'_>) -> Result<f64
 
 #[cfg(test)]
 mod tests {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use crate::http::canned::{Answer, Canned};
 
     use super::*;
 
-    /// An HTTP server on loopback answering every request with `body` (JSON), once per
-    /// connection; its address.
-    async fn answering(body: &'static str) -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                let mut request = [0u8; 4096];
-                let _ = stream.read(&mut request).await;
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: \
-                     {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(answer.as_bytes()).await;
-            }
-        });
-        address
+    /// An HTTP server answering every request with `body` (JSON).
+    fn answering(body: &'static str) -> Canned {
+        Canned::new(move |_| Answer::ok(body).header("content-type", "application/json"))
     }
 
     fn environment() -> EffectiveDescriptor {
@@ -268,18 +266,19 @@ mod tests {
 
     #[tokio::test]
     async fn an_http_metric_is_the_number_at_its_json_pointer() {
-        let address = answering(r#"{"data": {"rate": 0.25, "text": "0.5", "no": [1]}}"#).await;
-        let url = format!("{address}/stats");
-        assert_eq!(http(&url, "/data/rate").await, Ok(0.25), "a number");
-        assert_eq!(http(&url, "/data/text").await, Ok(0.5), "a number as text");
-        let missing = http(&url, "/data/nope").await;
+        let http = answering(r#"{"data": {"rate": 0.25, "text": "0.5", "no": [1]}}"#);
+        let url = "http://app.test/stats";
+        let at = |pointer: &'static str| json_pointer(&http, url, pointer);
+        assert_eq!(at("/data/rate").await, Ok(0.25), "a number");
+        assert_eq!(at("/data/text").await, Ok(0.5), "a number as text");
+        let missing = at("/data/nope").await;
         assert!(
             missing
                 .as_ref()
                 .is_err_and(|e| e.contains("nothing at /data/nope")),
             "a pointer to nothing is no value: {missing:?}"
         );
-        let list = http(&url, "/data/no").await;
+        let list = at("/data/no").await;
         assert!(
             list.as_ref().is_err_and(|e| e.contains("not a number")),
             "a list is no number: {list:?}"
@@ -288,17 +287,59 @@ mod tests {
 
     #[tokio::test]
     async fn a_prometheus_answer_without_a_single_series_is_no_value() {
-        let empty =
-            answering(r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#).await;
-        let said = prometheus(&empty, "up").await;
+        let address = "http://prometheus.test:9090/";
+        let empty = answering(r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#);
+        let said = prometheus(&empty, address, "up").await;
         assert!(
             said.as_ref().is_err_and(|e| e.starts_with("no data")),
             "no series: {said:?}"
         );
         let scalar =
-            answering(r#"{"status":"success","data":{"resultType":"scalar","result":[1,"0.75"]}}"#)
-                .await;
-        assert_eq!(prometheus(&scalar, "0.75").await, Ok(0.75), "a scalar");
+            answering(r#"{"status":"success","data":{"resultType":"scalar","result":[1,"0.75"]}}"#);
+        let query = "sum(rate(errors{job=\"web\"}[5m])) / 2";
+        assert_eq!(
+            prometheus(&scalar, address, query).await,
+            Ok(0.75),
+            "a scalar"
+        );
+        assert_eq!(
+            scalar.urls(),
+            [
+                "http://prometheus.test:9090/api/v1/query?query=sum%28rate%28errors%7Bjob%3D%22web%22%7D%5B5m%5D%29%29+%2F+2"
+            ],
+            "the instant query's URL, the query encoded as a form value"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_is_not_json_or_too_large_is_no_value_and_says_so() {
+        let http = Canned::new(|url| {
+            if url.ends_with("/large") {
+                Answer::ok(vec![b' '; MAX_ANSWER + 1])
+            } else {
+                Answer::ok("<html>")
+            }
+        });
+        let said = json_pointer(&http, "http://app.test/page", "/a").await;
+        assert!(
+            said.as_ref().is_err_and(
+                |e| e.starts_with("GET http://app.test/page: an answer that is not JSON")
+            ),
+            "HTML is no value: {said:?}"
+        );
+        let said = json_pointer(&http, "http://app.test/large", "/a").await;
+        assert!(
+            said.as_ref()
+                .is_err_and(|e| e.contains("an answer larger than")),
+            "an answer past the limit is not read whole: {said:?}"
+        );
+        let failed = Canned::new(|_| Answer::status(503));
+        let said = json_pointer(&failed, "http://app.test/stats", "/a").await;
+        assert_eq!(
+            said,
+            Err("GET http://app.test/stats: 503 Service Unavailable".to_string()),
+            "a failed answer is named by its status"
+        );
     }
 
     #[tokio::test]
@@ -321,11 +362,11 @@ mod tests {
             std::path::PathBuf::from("/none"),
         ));
         assert_eq!(
-            measure(&metric, over, false, &pool).await,
+            measure(&metric, over, false, &pool, &crate::http::NoClient).await,
             Ok(0.5),
             "the placeholders filled, stdout read"
         );
-        let baseline = measure(&metric, over, true, &pool).await;
+        let baseline = measure(&metric, over, true, &pool, &crate::http::NoClient).await;
         assert!(
             baseline.as_ref().is_err_and(|e| e.contains("exited 1")),
             "over the baseline, {{targets}} names t2: {baseline:?}"

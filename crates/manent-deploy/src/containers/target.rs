@@ -364,7 +364,7 @@ async fn after_image(
     lines.extend(up);
     *running = Some(now.clone());
     let env = on.env();
-    lines.extend(plugins::run_checks(ctx, pool, pass.eff, on.target, &env, "").await?);
+    lines.extend(plugins::run_checks(ctx, pool, pass.http, pass.eff, on.target, &env, "").await?);
     lines.push(on.retire_others(ctx, pool).await?);
     // Issue 41: what the target runs, once live and checked and the others retired.
     lines.push(super::manifest::record_step(ctx, pass, pass.eff, on.target, &now).await?);
@@ -432,7 +432,7 @@ async fn upload(
         });
     }
     let dir = artifacts::artifacts_dir(pass.dir);
-    let present = plugins::ensure_all(pass.eff, &dir, pass.sources).await?;
+    let present = plugins::ensure_all(pass.eff, &dir, pass.sources, pass.http).await?;
     let local = present
         .iter()
         .find(|p| p.name == artifact.name)
@@ -481,8 +481,10 @@ pub(super) async fn roll_back(
                     .await?;
                 let env = on.env();
                 let after = format!(" after reactivating {}", prev.version);
-                lines
-                    .extend(plugins::run_checks(ctx, pass.pool, prev, target, &env, &after).await?);
+                lines.extend(
+                    plugins::run_checks(ctx, pass.pool, pass.http, prev, target, &env, &after)
+                        .await?,
+                );
                 lines.push(on.retire_others(ctx, pass.pool).await?);
                 // The manifest follows the container the proxy points at again.
                 super::manifest::record_step(ctx, pass, prev, target, &now).await?;

@@ -61,16 +61,17 @@ pub struct ApprovalTarget {
 }
 
 /// The approval plan of `eff`: manifests read from `records`, artifacts fetched (from
-/// `sources`) into `scratch`, removed before it returns. Never fails: what cannot be read
-/// is said in [`ApprovalPlan::note`].
+/// `sources` through `http`) into `scratch`, removed before it returns. Never fails: what
+/// cannot be read is said in [`ApprovalPlan::note`].
 pub async fn compute(
     records: &manent_engine::Records,
     eff: &EffectiveDescriptor,
     scratch: &Path,
     sources: &manent_config::ArtifactSources,
+    http: &dyn crate::http::HttpFetch,
 ) -> ApprovalPlan {
     let mut notes = Vec::new();
-    let files = match archive_files(eff, scratch, sources).await {
+    let files = match archive_files(eff, scratch, sources, http).await {
         Ok(files) => files,
         Err(why) => {
             notes.push(format!("the archives' files are not listed: {why}"));
@@ -150,11 +151,12 @@ async fn archive_files(
     eff: &EffectiveDescriptor,
     scratch: &Path,
     sources: &manent_config::ArtifactSources,
+    http: &dyn crate::http::HttpFetch,
 ) -> Result<BTreeMap<String, String>, String> {
     if eff.artifacts.is_empty() {
         return Ok(BTreeMap::new());
     }
-    let listed = fetch_and_list(eff, scratch, sources).await;
+    let listed = fetch_and_list(eff, scratch, sources, http).await;
     crate::run::artifacts::forget_dir(scratch);
     match tokio::fs::remove_dir_all(scratch).await {
         Ok(()) => {}
@@ -170,6 +172,7 @@ async fn fetch_and_list(
     eff: &EffectiveDescriptor,
     scratch: &Path,
     sources: &manent_config::ArtifactSources,
+    http: &dyn crate::http::HttpFetch,
 ) -> Result<BTreeMap<String, String>, String> {
     if let Some(workdir) = scratch.parent() {
         tokio::fs::create_dir_all(workdir)
@@ -179,7 +182,7 @@ async fn fetch_and_list(
     let mut paths = Vec::new();
     for artifact in &eff.artifacts {
         let local =
-            crate::run::artifacts::ensure_local(artifact, &eff.application, scratch, sources)
+            crate::run::artifacts::ensure_local(artifact, &eff.application, scratch, sources, http)
                 .await
                 .map_err(|e| e.to_string())?;
         paths.push(local.path);
@@ -217,10 +220,11 @@ pub fn from_steps(
 
 /// The step [`APPROVAL_PLAN_STEP`] of a deploy that starts waiting for approval, under
 /// workflow version [`crate::request::MANIFEST_VERSION`] or later (nothing before).
-/// `workdir` is the worker's work directory.
+/// `workdir` is the worker's work directory; `http` fetches the artifacts.
 pub async fn record_step(
     ctx: &manent_engine::WorkflowContext,
     config: &manent_config::Config,
+    http: &dyn crate::http::HttpFetch,
     records: &manent_engine::Records,
     eff: &EffectiveDescriptor,
     workdir: &Path,
@@ -234,7 +238,7 @@ pub async fn record_step(
         ctx.workflow_id().replace(['/', '\\'], "_")
     ));
     ctx.step(APPROVAL_PLAN_STEP, || async {
-        Ok::<_, String>(compute(records, eff, &scratch, &sources).await)
+        Ok::<_, String>(compute(records, eff, &scratch, &sources, http).await)
     })
     .await?;
     Ok(())

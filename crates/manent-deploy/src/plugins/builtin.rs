@@ -12,6 +12,7 @@ use manent_ssh::ConnectionPool;
 
 use super::{PassContext, Plugin};
 use crate::{
+    http::HttpFetch,
     manifests,
     request::{EventKey, publish},
     run::artifacts::{self, ArtifactError, LocalArtifact},
@@ -42,7 +43,16 @@ impl Plugin for BuiltIn {
         previous: Option<&EffectiveDescriptor>,
         switched: &[TargetOutcome],
     ) -> Result<Vec<TargetOutcome>, WorkflowError> {
-        roll_back(ctx, pass.eff, previous, pass.pool, pass.deploy_id, switched).await
+        roll_back(
+            ctx,
+            pass.eff,
+            previous,
+            pass.pool,
+            pass.http,
+            pass.deploy_id,
+            switched,
+        )
+        .await
     }
 }
 
@@ -83,6 +93,7 @@ async fn deploy_target(
         pool,
         dir,
         sources,
+        http,
         ..
     } = *pass;
     // The deploy's verified copies, where no plugin writes.
@@ -106,7 +117,7 @@ async fn deploy_target(
         if eff.dry_run {
             let lines: Vec<String> = ctx
                 .step_with(&format!("{name}: plan"), shown_running(), || async {
-                    let present = ensure_all(eff, dir, sources).await?;
+                    let present = ensure_all(eff, dir, sources, http).await?;
                     targets::plan(pool, eff, target, &present).await
                 })
                 .await?;
@@ -117,7 +128,7 @@ async fn deploy_target(
                 let step = format!("{name}{}", crate::plan::CHANGES_STEP);
                 let plan: crate::plan::TargetPlan = ctx
                     .step_with(&step, shown_running(), || async {
-                        let present = ensure_all(eff, dir, sources).await?;
+                        let present = ensure_all(eff, dir, sources, http).await?;
                         crate::plan::compute(pool, pass.records, eff, target, &present).await
                     })
                     .await?;
@@ -143,7 +154,7 @@ async fn deploy_target(
         once_tasks = after.once;
         // No intermediate "checking" event: the target stays "deploying" until its outcome
         // (one checkpoint less per target); a failed check's outcome says it was switched.
-        lines.extend(run_checks(ctx, pool, eff, target, &env, "").await?);
+        lines.extend(run_checks(ctx, pool, http, eff, target, &env, "").await?);
         // A reconcile: what the drift check found added goes (docs/plan-and-drift.md).
         let removed = crate::manifests::added::remove_added(ctx, pool, eff, target).await?;
         let all_removed = removed.as_ref().is_none_or(|(_, all)| *all);
@@ -237,7 +248,11 @@ impl OnTarget<'_> {
             ..
         } = *self;
         let PassContext {
-            eff, pool, sources, ..
+            eff,
+            pool,
+            sources,
+            http,
+            ..
         } = *self.pass;
         let name = &target.name;
         // Templates first, then the tasks before activate, before the commands
@@ -254,7 +269,7 @@ impl OnTarget<'_> {
                 .step_with(&step, shown_running(), || async {
                     if uses_local_copies {
                         // A missing copy (a replaced machine) is fetched and verified again.
-                        ensure_all(eff, dir, sources).await?;
+                        ensure_all(eff, dir, sources, http).await?;
                     }
                     run_printing(ctx, &step, pool, eff, target, command, env).await
                 })
@@ -317,6 +332,7 @@ impl OnTarget<'_> {
             eff,
             pool,
             sources,
+            http,
             local,
             ..
         } = *self.pass;
@@ -342,7 +358,7 @@ impl OnTarget<'_> {
                     TargetError::is_transient,
                     || async {
                         // After a recovery on another machine the artifact may be missing here.
-                        let present = ensure_all(eff, dir, sources).await?;
+                        let present = ensure_all(eff, dir, sources, http).await?;
                         let artifact = present
                             .iter()
                             .find(|p| p.name == a.name)
@@ -494,10 +510,11 @@ pub(crate) async fn ensure_all(
     eff: &EffectiveDescriptor,
     dir: &std::path::Path,
     sources: &manent_config::ArtifactSources,
+    http: &dyn HttpFetch,
 ) -> Result<Vec<LocalArtifact>, ArtifactError> {
     let mut out = Vec::new();
     for a in &eff.artifacts {
-        out.push(artifacts::ensure_local(a, &eff.application, dir, sources).await?);
+        out.push(artifacts::ensure_local(a, &eff.application, dir, sources, http).await?);
     }
     Ok(out)
 }
@@ -511,6 +528,7 @@ async fn roll_back(
     eff: &EffectiveDescriptor,
     previous: Option<&EffectiveDescriptor>,
     pool: &ConnectionPool,
+    http: &dyn HttpFetch,
     deploy_id: &str,
     switched: &[TargetOutcome],
 ) -> Result<Vec<TargetOutcome>, WorkflowError> {
@@ -527,8 +545,10 @@ async fn roll_back(
         let mut rolled_back = Vec::new();
         for (outcome, target) in switched {
             rolled_back.push(
-                roll_back_target(ctx, eff, previous, pool, deploy_id, outcome, target, false)
-                    .await?,
+                roll_back_target(
+                    ctx, eff, previous, pool, http, deploy_id, outcome, target, false,
+                )
+                .await?,
             );
         }
         return Ok(rolled_back);
@@ -541,7 +561,10 @@ async fn roll_back(
     let mut pending = Vec::new();
     for (b, (outcome, target)) in branches.into_iter().zip(switched) {
         pending.push(async move {
-            roll_back_target(&b, eff, previous, pool, deploy_id, outcome, target, true).await
+            roll_back_target(
+                &b, eff, previous, pool, http, deploy_id, outcome, target, true,
+            )
+            .await
         });
     }
     let results: Vec<Result<TargetOutcome, WorkflowError>> = futures::stream::iter(pending)
@@ -559,6 +582,7 @@ async fn roll_back_target(
     eff: &EffectiveDescriptor,
     previous: Option<&EffectiveDescriptor>,
     pool: &ConnectionPool,
+    http: &dyn HttpFetch,
     deploy_id: &str,
     outcome: &TargetOutcome,
     target: &Target,
@@ -584,7 +608,7 @@ async fn roll_back_target(
                     .await;
                 let after = format!(" after reactivating {}", prev.version);
                 let checks = match step {
-                    Ok(_) if checked => run_checks(ctx, pool, prev, target, &env, &after)
+                    Ok(_) if checked => run_checks(ctx, pool, http, prev, target, &env, &after)
                         .await
                         .map(|_| ()),
                     Ok(_) => Ok(()),
@@ -625,6 +649,7 @@ async fn finish_rollback(
 pub(crate) async fn run_checks(
     ctx: &WorkflowContext,
     pool: &ConnectionPool,
+    http: &dyn HttpFetch,
     eff: &EffectiveDescriptor,
     target: &Target,
     env: &[(String, String)],
@@ -644,7 +669,7 @@ pub(crate) async fn run_checks(
                 &format!("{}: check {}{suffix}", target.name, check.label()),
                 policy,
                 || async {
-                    targets::check_once(pool, eff, target, &kind, check.timeout, env).await
+                    targets::check_once(pool, http, eff, target, &kind, check.timeout, env).await
                 },
             )
             .await?;

@@ -70,7 +70,7 @@ impl External {
                 None => artifacts::artifacts_dir(pass.dir),
             };
             let source = previous.unwrap_or(pass.eff);
-            let artifacts = ensure_all(source, &kept, pass.sources)
+            let artifacts = ensure_all(source, &kept, pass.sources, pass.http)
                 .await
                 .map_err(PassError::Artifacts)?;
             let request = build_pass(pass, targets, source, previous, &artifacts);
@@ -379,7 +379,10 @@ impl Plugin for External {
                 for (b, (i, target)) in branches.into_iter().zip(still) {
                     pending.push(async move {
                         let env = targets::command_env(eff, pass.deploy_id, target, pass.local);
-                        (i, run_checks(&b, pass.pool, eff, target, &env, "").await)
+                        (
+                            i,
+                            run_checks(&b, pass.pool, pass.http, eff, target, &env, "").await,
+                        )
                     });
                 }
                 let results: Vec<_> = futures::stream::iter(pending)

@@ -39,6 +39,8 @@ pub struct PassContext<'a> {
     pub dir: &'a Path,
     /// Where artifacts may be fetched from again (a resumed deploy on another machine).
     pub sources: &'a manent_config::ArtifactSources,
+    /// The worker's HTTP client: artifact downloads, HTTP checks.
+    pub http: &'a dyn crate::http::HttpFetch,
     /// The engine's records: where release manifests are kept (`manifests`).
     pub records: &'a manent_engine::Records,
 }

@@ -1,6 +1,7 @@
-//! Artifacts on the worker: fetched from `file://` or `http(s)://` into the
-//! working directory with a streaming sha256 check, and fetched again when a
-//! deploy resumes on a machine that lacks them (docs/scaling-and-recovery.md, Recovery).
+//! Artifacts on the worker: fetched from `file://` or `http(s)://` (through the HTTP port,
+//! `crate::http`, each redirect checked here against the sources) into the working
+//! directory with a streaming sha256 check, and fetched again when a deploy resumes on a
+//! machine that lacks them (docs/scaling-and-recovery.md, Recovery).
 
 use std::{
     collections::HashMap,
@@ -14,6 +15,8 @@ use manent_model::Artifact;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
+
+use crate::http::{HttpAuth, HttpError, HttpErrorKind, HttpFetch, HttpRequest, HttpResponse};
 
 /// Why an artifact could not be made present and verified on this worker.
 #[derive(Debug, thiserror::Error)]
@@ -39,10 +42,10 @@ pub enum ArtifactError {
         path: PathBuf,
         error: std::io::Error,
     },
-    /// The whole chain is shown: reqwest's own message ("error following redirect") does
-    /// not say which redirect was refused, its source does.
-    #[error("cannot fetch {url}: {}", error_chain(error))]
-    Fetch { url: String, error: reqwest::Error },
+    /// The port's error names no URL (`crate::http::HttpError`): this one names the
+    /// artifact's, as every error of an artifact does.
+    #[error("cannot fetch {url}: {error}")]
+    Fetch { url: String, error: HttpError },
     /// A redirect to a URL outside the sources that serve the deploy's application.
     #[error(
         "cannot fetch {url}: redirected to {to}, which is under none of artifacts.sources \
@@ -73,10 +76,11 @@ pub enum ArtifactError {
         url: String,
         limit: u64,
     },
-    #[error("cannot fetch {url}: HTTP {status}")]
+    #[error("cannot fetch {url}: HTTP {}", crate::http::status_text(*status, reason.as_deref()))]
     Status {
         url: String,
-        status: reqwest::StatusCode,
+        status: u16,
+        reason: Option<String>,
     },
     /// The digest of what was fetched is not the descriptor's. What it is instead is never
     /// said (nor logged): it would tell a deployer the digest of any file a source serves,
@@ -107,28 +111,11 @@ impl ArtifactError {
             | ArtifactError::Credentials { .. }
             | ArtifactError::TooLarge { .. } => false,
             ArtifactError::Read { error, .. } => error.kind() != std::io::ErrorKind::NotFound,
-            ArtifactError::Fetch { error, .. } => !error.is_redirect() && !error.is_builder(),
-            ArtifactError::Status { status, .. } => {
-                status.is_server_error() || *status == reqwest::StatusCode::TOO_MANY_REQUESTS
-            }
+            ArtifactError::Fetch { error, .. } => error.kind != HttpErrorKind::Request,
+            ArtifactError::Status { status, .. } => *status >= 500 || *status == 429,
             ArtifactError::WorkDir { .. } => true,
         }
     }
-}
-
-/// `error` and each of its sources, joined with `: `.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// An artifact present and verified in the working directory.
@@ -247,11 +234,13 @@ fn known_sha256(path: &Path, meta: &std::fs::Metadata) -> Option<String> {
 /// The URL is checked against the sources serving `application` again here, on the
 /// worker: a `file://` path after its symlinks are resolved, an `http(s)://` URL at every
 /// redirect. A download stops at `artifacts.max_bytes`; a failed one leaves no `.part`.
+/// `http` sends the requests of an `http(s)://` URL.
 pub async fn ensure_local(
     artifact: &Artifact,
     application: &str,
     dir: &Path,
     sources: &ArtifactSources,
+    http: &dyn HttpFetch,
 ) -> Result<LocalArtifact, ArtifactError> {
     let path = dir.join(&artifact.name);
     let expected = artifact.sha256.to_ascii_lowercase();
@@ -271,7 +260,7 @@ pub async fn ensure_local(
         std::process::id(),
         NEXT_PART.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
-    let (actual, size, meta) = match download(artifact, application, &part, sources).await {
+    let (actual, size, meta) = match download(artifact, application, &part, sources, http).await {
         Ok(done) => done,
         Err(e) => {
             // Nothing half-fetched stays behind: a retry starts afresh, and a refused or
@@ -401,6 +390,7 @@ async fn download(
     application: &str,
     dest: &Path,
     sources: &ArtifactSources,
+    http: &dyn HttpFetch,
 ) -> Result<(String, u64, std::fs::Metadata), ArtifactError> {
     let url = artifact.url.as_str();
     let parsed = sources
@@ -468,14 +458,15 @@ async fn download(
             out.write_all(&buf[..n]).await.map_err(write_error)?;
         }
     } else {
-        let mut response = fetch_following_redirects(parsed, url, application, sources).await?;
+        let mut response =
+            fetch_following_redirects(http, parsed, url, application, sources).await?;
         if response
             .content_length()
             .is_some_and(|length| length > limit)
         {
             return Err(too_large());
         }
-        while let Some(chunk) = response.chunk().await.map_err(fetch_error)? {
+        while let Some(chunk) = response.body.chunk().await.map_err(fetch_error)? {
             size += chunk.len() as u64;
             if size > limit {
                 return Err(too_large());
@@ -507,42 +498,41 @@ async fn download(
 /// goes to and no other's: a redirect from one source to another never takes the first
 /// one's token along (docs/security.md, "Artifact sources").
 async fn fetch_following_redirects(
-    start: reqwest::Url,
+    http: &dyn HttpFetch,
+    start: url::Url,
     url: &str,
     application: &str,
     sources: &ArtifactSources,
-) -> Result<reqwest::Response, ArtifactError> {
+) -> Result<HttpResponse, ArtifactError> {
     let fetch_error = |error| ArtifactError::Fetch {
         url: url.to_string(),
         error,
     };
-    let client = http_client().map_err(fetch_error)?;
     let mut next = start;
-    for _ in 0..=10 {
+    for _ in 0..=crate::http::MAX_REDIRECTS {
         let Some(source) = sources.source_for(application, &next) else {
             return Err(ArtifactError::RedirectRefused {
                 url: url.to_string(),
                 to: next.to_string(),
             });
         };
-        let request = with_credentials(client.get(next.clone()), source, url).await?;
-        let response = request.send().await.map_err(fetch_error)?;
-        if !response.status().is_redirection() {
-            if !response.status().is_success() {
+        let request = HttpRequest::get(next.as_str()).auth(credentials(source, url).await?);
+        let response = http.send(request).await.map_err(fetch_error)?;
+        if !(300..400).contains(&response.status) {
+            if !response.is_success() {
                 return Err(ArtifactError::Status {
                     url: url.to_string(),
-                    status: response.status(),
+                    status: response.status,
+                    reason: response.reason,
                 });
             }
             return Ok(response);
         }
         let location = response
-            .headers()
-            .get(reqwest::header::LOCATION)
-            .and_then(|l| l.to_str().ok())
+            .header("location")
             .ok_or_else(|| ArtifactError::Redirect {
                 url: url.to_string(),
-                reason: format!("HTTP {} without a Location", response.status()),
+                reason: format!("HTTP {} without a Location", response.status_text()),
             })?;
         next = next.join(location).map_err(|e| ArtifactError::Redirect {
             url: url.to_string(),
@@ -551,26 +541,26 @@ async fn fetch_following_redirects(
     }
     Err(ArtifactError::Redirect {
         url: url.to_string(),
-        reason: "more than 10 redirects".into(),
+        reason: format!("more than {} redirects", crate::http::MAX_REDIRECTS),
     })
 }
 
-/// `request` with the credentials of `source`, read now from the worker's file or
-/// environment (never recorded, never in a descriptor).
-async fn with_credentials(
-    request: reqwest::RequestBuilder,
+/// The credentials of `source`, read now from the worker's file or environment (never
+/// recorded, never in a descriptor).
+async fn credentials(
     source: &manent_config::ArtifactSource,
     url: &str,
-) -> Result<reqwest::RequestBuilder, ArtifactError> {
+) -> Result<Option<HttpAuth>, ArtifactError> {
     use manent_config::Credentials;
     Ok(match source.credentials() {
-        None => request,
+        None => None,
         Some(Credentials::Bearer(token)) => {
-            request.bearer_auth(read_secret(token, source, url).await?)
+            Some(HttpAuth::Bearer(read_secret(token, source, url).await?))
         }
-        Some(Credentials::Basic { username, password }) => {
-            request.basic_auth(username, Some(read_secret(password, source, url).await?))
-        }
+        Some(Credentials::Basic { username, password }) => Some(HttpAuth::Basic {
+            username: username.clone(),
+            password: read_secret(password, source, url).await?,
+        }),
     })
 }
 
@@ -589,14 +579,6 @@ async fn read_secret(
             secret: secret.to_string(),
             reason,
         })
-}
-
-/// An HTTP client that follows no redirect itself: [`fetch_following_redirects`] does, so
-/// that each hop is checked against the sources and carries its own source's credentials.
-fn http_client() -> reqwest::Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! What happens on one target: the built-in plugins (`remote-copy`, `command`),
-//! their dry-run plans, the checks, and re-activating the previous version.
+//! their dry-run plans, the checks (an HTTP one through the port, `crate::http`), and
+//! re-activating the previous version.
 //! Each operation is idempotent, so rerunning it after a crash gives the same
 //! result (docs/scaling-and-recovery.md: steps and plugins must be safe to run twice).
 
@@ -10,6 +11,7 @@ use manent_model::{CheckKind, EffectiveDescriptor, Target};
 use manent_ssh::{Address, Connection, ConnectionPool, TransportError};
 use serde::{Deserialize, Serialize};
 
+use crate::http::HttpFetch;
 use crate::run::artifacts::{ArtifactError, LocalArtifact};
 use crate::run::printed::Printed;
 use crate::run::release_scripts;
@@ -508,22 +510,6 @@ pub async fn run(
     }
 }
 
-/// `error` and each error it was caused by, `: `-separated: reqwest's "error sending
-/// request" says why only in its causes (connection refused, a TLS failure).
-pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = c.source();
-    }
-    text
-}
-
 /// The variables a command gets: `env` (the `MANENT_*` ones), on a `host: local` target the
 /// worker's variables its environment file lists in `inherit_env` (those the worker has),
 /// the target's variables (`variables`, `scoped_variables`, a descriptor's; docs/
@@ -611,9 +597,11 @@ pub async fn plan(
     Ok(lines)
 }
 
-/// One attempt of a check; the caller retries.
+/// One attempt of a check; the caller retries. `http` sends an HTTP check's GET, which
+/// follows redirects (`crate::http::get_following_redirects`).
 pub async fn check_once(
     pool: &ConnectionPool,
+    http: &dyn HttpFetch,
     eff: &EffectiveDescriptor,
     target: &Target,
     kind: &CheckKind,
@@ -623,13 +611,11 @@ pub async fn check_once(
     let attempt = async {
         match kind {
             CheckKind::Http { url, expect_status } => {
-                let status = reqwest::Client::new()
-                    .get(url)
-                    .send()
+                let response = crate::http::get_following_redirects(http, url)
                     .await
-                    .map_err(|e| TargetError::Check(format!("GET {url}: {}", with_causes(&e))))?
-                    .status();
-                if status.as_u16() == *expect_status {
+                    .map_err(|e| TargetError::Check(format!("GET {url}: {e}")))?;
+                let status = response.status_text();
+                if response.status == *expect_status {
                     Ok(format!("GET {url}: {status}"))
                 } else {
                     Err(TargetError::Check(format!(
@@ -684,23 +670,82 @@ fn transport(error: TransportError) -> TargetError {
 mod tests {
     use super::*;
 
+    /// An environment of two local targets, deployed by a descriptor of version 7.
+    fn local_environment() -> EffectiveDescriptor {
+        let env = manent_model::parse_environment(
+            "targets: [{name: t1, host: local}, {name: t2, host: local}]\ndeploy: {dest: /srv}\n",
+            "prod.yml",
+            "ml/web",
+            "prod",
+        )
+        .expect("an environment");
+        let descriptor = manent_model::parse_descriptor(
+            &format!(
+                "application: ml/web\nenvironment: prod\nartifacts: [{{name: a, type: t, \
+                 version: \"7\", url: \"file:///a\", sha256: {}}}]\n",
+                "0".repeat(64)
+            ),
+            "d.yml",
+        )
+        .expect("a descriptor");
+        EffectiveDescriptor::build(&descriptor, &env).expect("effective")
+    }
+
+    /// What a check did with `answer` to every request, and the URLs it asked.
+    async fn http_check(
+        expect_status: u16,
+        answer: impl Fn(&str) -> crate::http::canned::Answer + Send + Sync + 'static,
+    ) -> (Result<String, String>, Vec<String>) {
+        let http = crate::http::canned::Canned::new(answer);
+        let pool = ConnectionPool::new(manent_ssh::SshAuth::new(
+            std::path::PathBuf::from("/none"),
+            std::path::PathBuf::from("/none"),
+        ));
+        let eff = local_environment();
+        let kind = CheckKind::Http {
+            url: "http://app.test/health".into(),
+            expect_status,
+        };
+        let timeout = Duration::from_secs(5);
+        let said = check_once(&pool, &http, &eff, &eff.targets[0], &kind, timeout, &[]).await;
+        (said.map_err(|e| e.to_string()), http.urls())
+    }
+
     #[tokio::test]
-    async fn a_failed_http_check_says_why_the_request_could_not_be_sent() {
-        // A port nobody listens on: bound, then closed.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let error = reqwest::Client::new()
-            .get(format!("http://127.0.0.1:{port}/health"))
-            .send()
-            .await
-            .expect_err("nothing listens");
-        let text = with_causes(&error);
+    async fn an_http_check_follows_redirects_and_compares_the_final_status() {
+        use crate::http::canned::Answer;
+        let (said, asked) = http_check(200, |url| match url {
+            "http://app.test/health" => Answer::redirect("/health/"),
+            _ => Answer::ok("up"),
+        })
+        .await;
+        assert_eq!(
+            (said, asked),
+            (
+                Ok("GET http://app.test/health: 200 OK".to_string()),
+                vec![
+                    "http://app.test/health".to_string(),
+                    "http://app.test/health/".to_string()
+                ]
+            ),
+            "the redirect is followed to the page that answers"
+        );
+        let (said, _) = http_check(200, |_| Answer::status(503)).await;
+        assert_eq!(
+            said,
+            Err(
+                "a check failed: GET http://app.test/health: 503 Service Unavailable, expected 200"
+                    .to_string()
+            ),
+            "another status fails the check, both named"
+        );
+        let (said, asked) = http_check(200, |_| Answer::redirect("/again")).await;
         assert!(
-            text.contains("error sending request") && text.to_lowercase().contains("refused"),
-            "the cause (connection refused) follows reqwest's own words: {text}"
+            said.as_ref()
+                .is_err_and(|e| e.contains("more than 10 redirects"))
+                && asked.len() == 11,
+            "a redirect loop ends: {said:?} after {} requests",
+            asked.len()
         );
     }
 

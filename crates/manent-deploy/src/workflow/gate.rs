@@ -75,16 +75,18 @@ const DEPENDENCY_WAITER_KIND: &str = "dependency-waiter";
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Runs the waits of a gated deploy, then moves it to its route's queue.
-/// On replay (on the route's worker) every wait returns its record at once.
+/// On replay (on the route's worker) every wait returns its record at once. `http` fetches
+/// the artifacts an approval plan lists the files of.
 pub async fn pass_gate(
     ctx: &WorkflowContext,
     client: &Client,
     config: &manent_config::Config,
+    http: &dyn crate::http::HttpFetch,
     request: &DeployRequest,
     eff: &EffectiveDescriptor,
 ) -> Result<(), WorkflowError> {
     if let Some(policy) = approval_required(eff) {
-        wait_for_approval(ctx, client, config, request, eff, policy).await?;
+        wait_for_approval(ctx, client, config, http, request, eff, policy).await?;
     }
     for dep in &eff.depends_on {
         if eff.dry_run && ctx.workflow_version() >= crate::request::DRY_RUNS_DO_NOT_WAIT_VERSION {
@@ -111,6 +113,7 @@ async fn wait_for_approval(
     ctx: &WorkflowContext,
     client: &Client,
     config: &manent_config::Config,
+    http: &dyn crate::http::HttpFetch,
     request: &DeployRequest,
     eff: &EffectiveDescriptor,
     policy: &Approval,
@@ -119,7 +122,7 @@ async fn wait_for_approval(
     // What approvers are shown (version 6): computed once, reaching no target.
     let records = client.records();
     let workdir = super::work_directory(config);
-    crate::plan::approval::record_step(ctx, config, &records, eff, &workdir).await?;
+    crate::plan::approval::record_step(ctx, config, http, &records, eff, &workdir).await?;
     // The deadline is recorded once, so every replay and every worker agrees on it.
     let timeout = policy.timeout;
     let deadline: Option<i64> = ctx

@@ -21,6 +21,7 @@ use crate::request::{AUTHORISE_AT_START_STEP, EventKey, Phase, publish};
 pub use crate::request::{DEPLOY_WORKFLOW, DeployRequest, Submitter, same_token};
 use crate::{
     authority::Authority,
+    http::HttpFetch,
     plugins::{BuiltInRelease, PassContext, Plugin, Plugins},
     run::artifacts::{self, LocalArtifact},
     run::targets::TargetOutcome,
@@ -49,6 +50,9 @@ pub struct Runtime {
     pub warm: Arc<manent_ssh::WarmConnections>,
     /// Who may still deploy: asked again when a `schedule.at` deploy starts.
     pub authority: Arc<dyn Authority>,
+    /// The worker's HTTP client (manent-server's): artifact downloads, HTTP checks, the
+    /// analysis' HTTP providers.
+    pub http: Arc<dyn HttpFetch>,
 }
 
 impl Runtime {
@@ -56,6 +60,7 @@ impl Runtime {
         config: Arc<Config>,
         client: manent_engine::Client,
         authority: Arc<dyn Authority>,
+        http: Arc<dyn HttpFetch>,
     ) -> Self {
         let workdir = work_directory(&config);
         let plugins = Arc::new(Plugins::from_config(&config));
@@ -69,6 +74,7 @@ impl Runtime {
             artifact_sources,
             warm,
             authority,
+            http,
         }
     }
 }
@@ -109,12 +115,14 @@ async fn removing_when_ended<T>(
 /// Registers manent's workflows on a worker's engine, and the gate queue every
 /// worker serves (deploys waiting for approval or dependencies). `authority` answers
 /// whether a `schedule.at` deploy's token may still deploy when it starts (manent-api's
-/// token store; [`crate::authority::NoTokens`] refuses them all). Returns the
-/// worker's plugins: stop them with [`Plugins::shutdown`] once the engine has stopped.
+/// token store; [`crate::authority::NoTokens`] refuses them all). `http` is the worker's
+/// HTTP client (manent-server's; [`crate::http::NoClient`] refuses every request). Returns
+/// the worker's plugins: stop them with [`Plugins::shutdown`] once the engine has stopped.
 pub fn register_workflows(
     engine: &Engine,
     config: &Config,
     authority: Arc<dyn Authority>,
+    http: Arc<dyn HttpFetch>,
 ) -> Arc<Plugins> {
     engine.listen(gate::gate_queue_spec());
     // The versions of the deploy workflow this code replays (ARCHITECTURE.md, "Workflow
@@ -124,6 +132,7 @@ pub fn register_workflows(
         Arc::new(config.clone()),
         engine.client(),
         authority,
+        http,
     ));
     // A run stopped because its deploy is no longer ours (cancelled, recovered elsewhere)
     // never reaches `removing_when_ended`.
@@ -294,7 +303,15 @@ async fn deploy(
     if request.gated {
         // Approval and dependency waits, then the move to the route's queue: what
         // follows runs on a worker of that queue (its plugins), under its limits.
-        gate::pass_gate(ctx, &rt.client, &rt.config, &request, &eff).await?;
+        gate::pass_gate(
+            ctx,
+            &rt.client,
+            &rt.config,
+            rt.http.as_ref(),
+            &request,
+            &eff,
+        )
+        .await?;
     }
     let plugin = plugin_for(ctx, rt, &eff)?;
     let eff = as_requested(ctx, &request, eff);
@@ -309,7 +326,7 @@ async fn deploy(
         // Fetched (and verified) only by a target that needs an upload.
         not_fetched(&eff, &artifacts::artifacts_dir(&dir))
     } else {
-        fetch_all(ctx, &eff, &dir, &rt.artifact_sources).await?
+        fetch_all(ctx, &eff, &dir, rt).await?
     };
 
     let auth = ssh_auth(rt, &eff);
@@ -323,6 +340,7 @@ async fn deploy(
         auth: &auth,
         dir: &dir,
         sources: &rt.artifact_sources,
+        http: rt.http.as_ref(),
         records: &records,
     };
     let waves = plan_waves(&eff);
@@ -466,6 +484,7 @@ async fn bake_wave(
         deploy_id: pc.deploy_id,
         eff,
         pool: pc.pool,
+        http: pc.http,
         wave: w + 1,
         targets: &waves[w].targets,
         baseline: &baseline,
@@ -762,13 +781,14 @@ fn distinct_regions(eff: &EffectiveDescriptor, outcomes: &[TargetOutcome]) -> Ve
 }
 
 /// Fetches and verifies every artifact into the artifacts directory of `dir` (the deploy's
-/// directory), one durable step each.
+/// directory), one durable step each, from `rt`'s sources through its HTTP client.
 async fn fetch_all(
     ctx: &WorkflowContext,
     eff: &EffectiveDescriptor,
     dir: &std::path::Path,
-    sources: &manent_config::ArtifactSources,
+    rt: &Runtime,
 ) -> Result<Vec<LocalArtifact>, WorkflowError> {
+    let (sources, http) = (&rt.artifact_sources, rt.http.as_ref());
     let dir = &artifacts::artifacts_dir(dir);
     let mut local = Vec::new();
     // An image pulled by `ref` is fetched by the target itself (docs/containers.md).
@@ -779,7 +799,7 @@ async fn fetch_all(
                 StepPolicy::retry(3, Duration::from_secs(1)),
                 artifacts::ArtifactError::is_transient,
                 || async {
-                    artifacts::ensure_local(artifact, &eff.application, dir, sources).await
+                    artifacts::ensure_local(artifact, &eff.application, dir, sources, http).await
                 },
             )
             .await?;
@@ -884,6 +904,7 @@ async fn pass(
         auth: &auth,
         dir: &dir,
         sources: &rt.artifact_sources,
+        http: rt.http.as_ref(),
         records: &records,
     };
     match &request.mode {
@@ -895,7 +916,7 @@ async fn pass(
                 .cloned()
                 .collect();
             values::resolve(ctx, eff, &deploy_id, &dir, &targets).await?;
-            let local = fetch_all(ctx, eff, &dir, &rt.artifact_sources).await?;
+            let local = fetch_all(ctx, eff, &dir, rt).await?;
             let pc = PassContext {
                 local: &local,
                 ..pc

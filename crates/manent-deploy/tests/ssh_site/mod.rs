@@ -219,11 +219,14 @@ impl Site {
         for queue in manent_deploy::worker_queues(&config) {
             engine.listen(queue.spec());
         }
-        // No schedule.at deploys here: the authority that refuses them all does.
+        // No schedule.at deploys here: the authority that refuses them all does. Nothing
+        // is fetched or checked over HTTP either: manent-server's tests do that, through
+        // its client (manent-deploy holds none).
         manent_deploy::register_workflows(
             &engine,
             &config,
             Arc::new(manent_deploy::authority::NoTokens),
+            Arc::new(manent_deploy::http::NoClient),
         );
         engine.launch().await.expect("launch the worker");
         let workdir = config.worker_workdir();

@@ -2,6 +2,10 @@
 //! a retry or rollback reuses, and what a plugin may have planted in their place.
 
 use super::*;
+use crate::http::{
+    NoClient,
+    canned::{Answer, Canned},
+};
 
 /// The application of the deploys of the tests.
 const APP: &str = "acme/web";
@@ -79,7 +83,9 @@ async fn a_verified_artifact_is_fetched_once_and_a_mismatch_leaves_nothing() {
     let good = hex::encode(Sha256::digest(b"hello"));
     let work = dir.path().join("work");
     let a = artifact(format!("file://{}", src.display()), &good);
-    let local = ensure_local(&a, APP, &work, &sources).await.expect("fetch");
+    let local = ensure_local(&a, APP, &work, &sources, &NoClient)
+        .await
+        .expect("fetch");
     assert_eq!(
         std::fs::read(&local.path).unwrap(),
         b"hello",
@@ -91,7 +97,7 @@ async fn a_verified_artifact_is_fetched_once_and_a_mismatch_leaves_nothing() {
         assert_eq!(mode, 0o700, "the work directory is its owner's only");
     }
     std::fs::remove_file(&src).unwrap();
-    let again = ensure_local(&a, APP, &work, &sources)
+    let again = ensure_local(&a, APP, &work, &sources, &NoClient)
         .await
         .expect("present and verified: no fetch needed");
     assert_eq!(again, local, "a second fetch finds the first's file");
@@ -102,7 +108,9 @@ async fn a_verified_artifact_is_fetched_once_and_a_mismatch_leaves_nothing() {
     );
     std::fs::write(&src, b"tampered").unwrap();
     let other = dir.path().join("other");
-    let err = ensure_local(&bad, APP, &other, &sources).await.unwrap_err();
+    let err = ensure_local(&bad, APP, &other, &sources, &NoClient)
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, ArtifactError::Mismatch { .. }) && !err.is_transient(),
         "a wrong sha256 is a mismatch, not retried: {err}"
@@ -171,10 +179,12 @@ async fn a_retry_replaces_links_and_directories_left_in_place_of_a_copy_and_writ
             std::os::unix::fs::symlink(&outside, &work).unwrap();
         }),
     ];
-    ensure_local(&a, APP, &work, &sources).await.expect("fetch");
+    ensure_local(&a, APP, &work, &sources, &NoClient)
+        .await
+        .expect("fetch");
     for (step, plant) in plants {
         plant();
-        let again = ensure_local(&a, APP, &work, &sources)
+        let again = ensure_local(&a, APP, &work, &sources, &NoClient)
             .await
             .unwrap_or_else(|e| panic!("{step}: fetched again: {e}"));
         let meta = std::fs::symlink_metadata(&again.path).unwrap();
@@ -202,10 +212,12 @@ async fn a_local_copy_changed_after_its_verification_is_verified_and_fetched_aga
         &hex::encode(Sha256::digest(b"hello")),
     );
     let work = dir.path().join("work");
-    let local = ensure_local(&a, APP, &work, &sources).await.expect("fetch");
+    let local = ensure_local(&a, APP, &work, &sources, &NoClient)
+        .await
+        .expect("fetch");
     // Same size, other bytes: only a re-hash can tell.
     std::fs::write(&local.path, b"jello").unwrap();
-    let again = ensure_local(&a, APP, &work, &sources)
+    let again = ensure_local(&a, APP, &work, &sources, &NoClient)
         .await
         .expect("fetched again");
     assert_eq!(
@@ -237,7 +249,7 @@ mod source_tests {
             reference: None,
         };
         let work = dir.path().join("work");
-        let err = ensure_local(&artifact, APP, &work, &sources)
+        let err = ensure_local(&artifact, APP, &work, &sources, &NoClient)
             .await
             .expect_err("a symlink leading out of the source is refused");
         assert!(
@@ -250,82 +262,36 @@ mod source_tests {
         );
     }
 
-    /// A one-route-per-path HTTP/1.1 server on loopback: `/builds/moved` redirects within
-    /// the source, `/builds/app.tar` redirects out of it (to an "internal" endpoint), and
-    /// `/builds/current` and `/internal/secret` answer bodies. Returns its base URL.
-    async fn redirecting_server() -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let routes_base = base.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut socket, _)) = listener.accept().await else {
-                    return;
-                };
-                let base = routes_base.clone();
-                tokio::spawn(async move {
-                    let mut request = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match socket.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => request.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let line = String::from_utf8_lossy(&request);
-                    let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
-                    let response = match path.as_str() {
-                        "/builds/moved" => format!(
-                            "HTTP/1.1 302 Found\r\nLocation: {base}/builds/current\r\n\
-                             Content-Length: 0\r\nConnection: close\r\n\r\n"
-                        ),
-                        "/builds/app.tar" => format!(
-                            "HTTP/1.1 302 Found\r\nLocation: {base}/internal/secret\r\n\
-                             Content-Length: 0\r\nConnection: close\r\n\r\n"
-                        ),
-                        "/builds/current" | "/internal/secret" => {
-                            let body = if path == "/builds/current" {
-                                "release"
-                            } else {
-                                "secret"
-                            };
-                            format!(
-                                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\
-                                 Connection: close\r\n\r\n{body}",
-                                body.len()
-                            )
-                        }
-                        _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\
-                              Connection: close\r\n\r\n"
-                            .to_string(),
-                    };
-                    let _ = socket.write_all(response.as_bytes()).await;
-                });
-            }
-        });
-        base
+    /// The base URL of the artifact servers of these tests (answered in-process, by
+    /// [`Canned`]: this crate holds no HTTP client).
+    const BASE: &str = "http://artifacts.test";
+
+    /// `/builds/moved` redirects within the source, `/builds/app.tar` redirects out of it
+    /// (to an "internal" endpoint), and `/builds/current` and `/internal/secret` answer
+    /// bodies.
+    fn redirecting_server() -> Canned {
+        Canned::new(|url| match url.strip_prefix(BASE).unwrap_or(url) {
+            "/builds/moved" => Answer::redirect(format!("{BASE}/builds/current")),
+            "/builds/app.tar" => Answer::redirect("/internal/secret"),
+            "/builds/current" => Answer::ok("release"),
+            "/internal/secret" => Answer::ok("secret"),
+            _ => Answer::status(404),
+        })
     }
 
     #[tokio::test]
     async fn a_redirect_is_followed_within_the_sources_and_refused_out_of_them() {
-        let base = redirecting_server().await;
-        let sources = ArtifactSources::parse(&[format!("{base}/builds/")]).unwrap();
+        let http = redirecting_server();
+        let sources = ArtifactSources::parse(&[format!("{BASE}/builds/")]).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let fetch = |path: &str, body: &[u8]| Artifact {
-            name: "app.tar".into(),
-            artifact_type: "tarball".into(),
-            version: "1".into(),
-            url: format!("{base}{path}"),
-            sha256: hex::encode(Sha256::digest(body)),
-            reference: None,
-        };
+        let fetch = |path: &str, body: &[u8]| artifact_at(format!("{BASE}{path}"), body);
 
         let within = ensure_local(
             &fetch("/builds/moved", b"release"),
             APP,
             &dir.path().join("a"),
             &sources,
+            &http,
         )
         .await
         .expect("a redirect to another URL under the source is followed");
@@ -336,13 +302,20 @@ mod source_tests {
         );
 
         let work = dir.path().join("b");
-        let err = ensure_local(&fetch("/builds/app.tar", b"secret"), APP, &work, &sources)
-            .await
-            .expect_err("a redirect to an internal endpoint outside the sources is refused");
+        let err = ensure_local(
+            &fetch("/builds/app.tar", b"secret"),
+            APP,
+            &work,
+            &sources,
+            &http,
+        )
+        .await
+        .expect_err("a redirect to an internal endpoint outside the sources is refused");
         assert!(
-            err.to_string()
-                .contains("which is under none of artifacts.sources"),
-            "the error says the redirect left the sources: {err}"
+            err.to_string().contains(&format!(
+                "redirected to {BASE}/internal/secret, which is under none of artifacts.sources"
+            )),
+            "the error says where the redirect went and that it left the sources: {err}"
         );
         assert!(
             !err.is_transient(),
@@ -352,53 +325,65 @@ mod source_tests {
             !work.join("app.tar").exists(),
             "nothing of the internal endpoint reaches the work directory"
         );
+        assert!(
+            !http.urls().iter().any(|u| u.contains("/internal/")),
+            "the endpoint outside the sources is never asked: {:?}",
+            http.urls()
+        );
     }
 
-    /// What a [`recording_server`] request carried: its path and `Authorization` header.
-    type Seen = std::sync::Arc<Mutex<Vec<(String, Option<String>)>>>;
-
-    /// An HTTP/1.1 server on loopback answering `answer(path)` (status line and headers
-    /// without the final blank line, then the body), recording what each request carried.
-    async fn recording_server(
-        answer: impl Fn(&str, &str) -> (String, Vec<u8>) + Send + Sync + 'static,
-    ) -> (String, Seen) {
-        use tokio::io::AsyncReadExt;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let seen: Seen = Default::default();
-        let answer = std::sync::Arc::new(answer);
-        let (record, server_base) = (seen.clone(), base.clone());
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                let (record, answer, base) = (record.clone(), answer.clone(), server_base.clone());
-                tokio::spawn(async move {
-                    let mut request = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match socket.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => request.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let text = String::from_utf8_lossy(&request).to_string();
-                    let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
-                    let authorization = text
-                        .lines()
-                        .find_map(|l| {
-                            let (name, value) = l.split_once(':')?;
-                            name.eq_ignore_ascii_case("authorization")
-                                .then(|| value.trim().to_string())
-                        })
-                        .filter(|v| !v.is_empty());
-                    record.lock().unwrap().push((path.clone(), authorization));
-                    let (head, body) = answer(&base, &path);
-                    let _ = socket.write_all(format!("{head}\r\n\r\n").as_bytes()).await;
-                    // A client that stops reading (the size limit) ends the write: fine.
-                    let _ = socket.write_all(&body).await;
-                });
-            }
+    #[tokio::test]
+    async fn a_failed_answer_or_a_redirect_loop_fails_the_fetch_saying_which() {
+        let http = Canned::new(|url| match url.strip_prefix(BASE).unwrap_or(url) {
+            "/builds/busy.tar" => Answer::status(503),
+            "/builds/loop" => Answer::redirect("/builds/loop"),
+            "/builds/nowhere" => Answer::status(302),
+            _ => Answer::status(404),
         });
-        (base, seen)
+        let sources = ArtifactSources::parse(&[format!("{BASE}/builds/")]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            ("/builds/busy.tar", "HTTP 503 Service Unavailable", true),
+            ("/builds/gone.tar", "HTTP 404 Not Found", false),
+            ("/builds/loop", "more than 10 redirects", false),
+            (
+                "/builds/nowhere",
+                "HTTP 302 Found without a Location",
+                false,
+            ),
+        ];
+        for (path, said, transient) in cases {
+            let err = ensure_local(
+                &artifact_at(format!("{BASE}{path}"), b"x"),
+                APP,
+                &dir.path().join("work"),
+                &sources,
+                &http,
+            )
+            .await
+            .expect_err("no artifact");
+            assert!(
+                err.to_string() == format!("cannot fetch {BASE}{path}: {said}")
+                    && err.is_transient() == transient,
+                "{path}: `{said}`, retried: {transient}; got `{err}`, retried: {}",
+                err.is_transient()
+            );
+        }
+        let err = ensure_local(
+            &artifact_at(format!("{BASE}/builds/app.tar"), b"x"),
+            APP,
+            &dir.path().join("work"),
+            &sources,
+            &NoClient,
+        )
+        .await
+        .expect_err("no client");
+        assert!(
+            err.to_string()
+                == format!("cannot fetch {BASE}/builds/app.tar: this worker has no HTTP client")
+                && !err.is_transient(),
+            "a request the client refuses is not retried: {err}"
+        );
     }
 
     fn artifact_at(url: String, body: &[u8]) -> Artifact {
@@ -414,61 +399,62 @@ mod source_tests {
 
     #[tokio::test]
     async fn credentials_reach_only_their_own_source_even_across_a_redirect() {
-        let (base, seen) = recording_server(|base, path| match path {
-            "/private/moved" => (
-                format!(
-                    "HTTP/1.1 302 Found\r\nLocation: {base}/public/app.tar\r\n\
-                     Content-Length: 0\r\nConnection: close"
-                ),
-                Vec::new(),
-            ),
-            _ => (
-                "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close".into(),
-                b"release".to_vec(),
-            ),
-        })
-        .await;
+        // Credentials go over https:// only (or to a loopback address).
+        const HTTPS: &str = "https://artifacts.test";
+        let http = Canned::new(|url| match url.strip_prefix(HTTPS).unwrap_or(url) {
+            "/private/moved" => Answer::redirect(format!("{HTTPS}/public/app.tar")),
+            _ => Answer::ok("release"),
+        });
         let dir = tempfile::tempdir().unwrap();
         let token = dir.path().join("token");
         std::fs::write(&token, "s3cret\n").unwrap();
+        let password = dir.path().join("password");
+        std::fs::write(&password, "hunter2\n").unwrap();
         let file = dir.path().join("manent.yml");
         std::fs::write(
             &file,
             format!(
-                "artifacts:\n  sources:\n    - url: {base}/private/\n      applications: \
-                 [\"acme/*\"]\n      bearer_token_file: token\n    - {base}/public/\n"
+                "artifacts:\n  sources:\n    - url: {HTTPS}/private/\n      applications: \
+                 [\"acme/*\"]\n      bearer_token_file: token\n    - {HTTPS}/public/\n\
+                 \x20   - url: {HTTPS}/basic/\n      basic_auth: {{username: ci, password_file: \
+                 password}}\n"
             ),
         )
         .unwrap();
         let sources = manent_config::Config::load(&file, std::iter::empty())
             .expect("a valid configuration")
             .artifact_sources();
-        ensure_local(
-            &artifact_at(format!("{base}/private/app.tar"), b"release"),
-            APP,
-            &dir.path().join("a"),
-            &sources,
-        )
-        .await
-        .expect("fetched from the private source with its token");
-        ensure_local(
-            &artifact_at(format!("{base}/private/moved"), b"release"),
-            APP,
-            &dir.path().join("b"),
-            &sources,
-        )
-        .await
-        .expect("fetched through a redirect to the public source");
-        ensure_local(
-            &artifact_at(format!("{base}/public/app.tar"), b"release"),
-            APP,
-            &dir.path().join("c"),
-            &sources,
-        )
-        .await
-        .expect("fetched from the public source");
-        let seen = seen.lock().unwrap().clone();
-        let bearer = Some("Bearer s3cret".to_string());
+        for (i, path) in [
+            "/private/app.tar",
+            "/private/moved",
+            "/public/app.tar",
+            "/basic/app.tar",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            ensure_local(
+                &artifact_at(format!("{HTTPS}{path}"), b"release"),
+                APP,
+                &dir.path().join(i.to_string()),
+                &sources,
+                &http,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{path} is fetched: {e}"));
+        }
+        let seen: Vec<(String, Option<HttpAuth>)> = http
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| (r.url.trim_start_matches(HTTPS).to_string(), r.auth.clone()))
+            .collect();
+        let bearer = Some(HttpAuth::Bearer("s3cret".into()));
+        let basic = Some(HttpAuth::Basic {
+            username: "ci".into(),
+            password: "hunter2".into(),
+        });
         assert_eq!(
             seen,
             [
@@ -476,9 +462,10 @@ mod source_tests {
                 ("/private/moved".to_string(), bearer),
                 ("/public/app.tar".to_string(), None),
                 ("/public/app.tar".to_string(), None),
+                ("/basic/app.tar".to_string(), basic),
             ],
             "the token goes to its source only: not along a redirect to another, nor to \
-             another source directly"
+             another source directly; each secret is read without its final newline"
         );
     }
 
@@ -487,37 +474,38 @@ mod source_tests {
         // 64 KiB, announced or not: the limit holds on the stream either way.
         let body = vec![7u8; 64 * 1024];
         let served = body.clone();
-        let (base, _) = recording_server(move |_, path| {
-            let head = if path == "/builds/announced.tar" {
-                format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close",
-                    served.len()
-                )
+        let http = Canned::new(move |url| {
+            if url.ends_with("/builds/announced.tar") {
+                Answer::ok(served.clone())
             } else {
-                "HTTP/1.1 200 OK\r\nConnection: close".to_string()
-            };
-            (head, served.clone())
-        })
-        .await;
+                Answer::status(200).body(served.clone())
+            }
+        });
         let dir = tempfile::tempdir().unwrap();
         let local = std::fs::canonicalize(dir.path()).unwrap().join("releases");
         std::fs::create_dir(&local).unwrap();
         std::fs::write(local.join("big.tar"), &body).unwrap();
         let sources = ArtifactSources::parse(&[
-            format!("{base}/builds/"),
+            format!("{BASE}/builds/"),
             format!("file://{}/", local.display()),
         ])
         .unwrap()
         .with_max_bytes(10_000);
         for url in [
-            format!("{base}/builds/announced.tar"),
-            format!("{base}/builds/streamed.tar"),
+            format!("{BASE}/builds/announced.tar"),
+            format!("{BASE}/builds/streamed.tar"),
             format!("file://{}/big.tar", local.display()),
         ] {
             let work = dir.path().join("work");
-            let err = ensure_local(&artifact_at(url.clone(), &body), APP, &work, &sources)
-                .await
-                .expect_err("an artifact over max_bytes is refused");
+            let err = ensure_local(
+                &artifact_at(url.clone(), &body),
+                APP,
+                &work,
+                &sources,
+                &http,
+            )
+            .await
+            .expect_err("an artifact over max_bytes is refused");
             assert!(
                 matches!(err, ArtifactError::TooLarge { limit: 10_000, .. }) && !err.is_transient(),
                 "{url}: over the limit, for good: {err}"
@@ -535,10 +523,11 @@ mod source_tests {
         }
         let within = sources.clone().with_max_bytes(body.len() as u64);
         ensure_local(
-            &artifact_at(format!("{base}/builds/streamed.tar"), &body),
+            &artifact_at(format!("{BASE}/builds/streamed.tar"), &body),
             APP,
             &dir.path().join("ok"),
             &within,
+            &http,
         )
         .await
         .expect("an artifact of exactly max_bytes is fetched");
