@@ -610,7 +610,7 @@ pub struct PruneQuery {
     pub limit: i64,
 }
 
-/// What [`Store::delete_workflows`] removed.
+/// What [`Client::delete_workflows`](crate::Client::delete_workflows) removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Deleted {
     /// The workflows asked for.
