@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Result, anyhow, bail};
-use manent_engine::{Client, Engine, EngineConfig, EnqueueRequest, QueueSpec};
+use manent_engine::{Client, Database, Engine, EngineConfig, EnqueueRequest, QueueSpec};
 use tokio::task::JoinHandle;
 
 use crate::fresh::{FreshDb, Probe, loadavg};
@@ -144,7 +144,7 @@ async fn measure_on(
         .unwrap_or(DEFAULT_WORKER_CONCURRENCY);
     let config = EngineConfig::new(EXECUTOR_ID);
     let claim_batch = config.claim_batch;
-    let engine = Engine::new(store, config);
+    let engine = Engine::new(Database::from(store), config);
     engine.register(WORKFLOW, bench_workflow);
     engine.listen(
         QueueSpec::new(QUEUE)

@@ -60,8 +60,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, anyhow, bail};
 use manent_engine::{
-    Client, Engine, EngineConfig, EngineError, EnqueueRequest, QueueSpec, StepPolicy, Store,
-    WorkflowContext, WorkflowError, WorkflowStatus, store,
+    Client, Database, Engine, EngineConfig, EngineError, EnqueueRequest, QueueSpec, StepPolicy,
+    WorkflowContext, WorkflowError, WorkflowStatus,
+    store::{self, Store},
 };
 use sqlx::Executor as _;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -704,7 +705,7 @@ async fn measure(
         config.claim_batch,
         fallback_poll
     );
-    let engine = Engine::new(store, config);
+    let engine = Engine::new(Database::from(store), config);
     engine.register(WORKFLOW, bench_workflow);
     engine.listen(queue);
     let client = engine.client();

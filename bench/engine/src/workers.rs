@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use manent_engine::{Client, Engine, EngineConfig, EnqueueRequest, QueueSpec};
+use manent_engine::{Client, Database, Engine, EngineConfig, EnqueueRequest, QueueSpec};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -93,7 +93,7 @@ async fn measure_on(args: &Args, workers: u32, db: &FreshDb) -> Result<serde_jso
         .unwrap_or(DEFAULT_WORKER_CONCURRENCY);
     let store = db.open_store().await?;
     let probe = db.probe().await?;
-    let client = Client::new(store);
+    let client = Client::new(Database::from(store));
 
     let mut children = Vec::new();
     for j in 1..=workers {
@@ -237,7 +237,10 @@ pub(crate) async fn serve(args: &Args) -> Result<()> {
     let store = manent_engine::store::open(&args.database_url)
         .await
         .map_err(|e| anyhow!("opening the manent store: {e}"))?;
-    let engine = Engine::new(store, EngineConfig::new(args.executor_id.clone()));
+    let engine = Engine::new(
+        Database::from(store),
+        EngineConfig::new(args.executor_id.clone()),
+    );
     engine.register(WORKFLOW, bench_workflow);
     engine.listen(
         QueueSpec::new(QUEUE)

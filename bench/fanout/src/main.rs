@@ -24,7 +24,7 @@ use std::{
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use manent_config::Config;
-use manent_engine::{Engine, EngineConfig, StepRecord, WorkflowStatus, store};
+use manent_engine::{Connections, Database, Engine, EngineConfig, StepRecord, WorkflowStatus};
 use manent_ssh::{Address, ConnectionPool, SshAuth};
 use manent_testkit::{Db, TestDb, sshd::SshHosts};
 use sha2::{Digest, Sha256};
@@ -337,17 +337,17 @@ async fn measure(
     let cpu_before = cpu_ticks();
     let run = async {
         match engine {
-        "manent" => run_manent(site, w, run_id, Db::Sqlite, false).await,
-        "manent-pg" => run_manent(site, w, run_id, Db::Postgres, false).await,
-        // A second deploy to the same targets: the first's SSH connections are warm.
-        "manent-warm" => run_manent(site, w, run_id, Db::Sqlite, true).await,
-        "scp" => run_scp(site, w, run_id).await,
-        "ansible" => run_ansible(site, w, run_id, &args.peers, false).await,
-        "mitogen" => run_ansible(site, w, run_id, &args.peers, true).await,
-        "pyinfra" => run_pyinfra(site, w, run_id, &args.peers).await,
-        "floor" => run_floor(site, w, run_id).await,
-        "transport" => run_transport(site, w, run_id).await,
-        _ => unreachable!(),
+            "manent" => run_manent(site, w, run_id, Db::Sqlite, false).await,
+            "manent-pg" => run_manent(site, w, run_id, Db::Postgres, false).await,
+            // A second deploy to the same targets: the first's SSH connections are warm.
+            "manent-warm" => run_manent(site, w, run_id, Db::Sqlite, true).await,
+            "scp" => run_scp(site, w, run_id).await,
+            "ansible" => run_ansible(site, w, run_id, &args.peers, false).await,
+            "mitogen" => run_ansible(site, w, run_id, &args.peers, true).await,
+            "pyinfra" => run_pyinfra(site, w, run_id, &args.peers).await,
+            "floor" => run_floor(site, w, run_id).await,
+            "transport" => run_transport(site, w, run_id).await,
+            _ => unreachable!(),
         }
     };
     // Bounded: an engine that hangs (a peer that cannot reach a target) costs its timeout,
@@ -695,13 +695,13 @@ async fn run_manent(
     );
     let config = Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty())
         .map_err(|e| anyhow!("{e}"))?;
-    let store = store::open(&config.database.url)
+    let database = Database::open(&config.database.url, &Connections::default())
         .await
         .map_err(|e| anyhow!("open {url}: {e}"))?;
     let mut engine_config = EngineConfig::new(config.effective_executor_id());
     engine_config.stale_after = config.recovery.stale_after;
     engine_config.heartbeat_interval = config.recovery.heartbeat_interval;
-    let engine = Engine::new(store, engine_config);
+    let engine = Engine::new(database, engine_config);
     let queues = manent_deploy::worker_queues(&config);
     ensure!(!queues.is_empty(), "the worker serves no queue");
     for queue in &queues {

@@ -23,7 +23,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use manent_api::{AppState, Role, auth};
 use manent_config::Config;
 use manent_deploy::{Submitter, authority, submission};
-use manent_engine::{Client, Engine, EngineConfig, store};
+use manent_engine::{Client, Connections, Database, Engine, EngineConfig};
 use sqlx::{Connection, Executor};
 
 /// Deploys run through the engine; the rest of a history is copies of them.
@@ -162,12 +162,14 @@ async fn run(args: &Args, backend: Backend, size: u64) -> Result<Vec<Measured>> 
     let dir = tempfile::tempdir()?;
     let url = fresh_database(args, backend, dir.path(), size).await?;
     let config = site(dir.path(), &url)?;
-    let store = store::open(&url).await.context("open the store")?;
-    let client = Client::new(store.clone());
+    let database = Database::open(&url, &Connections::default())
+        .await
+        .context("open the database")?;
+    let client = Client::new(database.clone());
 
     // The first deploys, through a real engine.
     let started = Instant::now();
-    let engine = Engine::new(store.clone(), EngineConfig::new("bench-history"));
+    let engine = Engine::new(database.clone(), EngineConfig::new("bench-history"));
     for queue in manent_deploy::worker_queues(&config) {
         engine.listen(queue.spec());
     }
@@ -274,7 +276,7 @@ async fn run(args: &Args, backend: Backend, size: u64) -> Result<Vec<Measured>> 
     }
     server.abort();
     drop(client);
-    drop(store);
+    drop(database);
     drop_database(args, &url).await?;
     Ok(measured)
 }

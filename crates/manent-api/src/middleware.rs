@@ -185,7 +185,7 @@ mod tests {
     };
     use manent_config::Config;
     use manent_contract::ErrorBody;
-    use manent_engine::{Client, now_ms, store};
+    use manent_engine::{Client, Connections, Database, now_ms};
     use manent_testkit::{Db, TestDb};
     use tokio::sync::Notify;
     use tower::ServiceExt;
@@ -196,9 +196,11 @@ mod tests {
     const WAIT: Duration = Duration::from_secs(60);
 
     /// A state over a fresh SQLite database, and an admin token's secret.
-    async fn admin_state() -> (TestDb, Arc<dyn store::Store>, AppState, String) {
+    async fn admin_state() -> (TestDb, Database, AppState, String) {
         let db = TestDb::new(Db::Sqlite).await;
-        let store = store::open(&db.url).await.expect("open the test database");
+        let database = Database::open(&db.url, &Connections::default())
+            .await
+            .expect("open the test database");
         let config = Config::from_yaml_str(
             &format!(
                 "database: {{url: {}}}\n",
@@ -208,16 +210,16 @@ mod tests {
             std::iter::empty(),
         )
         .expect("a valid configuration");
-        let state = AppState::new(Client::new(store.clone()), Arc::new(config));
+        let state = AppState::new(Client::new(database.clone()), Arc::new(config));
         let token = auth::create_token(&state.client.records(), "ops", Role::Admin, None)
             .await
             .expect("create a token");
-        (db, store, state, token)
+        (db, database, state, token)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_handler_that_panics_answers_500_with_the_error_body_and_is_audited() {
-        let (_db, store, state, token) = admin_state().await;
+        let (_db, database, state, token) = admin_state().await;
         let router = Router::new()
             .fallback(|| async {
                 if true {
@@ -246,7 +248,7 @@ mod tests {
             body.error
         );
         let audited = audit::list(
-            &Client::new(store.clone()).records(),
+            &Client::new(database.clone()).records(),
             &manent_engine::AuditFilter::newest(10),
         )
         .await
@@ -259,18 +261,19 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_change_whose_client_goes_away_mid_request_still_completes_and_is_audited() {
-        let (_db, store, state, token) = admin_state().await;
+        let (_db, database, state, token) = admin_state().await;
         // A change in two halves with the client's departure between them: the handler
         // says it started, then waits for the test before it writes.
         let (started, gate) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-        let (s, g, handler_store) = (started.clone(), gate.clone(), store.clone());
+        let handler_records = Client::new(database.clone()).records();
+        let (s, g) = (started.clone(), gate.clone());
         // The handler answers every path (a fallback, not a route of the API).
         let router = Router::new()
             .fallback(move || async move {
                 s.notify_one();
                 g.notified().await;
-                handler_store
-                    .put_record("probe", "change", "done", now_ms())
+                handler_records
+                    .put("probe", "change", "done", now_ms())
                     .await
                     .expect("the change's write");
                 "done"
@@ -291,7 +294,7 @@ mod tests {
         gate.notify_one();
         let entry = manent_testkit::eventually("the change's audit entry", WAIT, || async {
             audit::list(
-                &Client::new(store.clone()).records(),
+                &Client::new(database.clone()).records(),
                 &manent_engine::AuditFilter::newest(10),
             )
             .await
@@ -306,8 +309,9 @@ mod tests {
             "the entry names who made the change and that it succeeded"
         );
         assert_eq!(
-            store
-                .get_record("probe", "change")
+            Client::new(database.clone())
+                .records()
+                .get("probe", "change")
                 .await
                 .expect("read the probe")
                 .as_deref(),

@@ -11,7 +11,7 @@ use axum::{
 };
 use common::Api;
 use manent_api::{Role, auth};
-use manent_engine::{Client, now_ms, store};
+use manent_engine::{Client, Connections, Database, now_ms};
 use manent_testkit::{Db, TestDb};
 use serde_json::Value;
 use tower::ServiceExt;
@@ -26,7 +26,12 @@ on_both_backends!(
 
 async fn the_token_store_keeps_names_unique_and_forgets_revoked_and_expired_tokens(db: Db) {
     let db = TestDb::new(db).await;
-    let records = Client::new(store::open(&db.url).await.expect("open the database")).records();
+    let records = Client::new(
+        Database::open(&db.url, &Connections::default())
+            .await
+            .expect("open the database"),
+    )
+    .records();
     let secret = auth::create_token(&records, "ci", Role::Admin, None)
         .await
         .expect("a new name is accepted");
@@ -94,7 +99,12 @@ async fn the_token_store_keeps_names_unique_and_forgets_revoked_and_expired_toke
 
 async fn of_concurrent_creations_of_one_name_exactly_one_makes_a_token(db: Db) {
     let db = TestDb::new(db).await;
-    let records = Client::new(store::open(&db.url).await.expect("open the database")).records();
+    let records = Client::new(
+        Database::open(&db.url, &Connections::default())
+            .await
+            .expect("open the database"),
+    )
+    .records();
     let attempts: Vec<_> = (0..8)
         .map(|_| {
             let records = records.clone();
@@ -135,7 +145,12 @@ async fn of_concurrent_creations_of_one_name_exactly_one_makes_a_token(db: Db) {
 
 async fn the_audit_trail_is_kept_on_each_backend(db: Db) {
     let db = TestDb::new(db).await;
-    let records = Client::new(store::open(&db.url).await.expect("open the database")).records();
+    let records = Client::new(
+        Database::open(&db.url, &Connections::default())
+            .await
+            .expect("open the database"),
+    )
+    .records();
     manent_api::audit::record_admin(&records, "manent-server admin", "token.revoke", "bot").await;
     let entries = manent_api::audit::list(&records, &manent_engine::AuditFilter::newest(10))
         .await

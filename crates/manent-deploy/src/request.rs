@@ -110,7 +110,7 @@ pub fn build_version() -> String {
     format!(
         "{} (schema {}, workflows {DEPLOY_WORKFLOW_VERSIONS})",
         env!("CARGO_PKG_VERSION"),
-        manent_engine::store::expected_schema_version()
+        manent_engine::Database::expected_schema_version()
     )
 }
 

@@ -17,8 +17,8 @@ use manent_deploy::{
     workflow::gate,
 };
 use manent_engine::{
-    Client, Engine, EngineConfig, EnqueueRequest, QueueSpec, WorkflowContext, WorkflowError,
-    WorkflowStatus, store,
+    Client, Connections, Database, Engine, EngineConfig, EnqueueRequest, QueueSpec,
+    WorkflowContext, WorkflowError, WorkflowStatus,
 };
 use manent_model::Dependency;
 use manent_testkit::{Db, TestDb, eventually, on_both_backends};
@@ -69,8 +69,10 @@ async fn waiting_for_approval(client: &Client, id: &str) {
 async fn reads_that_decide_return_the_error_of_a_record_that_cannot_be_read(db: Db) {
     manent_testkit::init_tracing();
     let db = TestDb::new(db).await;
-    let store = store::open(&db.url).await.expect("open the test database");
-    let engine = Engine::new(store, EngineConfig::new("deciding"));
+    let database = Database::open(&db.url, &Connections::default())
+        .await
+        .expect("open the test database");
+    let engine = Engine::new(database, EngineConfig::new("deciding"));
     engine.register(DEPLOY_WORKFLOW, stand_in);
     engine.listen(QueueSpec::new(QUEUE).worker_concurrency(10));
     engine.launch().await.expect("start the engine");

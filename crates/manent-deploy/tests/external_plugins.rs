@@ -12,7 +12,7 @@ use manent_deploy::{
     submission,
     views::deploy_views::{self, DeployStatus},
 };
-use manent_engine::{Engine, EngineConfig, WorkflowStatus, store};
+use manent_engine::{Connections, Database, Engine, EngineConfig, WorkflowStatus};
 use manent_testkit::{Db, TestDb};
 
 /// A safety net for waits that end on an event; never a measure of speed.
@@ -70,8 +70,10 @@ impl Site {
     /// the plugin in `dbos.plugins` (if not, the deploys reach it anyway).
     async fn worker(&self, sha256: &str, serves: bool) -> (Config, Worker) {
         let config = self.config(sha256, serves);
-        let store = store::open(&self.db.url).await.unwrap();
-        let engine = Engine::new(store, EngineConfig::new(config.effective_executor_id()));
+        let database = Database::open(&self.db.url, &Connections::default())
+            .await
+            .unwrap();
+        let engine = Engine::new(database, EngineConfig::new(config.effective_executor_id()));
         for queue in manent_deploy::worker_queues(&self.config(sha256, true)) {
             engine.listen(queue.spec());
         }

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use manent_deploy::{DEPLOY_WORKFLOW, workflow::gate::dependency_met};
-use manent_engine::{Engine, EngineConfig, EnqueueRequest, QueueSpec, WorkflowContext, store};
+use manent_engine::{
+    Connections, Database, Engine, EngineConfig, EnqueueRequest, QueueSpec, WorkflowContext,
+};
 use manent_model::Dependency;
 use manent_testkit::{Db, TestDb};
 use serde_json::{Value, json};
@@ -46,10 +48,12 @@ fn dependency(version: &str) -> Dependency {
 async fn a_dependency_is_met_by_a_success_older_than_hundreds_of_later_deploys(db: Db) {
     manent_testkit::init_tracing();
     let db = TestDb::new(db).await;
-    let store = store::open(&db.url).await.expect("open the test database");
+    let database = Database::open(&db.url, &Connections::default())
+        .await
+        .expect("open the test database");
     let mut config = EngineConfig::new("history");
     config.heartbeat_interval = Duration::from_millis(200);
-    let engine = Engine::new(store, config);
+    let engine = Engine::new(database, config);
     // Stands in for the deploy workflow: these deploys only need to have succeeded.
     engine.register(DEPLOY_WORKFLOW, |_: WorkflowContext, _: Value| async move {
         Ok::<_, manent_engine::WorkflowError>(())

@@ -10,7 +10,7 @@ use manent_deploy::{
     DEPLOY_WORKFLOW,
     views::deploy_views::{self, ListFilter},
 };
-use manent_engine::{Client, EnqueueRequest, store};
+use manent_engine::{Client, Connections, Database, EnqueueRequest};
 use manent_testkit::{Db, TestDb, on_both_backends};
 
 on_both_backends!(a_filtered_list_finds_an_applications_deploys_behind_thousands_of_newer_ones);
@@ -47,7 +47,7 @@ async fn listed(client: &Client, application: Option<&str>, environment: Option<
 async fn a_filtered_list_finds_an_applications_deploys_behind_thousands_of_newer_ones(db: Db) {
     let test = TestDb::new(db).await;
     let client = Client::new(
-        store::open(&test.url)
+        Database::open(&test.url, &Connections::default())
             .await
             .expect("open the test database"),
     );

@@ -9,9 +9,9 @@ use std::{sync::Arc, time::Duration};
 use manent_config::RetentionConfig;
 use manent_deploy::background::retention::{PruneReport, prune};
 use manent_engine::{
-    AuditRecord, Client, OutputLine, StepRecord, StepStatus, Store, WorkflowStatus,
+    AuditRecord, Client, Database, OutputLine, StepRecord, StepStatus, WorkflowStatus,
     WorkflowVersions,
-    store::{self, ClaimLimits, NewWorkflow},
+    store::{self, ClaimLimits, NewWorkflow, Store},
 };
 use manent_testkit::{Db, TestDb, on_both_backends};
 
@@ -198,7 +198,7 @@ async fn with_history(db: Db) -> (TestDb, Arc<dyn Store>, Client) {
         .await
         .expect("open the test database");
     write_history(&store).await;
-    let client = Client::new(store.clone());
+    let client = Client::new(Database::from(store.clone()));
     (test, store, client)
 }
 

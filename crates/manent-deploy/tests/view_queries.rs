@@ -18,8 +18,8 @@ use manent_deploy::{
     views::deploy_views::{self, ListFilter},
 };
 use manent_engine::{
-    Client, Engine, EngineConfig, EnqueueRequest, QueueSpec, WorkflowContext, WorkflowFilter,
-    WorkflowStatus, store,
+    Client, Connections, Database, Engine, EngineConfig, EnqueueRequest, QueueSpec,
+    WorkflowContext, WorkflowFilter, WorkflowStatus,
 };
 use manent_testkit::{Db, TestDb, eventually};
 use serde_json::{Value, json};
@@ -90,7 +90,9 @@ fn count_statements() {
 async fn statements_of_views(backend: Db, per_kind: usize) -> (usize, usize) {
     let db = TestDb::new(backend).await;
     let engine = Engine::new(
-        store::open(&db.url).await.expect("open the test database"),
+        Database::open(&db.url, &Connections::default())
+            .await
+            .expect("open the test database"),
         EngineConfig::new("views"),
     );
     // Stands in for the deploy workflow: a dry run ends at once; any other deploy publishes
@@ -162,7 +164,11 @@ async fn statements_of_views(backend: Db, per_kind: usize) -> (usize, usize) {
     // The runs are left PENDING (they do not wait durably, so nothing is handed back) and no
     // engine statement runs while the views are read.
     engine.shutdown(Duration::ZERO).await;
-    let views = Client::new(store::open(&db.url).await.expect("open the views' store"));
+    let views = Client::new(
+        Database::open(&db.url, &Connections::default())
+            .await
+            .expect("open the views' store"),
+    );
     let everyone = |_: &str| true;
     let all = ListFilter {
         limit: Some(1000),

@@ -6,7 +6,7 @@
 
 use manent_deploy::run::workdirs;
 use manent_engine::{
-    Client, EnqueueRequest, WorkflowStatus, WorkflowVersions, now_ms,
+    Client, Database, EnqueueRequest, WorkflowStatus, WorkflowVersions, now_ms,
     store::{self, ClaimLimits},
 };
 use manent_testkit::{Db, TestDb, on_both_backends};
@@ -25,7 +25,7 @@ async fn a_sweep_removes_the_directories_of_ended_and_foreign_deploys_and_keeps_
     let store = store::open(&test.url)
         .await
         .expect("open the test database");
-    let client = Client::new(store.clone());
+    let client = Client::new(Database::from(store.clone()));
     let enqueue = |queue: &'static str| {
         let client = client.clone();
         async move {

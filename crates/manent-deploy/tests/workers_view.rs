@@ -13,8 +13,8 @@ use manent_deploy::{
     views::platform::{self, WorkerState},
 };
 use manent_engine::{
-    Client, Engine, EngineConfig, EnqueueRequest, ExecutorRecord, ExecutorState, QueueSpec,
-    StepRecord, StepStatus, WorkflowStatus, WorkflowVersions, now_ms,
+    Client, Database, Engine, EngineConfig, EnqueueRequest, ExecutorRecord, ExecutorState,
+    QueueSpec, StepRecord, StepStatus, WorkflowStatus, WorkflowVersions, now_ms,
     store::{self, Checkpoint, ClaimLimits},
 };
 use manent_testkit::{Db, TestDb, on_both_backends};
@@ -91,7 +91,7 @@ async fn workers_are_live_dead_or_stopped_and_long_gone_ones_are_forgotten(db: D
             .expect("record a worker");
     }
     // A deploy still held by a worker that died a month ago: someone must recover it.
-    let client = Client::new(store.clone());
+    let client = Client::new(Database::from(store.clone()));
     client
         .enqueue(EnqueueRequest::new("manent.deploy", "q", ()))
         .await
@@ -155,7 +155,7 @@ async fn a_dead_workers_step_is_interrupted_and_its_deploy_says_what_it_waits_fo
     let store = store::open(&test.url)
         .await
         .expect("open the test database");
-    let client = Client::new(store.clone());
+    let client = Client::new(Database::from(store.clone()));
     let now = now_ms();
     let last_heard = now - 10 * MINUTE;
     // Killed mid-step: it recorded "running" and never a stop; it holds no live lease.
@@ -239,10 +239,10 @@ async fn a_deploy_no_live_worker_can_replay_waits_and_says_which_version_it_need
     // A live worker of a release that runs deploy workflow version 1 only.
     let mut engine_config = EngineConfig::new("old");
     engine_config.workflow_versions = WorkflowVersions::FIRST;
-    let worker = Engine::new(store.clone(), engine_config);
+    let worker = Engine::new(Database::from(store.clone()), engine_config);
     worker.listen(QueueSpec::new("q"));
     worker.launch().await.expect("launch the worker");
-    let client = Client::new(store.clone());
+    let client = Client::new(Database::from(store.clone()));
     // Recorded by a newer release, under version 2 (a rolling downgrade left it behind).
     let deploy = client
         .enqueue(

@@ -1,5 +1,5 @@
 //! The client side of the engine: start, inspect, signal, cancel, resume and
-//! recover workflows. Needs only a store, so API processes use it without
+//! recover workflows. Needs only a [`Database`], so API processes use it without
 //! running workflows.
 
 use std::{sync::Arc, time::Duration};
@@ -8,6 +8,7 @@ use serde::Serialize;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::{
+    database::Database,
     error::EngineError,
     now_ms,
     records::Records,
@@ -94,14 +95,19 @@ impl EnqueueRequest {
     }
 }
 
-/// Starts and inspects workflows through a store.
+/// Starts and inspects workflows in a database.
 #[derive(Clone)]
 pub struct Client {
     store: Arc<dyn Store>,
 }
 
 impl Client {
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    pub fn new(database: Database) -> Self {
+        Client::on(database.into_store())
+    }
+
+    /// A client on the engine's own store (an executor's, a workflow's context).
+    pub(crate) fn on(store: Arc<dyn Store>) -> Self {
         Client { store }
     }
 
@@ -496,7 +502,7 @@ impl Client {
 
     /// Durations (ms) of the `limit` most recently finished steps (`manent.*` left out).
     /// Steps that finished in the window: `(finished_at, duration)` in ms
-    /// ([`Store::steps_finished_between`]).
+    /// (`Store::steps_finished_between`).
     pub async fn steps_finished_between(
         &self,
         window: TimeWindow,

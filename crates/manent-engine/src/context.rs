@@ -603,7 +603,7 @@ impl WorkflowContext {
             if let Some(key) = partition_key {
                 request = request.partition(key);
             }
-            crate::client::Client::new(self.inner.shared.store.clone())
+            crate::client::Client::on(self.inner.shared.store.clone())
                 .enqueue(request)
                 .await
                 .map_err(|e| match e {

@@ -23,6 +23,7 @@ use tokio::{
 use crate::{
     client::Client,
     context::WorkflowContext,
+    database::Database,
     error::{EngineError, WorkflowError},
     now_ms,
     store::{
@@ -343,7 +344,8 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(store: Arc<dyn Store>, config: EngineConfig) -> Self {
+    pub fn new(database: Database, config: EngineConfig) -> Self {
+        let store = database.into_store();
         let workflow_versions = config.workflow_versions;
         let holder = format!(
             "{}/{}/{}",
@@ -381,12 +383,14 @@ impl Engine {
         &self.shared.config.executor_id
     }
 
+    /// The storage under the executor: for tests, which check what it wrote.
+    #[cfg(feature = "testing")]
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.shared.store
     }
 
     pub fn client(&self) -> Client {
-        Client::new(self.shared.store.clone())
+        Client::on(self.shared.store.clone())
     }
 
     /// Registers a workflow function under `name`. Its input and output travel as JSON.

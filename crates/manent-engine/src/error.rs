@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// A failure of the storage layer. It names no driver type so that callers
-/// never depend on which database is behind the [`crate::Store`].
+/// never depend on which database is behind a [`crate::Database`].
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The database could not be reached or refused the operation; retrying

@@ -1,6 +1,6 @@
 //! What the crates above the engine keep in its database beside workflows: records (JSON
 //! values by kind and key: schedules, tokens, gate waiters) and the audit trail. The
-//! narrow way in, so that no caller outside the engine holds the whole [`Store`].
+//! narrow way in, so that no caller outside the engine holds the whole `Store`.
 
 use std::sync::Arc;
 

@@ -13,7 +13,7 @@ use std::{
 };
 
 use manent_engine::{
-    Client, Engine, EngineError, EnqueueRequest, QueueSpec, StepPolicy, StepStatus,
+    Client, Database, Engine, EngineError, EnqueueRequest, QueueSpec, StepPolicy, StepStatus,
     WorkflowContext, WorkflowError, WorkflowStatus, now_ms, store,
 };
 use manent_testkit::{Db, TestDb, on_both_backends};
@@ -250,7 +250,7 @@ async fn limits_hold_with_several_engines_claiming_at_once(db: Db) {
 async fn a_deduplication_key_admits_one_active_workflow(db: Db) {
     manent_testkit::init_tracing();
     let db = TestDb::new(db).await;
-    let client = Client::new(open(&db).await);
+    let client = Client::new(Database::from(open(&db).await));
     let first = client
         .enqueue(EnqueueRequest::new("w", "q", 1).dedup("k"))
         .await
@@ -281,7 +281,7 @@ async fn a_deduplication_key_admits_one_active_workflow(db: Db) {
 async fn a_workflow_id_makes_a_start_idempotent(db: Db) {
     manent_testkit::init_tracing();
     let db = TestDb::new(db).await;
-    let client = Client::new(open(&db).await);
+    let client = Client::new(Database::from(open(&db).await));
     let a = client
         .enqueue(EnqueueRequest::new("w", "q", 1).id("fixed"))
         .await
@@ -311,7 +311,7 @@ async fn an_enqueue_wakes_the_claimers_of_another_store_once_it_is_committed(db:
     let enqueuer = open(&db).await;
     let claimer = open(&db).await;
     let mut wakeups = claimer.subscribe();
-    let wf = Client::new(enqueuer)
+    let wf = Client::new(Database::from(enqueuer))
         .enqueue(EnqueueRequest::new("noop", "woken", ()))
         .await
         .unwrap();

@@ -10,8 +10,9 @@ use std::{
 };
 
 use manent_engine::{
-    Client, Engine, EngineError, EnqueueRequest, QueueSpec, Store, WorkflowContext, WorkflowStatus,
-    now_ms, store,
+    Client, Database, Engine, EngineError, EnqueueRequest, QueueSpec, WorkflowContext,
+    WorkflowStatus, now_ms,
+    store::{self, Store},
 };
 use manent_testkit::{Db, TestDb, on_both_backends};
 use tokio::sync::Notify;
@@ -42,7 +43,10 @@ async fn manual_recovery_hands_work_to_another_executor_and_fences_the_first(db:
         let db_url = db.url.clone();
         let id = id.to_string();
         async move {
-            let e = Engine::new(store::open(&db_url).await.unwrap(), config(&id));
+            let e = Engine::new(
+                Database::from(store::open(&db_url).await.unwrap()),
+                config(&id),
+            );
             e.register("work", move |ctx: WorkflowContext, _: ()| {
                 let (ledger, in_step, gate) = (ledger.clone(), in_step.clone(), gate.clone());
                 async move {
@@ -195,7 +199,7 @@ async fn dead_executors_workflow(
 fn recovering_engine(store: &Arc<dyn Store>) -> Engine {
     let mut cfg = config("alive");
     cfg.automatic_recovery = true;
-    let e = Engine::new(store.clone(), cfg);
+    let e = Engine::new(Database::from(store.clone()), cfg);
     e.register("noop", |ctx: WorkflowContext, _: ()| async move {
         ctx.step("x", || async { Ok::<_, String>(()) }).await
     });
@@ -207,7 +211,7 @@ async fn automatic_recovery_takes_over_a_stale_executor(db: Db) {
     manent_testkit::init_tracing();
     let db = TestDb::new(db).await;
     let store = open(&db).await;
-    let client = Client::new(store.clone());
+    let client = Client::new(Database::from(store.clone()));
     let wf = dead_executors_workflow(&store, &client).await;
     let e = recovering_engine(&store);
     e.launch().await.unwrap();
@@ -256,7 +260,7 @@ async fn a_recovery_held_up_by_a_row_lock_does_not_keep_the_executor_from_renewi
     manent_testkit::init_tracing();
     let db = TestDb::new(Db::Postgres).await;
     let store = open(&db).await;
-    let client = Client::new(store.clone());
+    let client = Client::new(Database::from(store.clone()));
     let stale = dead_executors_workflow(&store, &client).await;
     // Another session holds the stale workflow's row, as a transaction stuck half-way would.
     let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
@@ -368,8 +372,8 @@ async fn a_take_over_kept_waiting_past_its_renewals_window_still_resumes_the_exe
     manent_testkit::init_tracing();
     let db = TestDb::new(Db::Postgres).await;
     let store = open(&db).await;
-    let client = Client::new(store.clone());
-    let e = Engine::new(store.clone(), config("alive"));
+    let client = Client::new(Database::from(store.clone()));
+    let e = Engine::new(Database::from(store.clone()), config("alive"));
     let ledger = Ledger::default();
     let window = Arc::new(std::sync::Mutex::new(None));
     let (l, w) = (ledger.clone(), window.clone());
@@ -475,7 +479,7 @@ async fn a_duplicate_executor_id_is_refused_while_the_first_is_alive(db: Db) {
     first.launch().await.unwrap();
     let mut cfg = config("same");
     cfg.host = "second-host".into();
-    let second = Engine::new(open(&db).await, cfg);
+    let second = Engine::new(Database::from(open(&db).await), cfg);
     let refused = second.launch().await;
     match refused {
         Err(EngineError::DuplicateExecutor {
@@ -505,7 +509,7 @@ async fn a_stopped_executor_id_is_reused_at_once(db: Db) {
     let mut cfg = config("same");
     // Long enough that waiting for staleness would time the test out.
     cfg.stale_after = Duration::from_secs(3600);
-    let second = Engine::new(open(&db).await, cfg);
+    let second = Engine::new(Database::from(open(&db).await), cfg);
     tokio::time::timeout(Duration::from_secs(60), second.launch())
         .await
         .expect("a cleanly stopped id starts without waiting for stale_after")
@@ -647,7 +651,7 @@ async fn a_draining_executor_hands_its_durable_waits_back_to_the_queue(db: Db) {
 async fn recovering_an_unknown_executor_is_an_error(db: Db) {
     manent_testkit::init_tracing();
     let db = TestDb::new(db).await;
-    let client = Client::new(open(&db).await);
+    let client = Client::new(Database::from(open(&db).await));
     let refused = client.recover_executor("nobody", false, "test").await;
     assert!(
         matches!(refused, Err(EngineError::UnknownExecutor(ref id)) if id == "nobody"),

@@ -21,7 +21,8 @@ use std::{
 };
 
 use manent_engine::{
-    Client, EnqueueRequest, StepStatus, WorkflowFilter, WorkflowRecord, WorkflowStatus, store,
+    Client, Database, EnqueueRequest, StepStatus, WorkflowFilter, WorkflowRecord, WorkflowStatus,
+    store,
 };
 use manent_testkit::{
     Children, NetNs, PgCluster, StopMode, append_line as append, eventually, signal, wait_exit,
@@ -497,7 +498,9 @@ async fn postgresql_restarted_twice_under_200_workflows_and_3_workers_loses_none
     let started = std::time::Instant::now();
     let cluster = PgCluster::start();
     let url = cluster.create_database("faults").await;
-    let client = Client::new(store::open(&url).await.expect("open the test database"));
+    let client = Client::new(Database::from(
+        store::open(&url).await.expect("open the test database"),
+    ));
     let mut procs = Procs::new();
     let log_cluster = cluster.log_path();
     procs.server_log = Some(Box::new(move || {
@@ -653,7 +656,9 @@ impl PartitionSite {
         );
         let url = cluster.create_database("faults").await;
         let far_url = cluster.url_at(&ns.host_addr, "faults");
-        let client = Client::new(store::open(&url).await.expect("open the test database"));
+        let client = Client::new(Database::from(
+            store::open(&url).await.expect("open the test database"),
+        ));
         let mut procs = Procs::new();
         let log_cluster = cluster.log_path();
         procs.server_log = Some(Box::new(move || {
@@ -1002,7 +1007,7 @@ mod child {
 
     use std::{path::PathBuf, sync::Arc, time::Duration};
 
-    use manent_engine::{Engine, EngineConfig, QueueSpec, WorkflowContext, store};
+    use manent_engine::{Database, Engine, EngineConfig, QueueSpec, WorkflowContext, store};
     use tokio::signal::unix::{SignalKind, signal};
 
     use super::{QUEUE, WORKFLOW, append};
@@ -1067,7 +1072,7 @@ mod child {
             Duration::from_millis(number("MANENT_TEST_STALE_MS").unwrap_or(3_600_000));
         config.heartbeat_interval = Duration::from_millis(200);
         config.automatic_recovery = var("MANENT_TEST_RECOVERY").is_some();
-        let engine = Engine::new(store, config);
+        let engine = Engine::new(Database::from(store), config);
 
         let mut queue = QueueSpec::new(QUEUE);
         if let Some(n) = number("MANENT_TEST_WORKER_LIMIT") {

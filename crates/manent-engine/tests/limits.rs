@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use manent_engine::{
-    Client, EngineError, EnqueueRequest, LimitGroup, Store, WorkflowStatus, now_ms,
-    store::{self, ClaimLimits},
+    Client, Database, EngineError, EnqueueRequest, LimitGroup, WorkflowStatus, now_ms,
+    store::{self, ClaimLimits, Store},
 };
 use manent_testkit::{Db, TestDb};
 
@@ -65,7 +65,7 @@ async fn claim(store: &Arc<dyn Store>, queue: &str, executor: &str, limits: Clai
 async fn a_group_worker_limit_counts_every_queue_of_the_group(db: Db) {
     let db = TestDb::new(db).await;
     let store = open(&db).await;
-    let client = Client::new(store.clone());
+    let client = Client::new(Database::from(store.clone()));
     for i in 0..4 {
         enqueue(&client, "a", &format!("a{i}")).await;
         enqueue(&client, "b", &format!("b{i}")).await;
@@ -91,7 +91,7 @@ async fn a_group_worker_limit_counts_every_queue_of_the_group(db: Db) {
 async fn a_group_global_limit_counts_every_executor_and_queue(db: Db) {
     let db = TestDb::new(db).await;
     let store = open(&db).await;
-    let client = Client::new(store.clone());
+    let client = Client::new(Database::from(store.clone()));
     for i in 0..4 {
         enqueue(&client, "a", &format!("a{i}")).await;
         enqueue(&client, "b", &format!("b{i}")).await;
@@ -117,7 +117,7 @@ async fn a_group_global_limit_counts_every_executor_and_queue(db: Db) {
 async fn a_partition_running_on_one_queue_of_a_group_blocks_it_on_the_others(db: Db) {
     let db = TestDb::new(db).await;
     let store = open(&db).await;
-    let client = Client::new(store.clone());
+    let client = Client::new(Database::from(store.clone()));
     enqueue(&client, "a", "app/prod").await;
     let blocked = enqueue(&client, "b", "app/prod").await;
     let other = enqueue(&client, "b", "app/staging").await;
@@ -155,7 +155,7 @@ async fn a_partition_running_on_one_queue_of_a_group_blocks_it_on_the_others(db:
 async fn a_queue_cap_holds_on_top_of_its_group(db: Db) {
     let db = TestDb::new(db).await;
     let store = open(&db).await;
-    let client = Client::new(store.clone());
+    let client = Client::new(Database::from(store.clone()));
     for i in 0..5 {
         enqueue(&client, "gpu", &format!("g{i}")).await;
     }
@@ -177,7 +177,7 @@ async fn a_queue_cap_holds_on_top_of_its_group(db: Db) {
 async fn a_claim_finds_free_partitions_behind_a_long_full_one(db: Db) {
     let db = TestDb::new(db).await;
     let store = open(&db).await;
-    let client = Client::new(store.clone());
+    let client = Client::new(Database::from(store.clone()));
     // 300 workflows of one partition first, then 5 of other partitions.
     let mut batch: Vec<EnqueueRequest> = (0..300)
         .map(|_| EnqueueRequest::new("w", "q", ()).partition("busy"))
@@ -229,7 +229,7 @@ async fn a_claim_finds_free_partitions_behind_a_long_full_one(db: Db) {
 async fn a_bulk_enqueue_creates_all_and_reports_existing_ids(db: Db) {
     let db = TestDb::new(db).await;
     let store = open(&db).await;
-    let client = Client::new(store.clone());
+    let client = Client::new(Database::from(store.clone()));
     let existing = client
         .enqueue(EnqueueRequest::new("w", "q", ()).id("taken"))
         .await

@@ -5,7 +5,7 @@
 //! not suspect. On both backends.
 
 use manent_engine::{
-    Client, now_ms,
+    Client, Database, now_ms,
     store::{self, ExecutorLease, LeaseGrant, Liveness},
 };
 use manent_testkit::{Db, TestDb, eventually, on_both_backends};
@@ -49,7 +49,7 @@ async fn an_executor_lock_is_seen_held_while_its_guard_lives_and_free_once_it_is
 async fn a_live_lease_from_another_host_is_suspect_only_once_its_lock_is_free(db: Db) {
     let db = TestDb::new(db).await;
     let store = store::open(&db.url).await.expect("open the test database");
-    let client = Client::new(store.clone());
+    let client = Client::new(Database::from(store.clone()));
     let guard = store.acquire_liveness("far").await.expect("take the lock");
     let now = now_ms();
     let lease = ExecutorLease {

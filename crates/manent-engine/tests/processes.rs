@@ -14,8 +14,8 @@ use std::{
 };
 
 use manent_engine::{
-    Client, EnqueueRequest, StepStatus, Store, WorkflowStatus,
-    store::{self, SqlStore},
+    Client, Database, EnqueueRequest, StepStatus, WorkflowStatus,
+    store::{self, SqlStore, Store},
 };
 use manent_testkit::{
     Children, Db, TestDb, append_line as append, eventually, pause_outside_transactions, signal,
@@ -216,7 +216,9 @@ impl Drop for Procs {
 }
 
 async fn client(db: &TestDb) -> Client {
-    Client::new(store::open(&db.url).await.expect("open the test database"))
+    Client::new(Database::from(
+        store::open(&db.url).await.expect("open the test database"),
+    ))
 }
 
 async fn wait_success(client: &Client, id: &str) {
@@ -993,7 +995,8 @@ mod child {
     use std::{path::PathBuf, time::Duration};
 
     use manent_engine::{
-        Engine, EngineConfig, QueueSpec, WorkflowContext, WorkflowError, WorkflowVersions, store,
+        Database, Engine, EngineConfig, QueueSpec, WorkflowContext, WorkflowError,
+        WorkflowVersions, store,
     };
     use tokio::signal::unix::{SignalKind, signal};
 
@@ -1068,7 +1071,7 @@ mod child {
                 WorkflowVersions::new(min.parse().unwrap(), max.parse().unwrap())
                     .expect("a valid range of versions");
         }
-        let engine = Engine::new(store, config);
+        let engine = Engine::new(Database::from(store), config);
 
         let mut queue = QueueSpec::new("q");
         if let Some(n) = number("MANENT_TEST_WORKER_LIMIT") {

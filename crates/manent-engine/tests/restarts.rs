@@ -13,8 +13,8 @@ use std::{
 };
 
 use manent_engine::{
-    ExecutorState, Store, now_ms,
-    store::{self, ExecutorLease, LeaseGrant, Liveness, Renewal, Wakeup},
+    ExecutorState, now_ms,
+    store::{self, ExecutorLease, LeaseGrant, Liveness, Renewal, Store, Wakeup},
 };
 use manent_testkit::{PgCluster, StopMode, eventually};
 use sqlx::PgPool;

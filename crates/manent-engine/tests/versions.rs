@@ -6,8 +6,8 @@
 use std::{sync::Arc, time::Duration};
 
 use manent_engine::{
-    Client, Engine, EngineConfig, EnqueueRequest, QueueSpec, WorkflowContext, WorkflowStatus,
-    WorkflowVersions, store,
+    Client, Database, Engine, EngineConfig, EnqueueRequest, QueueSpec, WorkflowContext,
+    WorkflowStatus, WorkflowVersions, store,
 };
 use manent_testkit::{Db, TestDb, on_both_backends};
 use tokio::sync::Notify;
@@ -31,7 +31,7 @@ async fn executor(db: &TestDb, id: &str, min: u32, max: u32) -> Engine {
     config.heartbeat_interval = Duration::from_millis(200);
     config.workflow_versions = WorkflowVersions::new(min, max).expect("a valid range");
     let engine = Engine::new(
-        store::open(&db.url).await.expect("open the test database"),
+        Database::from(store::open(&db.url).await.expect("open the test database")),
         config,
     );
     engine.register("w", |ctx: WorkflowContext, _: ()| async move {
@@ -150,7 +150,7 @@ async fn a_partition_waits_whole_behind_a_workflow_of_another_version(db: Db) {
 
 async fn new_workflows_start_under_the_newest_version_every_live_executor_runs(db: Db) {
     let db = TestDb::new(db).await;
-    let client = Client::new(store::open(&db.url).await.expect("open"));
+    let client = Client::new(Database::from(store::open(&db.url).await.expect("open")));
     assert_eq!(
         client
             .startable_version(2)

@@ -6,7 +6,7 @@
 use std::sync::{Mutex, OnceLock};
 
 use manent_engine::{
-    Engine, EngineConfig, EnqueueRequest, QueueSpec, WorkflowContext, WorkflowError,
+    Database, Engine, EngineConfig, EnqueueRequest, QueueSpec, WorkflowContext, WorkflowError,
     WorkflowStatus, store,
 };
 use manent_testkit::{Db, TestDb, on_both_backends};
@@ -51,7 +51,7 @@ async fn a_lone_executor_whose_runs_finish_by_themselves_logs_no_warning(db: Db)
     warnings();
     let db = TestDb::new(db).await;
     let store = store::open(&db.url).await.expect("open the test database");
-    let engine = Engine::new(store, EngineConfig::new("lone"));
+    let engine = Engine::new(Database::from(store), EngineConfig::new("lone"));
     engine.register("short", |ctx: WorkflowContext, n: u32| async move {
         let doubled: u32 = ctx
             .step("double", || async move { Ok::<_, String>(n * 2) })

@@ -14,7 +14,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use manent_api::{AppState, Role, auth};
 use manent_config::{Config, LogFormat};
 use manent_deploy::{Plugins, background::schedules::Ticker};
-use manent_engine::{Client, Engine, EngineConfig, Records, Store, store};
+use manent_engine::{Client, Connections, Database, Engine, EngineConfig, Records};
 use tokio::signal::unix::{SignalKind, signal};
 
 mod http;
@@ -190,9 +190,9 @@ fn init_logging(config: &Config) {
     };
 }
 
-async fn open_store(config: &Config, command: &Command) -> Result<Arc<dyn Store>> {
+async fn open_database(config: &Config, command: &Command) -> Result<Database> {
     // A relative SQLite file is relative to manent.yml's directory, not to the shell's.
-    store::open_with(&config.database_url(), &connections(config, command))
+    Database::open(&config.database_url(), &connections(config, command))
         .await
         .with_context(|| "cannot open the database (database.url)".to_string())
 }
@@ -202,7 +202,7 @@ async fn open_store(config: &Config, command: &Command) -> Result<Arc<dyn Store>
 /// deploys at once (`dbos.concurrency`'s default) or as many API requests talk to the
 /// database at once, the sum of both for `serve`, two for `admin`; the API and the workers
 /// listen for wake-ups, `admin` does not.
-fn connections(config: &Config, command: &Command) -> store::Connections {
+fn connections(config: &Config, command: &Command) -> Connections {
     let executor = config.effective_executor_id();
     let (role_max, listen, name) = match command {
         Command::Api => (10, true, "manent api".to_string()),
@@ -210,7 +210,7 @@ fn connections(config: &Config, command: &Command) -> store::Connections {
         Command::Serve => (20, true, format!("manent serve {executor}")),
         Command::Admin(_) | Command::Completion { .. } => (2, false, "manent admin".to_string()),
     };
-    store::Connections {
+    Connections {
         max: config.database.max_connections.unwrap_or(role_max),
         idle_timeout: config.database.idle_timeout,
         listen,
@@ -258,17 +258,17 @@ async fn run(args: Args) -> Result<()> {
     for issue in &worker_refusals {
         tracing::warn!(%issue, "workers will refuse to start with this configuration");
     }
-    let store = open_store(&config, &args.command).await?;
+    let database = open_database(&config, &args.command).await?;
     match args.command {
-        Command::Serve => serve(config, store, true, true).await,
-        Command::Api => serve(config, store, true, false).await,
-        Command::Worker => serve(config, store, false, true).await,
+        Command::Serve => serve(config, database, true, true).await,
+        Command::Api => serve(config, database, true, false).await,
+        Command::Worker => serve(config, database, false, true).await,
         Command::Admin(Admin::Prune {
             dry_run,
             vacuum,
             output,
-        }) => prune(&config, store, dry_run, vacuum, output).await,
-        Command::Admin(admin) => run_admin(admin, store).await,
+        }) => prune(&config, database, dry_run, vacuum, output).await,
+        Command::Admin(admin) => run_admin(admin, database).await,
         Command::Completion { .. } => unreachable!("handled before the configuration is read"),
     }
 }
@@ -276,7 +276,7 @@ async fn run(args: Args) -> Result<()> {
 /// `admin copy`: the database at `from` into the empty one at `to`, then a line per table
 /// and an audit entry in the copy.
 async fn copy_database(from: &str, to: &str) -> Result<()> {
-    let report = store::copy(from, to, manent_engine::now_ms())
+    let report = Database::copy(from, to, manent_engine::now_ms())
         .await
         .with_context(|| "cannot copy the database".to_string())?;
     let total: u64 = report.tables.iter().map(|(_, rows)| rows).sum();
@@ -284,9 +284,9 @@ async fn copy_database(from: &str, to: &str) -> Result<()> {
     for (table, rows) in &report.tables {
         println!("  {table} {rows}");
     }
-    let copy = store::open_with(
+    let copy = Database::open(
         to,
-        &store::Connections {
+        &Connections {
             max: 2,
             listen: false,
             application_name: "manent admin".into(),
@@ -315,12 +315,12 @@ async fn copy_database(from: &str, to: &str) -> Result<()> {
 /// `admin prune`: the retention policy, now (docs/configuration.md, `retention`).
 async fn prune(
     config: &Config,
-    store: Arc<dyn Store>,
+    database: Database,
     dry_run: bool,
     vacuum: bool,
     output: OutputFormat,
 ) -> Result<()> {
-    let client = Client::new(store);
+    let client = Client::new(database);
     let report = manent_deploy::background::retention::prune(
         &client,
         &config.retention,
@@ -355,10 +355,10 @@ async fn prune(
     Ok(())
 }
 
-async fn run_admin(admin: Admin, store: Arc<dyn Store>) -> Result<()> {
-    let client = Client::new(store);
+async fn run_admin(admin: Admin, database: Database) -> Result<()> {
+    let client = Client::new(database);
     match admin {
-        // The store was migrated when it was opened.
+        // The database was migrated when it was opened.
         Admin::Migrate => {
             println!("schema at version {}", client.schema_version().await?);
             Ok(())
@@ -488,7 +488,7 @@ fn token_table(tokens: &[auth::TokenView]) -> String {
 /// the API stops accepting, the worker drains for `dbos.drain_timeout`.
 async fn serve(
     config: Arc<Config>,
-    store: Arc<dyn Store>,
+    database: Database,
     with_api: bool,
     with_worker: bool,
 ) -> Result<()> {
@@ -500,7 +500,7 @@ async fn serve(
         for (plugin, issue) in manent_deploy::plugins::confinement_issues(&config) {
             tracing::error!(%plugin, "{issue}");
         }
-        Some(start_worker(&config, store.clone()).await?)
+        Some(start_worker(&config, database.clone()).await?)
     } else {
         None
     };
@@ -510,7 +510,7 @@ async fn serve(
             .await
             .with_context(|| format!("cannot listen on {} (api.listen)", config.api.listen))?;
         let addr = listener.local_addr()?;
-        let state = AppState::new(Client::new(store.clone()), config.clone());
+        let state = AppState::new(Client::new(database.clone()), config.clone());
         let app = manent_api::app(state);
         let mut stop = stop_rx.clone();
         let shutdown = async move {
@@ -695,7 +695,7 @@ const TICK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// worker's plugins (their processes start on first use).
 async fn start_worker(
     config: &Config,
-    store: Arc<dyn Store>,
+    database: Database,
 ) -> Result<(Engine, Ticker, Arc<Plugins>)> {
     let mut engine_config = EngineConfig::new(config.effective_executor_id());
     // What `manent workers` shows: which schema and workflow versions this worker runs.
@@ -705,7 +705,7 @@ async fn start_worker(
     engine_config.heartbeat_interval = config.recovery.heartbeat_interval;
     engine_config.automatic_recovery = config.recovery.automatic;
     engine_config.output_per_run = config.worker.max_output_bytes();
-    let engine = Engine::new(store.clone(), engine_config);
+    let engine = Engine::new(database.clone(), engine_config);
     let queues = manent_deploy::worker_queues(config);
     if queues.is_empty() {
         bail!("this worker serves no queue: check dbos.exclusive, dbos.queues and dbos.plugins");
@@ -715,7 +715,7 @@ async fn start_worker(
     }
     // Scheduled deploys are authorised again as they fire, against the API's token store
     // (manent-deploy asks through its `Authority` trait; it does not know tokens).
-    let client = Client::new(store);
+    let client = Client::new(database);
     let authority: Arc<dyn manent_deploy::authority::Authority> =
         Arc::new(manent_api::auth::TokenAuthority::new(client.records()));
     // The worker's one HTTP client (manent-deploy asks through its port, `HttpFetch`):

@@ -267,7 +267,7 @@ fn assert_every_delivery_signed(ops: &Mutex<Vec<Received>>) {
 /// The delivery wanted by the webhook that is down, kept as failed after its two tries.
 async fn assert_down_delivery_kept_as_failed(site: &Site) {
     let client = manent_engine::Client::new(
-        manent_engine::store::open(&site.db.url)
+        manent_engine::Database::open(&site.db.url, &manent_engine::Connections::default())
             .await
             .expect("open the database"),
     );
@@ -339,7 +339,7 @@ fn site_config(site: &Site) -> manent_config::Config {
 /// A client on the site's database.
 async fn engine_client(site: &Site) -> manent_engine::Client {
     manent_engine::Client::new(
-        manent_engine::store::open(&site.db.url)
+        manent_engine::Database::open(&site.db.url, &manent_engine::Connections::default())
             .await
             .expect("open the database"),
     )

@@ -15,7 +15,7 @@ use manent_deploy::{
     submission::{self, SubmitError},
     views::deploy_views,
 };
-use manent_engine::{Client, Engine, EngineConfig, WorkflowStatus, now_ms, store};
+use manent_engine::{Client, Connections, Database, Engine, EngineConfig, WorkflowStatus, now_ms};
 use manent_testkit::{Db, TestDb, eventually, on_both_backends};
 
 on_both_backends!(
@@ -59,7 +59,11 @@ impl Installation {
         );
         let config = Config::from_yaml_str(&installation_yaml, "manent.yml", std::iter::empty())
             .expect("the test configuration is valid");
-        let client = Client::new(store::open(&db.url).await.expect("open the test database"));
+        let client = Client::new(
+            Database::open(&db.url, &Connections::default())
+                .await
+                .expect("open the test database"),
+        );
         let installation = Installation {
             db,
             config: Arc::new(config),
@@ -170,9 +174,11 @@ impl Installation {
 
     /// A launched worker of this installation, asking the token store as `serve` does.
     async fn worker(&self) -> Engine {
-        let store = store::open(&self.db.url).await.unwrap();
+        let database = Database::open(&self.db.url, &Connections::default())
+            .await
+            .unwrap();
         let engine = Engine::new(
-            store,
+            database,
             EngineConfig::new(self.config.effective_executor_id()),
         );
         for queue in manent_deploy::worker_queues(&self.config) {

@@ -171,9 +171,13 @@ async fn region_passes_run_only_on_their_regions_workers(db: Db) {
             "what the {target} pass's command printed is in the deploy's logs: {text}"
         );
     }
-    let store = manent_engine::store::open(&site.db.url).await.unwrap();
-    let passes = store
-        .list_workflows(&manent_engine::WorkflowFilter {
+    let client = manent_engine::Client::new(
+        manent_engine::Database::open(&site.db.url, &manent_engine::Connections::default())
+            .await
+            .unwrap(),
+    );
+    let passes = client
+        .list(&manent_engine::WorkflowFilter {
             parent_id: Some(id.clone()),
             ..Default::default()
         })
@@ -481,10 +485,14 @@ async fn a_cancelled_region_routed_deploy_ships_nothing_to_a_region_whose_worker
             .find_map(|l| l.strip_prefix("start eu-1 ")?.parse().ok())
     })
     .await;
-    let store = manent_engine::store::open(&site.db.url).await.unwrap();
+    let client = manent_engine::Client::new(
+        manent_engine::Database::open(&site.db.url, &manent_engine::Connections::default())
+            .await
+            .unwrap(),
+    );
     let passes = || async {
-        store
-            .list_workflows(&manent_engine::WorkflowFilter {
+        client
+            .list(&manent_engine::WorkflowFilter {
                 parent_id: Some(id.clone()),
                 ..Default::default()
             })
@@ -519,8 +527,8 @@ async fn a_cancelled_region_routed_deploy_ships_nothing_to_a_region_whose_worker
     // ap's worker comes up later: there is nothing left for it to take.
     site.start_with("worker", "worker-ap", &[("MANENT__DBOS__REGION", "ap")]);
     eventually("ap's worker is up", WAIT, || async {
-        store
-            .get_executor("worker-ap")
+        client
+            .executor("worker-ap")
             .await
             .ok()
             .flatten()

@@ -248,15 +248,19 @@ async fn sigterm_drains_short_work_and_leaves_long_work_pending_for_the_restart(
         !site.ledger().contains("end"),
         "the step was cut at the drain timeout"
     );
-    // Read the store directly: no API runs now.
-    let store = manent_engine::store::open(&site.db.url).await.unwrap();
-    let record = store.get_workflow(&id).await.unwrap().unwrap();
+    // Read the database directly: no API runs now.
+    let client = manent_engine::Client::new(
+        manent_engine::Database::open(&site.db.url, &manent_engine::Connections::default())
+            .await
+            .unwrap(),
+    );
+    let record = client.get(&id).await.unwrap().unwrap();
     assert_eq!(
         record.status,
         manent_engine::WorkflowStatus::Pending,
         "left PENDING for the restart"
     );
-    let executor = store.get_executor("node-1").await.unwrap().unwrap();
+    let executor = client.executor("node-1").await.unwrap().unwrap();
     assert_eq!(
         executor.state,
         manent_engine::ExecutorState::Stopped,
@@ -289,9 +293,12 @@ async fn a_second_worker_with_a_live_id_exits_naming_the_host(db: Db) {
     eventually("the first worker registered", WAIT, || {
         let url = url.clone();
         async move {
-            let store = manent_engine::store::open(&url).await.ok()?;
-            store
-                .get_executor("same-id")
+            let database =
+                manent_engine::Database::open(&url, &manent_engine::Connections::default())
+                    .await
+                    .ok()?;
+            manent_engine::Client::new(database)
+                .executor("same-id")
                 .await
                 .ok()
                 .flatten()
@@ -380,8 +387,14 @@ async fn eight_workers_started_together_on_an_empty_database_all_come_up(db: Db)
     let executors = eventually("all eight workers register", WAIT, || {
         let url = url.clone();
         async move {
-            let store = manent_engine::store::open(&url).await.ok()?;
-            let executors = store.list_executors().await.ok()?;
+            let database =
+                manent_engine::Database::open(&url, &manent_engine::Connections::default())
+                    .await
+                    .ok()?;
+            let executors = manent_engine::Client::new(database)
+                .executors()
+                .await
+                .ok()?;
             (executors.len() == 8).then_some(executors)
         }
     })

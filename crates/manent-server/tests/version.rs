@@ -19,7 +19,7 @@ fn the_version_names_the_release_the_schema_and_the_workflow_versions() {
     let expected = format!(
         "manent-server {} (schema {}, workflows 1-6)\n",
         env!("CARGO_PKG_VERSION"),
-        manent_engine::store::expected_schema_version()
+        manent_engine::Database::expected_schema_version()
     );
     assert_eq!(
         printed, expected,

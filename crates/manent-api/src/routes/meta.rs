@@ -7,7 +7,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use manent_contract::ErrorBody;
-use manent_engine::store;
+use manent_engine::Database;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::{AppError, AppState, platform, refusals};
@@ -53,12 +53,14 @@ async fn healthz() -> &'static str {
     ))]
 async fn readyz(State(state): State<AppState>) -> Response {
     match state.client.schema_version().await {
-        Ok(v) if v >= store::expected_schema_version() => (StatusCode::OK, "ready").into_response(),
+        Ok(v) if v >= Database::expected_schema_version() => {
+            (StatusCode::OK, "ready").into_response()
+        }
         Ok(v) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
                 "schema version {v}, expected {}: run `manent-server admin migrate`",
-                store::expected_schema_version()
+                Database::expected_schema_version()
             ),
         )
             .into_response(),

@@ -11,7 +11,7 @@ use axum::{
 };
 use manent_api::{AppState, Role, app, auth};
 use manent_config::Config;
-use manent_engine::{Client, Engine, EngineConfig, store};
+use manent_engine::{Client, Connections, Database, Engine, EngineConfig};
 use manent_testkit::{Db, TestDb};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -59,8 +59,10 @@ impl Api {
             Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty())
                 .expect("the test configuration is valid"),
         );
-        let store = store::open(&db.url).await.expect("open the test database");
-        let client = Client::new(store);
+        let database = Database::open(&db.url, &Connections::default())
+            .await
+            .expect("open the test database");
+        let client = Client::new(database);
         let router = app(AppState::new(client.clone(), config.clone()));
         Api {
             db,
@@ -179,8 +181,10 @@ impl Api {
             serde_json::to_string(&manent_testkit::temp_artifact_source()).unwrap(),
         );
         let config = Config::from_yaml_str(&yaml, "manent.yml", std::iter::empty()).unwrap();
-        let store = store::open(&self.db.url).await.unwrap();
-        let engine = Engine::new(store, EngineConfig::new(&id));
+        let database = Database::open(&self.db.url, &Connections::default())
+            .await
+            .unwrap();
+        let engine = Engine::new(database, EngineConfig::new(&id));
         for queue in manent_deploy::worker_queues(&config) {
             engine.listen(queue.spec());
         }

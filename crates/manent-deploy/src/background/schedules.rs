@@ -719,7 +719,7 @@ impl Ticker {
     pub fn start(client: Client, policy: TickPolicy, interval: Duration) -> Ticker {
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         // Every second, idle or not: on the store's background connection.
-        let task = tokio::spawn(manent_engine::store::background(async move {
+        let task = tokio::spawn(manent_engine::background(async move {
             let mut every = tokio::time::interval(interval);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

@@ -13,7 +13,7 @@ pub const LOOK_EVERY: Duration = Duration::from_secs(2);
 
 /// Starts the loop on this worker; it ends with the process.
 pub fn spawn(client: Client, config: Arc<Config>) {
-    tokio::spawn(manent_engine::store::background(async move {
+    tokio::spawn(manent_engine::background(async move {
         let mut tick = tokio::time::interval(LOOK_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

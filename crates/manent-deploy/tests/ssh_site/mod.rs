@@ -19,7 +19,7 @@ use manent_deploy::{
     submission,
     views::deploy_views::{self, DeployStatus},
 };
-use manent_engine::{Engine, EngineConfig, WorkflowRecord, store};
+use manent_engine::{Connections, Database, Engine, EngineConfig, WorkflowRecord};
 use manent_testkit::{Db, TestDb, sshd::SshHosts};
 use sha2::{Digest, Sha256};
 
@@ -212,10 +212,10 @@ impl Site {
     /// A launched worker serving the configuration's queues with the deploy workflow.
     pub async fn worker(&self, executor_id: &str) -> Worker {
         let config = self.config(executor_id);
-        let store = store::open(&self.db.url)
+        let database = Database::open(&self.db.url, &Connections::default())
             .await
             .expect("open the test database");
-        let engine = Engine::new(store, EngineConfig::new(executor_id));
+        let engine = Engine::new(database, EngineConfig::new(executor_id));
         for queue in manent_deploy::worker_queues(&config) {
             engine.listen(queue.spec());
         }

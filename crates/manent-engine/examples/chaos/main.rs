@@ -46,7 +46,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use manent_engine::{
-    Client, Engine, EngineConfig, EnqueueRequest, QueueSpec, WorkflowContext, store,
+    Client, Database, Engine, EngineConfig, EnqueueRequest, QueueSpec, WorkflowContext, store,
 };
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use sqlx::Connection;
@@ -307,7 +307,7 @@ async fn worker(args: &[String]) -> Result<()> {
     config.stale_after = Duration::from_millis(STALE_MS);
     config.heartbeat_interval = Duration::from_millis(HEARTBEAT_MS);
     config.automatic_recovery = true;
-    let engine = Engine::new(store, config);
+    let engine = Engine::new(Database::from(store), config);
     engine.listen(
         QueueSpec::new(QUEUE)
             .worker_concurrency(WORKER_LIMIT)
@@ -901,7 +901,7 @@ async fn run(o: &Options, db: &RunDb, dir: &Path) -> Result<bool> {
         o.seed,
         if o.sqlite { "SQLite" } else { "PostgreSQL" }
     );
-    let client = Client::new(store::open(&db.url).await?);
+    let client = Client::new(Database::from(store::open(&db.url).await?));
     let ledger = dir.join("ledger");
     let mut workers = Workers::new(o, db, dir, &ledger)?;
     for slot in 0..o.workers {

@@ -4,6 +4,10 @@
 //! none names a driver type, so the engine and its callers never know whether
 //! SQLite or PostgreSQL is behind it. `sql.rs` holds the one implementation of
 //! the shared SQL; `sqlite.rs` and `postgres.rs` hold what differs.
+//!
+//! Private to the engine: the crates above hold a [`Database`](crate::Database) and
+//! work through `Client` and `Records`. The `testing` feature makes this module public
+//! for tests and benchmarks.
 
 mod claim;
 mod driver;
@@ -48,12 +52,14 @@ impl fmt::Display for Backend {
 /// Opens the store named by `url` (`sqlite://path`, `sqlite::memory:`,
 /// `postgres://…`) and brings its schema up to date, retrying with an
 /// increasing wait while the database is unreachable or another process is
-/// creating the schema at the same time.
+/// creating the schema at the same time. Tests only, with the default connections;
+/// everything else opens a [`Database`](crate::Database).
+#[cfg(any(test, feature = "testing"))]
 pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
     open_with(url, &Connections::default()).await
 }
 
-/// [`open`] with the connections a process of this kind needs.
+/// `open` with the connections a process of this kind needs.
 pub async fn open_with(url: &str, connections: &Connections) -> Result<Arc<dyn Store>, StoreError> {
     let store = SqlStore::connect_with(url, connections).await?;
     store.migrate().await?;
@@ -141,7 +147,7 @@ pub struct Connections {
     pub application_name: String,
 }
 
-/// What [`open`] holds (tests, benchmarks): a pool of 24, as before pools were sized by
+/// What `open` holds (tests, benchmarks): a pool of 24, as before pools were sized by
 /// role; `manent-server` sizes each role's (docs/scaling-and-recovery.md, "Connections").
 impl Default for Connections {
     fn default() -> Self {
@@ -604,7 +610,7 @@ pub struct PruneQuery {
     pub limit: i64,
 }
 
-/// What [`Store::delete_workflows`] removed.
+/// What [`Client::delete_workflows`](crate::Client::delete_workflows) removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Deleted {
     /// The workflows asked for.

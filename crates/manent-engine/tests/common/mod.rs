@@ -8,7 +8,10 @@ use std::{
     time::Duration,
 };
 
-use manent_engine::{Client, Engine, EngineConfig, Store, WorkflowStatus, store};
+use manent_engine::{
+    Client, Database, Engine, EngineConfig, WorkflowStatus,
+    store::{self, Store},
+};
 use manent_testkit::TestDb;
 
 pub const WAIT: Duration = Duration::from_secs(60);
@@ -25,7 +28,7 @@ pub fn config(id: &str) -> EngineConfig {
 }
 
 pub async fn engine(db: &TestDb, id: &str) -> Engine {
-    Engine::new(open(db).await, config(id))
+    Engine::new(Database::from(open(db).await), config(id))
 }
 
 /// A gate a workflow step waits on, opened by the test.

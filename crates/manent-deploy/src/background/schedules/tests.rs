@@ -300,7 +300,11 @@ async fn every_two_seconds(client: &Client) -> ScheduleRecord {
 #[tokio::test]
 async fn tickers_enqueue_each_tick_once_and_respect_pause() {
     let db = manent_testkit::TestDb::new(manent_testkit::Db::Sqlite).await;
-    let client = Client::new(manent_engine::store::open(&db.url).await.unwrap());
+    let client = Client::new(
+        manent_engine::Database::open(&db.url, &manent_engine::Connections::default())
+            .await
+            .unwrap(),
+    );
     let policy = policy(&db);
     let s = every_two_seconds(&client).await;
     let deploys = || async {
@@ -386,7 +390,11 @@ async fn tickers_enqueue_each_tick_once_and_respect_pause() {
 #[tokio::test]
 async fn an_unreadable_tick_state_stops_its_schedule_and_is_shown_never_reset() {
     let db = manent_testkit::TestDb::new(manent_testkit::Db::Sqlite).await;
-    let client = Client::new(manent_engine::store::open(&db.url).await.unwrap());
+    let client = Client::new(
+        manent_engine::Database::open(&db.url, &manent_engine::Connections::default())
+            .await
+            .unwrap(),
+    );
     let policy = policy(&db);
     let s = every_two_seconds(&client).await;
     client

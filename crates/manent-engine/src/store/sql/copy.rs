@@ -30,7 +30,7 @@ pub(crate) const TABLES: &[&str] = &[
 /// The most values one `INSERT` binds (under SQLite's 32,766 and PostgreSQL's 65,535).
 const VALUES_PER_INSERT: usize = 20_000;
 
-/// How many rows of each table a copy moved, in [`TABLES`] order.
+/// How many rows of each table a copy moved, in the order of the copy (`TABLES`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyReport {
     pub tables: Vec<(String, u64)>,

@@ -160,11 +160,13 @@ pub struct SqlStore {
 
 impl SqlStore {
     /// Connects to `url`, retrying with an increasing wait while the server is unreachable.
+    /// Tests only: the engine opens its stores through [`super::open_with`].
+    #[cfg(any(test, feature = "testing"))]
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         Self::connect_with(url, &Connections::default()).await
     }
 
-    /// [`SqlStore::connect`] holding the PostgreSQL connections `connections` allows.
+    /// `SqlStore::connect` holding the PostgreSQL connections `connections` allows.
     pub async fn connect_with(url: &str, connections: &Connections) -> Result<Self, StoreError> {
         let backend = if url.starts_with("sqlite:") {
             Backend::Sqlite
