@@ -40,6 +40,28 @@ fn podman(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A podman listing (`ps`, `images`), asked again while podman answers that an entry it
+/// was listing went away meanwhile ("image not known", "no such container"): the other
+/// backend's test, running beside this one on the same storage, removes its own. `None`
+/// when it still fails.
+fn podman_list(args: &[&str]) -> Option<String> {
+    for _ in 0..10 {
+        let out = Command::new("podman")
+            .args(args)
+            .output()
+            .expect("run podman (scripts/test installs it)");
+        if out.status.success() {
+            return Some(String::from_utf8_lossy(&out.stdout).into_owned());
+        }
+        let err = String::from_utf8_lossy(&out.stderr).to_lowercase();
+        if !(err.contains("not known") || err.contains("no such")) {
+            eprintln!("podman {args:?}: {err}");
+            return None;
+        }
+    }
+    None
+}
+
 /// What one test made with podman and HAProxy, all named with its prefix, removed on drop.
 struct Made {
     prefix: String,
@@ -58,7 +80,8 @@ impl Made {
         if all {
             args.push("-a");
         }
-        let mut names: Vec<String> = podman(&args)
+        let mut names: Vec<String> = podman_list(&args)
+            .unwrap_or_else(|| panic!("podman {args:?} failed, see above"))
             .lines()
             .filter(|n| n.starts_with(&self.prefix))
             .map(str::to_string)
@@ -70,10 +93,13 @@ impl Made {
 
 impl Drop for Made {
     fn drop(&mut self) {
-        for name in self.containers(true) {
-            let _ = Command::new("podman").args(["rm", "-f", &name]).output();
+        // Never a panic here: a failed listing leaves what it lists (named with the prefix).
+        let all = podman_list(&["ps", "-a", "--format", "{{.Names}}"]).unwrap_or_default();
+        for name in all.lines().filter(|n| n.starts_with(&self.prefix)) {
+            let _ = Command::new("podman").args(["rm", "-f", name]).output();
         }
-        let images = podman(&["images", "--format", "{{.Repository}}:{{.Tag}}"]);
+        let images =
+            podman_list(&["images", "--format", "{{.Repository}}:{{.Tag}}"]).unwrap_or_default();
         for image in images.lines().filter(|i| i.contains(&self.prefix)) {
             let _ = Command::new("podman").args(["rmi", "-f", image]).output();
         }

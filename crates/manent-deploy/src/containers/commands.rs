@@ -77,8 +77,10 @@ pub fn image_present(names: &Names) -> String {
 /// Loads the archive `file` (unless the image is there), tags it as the version's image and
 /// prints its id. Loads on one host take turns (`flock` where the host has it): targets or
 /// environments sharing a runtime's storage and loading the same image at once made one
-/// load's tag vanish ("image not known"). `absent`: the upload step has just found the
-/// image missing, so the load does not ask again (loading twice is harmless).
+/// load's tag vanish ("image not known"). An image the runtime has already, by the id the
+/// archive's manifest names (another application, environment or target on this host loaded
+/// the same archive), is only tagged. `absent`: the upload step has just found the version's
+/// tag missing, so the load does not ask again (loading twice is harmless).
 pub fn load(names: &Names, file: &str, absent: bool) -> String {
     let tag = q(&names.tag);
     let file = q(file);
@@ -88,17 +90,29 @@ pub fn load(names: &Names, file: &str, absent: bool) -> String {
         format!("! $rt image inspect {tag} >/dev/null 2>&1")
     };
     format!(
-        "if command -v flock >/dev/null 2>&1; then
+        "id=
+if command -v flock >/dev/null 2>&1; then
   exec 9>\"${{TMPDIR:-/tmp}}/manent-image-load.lock\" && flock 9
 fi
 if {unless_present}; then
-  out=$($rt load -i {file}) || exit $?
-  ref=$(printf '%s\\n' \"$out\" | sed -n 's/^Loaded image[^:]*: *//p' | tail -n 1)
-  ref=${{ref%%,*}}
-  [ -n \"$ref\" ] || {{ echo \"the runtime loaded \"{file}\" but named no image: $out\" >&2; exit 4; }}
+  # The image's id, as the archive's manifest names it (docker-archive: `<id>.json`, or
+  # `blobs/sha256/<id>`); empty when it names none.
+  ref=$(tar -xOf {file} manifest.json 2>/dev/null | sed -n 's/.*\"Config\": *\"\\([^\"]*\\)\".*/\\1/p' | head -n 1)
+  ref=${{ref#blobs/sha256/}}; ref=${{ref%.json}}
+  case \"$ref\" in *[!0-9a-f]*) ref= ;; esac
+  if [ ${{#ref}} -eq 64 ] && $rt image inspect \"$ref\" >/dev/null 2>&1; then
+    id=$ref
+  else
+    out=$($rt load -i {file}) || exit $?
+    ref=$(printf '%s\\n' \"$out\" | sed -n 's/^Loaded image[^:]*: *//p' | tail -n 1)
+    ref=${{ref%%,*}}
+    [ -n \"$ref\" ] || {{ echo \"the runtime loaded \"{file}\" but named no image: $out\" >&2; exit 4; }}
+  fi
+  # Only loads take turns: tagging the image it holds is the runtime's own business.
+  exec 9>&-
   $rt tag \"$ref\" {tag} || exit $?
 fi
-id=$($rt image inspect --format '{{{{.Id}}}}' {tag}) || exit $?
+[ -n \"$id\" ] || id=$($rt image inspect --format '{{{{.Id}}}}' {tag}) || exit $?
 case \"$id\" in sha256:*) echo \"$id\" ;; *) echo \"sha256:$id\" ;; esac
 "
     )
@@ -153,8 +167,9 @@ fn removal(names: &Names, remove: bool) -> String {
 
 /// Starts the version's container if it is not running (again if it is stopped, created
 /// from the image if it is gone), its port published on 127.0.0.1 only, and prints
-/// `127.0.0.1:<port> sha256:<image id>` ([`started`] reads it). Run twice, it finds the
-/// container running: never a second one.
+/// `127.0.0.1:<port> sha256:<image id>` ([`started`] reads it). Run twice, the run is
+/// refused for the name it already has and the container is found (started again if it
+/// stopped): never a second one. Its error is shown only when there is no container.
 pub fn start(s: &Start<'_>) -> String {
     let name = q(&s.names.container);
     let mut run = format!(
@@ -178,17 +193,19 @@ pub fn start(s: &Start<'_>) -> String {
         run.push_str(&q(arg));
     }
     format!(
-        "state=$($rt container inspect --format '{{{{.State.Running}}}}' {name} 2>/dev/null)
-case \"$state\" in
-  true) ;;
-  false) $rt start {name} >/dev/null || exit $? ;;
-  *)
-    {run} >/dev/null || {{
-      st=$?
+        "err=$({run} 2>&1 >/dev/null) || {{
+  st=$?
+  # It exists already (a run again after a crash, a rollback), or it cannot be made.
+  state=$($rt container inspect --format '{{{{.State.Running}}}}' {name} 2>/dev/null)
+  case \"$state\" in
+    true) ;;
+    false) $rt start {name} >/dev/null || {{ st=$?; printf '%s\\n' \"$err\" >&2; exit $st; }} ;;
+    *)
+      printf '%s\\n' \"$err\" >&2
       $rt image inspect {tag} >/dev/null 2>&1 || {{ echo \"the image \"{tag}\" is not on this target any more: deploy version \"{version}\" again\" >&2; exit 4; }}
-      exit $st
-    }} ;;
-esac
+      exit $st ;;
+  esac
+}}
 address=$($rt port {name} {port}/tcp 2>/dev/null | head -n 1)
 if [ -z \"$address\" ]; then
   echo \"the container \"{name}\" stopped as it started (no port {port} published); the last lines of its log:\" >&2
@@ -439,6 +456,51 @@ esac; }"#;
             (status, out.as_str()),
             (Some(0), "0 stopped version(s) kept, removed: none"),
             "nothing to inspect, nothing removed"
+        );
+    }
+
+    #[test]
+    fn an_image_the_runtime_has_by_the_archives_id_is_tagged_not_loaded_again() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let id = "ab".repeat(32);
+        std::fs::write(
+            dir.path().join("manifest.json"),
+            format!(r#"[{{"Config":"{id}.json","RepoTags":["x:1"],"Layers":[]}}]"#),
+        )
+        .expect("write manifest.json");
+        let archive = dir.path().join("app.tar");
+        let made = std::process::Command::new("tar")
+            .args(["-cf", &archive.display().to_string(), "-C"])
+            .arg(dir.path())
+            .arg("manifest.json")
+            .status()
+            .expect("run tar");
+        assert!(made.success(), "tar made the archive");
+        // A runtime that has the image by its id (another target on this host loaded it).
+        let fake = format!(
+            r#"rt() {{ echo "$*" >> "$log"; case "$1 $2 $3" in
+  'image inspect {id}') ;;
+  'image inspect --format') echo {id} ;;
+  'tag {id} localhost/manent/web:2') ;;
+  *) echo "unexpected: $*" >&2; return 9 ;;
+esac; }}
+TMPDIR={d}"#,
+            d = dir.path().display()
+        );
+        let script = load(
+            &Names::new("web", "2"),
+            &archive.display().to_string(),
+            true,
+        );
+        let (status, out, calls) = run_with_fake_runtime(&fake, &script);
+        assert_eq!(
+            (status, out),
+            (Some(0), format!("sha256:{id}")),
+            "tagged and its id printed: {calls}"
+        );
+        assert!(
+            !calls.contains("load"),
+            "the image the runtime holds is not loaded a second time: {calls}"
         );
     }
 

@@ -407,9 +407,12 @@ async fn upload(
         )));
     }
     let (home, present) = probe.stdout.split_once('\n').unwrap_or((&probe.stdout, ""));
+    // One copy per container name: targets, applications or environments that share a
+    // host never write the same file at once.
     let archive = format!(
-        "{}/.manent/images/{}.tar",
+        "{}/.manent/images/{}-{}.tar",
         home.trim_end_matches('/'),
+        on.names.base,
         artifact.sha256
     );
     if present.trim() == "present" {
