@@ -19,7 +19,7 @@
 # this machine's loopback addresses 127.0.0.2… logged in to as the current user, so every
 # target shares one podman storage (as the floor does). sshd runs every command through the
 # login shell, which reads its start-up files first (root's ~/.bashrc runs `pyenv init` on
-# these machines: 0.23 s a session); run as root, the bench logs in as `manent-bench`, the
+# these machines: 0.23 s a session); run as root, the bench logs in as `manent-root-sh`, the
 # same uid 0 and home with /bin/sh as its shell, added to /etc/passwd for the run and removed
 # at its end (--login-as-self: log in as the current user and its shell instead).
 set -euo pipefail
@@ -71,18 +71,18 @@ cleanup() {
     for s in "$work"/floor-*.sock; do [[ -S $s ]] && ssh -S "$s" -O exit x 2>/dev/null || true; done
     rm -f "$HOME"/.manent/floor-n*.tar
     rm -rf "$work"
-    [[ -z $alias_added ]] || sed -i '/^manent-bench:/d' /etc/passwd /etc/shadow
+    [[ -z $alias_added ]] || sed -i '/^manent-root-sh:/d' /etc/passwd /etc/shadow
 }
 alias_added=""
 trap cleanup EXIT
 # The login: a uid-0 alias whose shell reads no start-up file (see the top).
 if [[ -z $login_as_self && $(id -u) = 0 && $(getent passwd "$USER" | cut -d: -f7) != /bin/sh ]]; then
-    if ! getent passwd manent-bench >/dev/null; then
+    if ! getent passwd manent-root-sh >/dev/null; then
         # `*`, not useradd's `!`: sshd refuses a locked account even its keys.
-        useradd -o -u 0 -g 0 -M -d "$HOME" -s /bin/sh -p '*' manent-bench
+        useradd -o -u 0 -g 0 -M -d "$HOME" -s /bin/sh -p '*' manent-root-sh
         alias_added=1
     fi
-    USER=manent-bench
+    USER=manent-root-sh
 fi
 login_shell=$(getent passwd "$USER" | cut -d: -f7)
 max=$(tr ',' '\n' <<<"$counts" | sort -n | tail -n 1)
