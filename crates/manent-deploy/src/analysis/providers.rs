@@ -245,23 +245,7 @@ mod tests {
     }
 
     fn environment() -> EffectiveDescriptor {
-        let env = manent_model::parse_environment(
-            "targets: [{name: t1, host: local}, {name: t2, host: local}]\ndeploy: {dest: /srv}\n",
-            "prod.yml",
-            "ml/web",
-            "prod",
-        )
-        .expect("an environment");
-        let descriptor = manent_model::parse_descriptor(
-            &format!(
-                "application: ml/web\nenvironment: prod\nartifacts: [{{name: a, type: t, \
-                 version: \"7\", url: \"file:///a\", sha256: {}}}]\n",
-                "0".repeat(64)
-            ),
-            "d.yml",
-        )
-        .expect("a descriptor");
-        EffectiveDescriptor::build(&descriptor, &env).expect("effective")
+        crate::run::targets::tests::local_environment()
     }
 
     #[tokio::test]

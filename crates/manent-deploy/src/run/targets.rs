@@ -667,11 +667,12 @@ fn transport(error: TransportError) -> TargetError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    /// An environment of two local targets, deployed by a descriptor of version 7.
-    fn local_environment() -> EffectiveDescriptor {
+    /// An environment of two local targets, deployed by a descriptor of version 7 (the
+    /// analysis' provider tests use it too).
+    pub(crate) fn local_environment() -> EffectiveDescriptor {
         let env = manent_model::parse_environment(
             "targets: [{name: t1, host: local}, {name: t2, host: local}]\ndeploy: {dest: /srv}\n",
             "prod.yml",
