@@ -69,7 +69,7 @@ cleanup() {
         rm -rf "$d"
     done
     for s in "$work"/floor-*.sock; do [[ -S $s ]] && ssh -S "$s" -O exit x 2>/dev/null || true; done
-    rm -f "$HOME"/.manent/floor-n*.tar
+    rm -f "$HOME"/.manent/floor-n*.tar "$HOME"/.manent/images/mbench-*.tar
     rm -rf "$work"
     [[ -z $alias_added ]] || sed -i '/^manent-root-sh:/d' /etc/passwd /etc/shadow
 }
