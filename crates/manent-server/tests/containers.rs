@@ -103,7 +103,19 @@ impl Drop for Made {
         for image in images.lines().filter(|i| i.contains(&self.prefix)) {
             let _ = Command::new("podman").args(["rmi", "-f", image]).output();
         }
-        let proxies = Path::new(&std::env::var("HOME").unwrap_or_default()).join(".manent/proxy");
+        let home = std::env::var("HOME").unwrap_or_default();
+        // manent's copies of the archives, one per container name (the prefix's).
+        let images = Path::new(&home).join(".manent/images");
+        for entry in std::fs::read_dir(&images).into_iter().flatten().flatten() {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(&self.prefix)
+            {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        let proxies = Path::new(&home).join(".manent/proxy");
         for entry in std::fs::read_dir(&proxies).into_iter().flatten().flatten() {
             if !entry
                 .file_name()
