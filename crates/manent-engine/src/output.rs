@@ -266,15 +266,7 @@ async fn write_batches(
 ) {
     // Said once per source (one command's output), not once per batch.
     let mut warned = false;
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        tokio::time::sleep(GATHER).await;
-        while batch.len() < BATCH {
-            match rx.try_recv() {
-                Ok(line) => batch.push(line),
-                Err(_) => break,
-            }
-        }
+    while let Some(batch) = gather(&mut rx, GATHER, BATCH).await {
         if let Err(e) = store.append_output(&workflow_id, &batch).await {
             // Output is what a command printed, not the deploy's state: losing some is
             // logged, once per command (an outage would otherwise repeat it per batch).
@@ -286,9 +278,77 @@ async fn write_batches(
     }
 }
 
+/// The next batch: the first line, then those that come within `window` of it, at most
+/// `max`; the batch is cut short when the writer finishes (its sender dropped), so
+/// [`OutputWriter::finish`] waits for one insert, not for the rest of a window (each
+/// command's step ended 100 ms late before). `None` once finished and every line taken.
+async fn gather<T>(
+    rx: &mut mpsc::UnboundedReceiver<T>,
+    window: std::time::Duration,
+    max: usize,
+) -> Option<Vec<T>> {
+    let first = rx.recv().await?;
+    let until = tokio::time::Instant::now() + window;
+    let mut batch = vec![first];
+    while batch.len() < max {
+        match tokio::time::timeout_at(until, rx.recv()).await {
+            Ok(Some(line)) => batch.push(line),
+            // Finished, or the window is over.
+            Ok(None) | Err(_) => break,
+        }
+    }
+    Some(batch)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{MAX_LINE_BYTES, Partial, cut};
+    use super::{MAX_LINE_BYTES, Partial, cut, gather};
+    use std::time::Duration;
+    use tokio::{sync::mpsc, time::Instant};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_finished_writers_last_lines_are_taken_at_once_not_after_the_window() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        tx.send(1).expect("open");
+        tx.send(2).expect("open");
+        drop(tx);
+        let before = Instant::now();
+        let batch = gather(&mut rx, Duration::from_millis(100), 500).await;
+        assert_eq!(batch, Some(vec![1, 2]), "both lines in one batch");
+        assert_eq!(
+            Instant::now(),
+            before,
+            "the (paused) clock did not move: finishing does not wait out the window"
+        );
+        assert_eq!(
+            gather(&mut rx, Duration::from_millis(100), 500).await,
+            None,
+            "then nothing is left"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lines_of_a_running_command_gather_for_the_window_and_up_to_the_batch_size() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        for line in 0..3 {
+            tx.send(line).expect("open");
+        }
+        let before = Instant::now();
+        let batch = gather(&mut rx, Duration::from_millis(100), 500).await;
+        assert_eq!(batch, Some(vec![0, 1, 2]), "what came within the window");
+        assert_eq!(
+            Instant::now() - before,
+            Duration::from_millis(100),
+            "a writer still open is given the whole window: one insert, not one per line"
+        );
+        for line in 0..5 {
+            tx.send(line).expect("open");
+        }
+        let before = Instant::now();
+        let batch = gather(&mut rx, Duration::from_millis(100), 2).await;
+        assert_eq!(batch, Some(vec![0, 1]), "a batch stops at its size");
+        assert_eq!(Instant::now(), before, "a full batch is not held back");
+    }
 
     #[test]
     fn a_long_line_is_cut_on_a_character_boundary_and_says_how_much() {
