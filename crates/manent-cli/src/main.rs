@@ -6,19 +6,22 @@ mod client;
 mod commands;
 mod contexts;
 mod drift;
+mod follow;
+mod ids;
 mod render;
 
-use std::{path::PathBuf, process::ExitCode, time::Duration};
+use std::{path::PathBuf, process::ExitCode};
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use manent_contract::{
-    ApplicationView, AuditQuery, DeployLogs, DeployOutput, DeployStatus, QueueView, RedeployBody,
-    Resubmitted, RollbackBody, ScheduleView, TenantView, WorkerView, WorkflowStatus,
+    ApplicationView, AuditQuery, DeployStatus, QueueView, RedeployBody, Resubmitted, RollbackBody,
+    ScheduleView, TenantView, WorkerView, WorkflowStatus,
 };
-use serde_json::Value;
 
 use crate::{
     client::{Answer, ApiClient, CliError},
+    follow::{Lines, decided, follow, follow_from},
+    ids::{resolve_deploy, resolve_schedule},
     render::{Fit, Format, Style},
 };
 
@@ -608,261 +611,6 @@ fn deploy_path(id: &str, rest: &str) -> String {
     format!("/api/v1/deploys/{}{rest}", client::segment(id))
 }
 
-/// The full id of a deploy given as its id or a unique prefix of 6 or more characters
-/// (among the 1,000 most recent deploys the token may see).
-async fn resolve_deploy(api: &ApiClient, id: &str) -> Result<String, CliError> {
-    match api.get::<Value>(&deploy_path(id, "")).await {
-        Ok(_) => return Ok(id.to_string()),
-        Err(CliError::NotFound(_)) => {}
-        Err(other) => return Err(other),
-    }
-    check_prefix_length("deploy", id, "manent list")?;
-    let recent: Answer<Vec<DeployStatus>> = api
-        .get_query("/api/v1/deploys", &[("limit", "1000".to_string())])
-        .await?;
-    one_match(
-        "deploy",
-        id,
-        recent.body.iter().map(|d| d.id.as_str()),
-        "manent list",
-    )
-}
-
-/// A schedule's whole id from `id`: the whole id, or a unique prefix of one, by the same
-/// rule as deploys'.
-async fn resolve_schedule(api: &ApiClient, id: &str) -> Result<String, CliError> {
-    let all: Answer<Vec<ScheduleView>> = api.get("/api/v1/schedules").await?;
-    if all.body.iter().any(|s| s.id == id) {
-        return Ok(id.to_string());
-    }
-    check_prefix_length("schedule", id, "manent schedules")?;
-    one_match(
-        "schedule",
-        id,
-        all.body.iter().map(|s| s.id.as_str()),
-        "manent schedules",
-    )
-}
-
-/// The fewest characters a prefix of an id may have.
-const MIN_PREFIX: usize = 6;
-
-/// One rule for every id on the command line: the whole id, or a unique prefix of at least
-/// [`MIN_PREFIX`] characters. A shorter one is refused as too short, not as unknown.
-fn check_prefix_length(kind: &str, id: &str, lister: &str) -> Result<(), CliError> {
-    if id.chars().count() < MIN_PREFIX {
-        return Err(CliError::Usage(format!(
-            "no {kind} `{id}`, and `{id}` is too short to be a prefix: give the whole id or \
-             at least {MIN_PREFIX} of its first characters (`{lister}` shows them)"
-        )));
-    }
-    Ok(())
-}
-
-/// The one id of `candidates` that starts with `prefix`.
-fn one_match<'a>(
-    kind: &str,
-    prefix: &str,
-    candidates: impl Iterator<Item = &'a str>,
-    lister: &str,
-) -> Result<String, CliError> {
-    let matches: Vec<&str> = candidates.filter(|full| matches_id(full, prefix)).collect();
-    match matches.as_slice() {
-        [one] => Ok((*one).to_string()),
-        [] => Err(CliError::NotFound(format!(
-            "no {kind} `{prefix}`, nor one whose id starts with it: see `{lister}`"
-        ))),
-        many => Err(CliError::Usage(format!(
-            "`{prefix}` starts {} {kind} ids ({}); give more characters",
-            many.len(),
-            many.iter().take(5).copied().collect::<Vec<_>>().join(", ")
-        ))),
-    }
-}
-
-/// Whether `given` names the id `full`: a prefix of it, or the short form of a scheduled
-/// run (`sch-1a2b3c4d@1796224050`, as tables show it): a prefix of its schedule's id and
-/// its whole tick.
-fn matches_id(full: &str, given: &str) -> bool {
-    if full.starts_with(given) {
-        return true;
-    }
-    match (full.split_once('@'), given.split_once('@')) {
-        (Some((schedule, tick)), Some((schedule_prefix, given_tick))) => {
-            schedule.starts_with(schedule_prefix) && tick == given_tick
-        }
-        _ => false,
-    }
-}
-
-/// The deploy's status once the approval or rejection just sent shows in it: the
-/// workflow records a decision moments after the API accepts it. Gives up after 10 s
-/// and shows what it has.
-async fn decided(
-    api: &ApiClient,
-    id: &str,
-    before: &DeployStatus,
-) -> Result<Answer<DeployStatus>, CliError> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let now: Answer<DeployStatus> = api.get(&deploy_path(id, "")).await?;
-        // The decision is counted, and what the deploy waits for says so (`2 of 3`, or
-        // nothing once the last approval is in): never the count from before it.
-        let moved = (now.body.approvals.len() > before.approvals.len()
-            && now.body.waiting_for != before.waiting_for)
-            || now.body.phase != before.phase
-            || now.body.status != before.status;
-        if moved || tokio::time::Instant::now() >= deadline {
-            return Ok(now);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// How long `--wait`, `wait` and `status --watch` keep retrying a server that cannot be
-/// reached or is unavailable (a restart, a failover) before giving up.
-const OUTAGE_LIMIT: Duration = Duration::from_secs(300);
-
-/// Where a follower prints the deploy's output lines.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Lines {
-    /// Not at all (`--output json` of `deploy --wait`, `wait`, `status --watch`).
-    Nowhere,
-    /// On stderr, beside the progress lines (`deploy --wait`, `wait`, `status --watch`).
-    Stderr,
-    /// On stdout: they are what `logs -f` prints.
-    Stdout,
-}
-
-/// Polls the deploy until it ends, printing a line whenever its phase or a
-/// target's status changes and its commands' output as they print it (on stderr,
-/// so `--output json` stays parseable). A server that cannot be reached for a
-/// while (restarting) is waited for, up to `OUTAGE_LIMIT`, saying so once.
-async fn follow(
-    api: &ApiClient,
-    id: &str,
-    style: &Style,
-) -> Result<Answer<DeployStatus>, CliError> {
-    let lines = if style.is_document() {
-        Lines::Nowhere
-    } else {
-        Lines::Stderr
-    };
-    follow_from(api, id, style, 0, lines, None).await
-}
-
-/// As `follow`, printing output lines after `after` to `lines`, and with `log` the deploy's
-/// log lines not in it yet (then added), on stdout.
-async fn follow_from(
-    api: &ApiClient,
-    id: &str,
-    style: &Style,
-    mut after: i64,
-    lines: Lines,
-    mut log: Option<&mut std::collections::HashSet<String>>,
-) -> Result<Answer<DeployStatus>, CliError> {
-    let mut last = String::new();
-    let mut outage_since: Option<tokio::time::Instant> = None;
-    loop {
-        let polled = async {
-            let status: Answer<DeployStatus> = api.get(&deploy_path(id, "")).await?;
-            // Read after the status: once it says the deploy ended, every line is stored.
-            if lines != Lines::Nowhere {
-                after = print_output(api, id, after, lines, style).await?;
-            }
-            if let Some(seen) = log.as_deref_mut() {
-                let now: Answer<DeployLogs> = api
-                    .get_query(
-                        &deploy_path(id, "/logs"),
-                        &[("output", "false".to_string())],
-                    )
-                    .await?;
-                for line in now.body.lines {
-                    if seen.insert(line.clone()) {
-                        render::print_line(&render::terminal_safe(&line));
-                    }
-                }
-            }
-            Ok::<_, CliError>(status)
-        }
-        .await;
-        let status = match polled {
-            Ok(status) => {
-                if outage_since.take().is_some() {
-                    eprintln!("the server answers again");
-                }
-                status
-            }
-            Err(CliError::Transient(message)) => {
-                let since = *outage_since.get_or_insert_with(|| {
-                    eprintln!(
-                        "{}; retrying for up to {}s",
-                        render::terminal_safe(&message),
-                        OUTAGE_LIMIT.as_secs()
-                    );
-                    tokio::time::Instant::now()
-                });
-                if since.elapsed() >= OUTAGE_LIMIT {
-                    return Err(CliError::Transient(format!(
-                        "{message} (for {}s, giving up; `manent wait {id}` re-attaches)",
-                        OUTAGE_LIMIT.as_secs()
-                    )));
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-            Err(other) => return Err(other),
-        };
-        let line = render::progress_line(&status.body);
-        if line != last {
-            if lines == Lines::Stderr {
-                eprintln!("{line}");
-            }
-            last = line;
-        }
-        if status.body.status.is_terminal() {
-            return Ok(status);
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
-/// Prints the deploy's output lines after `after`; returns the last `seq` printed.
-async fn print_output(
-    api: &ApiClient,
-    id: &str,
-    mut after: i64,
-    lines: Lines,
-    style: &Style,
-) -> Result<i64, CliError> {
-    const PAGE: usize = 1_000;
-    loop {
-        let page: Answer<DeployOutput> = api
-            .get_query(
-                &deploy_path(id, "/output"),
-                &[("after", after.to_string()), ("limit", PAGE.to_string())],
-            )
-            .await?;
-        let got = &page.body.lines;
-        for (i, line) in got.iter().enumerate() {
-            after = line.seq;
-            let text = if style.is_document() {
-                render::document(style, &page.json["lines"][i])
-            } else {
-                render::output_line(line)
-            };
-            match lines {
-                Lines::Stdout => render::print_line(&text),
-                Lines::Stderr => eprintln!("{text}"),
-                Lines::Nowhere => {}
-            }
-        }
-        if got.len() < PAGE {
-            return Ok(after);
-        }
-    }
-}
-
 /// `manent validate`: each file parsed and checked as the server would; 0 when all are
 /// valid, 2 otherwise (each problem printed on stderr).
 fn validate(files: &[PathBuf]) -> u8 {
@@ -912,65 +660,6 @@ fn names_of(file: &std::path::Path) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn one_prefix_rule_for_every_id() {
-        let ids = ["a3b2010e-1111", "a3b2010e-2222", "c0ffee12-3333"];
-        let check = |id: &str| -> Result<String, String> {
-            check_prefix_length("deploy", id, "manent list")
-                .and_then(|()| one_match("deploy", id, ids.iter().copied(), "manent list"))
-                .map_err(|e| format!("{} {e}", e.exit_code()))
-        };
-        assert_eq!(check("c0ffee").as_deref(), Ok("c0ffee12-3333"), "unique");
-        let short = check("c0ff").unwrap_err();
-        assert!(
-            short.starts_with("2 ") && short.contains("too short"),
-            "a 4-character prefix is refused as too short, not as unknown: {short}"
-        );
-        let many = check("a3b2010e").unwrap_err();
-        assert!(
-            many.starts_with("2 ") && many.contains("starts 2 deploy ids"),
-            "an ambiguous prefix lists the candidates: {many}"
-        );
-        let none = check("ffffff").unwrap_err();
-        assert!(none.contains("no deploy `ffffff`"), "{none}");
-    }
-
-    #[test]
-    fn a_short_id_as_tables_show_it_names_its_deploy() {
-        let schedule = "sch-1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d";
-        let ids = [
-            format!("{schedule}@1796224050"),
-            format!("{schedule}@1796224110"),
-            "3f2a9c71-aaaa-4bbb-8ccc-000000000001".to_string(),
-        ];
-        for id in &ids {
-            let short = render::short_id(id);
-            assert_eq!(
-                one_match(
-                    "deploy",
-                    &short,
-                    ids.iter().map(String::as_str),
-                    "manent list"
-                )
-                .as_deref()
-                .ok(),
-                Some(id.as_str()),
-                "the short id {short} a table shows resolves to its deploy, not to its \
-                 schedule's other runs"
-            );
-        }
-        assert_eq!(
-            render::short_id(&ids[0]),
-            "sch-1a2b3c4d@1796224050",
-            "a scheduled run's id keeps its tick"
-        );
-        assert_eq!(
-            render::short_id(&ids[2]),
-            "3f2a9c71",
-            "an id shortened to 8 characters"
-        );
-    }
 
     #[test]
     fn a_files_path_names_its_application_and_environment() {
