@@ -70,6 +70,7 @@ cleanup() {
     done
     for s in "$work"/floor-*.sock; do [[ -S $s ]] && ssh -S "$s" -O exit x 2>/dev/null || true; done
     rm -f "$HOME"/.manent/floor-n*.tar "$HOME"/.manent/images/mbench-*.tar
+    [[ -f $work/server.log ]] && cp "$work/server.log" "$out/server.log" 2>/dev/null
     rm -rf "$work"
     [[ -z $alias_added ]] || sed -i '/^manent-root-sh:/d' /etc/passwd /etc/shadow
 }

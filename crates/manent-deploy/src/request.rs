@@ -56,7 +56,15 @@ pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 ///   Also at 6: after a target's checks pass, a step `<target>: manifest` records what its
 ///   release holds ([`MANIFEST_VERSION`]); a dry run records a step `<target>: changes`
 ///   per target (its plan, docs/plan-and-drift.md).
-pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 6 };
+/// - 7: a target of a container deploy prunes (`<target>: prune containers`) beside
+///   retiring the old containers (`<target>: stop all but …`), the two steps created
+///   together, and records its manifest after both; under 6 they ran one after the other,
+///   the manifest between them ([`PRUNE_BESIDE_RETIRE_VERSION`]). A container deploy
+///   started under 6 replays in that order.
+pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 7 };
+
+/// The first version whose container deploys prune beside retiring the old containers.
+pub const PRUNE_BESIDE_RETIRE_VERSION: u32 = 7;
 
 /// The first version whose code runs the `container` plugin (docs/containers.md).
 pub const CONTAINERS_VERSION: u32 = 6;
@@ -104,7 +112,7 @@ pub async fn startable_version(client: &Client) -> Result<u32, EngineError> {
 
 /// What this build is, as `--version`, `manent workers` and `/metrics` show it: the
 /// release, the schema version it migrates to and the deploy workflow versions it runs,
-/// e.g. `0.1.0 (schema 13, workflows 1-6)`. During a rolling upgrade it tells which
+/// e.g. `0.1.0 (schema 13, workflows 1-7)`. During a rolling upgrade it tells which
 /// workers can run what.
 pub fn build_version() -> String {
     format!(

@@ -360,6 +360,46 @@ fn shows_containers(site: &Site, token: &str, second: &Value, p: &str, listen: &
     );
 }
 
+/// Version 2 runs, 1 and 4 are stopped: the deploy of 5 stops 2 while it prunes, and with
+/// `keep: 1` the container being stopped is the one kept; `manent apps` shows 5 live.
+async fn deploy_beside_a_prune(
+    site: &Site,
+    token: &str,
+    made: &Made,
+    url: &str,
+    v5: &(PathBuf, String),
+) {
+    let p = &made.prefix;
+    let (code, fifth) = deploy(site, token, &descriptor(site, "5", v5));
+    assert_eq!(code, 0, "version 5 is deployed: {}", details(&fifth));
+    assert_eq!(served(url).await, "v5", "the proxy serves version 5");
+    let on_t1: Vec<String> = made
+        .containers(true)
+        .into_iter()
+        .filter(|c| c.starts_with(&format!("{p}-t1-")))
+        .collect();
+    assert_eq!(
+        on_t1,
+        [format!("{p}-t1-2"), format!("{p}-t1-5")],
+        "version 5 runs, 2 (stopped beside the prune) is kept, 1 and 4 are removed: {}",
+        details(&fifth)
+    );
+    let (code, apps) = site.cli(token, &["apps"]);
+    let live = apps
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["application"] == "acme/web")
+        .map(|a| a["live"]["prod"].clone());
+    assert!(
+        code == 0
+            && live.as_ref().is_some_and(|l| {
+                l["version"] == "5" && l["container"] == format!("{p}-{{target}}-5")
+            }),
+        "manent apps shows version 5 live in prod, and its container: {apps}"
+    );
+}
+
 async fn container_deploys_failed_deploys_and_rollbacks_switch_without_a_failed_request(db: Db) {
     let made = Made::new(&format!("{db:?}").to_lowercase());
     let (hosts, site, token, listen) = setup(db, &made).await;
@@ -372,6 +412,7 @@ async fn container_deploys_failed_deploys_and_rollbacks_switch_without_a_failed_
     let v2 = image(&site, &made, "2", Some("v2"), true);
     let v3 = image(&site, &made, "3", None, false);
     let v4 = image(&site, &made, "4", Some("broken"), true);
+    let v5 = image(&site, &made, "5", Some("v5"), true);
 
     let (code, first) = deploy(&site, &token, &descriptor(&site, "1", &v1));
     assert_eq!(code, 0, "version 1 is deployed: {}", details(&first));
@@ -488,24 +529,12 @@ async fn container_deploys_failed_deploys_and_rollbacks_switch_without_a_failed_
     );
     assert_eq!(served(&urls[1]).await, "v2", "version 2 serves again");
 
+    deploy_beside_a_prune(&site, &token, &made, &urls[0], &v5).await;
+
     let (answered, failures) = load.finish().await;
     assert!(
         failures.is_empty() && answered > 0,
-        "no request failed through 4 deploys and 3 rollbacks ({answered} answered): {failures:?}"
-    );
-    let (code, apps) = site.cli(&token, &["apps"]);
-    let live = apps
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|a| a["application"] == "acme/web")
-        .map(|a| a["live"]["prod"].clone());
-    assert!(
-        code == 0
-            && live.as_ref().is_some_and(|l| {
-                l["version"] == "2" && l["container"] == format!("{p}-{{target}}-2")
-            }),
-        "manent apps shows version 2 live in prod, and its container: {apps}"
+        "no request failed through 5 deploys and 3 rollbacks ({answered} answered): {failures:?}"
     );
     drop(hosts);
 }

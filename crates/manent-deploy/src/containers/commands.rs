@@ -66,52 +66,50 @@ pub fn runtime(runtime: ContainerRuntime) -> String {
     }
 }
 
-/// Prints `present` when the image is already tagged on the target, else `absent`.
-pub fn image_present(names: &Names) -> String {
-    format!(
-        "if $rt image inspect {} >/dev/null 2>&1; then echo present; else echo absent; fi\n",
-        q(&names.tag)
-    )
-}
-
 /// Loads the archive `file` (unless the image is there), tags it as the version's image and
 /// prints its id. Loads on one host take turns (`flock` where the host has it): targets or
 /// environments sharing a runtime's storage and loading the same image at once made one
-/// load's tag vanish ("image not known"). An image the runtime has already, by the id the
-/// archive's manifest names (another application, environment or target on this host loaded
-/// the same archive), is only tagged. `absent`: the upload step has just found the version's
-/// tag missing, so the load does not ask again (loading twice is harmless).
+/// load's tag vanish ("image not known"). Whether the image is there is asked by the id the
+/// archive's `manifest.json` names (a content hash): an image the runtime holds (this
+/// version's, or another application's, environment's or target's of this host that loaded
+/// the same archive) is only tagged, and that id is the one printed after a load too. An
+/// archive that names no id (an OCI archive) or is not on the target (an upload skipped by
+/// an older build because the image was tagged) is asked about by the version's tag, unless
+/// `absent` (an older build's upload step found the tag missing just before).
 pub fn load(names: &Names, file: &str, absent: bool) -> String {
     let tag = q(&names.tag);
     let file = q(file);
-    let unless_present = if absent {
-        "true".to_string()
+    let maybe_tagged = if absent {
+        "false".to_string()
     } else {
-        format!("! $rt image inspect {tag} >/dev/null 2>&1")
+        format!("$rt image inspect {tag} >/dev/null 2>&1")
     };
     format!(
-        "id=
+        "id= tagged=
 if command -v flock >/dev/null 2>&1; then
   exec 9>\"${{TMPDIR:-/tmp}}/manent-image-load.lock\" && flock 9
 fi
-if {unless_present}; then
-  # The image's id, as the archive's manifest names it (docker-archive: `<id>.json`, or
-  # `blobs/sha256/<id>`); empty when it names none.
-  ref=$(tar -xOf {file} manifest.json 2>/dev/null | sed -n 's/.*\"Config\": *\"\\([^\"]*\\)\".*/\\1/p' | head -n 1)
-  ref=${{ref#blobs/sha256/}}; ref=${{ref%.json}}
-  case \"$ref\" in *[!0-9a-f]*) ref= ;; esac
-  if [ ${{#ref}} -eq 64 ] && $rt image inspect \"$ref\" >/dev/null 2>&1; then
-    id=$ref
-  else
-    out=$($rt load -i {file}) || exit $?
-    ref=$(printf '%s\\n' \"$out\" | sed -n 's/^Loaded image[^:]*: *//p' | tail -n 1)
-    ref=${{ref%%,*}}
-    [ -n \"$ref\" ] || {{ echo \"the runtime loaded \"{file}\" but named no image: $out\" >&2; exit 4; }}
-  fi
-  # Only loads take turns: tagging the image it holds is the runtime's own business.
-  exec 9>&-
-  $rt tag \"$ref\" {tag} || exit $?
+# The image's id, as the archive's manifest names it (docker-archive: `<id>.json`, or
+# `blobs/sha256/<id>`); empty when it names none.
+ref=$(tar -xOf {file} manifest.json 2>/dev/null | sed -n 's/.*\"Config\": *\"\\([^\"]*\\)\".*/\\1/p' | head -n 1)
+ref=${{ref#blobs/sha256/}}; ref=${{ref%.json}}
+case \"$ref\" in *[!0-9a-f]*) ref= ;; esac
+[ ${{#ref}} -eq 64 ] || ref=
+if [ -n \"$ref\" ] && $rt image inspect \"$ref\" >/dev/null 2>&1; then
+  id=$ref
+elif [ -z \"$ref\" ] && {maybe_tagged}; then
+  tagged=1
+else
+  # The id the manifest names is the loaded image's: not asked again.
+  id=$ref
+  out=$($rt load -i {file}) || exit $?
+  ref=$(printf '%s\\n' \"$out\" | sed -n 's/^Loaded image[^:]*: *//p' | tail -n 1)
+  ref=${{ref%%,*}}
+  [ -n \"$ref\" ] || {{ echo \"the runtime loaded \"{file}\" but named no image: $out\" >&2; exit 4; }}
 fi
+# Only loads take turns: tagging the image it holds is the runtime's own business.
+exec 9>&-
+[ -n \"$tagged\" ] || $rt tag \"$ref\" {tag} || exit $?
 [ -n \"$id\" ] || id=$($rt image inspect --format '{{{{.Id}}}}' {tag}) || exit $?
 case \"$id\" in sha256:*) echo \"$id\" ;; *) echo \"sha256:$id\" ;; esac
 "
@@ -323,30 +321,34 @@ done
     )
 }
 
-/// Removes the stopped containers of `names.base` past the `keep` stopped last (never the live
-/// one), with their images and archives, and prints what it removed and kept. One `inspect`
-/// reads every container's state, end time, image and archive.
+/// Removes the stopped containers of `names.base` past the `keep` newest other than the
+/// live one, with their images and archives, and prints what it kept and removed. A
+/// container other than the live one that still runs is being stopped beside this prune
+/// (the deploy's `stop all but` step): it counts as the newest kept and is never removed.
+/// One `inspect` reads every container's state, end time, image and archive.
 pub fn prune(names: &Names, keep: u32) -> String {
     format!(
         "kept=0; removed=
 all=$($rt ps -a --filter label=manent.owner={base} --format '{{{{.Names}}}}') || exit $?
-stopped=
+listed=
 if [ -n \"$all\" ]; then
-  stopped=$($rt container inspect --format '{{{{.State.Running}}}}|{{{{.State.FinishedAt}}}}|{{{{.Name}}}}|{{{{.Config.Image}}}}|{{{{index .Config.Labels \"manent.archive\"}}}}' $all | grep '^false|' | sort -t '|' -k 2,2 -r) || true
+  # Running ones first (they stop now), then the stopped, last stopped first.
+  listed=$($rt container inspect --format '{{{{.State.Running}}}}|{{{{.State.FinishedAt}}}}|{{{{.Name}}}}|{{{{.Config.Image}}}}|{{{{index .Config.Labels \"manent.archive\"}}}}' $all | sed 's/^true|[^|]*|/true|9999|/' | LC_ALL=C sort -t '|' -k 2,2 -r) || exit $?
 fi
 while IFS='|' read -r running finished c image archive; do
   [ -n \"$c\" ] || continue
   c=${{c#/}}
   [ \"$c\" = {live} ] && continue
   if [ \"$kept\" -lt {keep} ]; then kept=$((kept + 1)); continue; fi
+  [ \"$running\" = true ] && continue
   $rt rm \"$c\" >/dev/null || exit $?
   $rt rmi \"$image\" >/dev/null 2>&1
   [ -n \"$archive\" ] && rm -f -- \"$archive\"
   removed=\"$removed $c\"
 done <<MANENT_EOF
-$stopped
+$listed
 MANENT_EOF
-echo \"$kept stopped version(s) kept, removed:${{removed:- none}}\"
+echo \"$kept version(s) kept for a rollback, removed:${{removed:- none}}\"
 ",
         base = q(&names.base),
         live = q(&names.container),
@@ -430,7 +432,10 @@ esac; }"#;
         let (status, out, calls) = run_with_fake_runtime(fake, &prune(&names, 1));
         assert_eq!(
             (status, out.as_str()),
-            (Some(0), "1 stopped version(s) kept, removed: web-2 web-1"),
+            (
+                Some(0),
+                "1 version(s) kept for a rollback, removed: web-2 web-1"
+            ),
             "the newest stopped (web-3) is kept, the two older removed, the live one untouched"
         );
         assert_eq!(
@@ -448,14 +453,135 @@ esac; }"#;
     }
 
     #[test]
+    fn a_container_still_being_stopped_counts_as_the_newest_kept_and_is_never_removed() {
+        let names = Names::new("web", "4");
+        // web-4 is live; web-3 still runs (the step beside the prune is stopping it);
+        // web-2 stopped before it.
+        let fake = r#"rt() { echo "$*" >> "$log"; case "$1 $2" in
+  'ps -a') printf 'web-4\nweb-3\nweb-2\n' ;;
+  'container inspect')
+    echo 'true|0001-01-01T00:00:00Z|/web-4|localhost/manent/web:4|'
+    echo 'false|2026-12-06T09:00:00Z|/web-2|localhost/manent/web:2|'
+    echo 'true|0001-01-01T00:00:00Z|/web-3|localhost/manent/web:3|' ;;
+  'rm web-2'|'rmi localhost/manent/web:2') ;;
+  *) echo "unexpected: $*" >&2; return 9 ;;
+esac; }"#;
+        let (status, out, calls) = run_with_fake_runtime(fake, &prune(&names, 1));
+        assert_eq!(
+            (status, out.as_str()),
+            (Some(0), "1 version(s) kept for a rollback, removed: web-2"),
+            "web-3, stopping now, is the one kept: web-2 goes, as once web-3 had stopped"
+        );
+        let (status, out, calls_keep_0) = run_with_fake_runtime(fake, &prune(&names, 0));
+        assert_eq!(
+            (status, out.as_str()),
+            (Some(0), "0 version(s) kept for a rollback, removed: web-2"),
+            "with keep 0 a running container is still not removed: {calls_keep_0}"
+        );
+        assert!(
+            !calls.contains("rm web-3")
+                && !calls.contains("web:3")
+                && !calls_keep_0.contains("rm web-3"),
+            "the container being stopped is not touched: {calls}"
+        );
+    }
+
+    #[test]
     fn a_prune_with_no_container_of_its_own_removes_nothing() {
         let fake =
             r#"rt() { echo "$*" >> "$log"; case "$1 $2" in 'ps -a') ;; *) return 9 ;; esac; }"#;
         let (status, out, _) = run_with_fake_runtime(fake, &prune(&Names::new("web", "1"), 2));
         assert_eq!(
             (status, out.as_str()),
-            (Some(0), "0 stopped version(s) kept, removed: none"),
+            (Some(0), "0 version(s) kept for a rollback, removed: none"),
             "nothing to inspect, nothing removed"
+        );
+    }
+
+    /// An archive in `dir` whose `manifest.json` names the image `id`, as `docker save` and
+    /// `podman save` write one.
+    fn archive_naming(dir: &std::path::Path, id: &str) -> std::path::PathBuf {
+        std::fs::write(
+            dir.join("manifest.json"),
+            format!(r#"[{{"Config":"{id}.json","RepoTags":["x:1"],"Layers":[]}}]"#),
+        )
+        .expect("write manifest.json");
+        let archive = dir.join("app.tar");
+        let made = std::process::Command::new("tar")
+            .args(["-cf", &archive.display().to_string(), "-C"])
+            .arg(dir)
+            .arg("manifest.json")
+            .status()
+            .expect("run tar");
+        assert!(made.success(), "tar made the archive");
+        archive
+    }
+
+    /// Runs version 2 of `web`'s load of `archive` with a fake runtime answering the calls
+    /// `cases` (arms of a `case "$*"`; any other call fails): its exit status, stdout and
+    /// the calls made.
+    fn load_with(
+        dir: &std::path::Path,
+        cases: &str,
+        archive: &std::path::Path,
+        absent: bool,
+    ) -> (Option<i32>, String, String) {
+        let fake = format!(
+            r#"rt() {{ echo "$*" >> "$log"; case "$*" in
+{cases}
+  *) echo "unexpected: $*" >&2; return 9 ;;
+esac; }}
+TMPDIR={d}"#,
+            d = dir.display()
+        );
+        let script = load(
+            &Names::new("web", "2"),
+            &archive.display().to_string(),
+            absent,
+        );
+        run_with_fake_runtime(&fake, &script)
+    }
+
+    #[test]
+    fn a_loaded_image_is_known_by_the_id_its_archive_names_without_asking_again() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let id = "cd".repeat(32);
+        let archive = archive_naming(dir.path(), &id);
+        // A runtime that has no such image until it loads the archive.
+        let cases = "'image inspect '*) return 1 ;;
+  'load -i '*) echo 'Loaded image: localhost/app:2' ;;
+  'tag localhost/app:2 '*) ;;";
+        let (status, out, calls) = load_with(dir.path(), cases, &archive, false);
+        assert_eq!(
+            (status, out),
+            (Some(0), format!("sha256:{id}")),
+            "loaded, tagged, and the manifest's id printed: {calls}"
+        );
+        assert_eq!(
+            calls
+                .lines()
+                .filter(|l| l.starts_with("image inspect"))
+                .count(),
+            1,
+            "only whether the runtime had it already is asked, not the id after the load: {calls}"
+        );
+    }
+
+    #[test]
+    fn an_image_already_tagged_whose_archive_an_older_build_never_uploaded_is_used_as_it_is() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let cases = "'image inspect localhost/manent/web:2') ;;
+  'image inspect --format '*) echo abc123 ;;";
+        let missing = dir.path().join("never-uploaded.tar");
+        let (status, out, calls) = load_with(dir.path(), cases, &missing, false);
+        assert_eq!(
+            (status, out.as_str()),
+            (Some(0), "sha256:abc123"),
+            "the tagged image's id is printed: {calls}"
+        );
+        assert!(
+            !calls.contains("load") && !calls.contains("tag "),
+            "nothing is loaded or tagged again: {calls}"
         );
     }
 
@@ -463,36 +589,14 @@ esac; }"#;
     fn an_image_the_runtime_has_by_the_archives_id_is_tagged_not_loaded_again() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let id = "ab".repeat(32);
-        std::fs::write(
-            dir.path().join("manifest.json"),
-            format!(r#"[{{"Config":"{id}.json","RepoTags":["x:1"],"Layers":[]}}]"#),
-        )
-        .expect("write manifest.json");
-        let archive = dir.path().join("app.tar");
-        let made = std::process::Command::new("tar")
-            .args(["-cf", &archive.display().to_string(), "-C"])
-            .arg(dir.path())
-            .arg("manifest.json")
-            .status()
-            .expect("run tar");
-        assert!(made.success(), "tar made the archive");
+        let archive = archive_naming(dir.path(), &id);
         // A runtime that has the image by its id (another target on this host loaded it).
-        let fake = format!(
-            r#"rt() {{ echo "$*" >> "$log"; case "$1 $2 $3" in
-  'image inspect {id}') ;;
-  'image inspect --format') echo {id} ;;
-  'tag {id} localhost/manent/web:2') ;;
-  *) echo "unexpected: $*" >&2; return 9 ;;
-esac; }}
-TMPDIR={d}"#,
-            d = dir.path().display()
+        let cases = format!(
+            "'image inspect {id}') ;;
+  'image inspect --format '*) echo {id} ;;
+  'tag {id} localhost/manent/web:2') ;;"
         );
-        let script = load(
-            &Names::new("web", "2"),
-            &archive.display().to_string(),
-            true,
-        );
-        let (status, out, calls) = run_with_fake_runtime(&fake, &script);
+        let (status, out, calls) = load_with(dir.path(), &cases, &archive, false);
         assert_eq!(
             (status, out),
             (Some(0), format!("sha256:{id}")),

@@ -1,5 +1,5 @@
 //! One target's steps under the `container` plugin: a deploy (upload, load, start, health,
-//! switch, checks, retire the old, prune) and a rollback (start the kept container again,
+//! switch, checks, retire the old beside the prune) and a rollback (start the kept container again,
 //! health, switch back, retire the new). Every step is named after its target and what it
 //! acts on, and safe to run again (docs/containers.md, "What a deploy does").
 
@@ -210,8 +210,10 @@ impl<'a> OnTarget<'a> {
 struct Uploaded {
     archive: String,
     note: String,
-    /// Whether the image was found missing (recorded by this build; older records say
-    /// nothing, and the load asks again).
+    /// Whether the version's tag was found missing, as builds before workflow version 7
+    /// recorded it (their upload asked the runtime and skipped the archive of an image
+    /// already tagged). This build records false: its load asks by the archive's image id,
+    /// or by the tag.
     #[serde(default)]
     absent: bool,
 }
@@ -365,27 +367,41 @@ async fn after_image(
     *running = Some(now.clone());
     let env = on.env();
     lines.extend(plugins::run_checks(ctx, pool, pass.http, pass.eff, on.target, &env, "").await?);
-    lines.push(on.retire_others(ctx, pool).await?);
-    // Issue 41: what the target runs, once live and checked and the others retired.
-    lines.push(super::manifest::record_step(ctx, pass, pass.eff, on.target, &now).await?);
     let step = format!("{t}: prune containers");
     let prune = commands::prune(&on.names, on.settings.keep);
-    let pruned: Result<String, WorkflowError> = ctx
-        .step_with(&step, shown_running(), || async {
-            on.run(ctx, pool, &step, &prune).await
-        })
-        .await;
-    lines.push(match pruned {
-        Ok(out) => out,
-        // The new version is live and checked: a failed prune is shown, never a failure.
-        Err(WorkflowError::Step { message, .. }) => format!("not pruned: {message}"),
-        Err(other) => return Err(other),
-    });
+    let prune = || async {
+        let pruned: Result<String, WorkflowError> = ctx
+            .step_with(&step, shown_running(), || async {
+                on.run(ctx, pool, &step, &prune).await
+            })
+            .await;
+        match pruned {
+            Ok(out) => Ok(out),
+            // The new version is live and checked: a failed prune is shown, never a failure.
+            Err(WorkflowError::Step { message, .. }) => Ok(format!("not pruned: {message}")),
+            Err(other) => Err(other),
+        }
+    };
+    if ctx.workflow_version() < crate::request::PRUNE_BESIDE_RETIRE_VERSION {
+        lines.push(on.retire_others(ctx, pool).await?);
+        // Issue 41: what the target runs, once live and checked and the others retired.
+        lines.push(super::manifest::record_step(ctx, pass, pass.eff, on.target, &now).await?);
+        lines.push(prune().await?);
+        return Ok(lines);
+    }
+    // The old containers are drained and stopped while the older ones are pruned: the
+    // prune counts a container still being stopped as the newest kept (commands::prune).
+    let (retired, pruned) = futures::join!(on.retire_others(ctx, pool), prune());
+    let pruned = pruned?;
+    lines.push(retired?);
+    lines.push(super::manifest::record_step(ctx, pass, pass.eff, on.target, &now).await?);
+    lines.push(pruned);
     Ok(lines)
 }
 
-/// Puts the image archive on the target, unless the image is loaded there already or the
-/// archive is in place with its sha256 (a warm target).
+/// Puts the image archive on the target, unless it is there with its sha256 (a warm target:
+/// the archive stays as long as its image, see [`commands::prune`]). The runtime is not
+/// asked here: the load asks it by the image's id.
 async fn upload(
     pass: &PassContext<'_>,
     on: &OnTarget<'_>,
@@ -393,35 +409,24 @@ async fn upload(
 ) -> Result<Uploaded, TargetError> {
     let conn = targets::connection(pass.pool, pass.eff, on.target).await?;
     let transport = |e: manent_ssh::TransportError| TargetError::Transport(e.to_string());
-    // One session asks for the home directory and whether the image is there.
-    let script = format!(
-        "printf '%s\\n' \"$HOME\"\n{}{}",
-        commands::runtime(on.settings.runtime),
-        commands::image_present(&on.names)
-    );
-    let probe = conn.exec(&script, &[]).await.map_err(transport)?;
+    let probe = conn
+        .exec("printf '%s\\n' \"$HOME\"", &[])
+        .await
+        .map_err(transport)?;
     if !probe.success() {
         return Err(TargetError::Script(crate::run::release_scripts::failure(
             &probe.stderr,
             probe.status,
         )));
     }
-    let (home, present) = probe.stdout.split_once('\n').unwrap_or((&probe.stdout, ""));
     // One copy per container name: targets, applications or environments that share a
     // host never write the same file at once.
     let archive = format!(
         "{}/.manent/images/{}-{}.tar",
-        home.trim_end_matches('/'),
+        probe.stdout.trim_end_matches(['\n', '/']),
         on.names.base,
         artifact.sha256
     );
-    if present.trim() == "present" {
-        return Ok(Uploaded {
-            note: format!("image {} already on the target", on.names.tag),
-            archive,
-            absent: false,
-        });
-    }
     if conn
         .sha256(&archive)
         .await
@@ -431,7 +436,7 @@ async fn upload(
         return Ok(Uploaded {
             note: format!("{archive} already on the target"),
             archive,
-            absent: true,
+            absent: false,
         });
     }
     let dir = artifacts::artifacts_dir(pass.dir);
@@ -449,7 +454,7 @@ async fn upload(
     Ok(Uploaded {
         note: format!("uploaded {archive}"),
         archive,
-        absent: true,
+        absent: false,
     })
 }
 
