@@ -4,12 +4,16 @@
 # script per target over an OpenSSH connection opened first (archive copied with `cat`,
 # `podman load`, `podman run`, health polled, HAProxy switched through its runtime API, the
 # old server retired once idle and its container stopped), no checkpoints, no verification.
-# During each timed deploy `hey` sends requests to every target's proxy; the requests served
-# and failed are counted. Prints wall times, the ratio manent/floor, the failed requests and
-# `uptime`. Bounded: each deploy gives up after --run-timeout seconds (300). Not run by CI.
-# See bench/README.md, "Container deploys".
+# During each timed deploy `hey` sends requests to every target's proxy, --rate a second
+# (100; 0: as fast as it can, which on a 2-core machine running 10 targets leaves the
+# deploys the cores the load generators do not take); the requests served and failed are
+# counted. The floor prunes nothing; after each floor run, untimed, what manent's prune
+# (keep 1) would have removed is removed, so each of manent's timed deploys prunes one
+# version, as it would deploying alone. Prints wall times, the ratio manent/floor, the
+# failed requests and `uptime`. Bounded: each deploy gives up after --run-timeout seconds
+# (300). Not run by CI. See bench/README.md, "Container deploys".
 #
-# usage: bench/run-containers.sh [--bin DIR] [--targets 1,10] [--rounds 1] [--out DIR]
+# usage: bench/run-containers.sh [--bin DIR] [--targets 1,10] [--rounds 1] [--rate 100] [--out DIR]
 #   --bin DIR: where manent-server and manent are (default $CARGO_TARGET_DIR/release, else
 #              target/release; build them with `cargo build --release -p manent-server -p
 #              manent-cli`). Debug binaries work and say so in the table.
@@ -30,6 +34,7 @@ counts="1,10"
 rounds=1
 out=""
 timeout=300
+rate=100
 login_as_self=""
 while (($#)); do
     case "$1" in
@@ -38,8 +43,9 @@ while (($#)); do
         --rounds) rounds=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --run-timeout) timeout=$2; shift 2 ;;
+        --rate) rate=$2; shift 2 ;;
         --login-as-self) login_as_self=1; shift ;;
-        -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -228,12 +234,26 @@ floor() { # application n version
     awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }'
 }
 
+floor_tidy() { # application n kept-version live-version: removes the other stopped ones
+    local app=$1 n=$2 kept=$3 live=$4 i c base
+    for i in $(seq 1 "$n"); do
+        base=mbench-$app-t$i
+        for c in $(podman ps -a --filter "label=manent.owner=$base" --filter status=exited --format '{{.Names}}'); do
+            [[ $c = "$base-$kept" || $c = "$base-$live" ]] && continue
+            img=$(podman container inspect --format '{{.Config.Image}}' "$c" 2>/dev/null || true)
+            podman rm "$c" >/dev/null 2>&1 || true
+            [[ -z $img ]] || podman rmi "$img" >/dev/null 2>&1 || true
+        done
+    done
+}
+
 # hey against every target's proxy while a deploy runs; prints "served failed".
 load_start() { # n listen-port
     local i
     loads=()
     for i in $(seq 1 "$1"); do
-        hey -z "${timeout}s" -c 2 "http://127.0.0.$((i + 1)):$2/" >"$work/hey-$i.txt" 2>&1 &
+        # hey's -q is per worker: two workers, half the rate each (0: no limit).
+        hey -z "${timeout}s" -c 2 -q "$(((rate + 1) / 2))" "http://127.0.0.$((i + 1)):$2/" >"$work/hey-$i.txt" 2>&1 &
         loads+=($!)
     done
 }
@@ -288,6 +308,10 @@ for n in ${counts//,/ }; do
         load_start "$n" "$port"
         f=$(floor "$app" "$n" "$version")
         load_stop
+        # Untimed: what manent's prune would have removed after the floor's deploy (the
+        # floor prunes nothing), so that manent's next prune finds one version to remove,
+        # as it would deploying alone, not every version the floor left.
+        floor_tidy "$app" "$n" "$((version - 1))" "$version"
         read -r f_served f_failed <"$work/load.txt"
         ratio=$(awk -v m="$m" -v f="$f" 'BEGIN { printf "%.2f", m / f }')
         printf '| %s | %s | %.2f | %.2f | %s | %s/%s | %s/%s | %s |\n' "$n" "$round" "$m" "$f" "$ratio" \
@@ -297,6 +321,6 @@ done
 {
     echo
     echo "binaries: $bin ($build); login $USER with $login_shell; $(nproc) CPUs; uptime: $(uptime)"
-    echo "goal: manent/floor <= 1.2 and 0 failed requests"
+    echo "load: $rate requests/s per target (0: unlimited); goal: manent/floor <= 1.2 and 0 failed requests"
 } | tee -a "$table" >&2
 cat "$table"
