@@ -12,8 +12,10 @@
 
 mod env;
 mod error;
+mod notifications;
 mod paths;
 mod pattern;
+mod plugins;
 mod serde_util;
 mod sources;
 mod validate;
@@ -31,7 +33,9 @@ use serde::{Deserialize, Serialize};
 
 pub use env::process_env;
 pub use error::{ConfigError, ConfigIssue};
+pub use notifications::{NotificationEvent, NotificationsConfig, Webhook, WebhookFormat};
 pub use pattern::{check_application_pattern, glob_match};
+pub use plugins::{Confinement, ExternalPlugin, PluginConfig};
 pub use sources::{
     ArtifactSource, ArtifactSources, ArtifactsConfig, BasicAuth, Credentials,
     DEFAULT_MAX_ARTIFACT_BYTES, ScopedSource, SecretRef, SourceEntry, SourceError,
@@ -284,87 +288,6 @@ impl Default for RecoveryConfig {
     }
 }
 
-/// `plugins.<name>`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PluginConfig {
-    /// An external executable speaking the plugin protocol; absent for built-in plugins.
-    pub external: Option<ExternalPlugin>,
-    /// Artifact types this plugin deploys (routes by type when the environment
-    /// configuration cannot be read at submission).
-    #[serde(deserialize_with = "yaml::nullable")]
-    pub artifact_types: Vec<String>,
-    /// The plugin's own queue, served only by workers listing it in `dbos.plugins`.
-    pub queue: Option<String>,
-}
-
-/// `plugins.<name>.external`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExternalPlugin {
-    /// The executable; a relative path is relative to the directory of `manent.yml`
-    /// (see [`Config::resolve_path`]).
-    pub command: PathBuf,
-    /// Hex SHA-256 of the executable, verified before it starts.
-    pub sha256: String,
-    /// How the process is confined: a bubblewrap sandbox per pass (the default), or none.
-    #[serde(default)]
-    pub confinement: Confinement,
-    /// The `bwrap` executable (default: `bwrap` on the worker's `PATH`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bwrap: Option<PathBuf>,
-    /// The process's variables besides `PATH`, `LANG`, `HOME` and `TMPDIR`: `NAME` passes
-    /// the worker's value, `NAME=value` sets one. Nothing else of the worker's reaches it.
-    #[serde(
-        default,
-        deserialize_with = "yaml::nullable",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub env: Vec<String>,
-    /// Paths the confined process sees read-only besides the system (its runtime: a
-    /// virtualenv, a toolchain); relative to `manent.yml`'s directory.
-    #[serde(
-        default,
-        deserialize_with = "yaml::nullable",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub read_only: Vec<PathBuf>,
-}
-
-/// `plugins.<name>.external.confinement`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Confinement {
-    /// A bubblewrap sandbox per pass; refused to run where it cannot be made.
-    #[default]
-    Bwrap,
-    /// No sandbox: the plugin sees what the worker's user sees.
-    None,
-}
-
-impl ExternalPlugin {
-    /// [`ExternalPlugin::env`] as `(name, value)`, a passed variable read from `lookup` (the
-    /// worker's environment); a passed variable the worker does not have is left out and
-    /// returned in the second list.
-    pub fn environment(
-        &self,
-        lookup: impl Fn(&str) -> Option<String>,
-    ) -> (Vec<(String, String)>, Vec<String>) {
-        let mut set = Vec::new();
-        let mut missing = Vec::new();
-        for entry in &self.env {
-            match entry.split_once('=') {
-                Some((name, value)) => set.push((name.to_string(), value.to_string())),
-                None => match lookup(entry) {
-                    Some(value) => set.push((entry.clone(), value)),
-                    None => missing.push(entry.clone()),
-                },
-            }
-        }
-        (set, missing)
-    }
-}
-
 /// An entry of `queues`: a routed queue.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -532,123 +455,6 @@ impl Default for RetentionConfig {
             audit: Duration::from_secs(365 * DAY),
             every: Duration::from_secs(600),
             batch: 500,
-        }
-    }
-}
-
-/// `notifications` (docs/configuration.md, `notifications`): webhooks told of deploys'
-/// events, delivered by the workers as durable work, with retries.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct NotificationsConfig {
-    /// Where events are sent.
-    pub webhooks: Vec<Webhook>,
-    /// Deliveries of one event to one webhook tried at most this many times; then it is
-    /// kept as failed (a log line, `/metrics`).
-    pub max_attempts: u32,
-    /// The wait after a failed delivery, doubled after each (at most an hour).
-    #[serde(with = "serde_util::duration")]
-    pub retry_after: Duration,
-}
-
-impl Default for NotificationsConfig {
-    fn default() -> Self {
-        NotificationsConfig {
-            webhooks: Vec::new(),
-            max_attempts: 10,
-            retry_after: Duration::from_secs(5),
-        }
-    }
-}
-
-/// One webhook of `notifications.webhooks`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Webhook {
-    /// Unique: names the webhook in logs and metrics.
-    pub name: String,
-    /// `https://…` (or `http://…`) that receives a POST per event.
-    pub url: String,
-    /// `json` (manent's own body, signed when a secret is set) or `slack` (an incoming
-    /// webhook's `{"text": …}`).
-    #[serde(default)]
-    pub format: WebhookFormat,
-    /// The HMAC-SHA256 key of `X-Manent-Signature`, read from this file when sending.
-    #[serde(default)]
-    pub secret_file: Option<PathBuf>,
-    /// The same, from this environment variable of the worker.
-    #[serde(default)]
-    pub secret_env: Option<String>,
-    /// The events sent; all of them when empty.
-    #[serde(default)]
-    pub events: Vec<NotificationEvent>,
-    /// Application patterns (`shop/*`) whose deploys are sent; all when empty.
-    #[serde(default)]
-    pub applications: Vec<String>,
-}
-
-/// `notifications.webhooks[].format`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WebhookFormat {
-    #[default]
-    Json,
-    Slack,
-}
-
-/// What happened to a deploy, as a webhook is told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NotificationEvent {
-    ApprovalRequired,
-    Started,
-    Succeeded,
-    Failed,
-    Cancelled,
-    RolledBack,
-    /// A metric of `rollout.analysis` failed more measurements than its `failure_limit`.
-    AnalysisFailed,
-    /// An analysis could not be taken often enough: the deploy waits for `manent promote`
-    /// or `manent abort`.
-    WaitingDecision,
-    /// A drift check found a difference it had not reported before (docs/plan-and-drift.md).
-    DriftDetected,
-}
-
-impl NotificationEvent {
-    /// The event as written in `events:` and sent.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NotificationEvent::ApprovalRequired => "approval_required",
-            NotificationEvent::Started => "started",
-            NotificationEvent::Succeeded => "succeeded",
-            NotificationEvent::Failed => "failed",
-            NotificationEvent::Cancelled => "cancelled",
-            NotificationEvent::RolledBack => "rolled_back",
-            NotificationEvent::AnalysisFailed => "analysis_failed",
-            NotificationEvent::WaitingDecision => "waiting_decision",
-            NotificationEvent::DriftDetected => "drift_detected",
-        }
-    }
-}
-
-impl Webhook {
-    /// Whether this webhook is told of `event` on `application`.
-    pub fn wants(&self, event: NotificationEvent, application: &str) -> bool {
-        (self.events.is_empty() || self.events.contains(&event))
-            && (self.applications.is_empty()
-                || self
-                    .applications
-                    .iter()
-                    .any(|p| pattern::glob_match(p, application)))
-    }
-
-    /// Where its secret is read, its file resolved against `manent.yml`'s directory.
-    pub fn secret(&self, config: &Config) -> Option<SecretRef> {
-        match (&self.secret_file, &self.secret_env) {
-            (Some(file), _) => Some(SecretRef::File(config.resolve_path(file))),
-            (None, Some(name)) => Some(SecretRef::Env(name.clone())),
-            (None, None) => None,
         }
     }
 }
