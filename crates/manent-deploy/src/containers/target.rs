@@ -1,7 +1,8 @@
 //! One target's steps under the `container` plugin: a deploy (upload, load, start, health,
-//! switch, checks, retire the old beside the prune) and a rollback (start the kept container again,
-//! health, switch back, retire the new). Every step is named after its target and what it
-//! acts on, and safe to run again (docs/containers.md, "What a deploy does").
+//! switch, checks, retire the old beside the prune) and a rollback (start the kept
+//! container again, health, switch back, retire the new). Every step is named after its
+//! target and what it acts on, and safe to run again (docs/containers.md, "What a deploy
+//! does").
 
 use std::time::Duration;
 
