@@ -108,56 +108,10 @@ impl HttpFetch for Reqwest {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
     use manent_deploy::http::read_body;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use manent_testkit::http::{header, serve as server};
 
     use super::*;
-
-    /// An HTTP/1.1 server on loopback answering `answer(path)` (status line and headers
-    /// without the final blank line, then the body) to each connection, and keeping each
-    /// request's head. Returns its base URL.
-    async fn server(
-        answer: impl Fn(&str) -> (String, Vec<u8>) + Send + Sync + 'static,
-    ) -> (String, Arc<Mutex<Vec<String>>>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (answer, record) = (Arc::new(answer), seen.clone());
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                let (answer, record) = (answer.clone(), record.clone());
-                tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match socket.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let head = String::from_utf8_lossy(&head).to_string();
-                    let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
-                    record.lock().unwrap().push(head);
-                    let (status, body) = answer(&path);
-                    let _ = socket
-                        .write_all(format!("{status}\r\n\r\n").as_bytes())
-                        .await;
-                    let _ = socket.write_all(&body).await;
-                });
-            }
-        });
-        (base, seen)
-    }
-
-    /// The value of header `name` in a request's `head`.
-    fn header(head: &str, name: &str) -> Option<String> {
-        head.lines().find_map(|line| {
-            let (n, v) = line.split_once(':')?;
-            n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-        })
-    }
 
     #[tokio::test]
     async fn a_redirect_is_answered_as_it_came_and_credentials_go_as_given() {

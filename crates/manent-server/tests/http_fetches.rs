@@ -6,69 +6,43 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
-
 use common::Site;
-use manent_testkit::{Db, on_both_backends};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use manent_testkit::{Db, http, on_both_backends};
 
 on_both_backends!(an_artifact_behind_a_redirect_and_an_http_check_go_through_the_workers_client,);
 
-/// What each request to [`artifact_server`] carried: its path and `Authorization` header.
-type Seen = Arc<Mutex<Vec<(String, Option<String>)>>>;
-
 /// An HTTP/1.1 server on loopback: `/private/app` redirects to `/public/app.txt`, which
 /// answers `payload`; `/health` redirects to `/health/ok`, which answers 200; anything else
-/// is a 404. Returns its base URL and what it was asked.
-async fn artifact_server() -> (String, Seen) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let seen: Seen = Arc::default();
-    let record = seen.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let record = record.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match socket.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&head).to_string();
-                let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
-                let authorization = head.lines().find_map(|line| {
-                    let (name, value) = line.split_once(':')?;
-                    name.eq_ignore_ascii_case("authorization")
-                        .then(|| value.trim().to_string())
-                });
-                record.lock().unwrap().push((path.clone(), authorization));
-                let answer = match path.as_str() {
-                    "/private/app" => {
-                        "HTTP/1.1 302 Found\r\nLocation: /public/app.txt\r\n\
-                                       Content-Length: 0\r\nConnection: close\r\n\r\n"
-                    }
-                    "/public/app.txt" => {
-                        "HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\
-                                          Connection: close\r\n\r\npayload"
-                    }
-                    "/health" => {
-                        "HTTP/1.1 302 Found\r\nLocation: /health/ok\r\n\
-                                  Content-Length: 0\r\nConnection: close\r\n\r\n"
-                    }
-                    "/health/ok" => {
-                        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\
-                                     Connection: close\r\n\r\nok"
-                    }
-                    _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                };
-                let _ = socket.write_all(answer.as_bytes()).await;
-            });
-        }
-    });
-    (base, seen)
+/// is a 404. Returns its base URL and the heads of the requests it got.
+async fn artifact_server() -> (String, http::Heads) {
+    let redirect = |to: &str| {
+        (
+            format!(
+                "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close"
+            ),
+            Vec::new(),
+        )
+    };
+    let ok = |body: &str| {
+        (
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close",
+                body.len()
+            ),
+            body.as_bytes().to_vec(),
+        )
+    };
+    http::serve(move |path| match path {
+        "/private/app" => redirect("/public/app.txt"),
+        "/public/app.txt" => ok("payload"),
+        "/health" => redirect("/health/ok"),
+        "/health/ok" => ok("ok"),
+        _ => (
+            "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close".into(),
+            Vec::new(),
+        ),
+    })
+    .await
 }
 
 async fn an_artifact_behind_a_redirect_and_an_http_check_go_through_the_workers_client(db: Db) {
@@ -143,8 +117,14 @@ async fn an_artifact_behind_a_redirect_and_an_http_check_go_through_the_workers_
         "the command got the worker's verified copy"
     );
     let bearer = Some("Bearer t0ken".to_string());
+    let seen: Vec<(String, Option<String>)> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|h| (http::path(h).to_string(), http::header(h, "authorization")))
+        .collect();
     assert_eq!(
-        seen.lock().unwrap().clone(),
+        seen,
         [
             ("/private/app".to_string(), bearer),
             ("/public/app.txt".to_string(), None),

@@ -1,6 +1,7 @@
 //! Test support shared by manent's crates: a fresh database per test on
-//! either backend, a guard that kills child processes at the end, and for
-//! fault tests a private PostgreSQL cluster and a network namespace.
+//! either backend, a guard that kills child processes at the end, for fault
+//! tests a private PostgreSQL cluster and a network namespace, and a canned HTTP
+//! server (`http`).
 //!
 //! PostgreSQL is required: a test that cannot reach it fails, it is never
 //! skipped in silence. `MANENT_TEST_POSTGRES` overrides the admin URL
@@ -10,6 +11,7 @@ use std::{path::PathBuf, process::Child};
 
 use sqlx::{Connection, postgres::PgConnection};
 
+pub mod http;
 pub mod netns;
 pub mod pg_cluster;
 pub mod sshd;
