@@ -235,7 +235,7 @@ floor() { # application n version
 }
 
 floor_tidy() { # application n kept-version live-version: removes the other stopped ones
-    local app=$1 n=$2 kept=$3 live=$4 i c base
+    local app=$1 n=$2 kept=$3 live=$4 i c base img
     for i in $(seq 1 "$n"); do
         base=mbench-$app-t$i
         for c in $(podman ps -a --filter "label=manent.owner=$base" --filter status=exited --format '{{.Names}}'); do

@@ -332,8 +332,9 @@ pub fn prune(names: &Names, keep: u32) -> String {
 all=$($rt ps -a --filter label=manent.owner={base} --format '{{{{.Names}}}}') || exit $?
 listed=
 if [ -n \"$all\" ]; then
+  info=$($rt container inspect --format '{{{{.State.Running}}}}|{{{{.State.FinishedAt}}}}|{{{{.Name}}}}|{{{{.Config.Image}}}}|{{{{index .Config.Labels \"manent.archive\"}}}}' $all) || exit $?
   # Running ones first (they stop now), then the stopped, last stopped first.
-  listed=$($rt container inspect --format '{{{{.State.Running}}}}|{{{{.State.FinishedAt}}}}|{{{{.Name}}}}|{{{{.Config.Image}}}}|{{{{index .Config.Labels \"manent.archive\"}}}}' $all | sed 's/^true|[^|]*|/true|9999|/' | LC_ALL=C sort -t '|' -k 2,2 -r) || exit $?
+  listed=$(printf '%s\\n' \"$info\" | sed 's/^true|[^|]*|/true|9999|/' | LC_ALL=C sort -t '|' -k 2,2 -r)
 fi
 while IFS='|' read -r running finished c image archive; do
   [ -n \"$c\" ] || continue
@@ -484,6 +485,22 @@ esac; }"#;
                 && !calls_keep_0.contains("rm web-3"),
             "the container being stopped is not touched: {calls}"
         );
+    }
+
+    #[test]
+    fn a_prune_whose_inspect_fails_says_so_and_removes_nothing() {
+        let fake = r#"rt() { echo "$*" >> "$log"; case "$1 $2" in
+  'ps -a') printf 'web-2\nweb-1\n' ;;
+  'container inspect') echo 'no such container web-1' >&2; return 125 ;;
+  *) echo "unexpected: $*" >&2; return 9 ;;
+esac; }"#;
+        let (status, _, calls) = run_with_fake_runtime(fake, &prune(&Names::new("web", "2"), 0));
+        assert_eq!(
+            status,
+            Some(125),
+            "the runtime's failure is the step's (shown as not pruned), not an empty list: {calls}"
+        );
+        assert!(!calls.contains("rm "), "nothing is removed: {calls}");
     }
 
     #[test]
