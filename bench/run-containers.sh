@@ -247,6 +247,25 @@ floor_tidy() { # application n kept-version live-version: removes the other stop
     done
 }
 
+# Waits (untimed) until deploy $1's prunes, which run after its result, have ended on its $2
+# targets, so that they never overlap the floor's timed run; prints when they ended (epoch s).
+wait_pruned() { # deploy-id n
+    local i
+    for i in $(seq 1 $((timeout * 10))); do
+        if cli status "$1" -o json 2>>"$log" | python3 -c '
+import json, sys, datetime
+s = json.load(sys.stdin)
+p = [x for x in s["steps"] if x["name"].endswith(": prune containers")]
+if len(p) < int(sys.argv[1]) or any(x["status"] == "RUNNING" for x in p):
+    sys.exit(1)
+print(max(datetime.datetime.fromisoformat(x["finished_at"].replace("Z", "+00:00")).timestamp() for x in p))
+' "$2"; then return 0; fi
+        sleep 0.1
+    done
+    echo "the prunes of $1 did not end within ${timeout}s" >&2
+    return 1
+}
+
 # hey against every target's proxy while a deploy runs; prints "served failed".
 load_start() { # n listen-port
     local i
@@ -276,8 +295,8 @@ load_stop() { # in this shell (it waits for hey); "served failed" into $work/loa
 build=$(basename "$(dirname "$bin")")
 table=$out/table.md
 {
-    echo "| targets | round | manent s | floor s | manent/floor | manent served/failed | floor served/failed | load at start |"
-    echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+    echo "| targets | round | manent s | floor s | manent/floor | manent served/failed | floor served/failed | load at start | manent's prunes ended at s |"
+    echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 } >"$table"
 version=0
 port=8100
@@ -288,7 +307,10 @@ for n in ${counts//,/ }; do
     version=$((version + 1))
     sha=$(image $version 2>>"$log")
     echo "== $n target(s): first deploy (untimed, starts the proxies)" >&2
-    cli deploy --wait -f "$(descriptor "$app" "$version" "$sha")" >>"$log" 2>&1
+    cli deploy --wait -f "$(descriptor "$app" "$version" "$sha")" >"$work/deploy.out" 2>&1
+    cat "$work/deploy.out" >>"$log"
+    id=$(grep -m 1 -o '[0-9a-f]\{8\}-[0-9a-f-]\{27\}' "$work/deploy.out" || true)
+    [[ -z $id ]] || wait_pruned "$id" "$n" >/dev/null || true
     for round in $(seq 1 "$rounds"); do
         version=$((version + 1)); sha=$(image $version 2>>"$log")
         d=$(descriptor "$app" "$version" "$sha")
@@ -300,10 +322,14 @@ for n in ${counts//,/ }; do
         cat "$work/deploy.out" >>"$log"
         # Its steps with their times, to see where a deploy spends them.
         id=$(grep -m 1 -o '[0-9a-f]\{8\}-[0-9a-f-]\{27\}' "$work/deploy.out" || true)
-        [[ -z $id ]] || cli status "$id" -o json >"$out/status-n$n-r$round.json" 2>>"$log" || true
         load_stop
         read -r m_served m_failed <"$work/load.txt"
         m=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }')
+        # Untimed: its prunes end before anything else runs (the prune's own time is shown).
+        pruned_at=""
+        [[ -z $id ]] || pruned_at=$(wait_pruned "$id" "$n" || true)
+        p=$(awk -v a="$start" -v b="$pruned_at" 'BEGIN { if (b == "") print "-"; else printf "%.2f", b - a }')
+        [[ -z $id ]] || cli status "$id" -o json >"$out/status-n$n-r$round.json" 2>>"$log" || true
         version=$((version + 1)); image $version >/dev/null 2>>"$log"
         load_start "$n" "$port"
         f=$(floor "$app" "$n" "$version")
@@ -314,8 +340,8 @@ for n in ${counts//,/ }; do
         floor_tidy "$app" "$n" "$((version - 1))" "$version"
         read -r f_served f_failed <"$work/load.txt"
         ratio=$(awk -v m="$m" -v f="$f" 'BEGIN { printf "%.2f", m / f }')
-        printf '| %s | %s | %.2f | %.2f | %s | %s/%s | %s/%s | %s |\n' "$n" "$round" "$m" "$f" "$ratio" \
-            "$m_served" "$m_failed" "$f_served" "$f_failed" "$load" | tee -a "$table" >&2
+        printf '| %s | %s | %.2f | %.2f | %s | %s/%s | %s/%s | %s | %s |\n' "$n" "$round" "$m" "$f" "$ratio" \
+            "$m_served" "$m_failed" "$f_served" "$f_failed" "$load" "$p" | tee -a "$table" >&2
     done
 done
 {

@@ -61,7 +61,17 @@ pub const DEPLOY_WORKFLOW: &str = "manent.deploy";
 ///   together, and records its manifest after both; under 6 they ran one after the other,
 ///   the manifest between them ([`PRUNE_BESIDE_RETIRE_VERSION`]). A container deploy
 ///   started under 6 replays in that order.
-pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 7 };
+/// - 8: a container deploy prunes after its result: each pass of the `container` plugin
+///   ends by starting one workflow [`PRUNE_WORKFLOW`] for the targets it
+///   deployed (a child, on the pass's queue and partition, so it runs once the deploy or
+///   pass has ended), whose steps are the `<target>: prune containers` a deploy under 7
+///   ran itself ([`PRUNE_AFTER_VERSION`]). A container deploy started under 7 prunes as
+///   7 did.
+pub const DEPLOY_WORKFLOW_VERSIONS: WorkflowVersions = WorkflowVersions { min: 1, max: 8 };
+
+/// The first version whose container deploys prune in a workflow of their own, after the
+/// deploy's result.
+pub const PRUNE_AFTER_VERSION: u32 = 8;
 
 /// The first version whose container deploys prune beside retiring the old containers.
 pub const PRUNE_BESIDE_RETIRE_VERSION: u32 = 7;
@@ -71,6 +81,11 @@ pub const CONTAINERS_VERSION: u32 = 6;
 
 /// The first version that bakes a wave under `rollout.analysis` (docs/analysis.md).
 pub const ANALYSIS_VERSION: u32 = 6;
+
+/// The registered name of the prune after a container deploy (`containers::prune`); here,
+/// a leaf, so that the views find a deploy's prunes without depending on the containers
+/// room.
+pub const PRUNE_WORKFLOW: &str = "manent.containers.prune";
 
 /// The drift check's registered name (`drift`); here, a leaf, so that retention prunes
 /// old checks without depending on the drift room.
@@ -112,7 +127,7 @@ pub async fn startable_version(client: &Client) -> Result<u32, EngineError> {
 
 /// What this build is, as `--version`, `manent workers` and `/metrics` show it: the
 /// release, the schema version it migrates to and the deploy workflow versions it runs,
-/// e.g. `0.1.0 (schema 13, workflows 1-7)`. During a rolling upgrade it tells which
+/// e.g. `0.1.0 (schema 13, workflows 1-8)`. During a rolling upgrade it tells which
 /// workers can run what.
 pub fn build_version() -> String {
     format!(

@@ -360,9 +360,23 @@ fn shows_containers(site: &Site, token: &str, second: &Value, p: &str, listen: &
     );
 }
 
-/// Version 2 runs, 1 and 4 are stopped: the deploy of 5 stops 2 while it prunes, and with
-/// `keep: 1` the container being stopped is the one kept; `manent apps` shows 5 live.
-async fn deploy_beside_a_prune(
+/// Waits until deploy `id`'s prunes, which run after its result in a workflow of their own,
+/// have ended on both targets: its status then.
+async fn pruned(site: &Site, token: &str, id: &str) -> Value {
+    site.wait_until(token, id, "its prunes end on t1 and t2", |s| {
+        let steps = s["steps"].as_array().cloned().unwrap_or_default();
+        ["t1", "t2"].iter().all(|t| {
+            steps.iter().any(|step| {
+                step["name"] == format!("{t}: prune containers") && step["status"] == "SUCCESS"
+            })
+        })
+    })
+    .await
+}
+
+/// Version 2 runs, 1 and 4 are stopped: the deploy of 5 stops 2, then its prune (after the
+/// deploy's result) keeps 2 with `keep: 1` and removes 1 and 4; `manent apps` shows 5 live.
+async fn deploy_then_prune(
     site: &Site,
     token: &str,
     made: &Made,
@@ -373,6 +387,20 @@ async fn deploy_beside_a_prune(
     let (code, fifth) = deploy(site, token, &descriptor(site, "5", v5));
     assert_eq!(code, 0, "version 5 is deployed: {}", details(&fifth));
     assert_eq!(served(url).await, "v5", "the proxy serves version 5");
+    let id = fifth["id"].as_str().expect("the deploy's id");
+    let after = pruned(site, token, id).await;
+    assert_eq!(
+        after["status"], "SUCCESS",
+        "the deploy's result is its own, whatever its prunes do: {after}"
+    );
+    let (_, logs) = site.cli_text(token, &["logs", id]);
+    assert!(
+        logs.contains("t1: prune containers SUCCESS")
+            && logs.contains(&format!(
+                "1 version(s) kept for a rollback, removed: {p}-t1-"
+            )),
+        "manent logs of the deploy shows its prunes and what they removed: {logs}"
+    );
     let on_t1: Vec<String> = made
         .containers(true)
         .into_iter()
@@ -381,7 +409,7 @@ async fn deploy_beside_a_prune(
     assert_eq!(
         on_t1,
         [format!("{p}-t1-2"), format!("{p}-t1-5")],
-        "version 5 runs, 2 (stopped beside the prune) is kept, 1 and 4 are removed: {}",
+        "version 5 runs, 2 (stopped by the deploy) is kept, 1 and 4 are removed: {}",
         details(&fifth)
     );
     let (code, apps) = site.cli(token, &["apps"]);
@@ -529,7 +557,7 @@ async fn container_deploys_failed_deploys_and_rollbacks_switch_without_a_failed_
     );
     assert_eq!(served(&urls[1]).await, "v2", "version 2 serves again");
 
-    deploy_beside_a_prune(&site, &token, &made, &urls[0], &v5).await;
+    deploy_then_prune(&site, &token, &made, &urls[0], &v5).await;
 
     let (answered, failures) = load.finish().await;
     assert!(

@@ -17,7 +17,7 @@ fn the_version_names_the_release_the_schema_and_the_workflow_versions() {
     );
     let printed = String::from_utf8(out.stdout).expect("the version is text");
     let expected = format!(
-        "manent-server {} (schema {}, workflows 1-7)\n",
+        "manent-server {} (schema {}, workflows 1-8)\n",
         env!("CARGO_PKG_VERSION"),
         manent_engine::Database::expected_schema_version()
     );

@@ -3,13 +3,15 @@
 //! step per action, each safe to run again after a crash: upload the image archive, load
 //! it, start the container beside the live one, wait for its health, switch the proxy,
 //! run the checks, take the old container out of the proxy once its requests are done and
-//! stop it, prune past `keep`. A rollback starts the kept container again and switches
-//! back the same way.
+//! stop it; then, after the deploy's result, prune past `keep`. A rollback starts the kept
+//! container again and switches back the same way.
 //!
 //! - `commands.rs`: the runtime's shell, one small function per action.
 //! - `proxy.rs`: HAProxy's configuration and runtime API.
 //! - `target.rs`: one target's steps, for a deploy and for a rollback.
 //! - `manifest.rs`: the container in the release manifest, and `manent drift` against it.
+//! - `prune.rs`: the workflow `manent.containers.prune` each deploy pass starts for its
+//!   targets, which runs once the deploy has ended.
 //!
 //! It depends on `plugins` (the trait it implements), `run`, `request` and `manifests`
 //! (`drift` calls `manifest.rs`); the workflow
@@ -18,7 +20,10 @@
 mod commands;
 pub mod manifest;
 mod proxy;
+mod prune;
 mod target;
+
+pub use prune::{PRUNE_WORKFLOW, PruneRequest, run as prune};
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -56,7 +61,11 @@ impl Plugin for Container {
             .buffer_unordered(max_parallel)
             .collect()
             .await;
-        results.into_iter().collect()
+        let outcomes = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        if ctx.workflow_version() >= crate::request::PRUNE_AFTER_VERSION {
+            prune::start(ctx, pass.eff, pass.deploy_id, &outcomes).await?;
+        }
+        Ok(outcomes)
     }
 
     async fn rollback_pass(

@@ -19,7 +19,7 @@ use crate::{
 };
 
 /// What one target's containers of one deploy are: their settings, names and proxy.
-struct OnTarget<'a> {
+pub(super) struct OnTarget<'a> {
     eff: &'a EffectiveDescriptor,
     target: &'a Target,
     settings: &'a ContainerSettings,
@@ -30,7 +30,7 @@ struct OnTarget<'a> {
 }
 
 impl<'a> OnTarget<'a> {
-    fn new(
+    pub(super) fn new(
         eff: &'a EffectiveDescriptor,
         target: &'a Target,
         deploy_id: &'a str,
@@ -204,6 +204,28 @@ impl<'a> OnTarget<'a> {
             out
         })
     }
+
+    /// Removes the stopped containers past `keep` with their images and archives (step
+    /// `<target>: prune containers`). The new version is live and checked: a failed prune
+    /// is shown (`not pruned: …`), never a failure.
+    pub(super) async fn prune(
+        &self,
+        ctx: &WorkflowContext,
+        pool: &manent_ssh::ConnectionPool,
+    ) -> Result<String, WorkflowError> {
+        let step = format!("{}: prune containers", self.target.name);
+        let script = commands::prune(&self.names, self.settings.keep);
+        let pruned: Result<String, WorkflowError> = ctx
+            .step_with(&step, shown_running(), || async {
+                self.run(ctx, pool, &step, &script).await
+            })
+            .await;
+        match pruned {
+            Ok(out) => Ok(out),
+            Err(WorkflowError::Step { message, .. }) => Ok(format!("not pruned: {message}")),
+            Err(other) => Err(other),
+        }
+    }
 }
 
 /// What the upload step recorded: where the archive is on the target.
@@ -347,7 +369,7 @@ struct Loaded<'a> {
 }
 
 /// Once the version's image is on the target: start, health, switch, checks, retire the
-/// others, the manifest, prune.
+/// others, the manifest (and, before workflow version 8, the prune).
 async fn after_image(
     ctx: &WorkflowContext,
     pass: &PassContext<'_>,
@@ -357,7 +379,7 @@ async fn after_image(
     switched: &mut bool,
     running: &mut Option<RunningContainer>,
 ) -> Result<Vec<String>, WorkflowError> {
-    let (pool, t) = (pass.pool, &on.target.name);
+    let pool = pass.pool;
     // The id the load printed, unless it printed something else (a runtime's surprise).
     let id =
         Some(loaded.id).filter(|id| id.starts_with("sha256:") && !id.contains(char::is_whitespace));
@@ -368,31 +390,22 @@ async fn after_image(
     *running = Some(now.clone());
     let env = on.env();
     lines.extend(plugins::run_checks(ctx, pool, pass.http, pass.eff, on.target, &env, "").await?);
-    let step = format!("{t}: prune containers");
-    let prune = commands::prune(&on.names, on.settings.keep);
-    let prune = || async {
-        let pruned: Result<String, WorkflowError> = ctx
-            .step_with(&step, shown_running(), || async {
-                on.run(ctx, pool, &step, &prune).await
-            })
-            .await;
-        match pruned {
-            Ok(out) => Ok(out),
-            // The new version is live and checked: a failed prune is shown, never a failure.
-            Err(WorkflowError::Step { message, .. }) => Ok(format!("not pruned: {message}")),
-            Err(other) => Err(other),
-        }
-    };
+    if ctx.workflow_version() >= crate::request::PRUNE_AFTER_VERSION {
+        // The prune runs after the deploy's result, in a workflow of its own (`prune.rs`).
+        lines.push(on.retire_others(ctx, pool).await?);
+        lines.push(super::manifest::record_step(ctx, pass, pass.eff, on.target, &now).await?);
+        return Ok(lines);
+    }
     if ctx.workflow_version() < crate::request::PRUNE_BESIDE_RETIRE_VERSION {
         lines.push(on.retire_others(ctx, pool).await?);
         // Issue 41: what the target runs, once live and checked and the others retired.
         lines.push(super::manifest::record_step(ctx, pass, pass.eff, on.target, &now).await?);
-        lines.push(prune().await?);
+        lines.push(on.prune(ctx, pool).await?);
         return Ok(lines);
     }
     // The old containers are drained and stopped while the older ones are pruned: the
     // prune counts a container still being stopped as the newest kept (commands::prune).
-    let (retired, pruned) = futures::join!(on.retire_others(ctx, pool), prune());
+    let (retired, pruned) = futures::join!(on.retire_others(ctx, pool), on.prune(ctx, pool));
     let pruned = pruned?;
     lines.push(retired?);
     lines.push(super::manifest::record_step(ctx, pass, pass.eff, on.target, &now).await?);

@@ -479,6 +479,20 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
             step_view(s, ended_at, interrupted_at)
         })
         .collect();
+    // A container deploy's prunes, after its steps: each ends with its own workflow, which
+    // may run once the deploy has ended (docs/containers.md, "Pruning").
+    for (prune, steps) in passes.prunes {
+        let ended_at = prune.finished_at_ms.filter(|_| prune.status.is_terminal());
+        let gone = if ended_at.is_none() {
+            gone_workers(client, &steps).await?
+        } else {
+            BTreeMap::new()
+        };
+        view.steps.extend(steps.into_iter().map(|s| {
+            let interrupted_at = gone.get(&s.executor_id).copied();
+            step_view(s, ended_at, interrupted_at)
+        }));
+    }
     view.waves = request
         .effective
         .as_ref()
@@ -666,6 +680,7 @@ pub async fn logs(
         ),
     )];
     let passes = timeline::passes(client, id, &view.queue).await?;
+    let deploy_ended = view.finished_at.is_some();
     let steps = crate::workflow::gate::dependency_waits_as_one(
         client
             .steps(id)
@@ -675,14 +690,19 @@ pub async fn logs(
             .filter(|s| !is_internal_step(&s.name))
             .collect(),
     );
-    for s in steps {
+    // A prune's steps end with their own workflow, which may outlive the deploy.
+    let prunes = passes.prunes.into_iter().flat_map(|(prune, steps)| {
+        let ended = prune.status.is_terminal();
+        steps.into_iter().map(move |s| (s, ended))
+    });
+    for (s, ended) in steps.into_iter().map(|s| (s, deploy_ended)).chain(prunes) {
         let when = s.finished_at_ms.unwrap_or(s.started_at_ms);
         let error = s
             .error
             .as_deref()
             .map(|e| format!(": {e}"))
             .unwrap_or_default();
-        let shown = shown_step_status(&s, view.finished_at.is_some());
+        let shown = shown_step_status(&s, ended);
         // A running step has made no attempt yet that could be counted.
         let attempts = if shown == StepState::Running {
             String::new()

@@ -121,6 +121,10 @@ pub struct Passes {
     pub steps: Vec<StepRecord>,
     /// Every pass's events (its targets' progress before the deploy republishes them).
     pub events: Vec<EventRecord>,
+    /// The prunes the deploy and its passes started after their targets (deploy workflow
+    /// version 8, docs/containers.md), oldest first, each with its steps: they may still
+    /// run once the deploy has ended.
+    pub prunes: Vec<(WorkflowRecord, Vec<StepRecord>)>,
 }
 
 /// The passes deploy `id` started (none unless it is region-routed), oldest first.
@@ -144,6 +148,7 @@ pub async fn passes(client: &Client, id: &str, queue: &str) -> Result<Passes, En
         views: Vec::new(),
         steps: Vec::new(),
         events: Vec::new(),
+        prunes: Vec::new(),
     };
     for child in &children {
         let request: Option<PassRequest> = serde_json::from_str(&child.input).ok();
@@ -179,12 +184,39 @@ pub async fn passes(client: &Client, id: &str, queue: &str) -> Result<Passes, En
             .events
             .extend(events_by_id.remove(&child.id).unwrap_or_default());
     }
+    for prune in prune_records(client, id, &ids).await? {
+        let steps = client.steps(&prune.id).await?;
+        passes.prunes.push((prune, steps));
+    }
     Ok(passes)
 }
 
-/// What deploy `id` and its passes printed after `after`, oldest first, at most `limit`
-/// lines: `seq` is one sequence for every workflow, so the lines of the deploy and its
-/// passes merge in print order.
+/// The prunes (`manent.containers.prune`) deploy `id` and its passes `passes` started,
+/// oldest first: none before deploy workflow version 8 or under another plugin.
+async fn prune_records(
+    client: &Client,
+    id: &str,
+    passes: &[String],
+) -> Result<Vec<WorkflowRecord>, EngineError> {
+    let mut all = Vec::new();
+    for parent in std::iter::once(id).chain(passes.iter().map(String::as_str)) {
+        all.extend(
+            client
+                .list(&WorkflowFilter {
+                    parent_id: Some(parent.to_string()),
+                    name: Some(crate::request::PRUNE_WORKFLOW.into()),
+                    ..Default::default()
+                })
+                .await?,
+        );
+    }
+    all.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+    Ok(all)
+}
+
+/// What deploy `id`, its passes and its prunes printed after `after`, oldest first, at
+/// most `limit` lines: `seq` is one sequence for every workflow, so the lines of the deploy
+/// and its children merge in print order.
 pub async fn output(
     client: &Client,
     id: &str,
@@ -192,8 +224,16 @@ pub async fn output(
     limit: i64,
 ) -> Result<Vec<OutputLine>, EngineError> {
     let mut lines = client.output(id, after, limit).await?;
-    for child in pass_records(client, id).await? {
-        lines.extend(client.output(&child.id, after, limit).await?);
+    let passes: Vec<String> = pass_records(client, id)
+        .await?
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    for child in &passes {
+        lines.extend(client.output(child, after, limit).await?);
+    }
+    for prune in prune_records(client, id, &passes).await? {
+        lines.extend(client.output(&prune.id, after, limit).await?);
     }
     lines.sort_by_key(|l| l.seq);
     lines.truncate(usize::try_from(limit).unwrap_or(0));

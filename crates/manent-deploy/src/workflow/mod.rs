@@ -178,6 +178,24 @@ pub fn register_workflows(
             }
         },
     );
+    let runtime_for_prunes = runtime.clone();
+    engine.register(
+        crate::containers::PRUNE_WORKFLOW,
+        move |ctx: WorkflowContext, request: crate::containers::PruneRequest| {
+            let runtime = runtime_for_prunes.clone();
+            async move {
+                let eff = &request.effective;
+                let pool = ConnectionPool::with_warm(ssh_auth(&runtime, eff), runtime.warm.clone());
+                let values =
+                    values::run_values(&runtime.config, &eff.application, &eff.environment);
+                let run = crate::vars::run_values::scoped(
+                    values,
+                    crate::containers::prune(&ctx, &pool, &request),
+                );
+                manent_guard::guarded(dead_mans_switch(&ctx), run).await
+            }
+        },
+    );
     plugins
 }
 

@@ -31,6 +31,42 @@ impl Waiting {
     }
 }
 
+/// What holds the environment of queued deploy `record` (`environment_concurrency`): a
+/// deploy that runs there, or the prune after one (docs/containers.md, "Pruning").
+async fn environment_holder(
+    client: &Client,
+    record: &WorkflowRecord,
+) -> Result<Option<String>, EngineError> {
+    let running = |name: &str| WorkflowFilter {
+        status: Some(WorkflowStatus::Pending),
+        name: Some(name.into()),
+        partition_key: Some(record.partition_key.clone()),
+        limit: Some(5),
+        ..Default::default()
+    };
+    let holders = client.list(&running(DEPLOY_WORKFLOW)).await?;
+    // Read after the deploy's own record: it may have started meanwhile, and is not
+    // waiting for itself.
+    let ids = others(holders.iter().map(|h| h.id.as_str()), &record.id);
+    if !ids.is_empty() {
+        return Ok(Some(format!(
+            "the environment {}: deploy {} runs there (environment_concurrency)",
+            record.partition_key,
+            ids.join(", ")
+        )));
+    }
+    let prunes = client
+        .list(&running(crate::request::PRUNE_WORKFLOW))
+        .await?;
+    Ok(prunes.first().map(|prune| {
+        format!(
+            "the environment {}: the prune after deploy {} runs there (environment_concurrency)",
+            record.partition_key,
+            prune.parent_id.as_deref().unwrap_or(&prune.id)
+        )
+    }))
+}
+
 /// Why a queued deploy does not start, or a claimed one does not move, when the
 /// deploy itself does not say (approval and dependency waits do): the deploy that holds
 /// its environment, the queue no live worker serves, or the stopped worker that holds
@@ -95,24 +131,8 @@ pub(super) async fn waiting_reason(
                     }
                 ))));
             }
-            let holders = client
-                .list(&WorkflowFilter {
-                    status: Some(WorkflowStatus::Pending),
-                    name: Some(DEPLOY_WORKFLOW.into()),
-                    partition_key: Some(record.partition_key.clone()),
-                    limit: Some(5),
-                    ..Default::default()
-                })
-                .await?;
-            // Read after the deploy's own record: it may have started meanwhile, and is not
-            // waiting for itself.
-            let ids = others(holders.iter().map(|h| h.id.as_str()), &record.id);
-            if !ids.is_empty() {
-                return Ok(Some(Waiting::to_all(format!(
-                    "the environment {}: deploy {} runs there (environment_concurrency)",
-                    record.partition_key,
-                    ids.join(", ")
-                ))));
+            if let Some(holder) = environment_holder(client, record).await? {
+                return Ok(Some(Waiting::to_all(holder)));
             }
             let running = client.running_counts().await?;
             // Read after the deploy's own record, like the holders above: a deploy claimed
