@@ -511,6 +511,66 @@ async fn the_status_of_a_finished_deploy_has_the_fields_of_the_contract() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_held_with_wait_ms_is_answered_with_the_deploys_end() {
+    let mut api = Api::new().await;
+    let deployer = api.token("ci", Role::Deployer).await;
+    let (status, body) = api.post_deploy(&deployer, &api.good_descriptor()).await;
+    assert_eq!(status, StatusCode::CREATED, "submitted: {body}");
+    let id = body["id"].as_str().unwrap().to_string();
+    let (status, body) = api
+        .get(
+            &format!("/api/v1/deploys/{id}?wait_ms=10001"),
+            Some(&deployer),
+        )
+        .await;
+    assert_eq!(
+        (status, error_of(&body).1.contains("wait_ms is 10001")),
+        (StatusCode::BAD_REQUEST, true),
+        "a wait over 10 s is refused, naming the field: {body}"
+    );
+    let (status, body) = api
+        .get(
+            &format!("/api/v1/deploys/{id}?wait_ms=soon"),
+            Some(&deployer),
+        )
+        .await;
+    assert_eq!(
+        (status, error_of(&body).0),
+        (StatusCode::BAD_REQUEST, "bad_request"),
+        "a wait that is not a number is refused: {body}"
+    );
+    // No worker yet: the deploy is queued when the request is held, and runs meanwhile.
+    let request = axum::http::Request::get(format!("/api/v1/deploys/{id}?wait_ms=10000"))
+        .header("authorization", format!("Bearer {deployer}"))
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let held = tokio::spawn(api.router.clone().oneshot(request));
+    let _worker = api.worker().await;
+    let answer = held.await.unwrap().expect("the router answers");
+    let status = answer.status();
+    let bytes = axum::body::to_bytes(answer.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (StatusCode::OK, Some("SUCCESS")),
+        "the held answer is the deploy as it ended, not as it was when asked: {body}"
+    );
+    let (status, _) = api
+        .get(
+            "/api/v1/deploys/no-such-deploy?wait_ms=10000",
+            Some(&deployer),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "an unknown deploy is a 404 at once, never waited for"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_of_an_unknown_deploy_is_a_404() {
     let api = Api::new().await;
     let viewer = api.token("alice", Role::Viewer).await;

@@ -82,8 +82,13 @@ pub async fn follow_from(
     let mut outage_since: Option<tokio::time::Instant> = None;
     let following = tokio::time::Instant::now();
     loop {
+        let pause = poll_pause(following.elapsed());
+        let asked = tokio::time::Instant::now();
         let polled = async {
-            let status: Answer<DeployStatus> = api.get(&deploy_path(id, "")).await?;
+            // The server holds the answer up to `pause` while the deploy runs, and gives it
+            // as soon as the deploy ends: the end is seen as it happens.
+            let wait = [("wait_ms", pause.as_millis().to_string())];
+            let status: Answer<DeployStatus> = api.get_query(&deploy_path(id, ""), &wait).await?;
             // Read after the status: once it says the deploy ended, every line is stored.
             if lines != Lines::Nowhere {
                 after = print_output(api, id, after, lines, style).await?;
@@ -141,13 +146,17 @@ pub async fn follow_from(
         if status.body.status.is_terminal() {
             return Ok(status);
         }
-        tokio::time::sleep(poll_pause(following.elapsed())).await;
+        // Nothing left of the pause when the server held the answer; all of it when the
+        // server is a release that answers at once.
+        tokio::time::sleep_until(asked + pause).await;
     }
 }
 
-/// The pause between a follower's polls: 100 ms for its first 10 s, so that a short deploy
-/// is seen to end within 0.1 s of its end (at 300 ms the wait added 0.15 s on average to a
-/// 2 s deploy), then 300 ms, so that a long one costs the server a few requests a second.
+/// The time between a follower's polls, each a status the server holds up to that long
+/// (`wait_ms`) and answers as soon as the deploy ends: 100 ms for its first 10 s, so that
+/// its output and progress lines follow closely, then 300 ms, so that a long one costs the
+/// server a few requests a second. A server that answers at once (an older release) sees
+/// a short deploy's end within 0.1 s.
 fn poll_pause(following_for: Duration) -> Duration {
     if following_for < Duration::from_secs(10) {
         Duration::from_millis(100)

@@ -251,19 +251,57 @@ async fn list_deploys(
     Ok(Json(deploys))
 }
 
-/// The status of one deploy.
+/// `?wait_ms=N` of `/deploys/{id}`.
+#[derive(Debug, serde::Deserialize)]
+struct StatusQuery {
+    #[serde(default)]
+    wait_ms: u64,
+}
+
+/// The longest `wait_ms` a status request may hold its answer.
+const MAX_STATUS_WAIT_MS: u64 = 10_000;
+
+/// The status of one deploy. With `wait_ms`, the answer to a deploy that has not ended is
+/// held until it ends or `wait_ms` passes, whichever is first: a follower (`deploy --wait`)
+/// sees the end as it happens instead of at its next poll.
 #[utoipa::path(get, path = "/deploys/{id}", tag = "deploys", operation_id = "getDeploy",
-    params(DeployId),
+    params(
+        DeployId,
+        ("wait_ms" = Option<u64>, Query, minimum = 0, maximum = 10000, description = "Hold the answer up to this many milliseconds while the deploy has not ended; it is given as soon as the deploy ends (default 0: at once; at most 10,000)."),
+    ),
     responses(
         (status = 200, description = "The deploy, with its targets and steps.", body = DeployStatus),
+        (status = 400, description = "The query string cannot be read, or `wait_ms` is over 10,000.", body = ErrorBody),
         (status = 404, description = "No such deploy (or one the token may not see).", body = ErrorBody),
     ))]
 async fn deploy_status(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
     Path(DeployId { id }): Path<DeployId>,
+    Query(query): Query<StatusQuery>,
 ) -> Result<Json<DeployStatus>, AppError> {
+    if query.wait_ms > MAX_STATUS_WAIT_MS {
+        return Err(AppError::bad_request(
+            "wait_ms",
+            format!(
+                "wait_ms is {}: give at most {MAX_STATUS_WAIT_MS} (milliseconds)",
+                query.wait_ms
+            ),
+        ));
+    }
     let mut deploy = visible_deploy(&state, &caller, &id).await?;
+    if query.wait_ms > 0 && !deploy.status.is_terminal() {
+        // Seen by the caller first (404 for another tenant's), then waited for.
+        match state
+            .client
+            .wait(&id, std::time::Duration::from_millis(query.wait_ms))
+            .await
+        {
+            Ok(_) | Err(manent_engine::EngineError::WaitTimeout { .. }) => {}
+            Err(other) => return Err(other.into()),
+        }
+        deploy = visible_deploy(&state, &caller, &id).await?;
+    }
     fill_actions(&caller, &mut deploy);
     Ok(Json(deploy))
 }
