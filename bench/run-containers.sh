@@ -2,7 +2,8 @@
 # Container deploy benchmark (issue 40, item 7): a container deploy with manent's `container`
 # plugin to 1 and 10 loopback sshd targets, against the floor: the same steps as one shell
 # script per target over an OpenSSH connection opened first (archive copied with `cat`,
-# `podman load`, `podman run`, health polled, HAProxy switched through its runtime API, the
+# `podman load` and `tag` under a host lock, skipped for an image already held, as manent
+# does; `podman run`, health polled, HAProxy switched through its runtime API, the
 # old server retired once idle and its container stopped), no checkpoints, no verification.
 # During each timed deploy `hey` sends requests to every target's proxy, --rate a second
 # (100; 0: as fast as it can, which on a 2-core machine running 10 targets leaves the
@@ -188,8 +189,18 @@ floor_script() { # base version archive
     cat <<EOF
 set -e
 rt=podman base=$1 name=$1-$2 tag=localhost/manent/$1:$2
-ref=\$(\$rt load -i $3 | sed -n 's/^Loaded image[^:]*: *//p' | tail -n 1)
+# Loads and tags of one host take turns, as manent's do: without it, targets loading and
+# tagging one image at once lose tags and fail ("image not known").
+# An image the runtime holds already (another target loaded it: the id its manifest names)
+# is only tagged, as manent does.
+exec 9>/tmp/manent-floor-load.lock && flock 9
+ref=\$(tar -xOf $3 manifest.json | sed -n 's/.*"Config": *"\\([^"]*\\)".*/\\1/p' | head -n 1)
+ref=\${ref#blobs/sha256/}; ref=\${ref%.json}
+if [ -z "\$ref" ] || ! \$rt image inspect "\$ref" >/dev/null 2>&1; then
+  ref=\$(\$rt load -i $3 | sed -n 's/^Loaded image[^:]*: *//p' | tail -n 1)
+fi
 \$rt tag "\$ref" "\$tag"
+exec 9>&-
 \$rt run -d --init --name "\$name" --label manent.owner=\$base -p 127.0.0.1::8080 "\$tag" >/dev/null
 addr=\$(\$rt port "\$name" 8080/tcp | head -n 1)
 tries=0
@@ -220,12 +231,14 @@ floor() { # application n version
         ssh "${ssh_opts[@]}" -M -N -f -S "$work/floor-$app-$i.sock" -o ControlPersist=300 "$USER@127.0.0.$((i + 1))"
     done
     local start end
+    rm -f "$work/floor-failed"
     start=$(date +%s.%N)
     for i in $(seq 1 "$n"); do
         (
             s=$work/floor-$app-$i.sock
             ssh -S "$s" "${ssh_opts[@]}" "$USER@127.0.0.$((i + 1))" "mkdir -p ~/.manent && cat > ~/.manent/floor-$app-$i-$v.tar" <"$work/image-$v.tar"
-            floor_script "mbench-$app-t$i" "$v" "\$HOME/.manent/floor-$app-$i-$v.tar" | ssh -S "$s" "${ssh_opts[@]}" "$USER@127.0.0.$((i + 1))" sh 2>>"$log"
+            floor_script "mbench-$app-t$i" "$v" "\$HOME/.manent/floor-$app-$i-$v.tar" | ssh -S "$s" "${ssh_opts[@]}" "$USER@127.0.0.$((i + 1))" sh 2>>"$log" ||
+                echo "the floor failed on t$i (version $v): see $log" | tee -a "$work/floor-failed" >&2
         ) &
     done
     wait
@@ -340,6 +353,8 @@ for n in ${counts//,/ }; do
         floor_tidy "$app" "$n" "$((version - 1))" "$version"
         read -r f_served f_failed <"$work/load.txt"
         ratio=$(awk -v m="$m" -v f="$f" 'BEGIN { printf "%.2f", m / f }')
+        # A floor that failed on a target did less than a deploy: its row says so.
+        [[ ! -f $work/floor-failed ]] || ratio="$ratio (floor failed on $(wc -l <"$work/floor-failed") target(s))"
         printf '| %s | %s | %.2f | %.2f | %s | %s/%s | %s/%s | %s | %s |\n' "$n" "$round" "$m" "$f" "$ratio" \
             "$m_served" "$m_failed" "$f_served" "$f_failed" "$load" "$p" | tee -a "$table" >&2
     done

@@ -66,10 +66,18 @@ pub fn runtime(runtime: ContainerRuntime) -> String {
     }
 }
 
+/// Takes the host's lock on image names (fd 9, `flock` where the host has it): loads, tags
+/// and untags of one host take turns; `exec 9>&-` lets go.
+const IMAGE_LOCK: &str = "if command -v flock >/dev/null 2>&1; then
+  exec 9>\"${TMPDIR:-/tmp}/manent-image-load.lock\" && flock 9
+fi
+";
+
 /// Loads the archive `file` (unless the image is there), tags it as the version's image and
-/// prints its id. Loads on one host take turns (`flock` where the host has it): targets or
-/// environments sharing a runtime's storage and loading the same image at once made one
-/// load's tag vanish ("image not known"). Whether the image is there is asked by the id the
+/// prints its id. Loads and tags on one host take turns (`flock` where the host has it):
+/// targets or environments sharing a runtime's storage and loading the same image at once
+/// made one load's tag vanish ("image not known"), and so did two tags of one image at once
+/// (podman: each rewrites the image's names, the second without the first's). Whether the image is there is asked by the id the
 /// archive's `manifest.json` names (a content hash): an image the runtime holds (this
 /// version's, or another application's, environment's or target's of this host that loaded
 /// the same archive) is only tagged, and that id is the one printed after a load too. An
@@ -86,10 +94,7 @@ pub fn load(names: &Names, file: &str, absent: bool) -> String {
     };
     format!(
         "id= tagged=
-if command -v flock >/dev/null 2>&1; then
-  exec 9>\"${{TMPDIR:-/tmp}}/manent-image-load.lock\" && flock 9
-fi
-# The image's id, as the archive's manifest names it (docker-archive: `<id>.json`, or
+{lock}# The image's id, as the archive's manifest names it (docker-archive: `<id>.json`, or
 # `blobs/sha256/<id>`); empty when it names none.
 ref=$(tar -xOf {file} manifest.json 2>/dev/null | sed -n 's/.*\"Config\": *\"\\([^\"]*\\)\".*/\\1/p' | head -n 1)
 ref=${{ref#blobs/sha256/}}; ref=${{ref%.json}}
@@ -107,12 +112,12 @@ else
   ref=${{ref%%,*}}
   [ -n \"$ref\" ] || {{ echo \"the runtime loaded \"{file}\" but named no image: $out\" >&2; exit 4; }}
 fi
-# Only loads take turns: tagging the image it holds is the runtime's own business.
-exec 9>&-
 [ -n \"$tagged\" ] || $rt tag \"$ref\" {tag} || exit $?
+exec 9>&-
 [ -n \"$id\" ] || id=$($rt image inspect --format '{{{{.Id}}}}' {tag}) || exit $?
 case \"$id\" in sha256:*) echo \"$id\" ;; *) echo \"sha256:$id\" ;; esac
-"
+",
+        lock = IMAGE_LOCK
     )
 }
 
@@ -125,7 +130,8 @@ pub fn pull(names: &Names, reference: &str) -> String {
     format!(
         "if ! $rt image inspect {tag} >/dev/null 2>&1; then
   $rt pull -q {reference} >/dev/null || {{ echo \"the target could not pull \"{reference}\"; check that it reaches the registry and is logged in to it ($rt login)\" >&2; exit 4; }}
-  $rt tag {reference} {tag} || exit $?
+  {IMAGE_LOCK}  $rt tag {reference} {tag} || exit $?
+  exec 9>&-
 fi
 id=$($rt image inspect --format '{{{{.Id}}}}' {tag}) || exit $?
 case \"$id\" in sha256:*) echo \"$id\" ;; *) echo \"sha256:$id\" ;; esac
@@ -343,7 +349,8 @@ while IFS='|' read -r running finished c image archive; do
   if [ \"$kept\" -lt {keep} ]; then kept=$((kept + 1)); continue; fi
   [ \"$running\" = true ] && continue
   $rt rm \"$c\" >/dev/null || exit $?
-  $rt rmi \"$image\" >/dev/null 2>&1
+  # An untag rewrites the image's names like a tag: under the host's lock.
+  ( {IMAGE_LOCK}$rt rmi \"$image\" >/dev/null 2>&1 )
   [ -n \"$archive\" ] && rm -f -- \"$archive\"
   removed=\"$removed $c\"
 done <<MANENT_EOF
@@ -361,6 +368,54 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_script_is_valid_sh() {
+        let names = Names::new("web", "2");
+        let start = start(&Start {
+            names: &names,
+            port: 8080,
+            env: vec!["A".into()],
+            args: &["--x".into()],
+            volumes: &["/srv:/srv".into()],
+            archive: "/a.tar",
+            remove_on_failure: true,
+            image_id: None,
+        });
+        let health = health(&Health {
+            names: &names,
+            address: "127.0.0.1:1",
+            path: "/up",
+            interval: std::time::Duration::from_millis(100),
+            timeout: std::time::Duration::from_secs(5),
+            remove_on_failure: true,
+        });
+        for (what, script) in [
+            ("load", load(&names, "/a.tar", false)),
+            ("pull", pull(&names, "registry/app@sha256:00")),
+            ("start", start),
+            ("health", health),
+            (
+                "stop",
+                stop_others(&names, std::time::Duration::from_secs(5)),
+            ),
+            ("prune", prune(&names, 1)),
+        ] {
+            let out = std::process::Command::new("sh")
+                .args([
+                    "-n",
+                    "-c",
+                    &format!("{}{script}", runtime(ContainerRuntime::Auto)),
+                ])
+                .output()
+                .expect("run sh");
+            assert!(
+                out.status.success(),
+                "the {what} script parses: {}\n{script}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    #[test]
     fn a_load_runs_in_a_real_shell_under_the_hosts_lock_and_prints_the_images_id() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let names = Names::new("web", "2");
@@ -369,7 +424,8 @@ mod tests {
             "rt() {{ case \"$1 $2\" in \
                'image inspect') [ -f {d}/tagged ] && echo abc123 || return 1 ;; \
                'load -i') echo 'Loaded image: localhost/app:2' ;; \
-               'tag localhost/app:2') touch {d}/tagged ;; \
+               'tag localhost/app:2') touch {d}/tagged; \
+                 flock -n {d}/manent-image-load.lock true 2>/dev/null || touch {d}/tagged-locked ;; \
                *) return 9 ;; esac; }}\nrt=rt\nTMPDIR={d}\n",
             d = dir.path().display()
         );
@@ -395,6 +451,11 @@ mod tests {
         assert_eq!(
             locked, has_flock,
             "the load takes the host's lock where flock exists"
+        );
+        assert_eq!(
+            dir.path().join("tagged-locked").exists(),
+            has_flock,
+            "the tag is made under the host's lock too: two tags of one image at once lose one"
         );
     }
 
