@@ -272,8 +272,9 @@ pub fn health(h: &Health<'_>) -> String {
   if command -v curl >/dev/null 2>&1; then curl -s -o /dev/null -m 5 -w '%{{http_code}}' \"$1\"
   else wget -q -T 5 -O /dev/null \"$1\" && echo 200; fi
 }}
-checked=$(date +%s)
-end=$(( checked + {timeout} ))
+started=$(date +%s)
+end=$(( started + {timeout} ))
+next=$(( started + 2 ))
 why=\"did not answer 2xx on {path} within {timeout_text}\"
 while :; do
   code=$(get {url} 2>/dev/null)
@@ -283,10 +284,11 @@ while :; do
     exit 0 ;;
   esac
   now=$(date +%s)
-  # Whether it still runs, asked of the runtime once a second (each question costs a
-  # process as heavy as the start-up being waited for).
-  if [ \"$now\" -ne \"$checked\" ]; then
-    checked=$now
+  # Whether it still runs, asked of the runtime once a second after the first full second
+  # (each question costs a process as heavy as the start-up being waited for; most
+  # containers answer before).
+  if [ \"$now\" -ge \"$next\" ]; then
+    next=$(( now + 1 ))
     running=$($rt container inspect --format '{{{{.State.Running}}}}' {name} 2>/dev/null)
     if [ \"$running\" != true ]; then why=\"exited before it answered on {path}\"; break; fi
   fi
