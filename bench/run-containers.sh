@@ -193,9 +193,9 @@ rt=podman base=$1 name=$1-$2 tag=localhost/manent/$1:$2
 # tagging one image at once lose tags and fail ("image not known").
 # An image the runtime holds already (another target loaded it: the id its manifest names)
 # is only tagged, as manent does.
-exec 9>/tmp/manent-floor-load.lock && flock 9
 ref=\$(tar -xOf $3 manifest.json | sed -n 's/.*"Config": *"\\([^"]*\\)".*/\\1/p' | head -n 1)
 ref=\${ref#blobs/sha256/}; ref=\${ref%.json}
+exec 9>/tmp/manent-floor-load.lock && flock 9
 if [ -z "\$ref" ] || ! \$rt image inspect "\$ref" >/dev/null 2>&1; then
   ref=\$(\$rt load -i $3 | sed -n 's/^Loaded image[^:]*: *//p' | tail -n 1)
 fi

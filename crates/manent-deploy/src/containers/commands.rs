@@ -94,13 +94,14 @@ pub fn load(names: &Names, file: &str, absent: bool) -> String {
     };
     format!(
         "id= tagged=
-{lock}# The image's id, as the archive's manifest names it (docker-archive: `<id>.json`, or
-# `blobs/sha256/<id>`); empty when it names none.
+# The image's id, as the archive's manifest names it (docker-archive: `<id>.json`, or
+# `blobs/sha256/<id>`); empty when it names none. Read before the lock: only what the
+# runtime holds is shared.
 ref=$(tar -xOf {file} manifest.json 2>/dev/null | sed -n 's/.*\"Config\": *\"\\([^\"]*\\)\".*/\\1/p' | head -n 1)
 ref=${{ref#blobs/sha256/}}; ref=${{ref%.json}}
 case \"$ref\" in *[!0-9a-f]*) ref= ;; esac
 [ ${{#ref}} -eq 64 ] || ref=
-if [ -n \"$ref\" ] && $rt image inspect \"$ref\" >/dev/null 2>&1; then
+{lock}if [ -n \"$ref\" ] && $rt image inspect \"$ref\" >/dev/null 2>&1; then
   id=$ref
 elif [ -z \"$ref\" ] && {maybe_tagged}; then
   tagged=1
