@@ -544,14 +544,9 @@ async fn a_status_held_with_wait_ms_is_answered_with_the_deploys_end() {
         .header("authorization", format!("Bearer {deployer}"))
         .body(axum::body::Body::empty())
         .unwrap();
-    let held = tokio::spawn(api.router.clone().oneshot(request));
+    let held = tokio::spawn(common::answer(api.router.clone(), request));
     let _worker = api.worker().await;
-    let answer = held.await.unwrap().expect("the router answers");
-    let status = answer.status();
-    let bytes = axum::body::to_bytes(answer.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let (status, body) = held.await.unwrap();
     assert_eq!(
         (status, body["status"].as_str()),
         (StatusCode::OK, Some("SUCCESS")),

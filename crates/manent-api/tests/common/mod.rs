@@ -144,20 +144,7 @@ impl Api {
         let request = request
             .body(Body::from(body.to_string()))
             .expect("a valid request");
-        let response = self
-            .router
-            .clone()
-            .oneshot(request)
-            .await
-            .expect("the router answers");
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .expect("read the body");
-        (
-            status,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        )
+        answer(self.router.clone(), request).await
     }
 
     pub async fn get(&self, uri: &str, token: Option<&str>) -> (StatusCode, Value) {
@@ -230,6 +217,20 @@ impl Drop for Api {
 }
 
 /// A unique suffix (time and a counter), so parallel tests never share a worker directory.
+/// `request` sent to `router`: the status and the body as JSON (`Null` when empty or not
+/// JSON). Owns what it needs, so that a request can be held while the test goes on.
+pub async fn answer(router: Router, request: Request<Body>) -> (StatusCode, Value) {
+    let response = router.oneshot(request).await.expect("the router answers");
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("read the body");
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
 pub fn unique_suffix() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);

@@ -467,31 +467,13 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
     let ended_at = record
         .finished_at_ms
         .filter(|_| record.status.is_terminal());
-    let gone = if ended_at.is_none() {
-        gone_workers(client, &steps).await?
-    } else {
-        BTreeMap::new()
-    };
-    view.steps = steps
-        .into_iter()
-        .map(|s| {
-            let interrupted_at = gone.get(&s.executor_id).copied();
-            step_view(s, ended_at, interrupted_at)
-        })
-        .collect();
+    view.steps = shown_steps(client, steps, ended_at).await?;
     // A container deploy's prunes, after its steps: each ends with its own workflow, which
     // may run once the deploy has ended (docs/containers.md, "Pruning").
     for (prune, steps) in passes.prunes {
         let ended_at = prune.finished_at_ms.filter(|_| prune.status.is_terminal());
-        let gone = if ended_at.is_none() {
-            gone_workers(client, &steps).await?
-        } else {
-            BTreeMap::new()
-        };
-        view.steps.extend(steps.into_iter().map(|s| {
-            let interrupted_at = gone.get(&s.executor_id).copied();
-            step_view(s, ended_at, interrupted_at)
-        }));
+        view.steps
+            .extend(shown_steps(client, steps, ended_at).await?);
     }
     view.waves = request
         .effective
@@ -500,6 +482,27 @@ pub async fn status(client: &Client, id: &str) -> Result<Option<DeployStatus>, E
         .unwrap_or_default();
     view.passes = passes.views;
     Ok(Some(view))
+}
+
+/// `steps` of one workflow as shown, `ended_at` when that workflow ended: while it runs,
+/// a step whose worker is gone is interrupted.
+async fn shown_steps(
+    client: &Client,
+    steps: Vec<StepRecord>,
+    ended_at: Option<i64>,
+) -> Result<Vec<StepView>, EngineError> {
+    let gone = if ended_at.is_none() {
+        gone_workers(client, &steps).await?
+    } else {
+        BTreeMap::new()
+    };
+    Ok(steps
+        .into_iter()
+        .map(|s| {
+            let interrupted_at = gone.get(&s.executor_id).copied();
+            step_view(s, ended_at, interrupted_at)
+        })
+        .collect())
 }
 
 /// The workers of `steps` still running whose lease is not live (killed, frozen, cut off,
