@@ -551,6 +551,8 @@ pub(crate) async fn wait_for_workflow(
         loop {
             match wakeups.recv().await {
                 Ok(Wakeup::Workflow(w)) if w == id => return,
+                // Another process wrote (SQLite): it may have been this workflow.
+                Ok(Wakeup::Elsewhere) => return,
                 Ok(_) => {}
                 Err(RecvError::Lagged(_)) => return,
                 // Nobody will tell us anything more: rely on the poll.

@@ -1,6 +1,10 @@
 //! The claim loop: claims from the queues this executor serves, within their limits.
 
-use std::{collections::HashSet, sync::Arc, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use tokio::{sync::broadcast::error::RecvError, time::Instant};
 
@@ -8,8 +12,9 @@ use super::run::spawn_run;
 use super::{QueueSpec, Shared, read};
 use crate::{error::StoreError, now_ms, store::Wakeup};
 
-/// Claims whenever a queue we serve may have work: on a wake-up, on the
-/// not-before time of the earliest scheduled workflow, and on the fallback poll.
+/// Claims whenever a queue we serve may have work: on a wake-up (of this process, or
+/// [`Wakeup::Elsewhere`]: another process wrote), on the not-before time of each queue's
+/// earliest scheduled workflow, and on the fallback poll.
 pub(super) async fn claim_loop(shared: Arc<Shared>) {
     let mut wakeups = shared.store.subscribe();
     let mut stopping = shared.stopping.subscribe();
@@ -17,6 +22,9 @@ pub(super) async fn claim_loop(shared: Arc<Shared>) {
         .iter()
         .map(|q| q.name.clone())
         .collect();
+    // Each queue's earliest scheduled workflow, as its last claim learnt: kept until the
+    // queue is claimed from again, whatever other queue woke the loop meanwhile.
+    let mut due: HashMap<String, i64> = HashMap::new();
     let mut failures = 0u32;
     let mut round = 0usize;
     loop {
@@ -24,7 +32,6 @@ pub(super) async fn claim_loop(shared: Arc<Shared>) {
             return;
         }
         let queues = read(&shared.queues).clone();
-        let mut next_due: Option<i64> = None;
         let mut failed = false;
         // Queues of one limit group compete for its slots: start each round at
         // the next queue, so none is always served last.
@@ -33,7 +40,12 @@ pub(super) async fn claim_loop(shared: Arc<Shared>) {
         let in_turn = queues[start..].iter().chain(&queues[..start]);
         for spec in in_turn.filter(|q| dirty.contains(&q.name)) {
             match claim_queue(&shared, spec).await {
-                Ok(due) => next_due = min_opt(next_due, due),
+                Ok(Some(at)) => {
+                    due.insert(spec.name.clone(), at);
+                }
+                Ok(None) => {
+                    due.remove(&spec.name);
+                }
                 Err(e) => {
                     failed = true;
                     tracing::warn!(queue = %spec.name, error = %e, "claim failed");
@@ -41,15 +53,17 @@ pub(super) async fn claim_loop(shared: Arc<Shared>) {
             }
         }
         dirty.clear();
+        due.retain(|name, _| queues.iter().any(|q| &q.name == name));
         failures = if failed { failures + 1 } else { 0 };
         let poll = if failed {
             Duration::from_millis(100 * 2u64.pow(failures.min(5)))
         } else {
             shared.poll_interval()
         };
-        let mut until = Instant::now() + poll;
-        if let Some(due) = next_due {
-            let in_ms = u64::try_from((due - now_ms()).max(0)).unwrap_or(0);
+        let polled_at = Instant::now() + poll;
+        let mut until = polled_at;
+        if let Some(at) = due.values().min() {
+            let in_ms = u64::try_from((at - now_ms()).max(0)).unwrap_or(0);
             until = until.min(Instant::now() + Duration::from_millis(in_ms));
         }
         let all = || {
@@ -61,12 +75,21 @@ pub(super) async fn claim_loop(shared: Arc<Shared>) {
         // Wait for something relevant, then take every wake-up already queued
         // so that a burst of them costs one claim per queue.
         tokio::select! {
-            _ = tokio::time::sleep_until(until) => dirty = all(),
+            _ = tokio::time::sleep_until(until) => {
+                dirty = if Instant::now() >= polled_at {
+                    all()
+                } else {
+                    // The earliest scheduled work is due: its queues only.
+                    let now = now_ms();
+                    due.iter().filter(|(_, at)| **at <= now).map(|(q, _)| q.clone()).collect()
+                };
+            }
             _ = stopping.changed() => return,
             _ = async {
                 loop {
                     match wakeups.recv().await {
                         Ok(Wakeup::Queue(q)) if queues.iter().any(|s| s.name == q) => { dirty.extend(sharing_limits(&queues, &q)); return; }
+                        Ok(Wakeup::Elsewhere) => { dirty = all(); return; }
                         Ok(_) => {}
                         Err(RecvError::Lagged(_)) => { dirty = all(); return; }
                         Err(RecvError::Closed) => std::future::pending::<()>().await,
@@ -79,6 +102,7 @@ pub(super) async fn claim_loop(shared: Arc<Shared>) {
                 Ok(Wakeup::Queue(q)) if queues.iter().any(|s| s.name == q) => {
                     dirty.extend(sharing_limits(&queues, &q));
                 }
+                Ok(Wakeup::Elsewhere) => dirty = all(),
                 Ok(_) => {}
                 Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => dirty = all(),
                 Err(_) => break,
@@ -113,12 +137,10 @@ pub(super) async fn claim_queue(
         for record in claimed {
             spawn_run(shared, record);
         }
-        if count == 0 {
-            // Idle or blocked: learn when scheduled work becomes due.
-            return shared.store.next_not_before(&spec.name, now_ms()).await;
-        }
         if count < config.claim_batch {
-            return Ok(None);
+            // Idle, blocked or drained: learn when scheduled work becomes due (the loop
+            // keeps it until this queue is claimed from again).
+            return shared.store.next_not_before(&spec.name, now_ms()).await;
         }
     }
 }
@@ -138,11 +160,4 @@ pub(super) fn sharing_limits(queues: &[QueueSpec], queue: &str) -> Vec<String> {
         })
         .map(|q| q.name.clone())
         .collect()
-}
-
-pub(super) fn min_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
 }

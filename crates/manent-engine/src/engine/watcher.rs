@@ -30,7 +30,9 @@ pub(super) async fn run_watcher(shared: Arc<Shared>) {
             _ = ticker.tick() => check_all_runs(&shared).await,
             wakeup = wakeup => match wakeup {
                 Ok(Wakeup::Workflow(id)) => check_run(&shared, &id).await,
-                Ok(Wakeup::Queue(_)) => {}
+                // Another process wrote (SQLite): a cancel from an API process is seen at
+                // the next tick, as before.
+                Ok(Wakeup::Queue(_) | Wakeup::Elsewhere) => {}
                 Err(RecvError::Lagged(_)) => check_all_runs(&shared).await,
                 Err(RecvError::Closed) => bus_open = false,
             },

@@ -630,6 +630,9 @@ pub enum Wakeup {
     Queue(String),
     /// This workflow changed (finished, got a message, published an event).
     Workflow(String),
+    /// Another process wrote to the database, what is not known (SQLite, which has no
+    /// notifications: `sqlite::ExternalWrites`). Whoever waits on the database looks again.
+    Elsewhere,
 }
 
 /// Proof of whether the previous holder of an executor id is still alive.

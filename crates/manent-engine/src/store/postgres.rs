@@ -192,11 +192,13 @@ impl Drop for BeginGuard {
     }
 }
 
-/// Wake-up payloads: `q:<queue>` or `w:<workflow id>`.
+/// Wake-up payloads: `q:<queue>`, `w:<workflow id>`, or `e:` (another process wrote; a
+/// PostgreSQL store never sends it, its writes say what they changed).
 pub(crate) fn encode(wakeup: &Wakeup) -> String {
     match wakeup {
         Wakeup::Queue(q) => format!("q:{q}"),
         Wakeup::Workflow(w) => format!("w:{w}"),
+        Wakeup::Elsewhere => "e:".to_string(),
     }
 }
 
@@ -205,6 +207,7 @@ pub(crate) fn decode(payload: &str) -> Option<Wakeup> {
     match kind {
         "q" => Some(Wakeup::Queue(rest.to_string())),
         "w" => Some(Wakeup::Workflow(rest.to_string())),
+        "e" => Some(Wakeup::Elsewhere),
         _ => None,
     }
 }

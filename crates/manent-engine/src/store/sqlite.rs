@@ -30,9 +30,13 @@ use super::{
 };
 use crate::error::StoreError;
 
-/// Without a notification channel, a process learns of other processes' work
-/// by polling this often; workers in the same process are woken at once.
-pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// The fallback poll: what neither a wake-up of this process nor [`ExternalWrites`] told
+/// (a lease that came back, a bug's missing wake-up) is seen within this, as on PostgreSQL.
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(1000);
+
+/// How often [`ExternalWrites`] asks whether another process wrote: how late a worker
+/// sees a deploy an API process enqueued, or a waiter its end in another process.
+pub(crate) const EXTERNAL_WRITES_EVERY: Duration = Duration::from_millis(50);
 
 /// The connections of one SQLite store.
 pub(crate) struct Pools {
@@ -326,6 +330,57 @@ pub(crate) fn wakeup_bus(path: Option<&Path>) -> broadcast::Sender<Wakeup> {
         .clone()
 }
 
+/// SQLite has no notifications: a process learns of other processes' writes by asking.
+/// This task asks `PRAGMA data_version` of the store's writer connection every
+/// [`EXTERNAL_WRITES_EVERY`]: the number changes when another connection committed, never
+/// for the connection's own commits, and every write of this process goes through that
+/// connection (its readers are read-only). On a change it sends [`Wakeup::Elsewhere`], and
+/// the claim loops and waiters look again. An idle process so costs one statement each
+/// time instead of a claim (a write transaction) per queue and a read per waiter; its own
+/// writes wake its waiters directly. Aborted when the store is dropped.
+pub(crate) struct ExternalWrites(tokio::task::JoinHandle<()>);
+
+impl ExternalWrites {
+    pub(crate) fn spawn(write: SqlitePool, bus: broadcast::Sender<Wakeup>) -> ExternalWrites {
+        ExternalWrites(tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(EXTERNAL_WRITES_EVERY);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut seen = None;
+            loop {
+                ticker.tick().await;
+                if Self::written_since(&write, &mut seen).await {
+                    let _ = bus.send(Wakeup::Elsewhere);
+                }
+            }
+        }))
+    }
+
+    /// Whether a connection other than `write`'s committed since the last call (`seen`:
+    /// the number it last read). The first call has nothing to compare with; a failed read
+    /// says yes (look again, as a poll would have). When the pool replaces its connection
+    /// (`max_lifetime`), the new one's number may differ (a needless look) or, by chance,
+    /// not (a write seen at the fallback poll).
+    async fn written_since(write: &SqlitePool, seen: &mut Option<i64>) -> bool {
+        match sqlx::query_scalar::<_, i64>("PRAGMA data_version")
+            .fetch_one(write)
+            .await
+        {
+            Ok(now) => seen.replace(now).is_some_and(|before| before != now),
+            Err(e) => {
+                tracing::debug!(error = %e, "PRAGMA data_version failed");
+                *seen = None;
+                true
+            }
+        }
+    }
+}
+
+impl Drop for ExternalWrites {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The directory of the executors' lock files beside the database file.
 fn lock_dir(db_path: &Path) -> PathBuf {
     let mut dir = db_path.as_os_str().to_owned();
@@ -428,6 +483,55 @@ mod tests {
             .await
             .expect("a write (it creates the WAL)");
         (dir, path, pools)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn another_connections_commit_is_news_and_the_writers_own_are_not() {
+        let (_dir, path, ours) = database_with_a_table().await;
+        let theirs = connect(&format!("sqlite://{}", path.display()))
+            .await
+            .expect("a second store's connections: another process's");
+        let mut seen = None;
+        let mut written = async || ExternalWrites::written_since(&ours.write, &mut seen).await;
+        assert!(
+            !written().await,
+            "the first look has nothing to compare with"
+        );
+        write_afresh(&ours.write, 1).await;
+        assert!(
+            !written().await,
+            "this process's own commit is not news: its writes wake its waiters directly"
+        );
+        write_afresh(&theirs.write, 2).await;
+        assert!(written().await, "another connection's commit is news");
+        assert!(!written().await, "and only once");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn another_processs_commit_wakes_this_processs_waiters() {
+        let (_dir, path, ours) = database_with_a_table().await;
+        let theirs = connect(&format!("sqlite://{}", path.display()))
+            .await
+            .expect("a second store's connections: another process's");
+        let bus = broadcast::channel(16).0;
+        let mut heard = bus.subscribe();
+        let _watch = ExternalWrites::spawn(ours.write.clone(), bus);
+        // Once the watcher has a number to compare with, every later commit is news; one
+        // made before it is not, so commit until one is heard.
+        let mut x = 10;
+        let heard = loop {
+            write_afresh(&theirs.write, x).await;
+            x += 1;
+            match tokio::time::timeout(EXTERNAL_WRITES_EVERY * 4, heard.recv()).await {
+                Ok(wakeup) => break wakeup,
+                Err(_) => assert!(x < 1_000, "no wake-up after {x} commits of another process"),
+            }
+        };
+        assert_eq!(
+            heard.expect("the bus is open"),
+            Wakeup::Elsewhere,
+            "the watcher tells this process that another wrote"
+        );
     }
 
     /// The values of table `t`, in order, as a reader sees them.

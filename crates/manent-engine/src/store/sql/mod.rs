@@ -156,6 +156,8 @@ pub struct SqlStore {
     /// Workflows a claim of this process left for another workflow version, already
     /// logged once (claims.rs); bounded.
     left_for_other_versions: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// SQLite on a file: the task that tells this process of other processes' writes.
+    _external_writes: Option<sqlite::ExternalWrites>,
 }
 
 impl SqlStore {
@@ -184,8 +186,15 @@ impl SqlStore {
                     let pools = sqlite::connect(url)
                         .await
                         .map_err(|e| connect_err(url, e))?;
+                    let bus = sqlite::wakeup_bus(pools.path.as_deref());
+                    // In memory, no other connection can write.
+                    let external_writes = pools
+                        .path
+                        .is_some()
+                        .then(|| sqlite::ExternalWrites::spawn(pools.write.clone(), bus.clone()));
                     Ok(SqlStore {
-                        bus: sqlite::wakeup_bus(pools.path.as_deref()),
+                        bus,
+                        _external_writes: external_writes,
                         pool: Pool::Sqlite {
                             group: sqlite::spawn_group_commit(pools.write.clone()),
                             read: pools.read,
@@ -219,6 +228,7 @@ impl SqlStore {
                         pg_background: Some(pools.background),
                         pg_session: session,
                         left_for_other_versions: Default::default(),
+                        _external_writes: None,
                     })
                 }
             }
