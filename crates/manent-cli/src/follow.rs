@@ -81,8 +81,11 @@ pub async fn follow_from(
     let mut last = String::new();
     let mut outage_since: Option<tokio::time::Instant> = None;
     let following = tokio::time::Instant::now();
+    // Whether the server holds a status until the deploy ends (`wait_ms`): assumed until
+    // it answers a running deploy at once (a release before it).
+    let mut holds = true;
     loop {
-        let pause = poll_pause(following.elapsed());
+        let pause = poll_pause(following.elapsed(), holds);
         let asked = tokio::time::Instant::now();
         let polled = async {
             // The server holds the answer up to `pause` while the deploy runs, and gives it
@@ -146,23 +149,30 @@ pub async fn follow_from(
         if status.body.status.is_terminal() {
             return Ok(status);
         }
+        // A held answer comes after the whole pause, or when the deploy ended.
+        if holds && asked.elapsed() < pause / 2 {
+            holds = false;
+        }
         // Nothing left of the pause when the server held the answer; all of it when the
         // server is a release that answers at once.
         tokio::time::sleep_until(asked + pause).await;
     }
 }
 
-/// The time between a follower's polls, each a status the server holds up to that long
-/// (`wait_ms`) and answers as soon as the deploy ends: 100 ms for its first 10 s, so that
-/// its output and progress lines follow closely, then 300 ms, so that a long one costs the
-/// server a few requests a second. A server that answers at once (an older release) sees
-/// a short deploy's end within 0.1 s.
-fn poll_pause(following_for: Duration) -> Duration {
-    if following_for < Duration::from_secs(10) {
-        Duration::from_millis(100)
-    } else {
-        Duration::from_millis(300)
-    }
+/// The time between a follower's polls. A server that holds each status up to that long
+/// (`wait_ms`) answers as soon as the deploy ends, so the pause sets only how often the
+/// progress and output lines are brought: every 0.5 s for the first 10 s, then every
+/// second; each poll builds the whole status, and a deploy to many targets has many steps.
+/// A server that answers at once (a release before `wait_ms`) is polled every 100 ms for
+/// 10 s, so that a short deploy's end is seen within 0.1 s, then every 300 ms.
+fn poll_pause(following_for: Duration, server_holds: bool) -> Duration {
+    let early = following_for < Duration::from_secs(10);
+    Duration::from_millis(match (server_holds, early) {
+        (true, true) => 500,
+        (true, false) => 1_000,
+        (false, true) => 100,
+        (false, false) => 300,
+    })
 }
 
 /// Prints the deploy's output lines after `after`; returns the last `seq` printed.
@@ -207,16 +217,20 @@ mod tests {
 
     #[test]
     fn a_follower_polls_often_at_first_and_less_once_the_deploy_runs_long() {
-        let check = |after_secs: u64, pause_ms: u64| {
+        let check = |after_secs: u64, holds: bool, pause_ms: u64| {
             assert_eq!(
-                poll_pause(Duration::from_secs(after_secs)),
+                poll_pause(Duration::from_secs(after_secs), holds),
                 Duration::from_millis(pause_ms),
-                "after {after_secs} s of following"
+                "after {after_secs} s of following a server that holds: {holds}"
             );
         };
-        check(0, 100);
-        check(9, 100);
-        check(10, 300);
-        check(3600, 300);
+        check(0, true, 500);
+        check(9, true, 500);
+        check(10, true, 1_000);
+        check(3600, true, 1_000);
+        check(0, false, 100);
+        check(9, false, 100);
+        check(10, false, 300);
+        check(3600, false, 300);
     }
 }
