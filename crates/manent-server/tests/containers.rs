@@ -486,6 +486,10 @@ async fn container_deploys_failed_deploys_and_rollbacks_switch_without_a_failed_
         logs.contains("app 2 starting") && logs.contains("greeting=hello"),
         "manent logs shows the container's start-up output, with the environment's variables: {logs}"
     );
+    assert!(
+        !logs.contains("stdout F app 2"),
+        "the lines read from podman's log file are shown without its time and stream: {logs}"
+    );
 
     let (code, third) = deploy(&site, &token, &descriptor(&site, "3", &v3));
     let detail = details(&third);

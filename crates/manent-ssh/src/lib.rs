@@ -195,6 +195,27 @@ impl Collected {
     }
 }
 
+/// `$HOME` as the target's shell says it, without its trailing `/` (empty for `/`).
+pub(crate) async fn home_from_shell<C: Connection + ?Sized>(
+    conn: &C,
+) -> Result<String, TransportError> {
+    const ASK: &str = "printf '%s\\n' \"$HOME\"";
+    let out = conn.exec(ASK, &[]).await?;
+    let printed = out.stdout.trim_end_matches('\n');
+    if out.status != 0 || !printed.starts_with('/') {
+        return Err(TransportError::Remote {
+            command: ASK.to_string(),
+            status: out.status,
+            stderr: format!(
+                "no home directory for the account on {} (printed {printed:?}): {}",
+                conn.describe(),
+                out.stderr.trim_end()
+            ),
+        });
+    }
+    Ok(printed.trim_end_matches('/').to_string())
+}
+
 /// A way to act on one target.
 #[async_trait::async_trait]
 pub trait Connection: Send + Sync {
@@ -259,6 +280,12 @@ pub trait Connection: Send + Sync {
 
     /// The sha256 (lowercase hex) of a file on the target, `None` if it does not exist.
     async fn sha256(&self, path: &str) -> Result<Option<String>, TransportError>;
+
+    /// The account's home directory on the target, as an absolute path without its
+    /// trailing `/` (empty for `/`). This default asks the target's shell for `$HOME`.
+    async fn home_dir(&self) -> Result<String, TransportError> {
+        home_from_shell(self).await
+    }
 
     /// Free bytes (for an unprivileged user) on the filesystem that holds `path`, or that
     /// would hold it: the nearest existing ancestor is measured.

@@ -747,7 +747,15 @@ impl Connection for SshConnection {
         }
     }
 
+    /// A file that is not there is learnt over SFTP, without a process on the target (a
+    /// cold target, a new version's archive); one that is there is hashed by a command.
     async fn sha256(&self, path: &str) -> Result<Option<String>, TransportError> {
+        if let Ok(sftp) = self.sftp().await
+            && let Err(e) = sftp.metadata(path).await
+            && is_not_found(&e)
+        {
+            return Ok(None);
+        }
         let p = quote(path);
         let script = format!(
             "[ -e {p} ] || exit {ABSENT}; {digest}; echo \"$d\"",
@@ -769,6 +777,19 @@ impl Connection for SshConnection {
                 stderr: out.stderr.trim_end().to_string(),
             }),
         }
+    }
+
+    /// Where SFTP starts (`realpath .`: the home directory, unless the server's SFTP is
+    /// set to start elsewhere, which then serves as well), without a process on the target;
+    /// asked of the shell when SFTP cannot say.
+    async fn home_dir(&self) -> Result<String, TransportError> {
+        if let Ok(sftp) = self.sftp().await
+            && let Ok(dir) = sftp.canonicalize(".").await
+            && dir.starts_with('/')
+        {
+            return Ok(dir.trim_end_matches('/').to_string());
+        }
+        crate::home_from_shell(self).await
     }
 
     async fn free_space(&self, path: &str) -> Result<u64, TransportError> {

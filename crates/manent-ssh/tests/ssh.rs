@@ -525,6 +525,41 @@ async fn ssh_sha256_reads_the_file_over_sftp_when_the_target_has_no_sha256sum() 
 }
 
 #[tokio::test]
+async fn ssh_home_dir_is_the_home_the_shell_names() {
+    let hosts = SshHosts::start(1).await;
+    let conn = ssh(&hosts).await;
+    let shell = conn
+        .exec("printf '%s' \"$HOME\"", &[])
+        .await
+        .expect("ask the shell");
+    assert_eq!(
+        conn.home_dir().await.expect("the home directory"),
+        shell.stdout.trim_end_matches('/'),
+        "SFTP's start directory is the account's home"
+    );
+}
+
+#[tokio::test]
+async fn ssh_a_missing_file_and_the_home_dir_are_learnt_without_running_a_command() {
+    // Every command of this account is replaced by the SFTP server: only SFTP answers.
+    let hosts = SshHosts::start_with_config(1, "ForceCommand internal-sftp").await;
+    let conn = ssh(&hosts).await;
+    let missing = hosts.hosts[0].root_dir.join("absent.tar");
+    assert_eq!(
+        conn.sha256(path_str(&missing))
+            .await
+            .expect("a missing file is learnt over SFTP"),
+        None,
+        "no command ran, yet the file is known to be missing"
+    );
+    let home = conn.home_dir().await.expect("the home directory over SFTP");
+    assert!(
+        home.starts_with('/') && !home.ends_with('/'),
+        "an absolute path without its trailing slash: {home}"
+    );
+}
+
+#[tokio::test]
 async fn ssh_free_space_is_positive_even_for_a_path_not_created_yet() {
     let hosts = SshHosts::start(1).await;
     let conn = ssh(&hosts).await;

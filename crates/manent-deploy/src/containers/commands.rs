@@ -170,11 +170,28 @@ fn removal(names: &Names, remove: bool) -> String {
     }
 }
 
+/// The `container inspect` template [`start`] asks with: `running|<address> …|<image
+/// id>|<log driver>|<log file>`. The log file is podman's (`k8s-file`); docker's
+/// (`json-file`) is not read directly, so its template names none.
+fn started_format(port: u16, podman: bool) -> String {
+    let mut format = String::from("{{.State.Running}}|{{range $k, $v := .NetworkSettings.Ports}}");
+    format.push_str(&format!("{{{{if eq $k \"{port}/tcp\"}}}}"));
+    format.push_str("{{range $v}}{{.HostIP}}:{{.HostPort}} {{end}}{{end}}{{end}}|{{.Image}}|");
+    format.push_str("{{.HostConfig.LogConfig.Type}}|");
+    if podman {
+        format.push_str("{{.HostConfig.LogConfig.Path}}");
+    }
+    format
+}
+
 /// Starts the version's container if it is not running (again if it is stopped, created
 /// from the image if it is gone), its port published on 127.0.0.1 only, and prints
-/// `127.0.0.1:<port> sha256:<image id>` ([`started`] reads it). Run twice, the run is
-/// refused for the name it already has and the container is found (started again if it
-/// stopped): never a second one. Its error is shown only when there is no container.
+/// `127.0.0.1:<port> sha256:<image id> <log file>` ([`started`] reads it). One `container
+/// inspect` asks whether it runs, its address, image and log file (read by [`health`]
+/// instead of starting `logs`); a runtime whose inspect refuses the template is asked for
+/// the port alone. Run twice, the run is refused for the name it already has and the
+/// container is found (started again if it stopped): never a second one. Its error is
+/// shown only when there is no container.
 pub fn start(s: &Start<'_>) -> String {
     let name = q(&s.names.container);
     let mut run = format!(
@@ -211,36 +228,57 @@ pub fn start(s: &Start<'_>) -> String {
       exit $st ;;
   esac
 }}
-address=$($rt port {name} {port}/tcp 2>/dev/null | head -n 1)
-if [ -z \"$address\" ]; then
+if [ \"$rt\" = podman ]; then format={podman_format}; else format={other_format}; fi
+if info=$($rt container inspect --format \"$format\" {name} 2>/dev/null) && [ -n \"$info\" ]; then
+  running=${{info%%|*}}; info=${{info#*|}}
+  address=${{info%%|*}}; address=${{address%% *}}; info=${{info#*|}}
+  inspected=${{info%%|*}}; info=${{info#*|}}
+  driver=${{info%%|*}}; logfile=${{info#*|}}
+  [ \"$driver\" = k8s-file ] || logfile=
+else
+  running=true inspected= logfile=
+  address=$($rt port {name} {port}/tcp 2>/dev/null | head -n 1)
+fi
+if [ \"$running\" != true ] || [ -z \"$address\" ]; then
   echo \"the container \"{name}\" stopped as it started (no port {port} published); the last lines of its log:\" >&2
   $rt logs --tail 20 {name} >&2 2>&1
   {remove}exit {UNHEALTHY}
 fi
 {image}
 case \"$image\" in ''|sha256:*) ;; *) image=\"sha256:$image\" ;; esac
-echo \"$address $image\"
+echo \"$address $image $logfile\"
 ",
         tag = q(&s.names.tag),
         version = q(&s.names.version),
         port = s.port,
         remove = removal(s.names, s.remove_on_failure),
+        podman_format = q(&started_format(s.port, true)),
+        other_format = q(&started_format(s.port, false)),
         image = match s.image_id {
             Some(id) => format!("image={}", q(id)),
-            None => format!(
-                "image=$($rt container inspect --format '{{{{.Image}}}}' {name} 2>/dev/null)"
-            ),
+            None => "image=$inspected".to_string(),
         },
     )
 }
 
-/// What [`start`] printed: the container's address and its image's id (empty when the
-/// runtime did not say).
-pub fn started(printed: &str) -> (String, String) {
-    let printed = printed.trim();
-    match printed.split_once(' ') {
-        Some((address, image)) => (address.to_string(), image.trim().to_string()),
-        None => (printed.to_string(), String::new()),
+/// What [`start`] printed: the container's address, its image's id (empty when the
+/// runtime did not say) and its log file (empty when it is not read directly, and in what
+/// builds before it printed).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Started {
+    pub address: String,
+    pub image: String,
+    pub log: String,
+}
+
+/// Reads what [`start`] printed.
+pub fn started(printed: &str) -> Started {
+    let mut parts = printed.trim().splitn(3, ' ');
+    let mut next = || parts.next().unwrap_or_default().trim().to_string();
+    Started {
+        address: next(),
+        image: next(),
+        log: next(),
     }
 }
 
@@ -249,6 +287,8 @@ pub struct Health<'a> {
     pub names: &'a Names,
     /// `127.0.0.1:<port>`, as [`start`] printed it.
     pub address: &'a str,
+    /// Its log file, as [`start`] printed it (empty: the runtime's `logs` is asked).
+    pub log: &'a str,
     pub path: &'a str,
     pub interval: std::time::Duration,
     pub timeout: std::time::Duration,
@@ -262,7 +302,9 @@ pub const UNHEALTHY: i32 = 5;
 
 /// Polls `path` until it answers 2xx or `timeout` passes (or the container exits); on a
 /// failure prints the last lines of the container's log to stderr (the step's error shows
-/// them) and removes the container. On success prints the start of its log (`manent logs`).
+/// them) and removes the container. On success prints the start of its log (`manent logs`),
+/// read from its log file when [`start`] found one (podman's `k8s-file`: `<time> <stream>
+/// <F|P> <line>`), which spares a runtime process per target.
 pub fn health(h: &Health<'_>) -> String {
     let name = q(&h.names.container);
     let url = q(&format!("http://{}{}", h.address, h.path));
@@ -280,7 +322,18 @@ why=\"did not answer 2xx on {path} within {timeout_text}\"
 while :; do
   code=$(get {url} 2>/dev/null)
   case \"$code\" in 2[0-9][0-9])
-    $rt logs {name} 2>&1 | head -n 20
+    if [ -n {log} ] && [ -r {log} ]; then
+      # Its first 20 lines without their time, stream and tag, read by the shell itself.
+      n=0
+      while [ $n -lt 20 ] && IFS= read -r line; do
+        n=$((n + 1))
+        rest=${{line#* std[a-z]* [FP] }}
+        [ \"$rest\" = \"$line\" ] || line=${{rest}}
+        printf '%s\\n' \"$line\"
+      done < {log}
+    else
+      $rt logs {name} 2>&1 | head -n 20
+    fi
     echo \"GET {path}: $code\"
     exit 0 ;;
   esac
@@ -300,6 +353,7 @@ echo \"the container \"{name}\" $why (last answer: ${{code:-none}}); the last li
 $rt logs --tail 20 {name} >&2 2>&1
 {remove}exit {UNHEALTHY}
 ",
+        log = q(h.log),
         timeout = h.timeout.as_secs().max(1),
         timeout_text = humantime_text(h.timeout),
         path = h.path.replace(['"', '$', '`', '\\'], ""),
@@ -367,7 +421,7 @@ echo \"$kept version(s) kept for a rollback, removed:${{removed:- none}}\"
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     #[test]
@@ -386,6 +440,7 @@ mod tests {
         let health = health(&Health {
             names: &names,
             address: "127.0.0.1:1",
+            log: "/var/lib/x/ctr.log",
             path: "/up",
             interval: std::time::Duration::from_millis(100),
             timeout: std::time::Duration::from_secs(5),
@@ -402,20 +457,24 @@ mod tests {
             ),
             ("prune", prune(&names, 1)),
         ] {
-            let out = std::process::Command::new("sh")
-                .args([
-                    "-n",
-                    "-c",
-                    &format!("{}{script}", runtime(ContainerRuntime::Auto)),
-                ])
-                .output()
-                .expect("run sh");
-            assert!(
-                out.status.success(),
-                "the {what} script parses: {}\n{script}",
-                String::from_utf8_lossy(&out.stderr)
+            assert_parses(
+                what,
+                &format!("{}{script}", runtime(ContainerRuntime::Auto)),
             );
         }
+    }
+
+    /// Asserts that `script` (the `what` script) parses in `sh -n`.
+    pub(in crate::containers) fn assert_parses(what: &str, script: &str) {
+        let out = std::process::Command::new("sh")
+            .args(["-n", "-c", script])
+            .output()
+            .expect("run sh");
+        assert!(
+            out.status.success(),
+            "the {what} script parses: {}\n{script}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     #[test]
@@ -462,14 +521,15 @@ mod tests {
         );
     }
 
-    /// Runs `script` in a real sh after `fake` (a runtime as a shell function named `rt`):
+    /// Runs `script` in a real sh after `fake` (a runtime as a shell function named `rt`, or
+    /// another it sets `$rt` to):
     /// its exit status, stdout and the calls the fake logged to `$log`.
     fn run_with_fake_runtime(fake: &str, script: &str) -> (Option<i32>, String, String) {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let log = dir.path().join("calls");
         let out = std::process::Command::new("sh")
             .arg("-c")
-            .arg(format!("log={}\n{fake}\nrt=rt\n{script}", log.display()))
+            .arg(format!("log={}\nrt=rt\n{fake}\n{script}", log.display()))
             .output()
             .expect("run sh");
         let calls = std::fs::read_to_string(&log).unwrap_or_default();
@@ -687,6 +747,154 @@ TMPDIR={d}"#,
             !calls.contains("load"),
             "the image the runtime holds is not loaded a second time: {calls}"
         );
+    }
+
+    /// The start of `web` version 2 on port 8080, its image id unknown.
+    fn start_web_2() -> String {
+        start(&Start {
+            names: &Names::new("web", "2"),
+            port: 8080,
+            env: vec![],
+            args: &[],
+            volumes: &[],
+            archive: "/a.tar",
+            remove_on_failure: true,
+            image_id: None,
+        })
+    }
+
+    #[test]
+    fn a_started_container_is_known_by_one_inspect_its_address_image_and_log_file() {
+        // podman's answer to the template: running, two bindings, the image, k8s-file.
+        let fake = r#"podman() { echo "$*" >> "$log"; case "$1 $2" in
+  'run -d') ;;
+  'container inspect') echo 'true|127.0.0.1:40001 127.0.0.1:40002 |abc123|k8s-file|/var/lib/c/ctr.log' ;;
+  *) echo "unexpected: $*" >&2; return 9 ;;
+esac; }
+rt=podman"#;
+        let (status, out, calls) = run_with_fake_runtime(fake, &start_web_2());
+        assert_eq!(
+            (status, started(&out)),
+            (
+                Some(0),
+                Started {
+                    address: "127.0.0.1:40001".into(),
+                    image: "sha256:abc123".into(),
+                    log: "/var/lib/c/ctr.log".into(),
+                }
+            ),
+            "the first binding, the image id and the log file are printed: {calls}"
+        );
+        assert!(
+            !calls.contains("port ") && calls.contains("{{.HostConfig.LogConfig.Path}}"),
+            "one inspect, no `port`: {calls}"
+        );
+    }
+
+    #[test]
+    fn a_log_file_of_another_driver_is_not_named_and_a_refused_template_falls_back_to_port() {
+        let journald = r#"rt() { echo "$*" >> "$log"; case "$1 $2" in
+  'run -d') ;;
+  'container inspect') echo 'true|127.0.0.1:40001 |sha256:abc|journald|' ;;
+  *) return 9 ;;
+esac; }"#;
+        let (status, out, calls) = run_with_fake_runtime(journald, &start_web_2());
+        assert_eq!(
+            (status, out.as_str()),
+            (Some(0), "127.0.0.1:40001 sha256:abc"),
+            "no log file: the health step asks the runtime's `logs`: {calls}"
+        );
+        assert!(
+            !calls.contains("LogConfig.Path"),
+            "a runtime other than podman is not asked for podman's field: {calls}"
+        );
+        let old = r#"rt() { echo "$*" >> "$log"; case "$1 $2" in
+  'run -d') ;;
+  'container inspect') echo "template: can't evaluate field" >&2; return 125 ;;
+  'port web-2') echo 127.0.0.1:40003 ;;
+  *) return 9 ;;
+esac; }"#;
+        let (status, out, calls) = run_with_fake_runtime(old, &start_web_2());
+        assert_eq!(
+            (status, out.as_str()),
+            (Some(0), "127.0.0.1:40003"),
+            "an inspect that refuses the template: the port is asked as before: {calls}"
+        );
+    }
+
+    #[test]
+    fn a_container_that_stopped_as_it_started_is_removed_with_its_logs_tail() {
+        let fake = r#"rt() { echo "$*" >> "$log"; case "$1 $2" in
+  'run -d') ;;
+  'container inspect') echo 'false||abc|k8s-file|/x/ctr.log' ;;
+  'logs --tail') echo 'panic: no config' ;;
+  'rm -f') ;;
+  *) return 9 ;;
+esac; }"#;
+        let (status, _, calls) = run_with_fake_runtime(fake, &start_web_2());
+        assert_eq!(
+            status,
+            Some(UNHEALTHY),
+            "a container that no longer runs fails its start: {calls}"
+        );
+        assert!(
+            calls.contains("logs --tail 20 web-2") && calls.contains("rm -f web-2"),
+            "its log's tail is shown and it is removed: {calls}"
+        );
+    }
+
+    #[test]
+    fn what_start_printed_is_read_with_or_without_a_log_file() {
+        assert_eq!(
+            started("127.0.0.1:1 sha256:ab /var/lib/my containers/ctr.log\n"),
+            Started {
+                address: "127.0.0.1:1".into(),
+                image: "sha256:ab".into(),
+                log: "/var/lib/my containers/ctr.log".into(),
+            },
+            "the log file is the rest of the line, spaces and all"
+        );
+        assert_eq!(
+            started("127.0.0.1:1 sha256:ab"),
+            Started {
+                address: "127.0.0.1:1".into(),
+                image: "sha256:ab".into(),
+                log: String::new(),
+            },
+            "a start recorded by an earlier build names no log file"
+        );
+    }
+
+    #[test]
+    fn a_healthy_containers_first_lines_are_read_from_its_log_file_not_asked_of_the_runtime() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let log = dir.path().join("ctr.log");
+        std::fs::write(
+            &log,
+            "2026-12-06T21:43:17.06+00:00 stdout F hello start\n\
+             2026-12-06T21:43:17.07+00:00 stderr F listening on :8080\n",
+        )
+        .expect("write the log");
+        let names = Names::new("web", "2");
+        let log = log.display().to_string();
+        let script = health(&Health {
+            names: &names,
+            address: "127.0.0.1:1",
+            log: &log,
+            path: "/up",
+            interval: std::time::Duration::from_millis(100),
+            timeout: std::time::Duration::from_secs(5),
+            remove_on_failure: true,
+        });
+        let fake = r#"rt() { echo "$*" >> "$log"; return 9; }
+curl() { echo 200; }"#;
+        let (status, out, calls) = run_with_fake_runtime(fake, &script);
+        assert_eq!(
+            (status, out.as_str()),
+            (Some(0), "hello start\nlistening on :8080\nGET /up: 200"),
+            "the log's lines without their time and stream, then the answer: {calls}"
+        );
+        assert!(calls.is_empty(), "the runtime is not asked: {calls}");
     }
 
     #[test]

@@ -135,11 +135,16 @@ impl<'a> OnTarget<'a> {
                 self.run(ctx, pool, &step, &start).await
             })
             .await?;
-        let (address, image_digest) = commands::started(&started);
+        let commands::Started {
+            address,
+            image: image_digest,
+            log,
+        } = commands::started(&started);
         let step = format!("{t}: health {name}");
         let health = commands::health(&commands::Health {
             names: &self.names,
             address: &address,
+            log: &log,
             path: &self.settings.health.path,
             interval: self.settings.health.interval,
             timeout: self.settings.health.timeout,
@@ -423,23 +428,14 @@ async fn upload(
 ) -> Result<Uploaded, TargetError> {
     let conn = targets::connection(pass.pool, pass.eff, on.target).await?;
     let transport = |e: manent_ssh::TransportError| TargetError::Transport(e.to_string());
-    let probe = conn
-        .exec("printf '%s\\n' \"$HOME\"", &[])
-        .await
-        .map_err(transport)?;
-    if !probe.success() {
-        return Err(TargetError::Script(crate::run::release_scripts::failure(
-            &probe.stderr,
-            probe.status,
-        )));
-    }
+    // Over SSH the home directory and a missing archive are learnt over SFTP, with no
+    // process on the target.
+    let home = conn.home_dir().await.map_err(transport)?;
     // One copy per container name: targets, applications or environments that share a
     // host never write the same file at once.
     let archive = format!(
-        "{}/.manent/images/{}-{}.tar",
-        probe.stdout.trim_end_matches(['\n', '/']),
-        on.names.base,
-        artifact.sha256
+        "{home}/.manent/images/{}-{}.tar",
+        on.names.base, artifact.sha256
     );
     if conn
         .sha256(&archive)
