@@ -156,6 +156,10 @@ server() { DBOS__VMID=w1 MANENT_WORKDIR=$work/site/work exec "$bin/manent-server
 token=$(server admin token create --name bench --role admin)
 (server serve 2>>"$work/server.log") &
 pids+=($!)
+# The server's own CPU time (user + system, in clock ticks): its share of a deploy's work.
+server_pid=$!
+ticks=$(getconf CLK_TCK)
+server_cpu() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
 for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$api_port/healthz" >/dev/null && break; sleep 0.1; done
 cli() { "$bin/manent" --server "http://127.0.0.1:$api_port" --token "$token" "$@"; }
 
@@ -308,8 +312,8 @@ load_stop() { # in this shell (it waits for hey); "served failed" into $work/loa
 build=$(basename "$(dirname "$bin")")
 table=$out/table.md
 {
-    echo "| targets | round | manent s | floor s | manent/floor | manent served/failed | floor served/failed | load at start | manent's prunes ended at s |"
-    echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    echo "| targets | round | manent s | floor s | manent/floor | manent served/failed | floor served/failed | load at start | manent's prunes ended at s | manent-server CPU s |"
+    echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 } >"$table"
 version=0
 port=8100
@@ -329,9 +333,11 @@ for n in ${counts//,/ }; do
         d=$(descriptor "$app" "$version" "$sha")
         load=$(cut -d' ' -f1-3 /proc/loadavg)
         load_start "$n" "$port"
+        cpu_before=$(server_cpu)
         start=$(date +%s.%N)
         timeout "$timeout" "$bin/manent" --server "http://127.0.0.1:$api_port" --token "$token" deploy --wait -f "$d" >"$work/deploy.out" 2>&1 || echo "manent's deploy failed: see $log" >&2
         end=$(date +%s.%N)
+        cpu=$(awk -v a="$cpu_before" -v b="$(server_cpu)" -v t="$ticks" 'BEGIN { printf "%.2f", (b - a) / t }')
         cat "$work/deploy.out" >>"$log"
         # Its steps with their times, to see where a deploy spends them.
         id=$(grep -m 1 -o '[0-9a-f]\{8\}-[0-9a-f-]\{27\}' "$work/deploy.out" || true)
@@ -355,8 +361,8 @@ for n in ${counts//,/ }; do
         ratio=$(awk -v m="$m" -v f="$f" 'BEGIN { printf "%.2f", m / f }')
         # A floor that failed on a target did less than a deploy: its row says so.
         [[ ! -f $work/floor-failed ]] || ratio="$ratio (floor failed on $(wc -l <"$work/floor-failed") target(s))"
-        printf '| %s | %s | %.2f | %.2f | %s | %s/%s | %s/%s | %s | %s |\n' "$n" "$round" "$m" "$f" "$ratio" \
-            "$m_served" "$m_failed" "$f_served" "$f_failed" "$load" "$p" | tee -a "$table" >&2
+        printf '| %s | %s | %.2f | %.2f | %s | %s/%s | %s/%s | %s | %s | %s |\n' "$n" "$round" "$m" "$f" "$ratio" \
+            "$m_served" "$m_failed" "$f_served" "$f_failed" "$load" "$p" "$cpu" | tee -a "$table" >&2
     done
 done
 {
